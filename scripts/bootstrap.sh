@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pmhash needs to build, test and benchmark.
+# Idempotent: only packages that are missing are installed, so a second run
+# costs one dpkg query.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libpmem2-dev liburcu-dev libxxhash-dev
+  libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+  libcuckoo-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  exit 0
+fi
+
+echo "bootstrap: installing ${missing[*]}" >&2
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

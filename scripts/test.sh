@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every test of every build (release, asan, tsan). Called by `make test`
+# after the builds; exits non-zero on the first failing build's tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=$(nproc)
+status=0
+for preset in release asan tsan; do
+  echo "=== tests: $preset ==="
+  case "$preset" in
+    asan) export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ;;
+    tsan) export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ;;
+  esac
+  # The process-kill tests (label crash) run once, in the release build.
+  exclude=()
+  if [ "$preset" != release ]; then exclude=(-LE crash); fi
+  if ! ctest --test-dir "build/$preset" --output-on-failure -j "$jobs" "${exclude[@]}"; then
+    status=1
+  fi
+done
+exit $status
