@@ -1,0 +1,129 @@
+// pmhash/store.h - a persistent, concurrent hash index in one pool file.
+//
+//   std::unique_ptr<pmhash::Store> store;
+//   pmhash::Status s = pmhash::Store::create("/dev/shm/a.pool", {}, &store);
+//   s = store->insert("key", "value");
+//   std::string v;
+//   s = store->get("key", &v);
+//   s = store->close();
+//
+// Thread safety: every method may be called from any number of threads at
+// once, except close(), which must not race with other calls on the same
+// Store. Threads need no registration; a thread's per-store state is released
+// when the thread exits or the store is closed. At most kMaxThreads threads
+// may use one Store at the same time; more get Status::Busy.
+//
+// Durability (Options::durability, DESIGN.md "Durability contract"):
+// with kStrict, a mutating call that returns OK is durable before it returns.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "pmhash/options.h"
+#include "pmhash/status.h"
+
+namespace pmhash {
+
+inline constexpr unsigned kMaxThreads = 256;
+
+// Counters and shape of a store, for `pmhash info` and benchmarks.
+struct Stats {
+  std::string engine;
+  std::string granularity;       // byte, cache_line, page or none
+  std::uint64_t pool_size = 0;   // bytes of the pool file
+  std::uint64_t heap_used = 0;   // bytes of the heap handed out
+  std::uint64_t heap_free = 0;   // bytes of the heap still free
+  std::uint64_t items = 0;       // live keys
+  std::uint64_t slots = 0;       // index capacity (clevel: 8 x buckets)
+  double load_factor = 0;        // items / slots
+  unsigned levels = 0;           // clevel: levels in the level list
+  bool resizing = false;         // a resize is in progress
+  bool clean_shutdown = true;    // false: this open ran crash recovery
+  std::uint64_t recovery_ns = 0; // time open spent in recovery
+  std::uint64_t expansions = 0;  // resizes since open
+  std::uint64_t shrinks = 0;
+  std::uint64_t items_moved = 0; // items moved by resizing since open
+  std::uint64_t flushes = 0;     // cache-line flushes issued since open
+  std::uint64_t fences = 0;      // drains (store fences) issued since open
+};
+
+class Store {
+ public:
+  virtual ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Creates a new pool file at `path` holding an empty index of
+  // `options.engine`.
+  // Errors: AlreadyExists when `path` exists and !options.force;
+  // IOError when the file cannot be created or sized (the message names the
+  // path and the reason); InvalidArgument for an unknown engine or a pool
+  // size too small for the engine.
+  static Status create(const std::string& path, const Options& options,
+                       std::unique_ptr<Store>* store);
+
+  // Opens an existing pool. Runs crash recovery when the pool was not closed
+  // cleanly; recovery is O(threads + levels), not O(keys).
+  // Errors: IOError when the file cannot be opened; Corruption when it is
+  // not a pmhash pool, is truncated, has a bad header checksum, or has
+  // another layout version; InvalidArgument when options.engine names
+  // another engine than the pool's. In every error case the file is left
+  // byte-for-byte unchanged.
+  static Status open(const std::string& path, const Options& options,
+                     std::unique_ptr<Store>* store);
+
+  // Copies the value of `key` into *value.
+  // Errors: NotFound; InvalidArgument for an oversized key.
+  virtual Status get(std::string_view key, std::string* value) const = 0;
+
+  // Adds `key` -> `value` if `key` is absent.
+  // Errors: AlreadyExists (nothing changed); InvalidArgument for an
+  // oversized key or value; NoSpace when the pool is full (nothing changed).
+  virtual Status insert(std::string_view key, std::string_view value) = 0;
+
+  // Replaces the value of an existing `key`.
+  // Errors: NotFound (nothing changed); InvalidArgument; NoSpace.
+  virtual Status update(std::string_view key, std::string_view value) = 0;
+
+  // Inserts or replaces. Errors: InvalidArgument; NoSpace.
+  virtual Status upsert(std::string_view key, std::string_view value) = 0;
+
+  // Removes `key`. Errors: NotFound; InvalidArgument.
+  virtual Status remove(std::string_view key) = 0;
+
+  // Calls fn(key, value) for every key; stops early when fn returns false.
+  // Each key present for the whole iteration is visited exactly once, also
+  // while the index resizes; keys inserted or removed meanwhile may or may
+  // not be visited. fn runs outside any internal lock and may call back into
+  // the store. Uses DRAM proportional to the number of keys visited.
+  virtual Status for_each(
+      const std::function<bool(std::string_view key, std::string_view value)>& fn) const = 0;
+
+  // Number of keys. Exact when no mutation runs concurrently.
+  virtual std::uint64_t size() const = 0;
+
+  // Returns once everything acknowledged so far is durable. With kStrict
+  // that is already true; it also persists counters kept for Stats.
+  virtual Status sync() = 0;
+
+  // Verifies every invariant of the engine and the heap (O(keys)); returns
+  // Corruption with a description of the first violation. Meant for a
+  // quiescent store: concurrent writers may cause false reports.
+  virtual Status check() const = 0;
+
+  virtual Stats stats() const = 0;
+
+  // Stops background work, makes everything durable and marks the pool as
+  // cleanly shut down. Later calls on this Store return Busy. Called by the
+  // destructor if needed.
+  virtual Status close() = 0;
+
+ protected:
+  Store() = default;
+};
+
+}  // namespace pmhash
