@@ -1,0 +1,114 @@
+// media/region.h - a mapped byte range and how its bytes become durable.
+//
+// A Region is the only way engines reach persistence (DESIGN.md, "media").
+// Its *granularity* says what makes a store durable:
+//
+//   kByte       eADR, or CXL with global persistent flush: a store is durable
+//               once a fence (drain) orders it; flush is a no-op.
+//   kCacheLine  ADR persistent memory: a line must be written back (clwb or
+//               clflushopt, issued by flush) and fenced (drain, sfence).
+//   kPage       an ordinary memory-mapped file: flush msyncs the pages that
+//               cover the range; drain is a no-op.
+//   kNone       anonymous DRAM: nothing is ever durable; every primitive is a
+//               no-op. Used for volatile stores and benchmarks.
+//
+// The file-backed granularity comes from libpmem2, which honours the
+// PMEM2_FORCE_GRANULARITY environment variable (byte, cache_line, page).
+//
+// Primitives (as in libpmem2): flush(p, n) starts write-back of the lines of
+// [p, p+n); drain() waits until all flushes issued by this thread are durable;
+// persist(p, n) = flush + drain; persist_all() makes the whole region durable
+// (the "global fence" of periodic-persistence engines).
+//
+// Counters: every flush and drain is counted in per-thread counters that are
+// summed by counters(); benchmarks report flushes and fences per operation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "pmhash/status.h"
+
+namespace pmhash::media {
+
+enum class Granularity : unsigned char { kByte, kCacheLine, kPage, kNone };
+
+std::string_view granularity_name(Granularity g);
+
+inline constexpr std::size_t kCacheLineSize = 64;
+
+struct Counters {
+  std::uint64_t flushes = 0;  // flush() calls that reached the media layer
+  std::uint64_t fences = 0;   // drain() calls
+};
+
+// Process-wide totals over all threads and regions, including exited threads.
+Counters counters();
+
+class Region {
+ public:
+  // Opens `path` read-write and maps its first `size` bytes (0: the whole
+  // file). The file must already exist with at least `size` bytes.
+  // Errors: IOError naming the path and the reason.
+  static Status map_file(const std::string& path, std::size_t size,
+                         std::unique_ptr<Region>* out);
+
+  // An anonymous, zero-filled, volatile mapping (granularity kNone).
+  static Status anonymous(std::size_t size, std::unique_ptr<Region>* out);
+
+  ~Region();
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+
+  std::byte* base() const { return base_; }
+  std::size_t size() const { return size_; }
+  Granularity granularity() const { return granularity_; }
+  const std::string& path() const { return path_; }
+
+  void flush(const void* p, std::size_t n);
+  void drain();
+  void persist(const void* p, std::size_t n) {
+    flush(p, n);
+    drain();
+  }
+  // Makes every byte of the region durable (msync of the whole mapping on
+  // page granularity; a fence otherwise, after flushing everything on
+  // cache_line granularity).
+  void persist_all();
+
+  // Offset <-> address helpers for relative pointers.
+  std::uint64_t offset_of(const void* p) const {
+    return static_cast<std::uint64_t>(static_cast<const std::byte*>(p) - base_);
+  }
+  template <typename T = std::byte>
+  T* at(std::uint64_t off) const {
+    return reinterpret_cast<T*>(base_ + off);
+  }
+
+  // Hooks for the crash simulator (tests/crash): when set, every flush and
+  // drain is reported to it after the real primitive ran.
+  struct Observer {
+    virtual ~Observer() = default;
+    virtual void on_flush(std::uint64_t off, std::size_t n) = 0;
+    virtual void on_drain() = 0;
+  };
+  void set_observer(Observer* o) { observer_ = o; }
+
+ private:
+  Region() = default;
+  struct Impl;
+
+  std::byte* base_ = nullptr;
+  std::size_t size_ = 0;
+  Granularity granularity_ = Granularity::kNone;
+  std::string path_;
+  void (*flush_fn_)(const void*, std::size_t) = nullptr;
+  void (*drain_fn_)() = nullptr;
+  Observer* observer_ = nullptr;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pmhash::media
