@@ -1,0 +1,138 @@
+// pool/pool.h - the pool file: header, root object, heap area.
+//
+// On-media layout (all offsets from the start of the file):
+//
+//   0      +--------------------------------------------+
+//          | PoolHeader (immutable after create,        |  checksummed
+//          |   checksum over its first 248 bytes)       |
+//   256    +--------------------------------------------+
+//          | ShutdownState: clean flag, open generation |  rewritten on
+//          |   (one cache line, 8-byte atomic stores)   |  open and close
+//   4096   +--------------------------------------------+
+//          | root object of the engine (kRootSize)      |
+//   16384  +--------------------------------------------+
+//          | heap (heap/heap.h): logs, chunk table,     |
+//          |   chunks                                   |
+//   size   +--------------------------------------------+
+//
+// Create writes the whole pool (zeroed root, formatted heap) and persists it,
+// then writes and persists the header last: a crash during create leaves a
+// file without a valid magic/checksum, which open rejects as "not a pool".
+//
+// Open validates with pread() before mapping anything: size >= header,
+// magic, layout version, header checksum, file size >= recorded size, engine
+// name. Any failure returns an error naming the file and the problem and the
+// file is not modified. Only then is the file mapped, the clean flag read and
+// cleared, and the open generation incremented (persisted before the engine
+// runs, so every open has a generation different from all earlier ones).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "media/region.h"
+#include "pmhash/status.h"
+
+namespace pmhash::pool {
+
+inline constexpr char kMagic[8] = {'P', 'M', 'H', 'A', 'S', 'H', 'P', 'L'};
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint64_t kHeaderSize = 4096;
+inline constexpr std::uint64_t kRootOffset = 4096;
+inline constexpr std::uint64_t kRootSize = 12288;
+inline constexpr std::uint64_t kHeapOffset = kRootOffset + kRootSize;
+inline constexpr std::size_t kEngineNameSize = 16;
+inline constexpr std::size_t kEngineParamsSize = 128;
+// The smallest pool that create accepts.
+inline constexpr std::uint64_t kMinPoolSize = 4u << 20;
+
+struct PoolHeader {
+  char magic[8];                    // kMagic
+  std::uint32_t layout_version;     // kLayoutVersion
+  std::uint32_t header_size;        // sizeof(PoolHeader)
+  std::uint64_t pool_size;          // bytes; the file may not be shorter
+  std::uint8_t uuid[16];            // random, set at create
+  char engine[kEngineNameSize];     // NUL-padded engine name
+  std::uint8_t engine_params[kEngineParamsSize];  // engine-defined
+  std::uint64_t root_offset;        // kRootOffset
+  std::uint64_t root_size;          // kRootSize
+  std::uint64_t heap_offset;        // kHeapOffset
+  std::uint64_t heap_size;          // pool_size - heap_offset
+  std::uint64_t create_time_ns;     // CLOCK_REALTIME at create
+  std::uint8_t reserved[24];
+  std::uint64_t checksum;           // XXH3-64 of all bytes above
+};
+static_assert(sizeof(PoolHeader) == 256);
+
+struct ShutdownState {
+  std::uint64_t clean;       // 1 after close(), 0 while open
+  std::uint64_t generation;  // incremented (and persisted) by every open
+  std::uint64_t reserved[6];
+};
+static_assert(sizeof(ShutdownState) == 64);
+
+struct CreateParams {
+  std::string engine;
+  std::uint64_t size = 0;
+  bool force = false;
+  std::array<std::uint8_t, kEngineParamsSize> engine_params{};
+};
+
+class Pool {
+ public:
+  // Creates and formats a pool file (header written last, see above).
+  // Errors: AlreadyExists (file exists, !force), IOError (cannot create or
+  // size the file; names path and errno text), InvalidArgument (size below
+  // kMinPoolSize, engine name empty or too long).
+  static Status create(const std::string& path, const CreateParams& params,
+                       std::unique_ptr<Pool>* out);
+
+  // A volatile pool in anonymous memory (granularity none), for benchmarks
+  // and tests. Same layout as a file pool.
+  static Status create_volatile(const CreateParams& params, std::unique_ptr<Pool>* out);
+
+  // Opens and validates an existing pool. `engine` empty accepts any engine.
+  // Errors (file untouched): IOError (cannot open/stat/read), Corruption
+  // (too short, bad magic, bad checksum, other layout version, truncated),
+  // InvalidArgument (engine mismatch: "pool P holds 'x', asked for 'y'").
+  static Status open(const std::string& path, const std::string& engine,
+                     std::unique_ptr<Pool>* out);
+
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  media::Region& region() const { return *region_; }
+  const PoolHeader& header() const { return header_; }  // validated copy
+  std::string engine() const;
+  const std::string& path() const { return region_->path(); }
+
+  std::byte* root() const { return region_->base() + kRootOffset; }
+  std::uint64_t heap_offset() const { return header_.heap_offset; }
+  std::uint64_t heap_size() const { return header_.heap_size; }
+
+  // Whether the previous session closed the pool cleanly (read at open
+  // before it was cleared); true right after create.
+  bool was_clean() const { return was_clean_; }
+  // This open's generation: differs from that of every earlier open.
+  std::uint64_t generation() const { return generation_; }
+
+  // Persists clean = 1. Call last, after everything else is durable.
+  void mark_clean_shutdown();
+
+  // Validates the header bytes of an open pool again (for check()).
+  Status verify_header() const;
+
+ private:
+  Pool() = default;
+
+  std::unique_ptr<media::Region> region_;
+  PoolHeader header_{};
+  bool was_clean_ = true;
+  std::uint64_t generation_ = 0;
+};
+
+}  // namespace pmhash::pool
