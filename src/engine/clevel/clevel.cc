@@ -1,0 +1,595 @@
+// engine/clevel/clevel.cc - searching and writing (design in clevel.h).
+#include "engine/clevel/clevel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <unordered_set>
+
+#include "engine/clevel/clevel_index.h"
+#include "sync/rcu.h"
+
+namespace pmhash::engine::clevel {
+
+ClevelIndex::ClevelIndex(const Env& env)
+    : env_(env),
+      region_(env.pool->region()),
+      heap_(*env.heap),
+      root_(reinterpret_cast<Root*>(env.pool->root())),
+      generation_(env.pool->generation()),
+      rehash_threads_(env.options.clevel_rehash_threads),
+      counts_(new Stripe[kMaxThreads]) {}
+
+ClevelIndex::~ClevelIndex() { close(); }
+
+// ---------------------------------------------------------------------------
+// Context and levels
+// ---------------------------------------------------------------------------
+
+Ctx ClevelIndex::load_ctx() const {
+  std::uint64_t w = root_->context.load(std::memory_order_acquire);
+  if (w & kCtxDirty) {
+    // Whatever we do next may depend on this context (e.g. an insert into
+    // its new first level); it must be durable before that write is.
+    region_.persist(&root_->context, sizeof(std::uint64_t));
+    root_->context.compare_exchange_strong(w, w & ~kCtxDirty);
+    w &= ~kCtxDirty;
+  }
+  return Ctx{w};
+}
+
+bool ClevelIndex::cas_ctx(Ctx expected, Ctx desired) {
+  std::uint64_t e = expected.w;
+  if (!root_->context.compare_exchange_strong(e, desired.w | kCtxDirty,
+                                              std::memory_order_seq_cst)) {
+    return false;
+  }
+  // The new context is durable before anyone acts on it (readers that saw
+  // DIRTY persist it themselves first).
+  region_.persist(&root_->context, sizeof(std::uint64_t));
+  std::uint64_t d = desired.w | kCtxDirty;
+  root_->context.compare_exchange_strong(d, desired.w);
+  return true;
+}
+
+LevelHeader* ClevelIndex::level(std::uint16_t id) const {
+  return region_.at<LevelHeader>(root_->levels[id % kRingSize].load(std::memory_order_acquire));
+}
+
+Bucket* ClevelIndex::candidate(LevelHeader* l, const Key& key, int which) const {
+  const std::uint64_t mask = (std::uint64_t{1} << l->log2) - 1;
+  return level_buckets(l) + ((which == 0 ? key.h1 : key.h2) & mask);
+}
+
+template <typename Fn>
+void ClevelIndex::for_levels(Ctx c, bool top_down, Fn&& fn) const {
+  const unsigned n = c.levels();
+  for (unsigned i = 0; i < n; ++i) {
+    const auto id = static_cast<std::uint16_t>(top_down ? c.first() - i : c.last() + i);
+    if (!fn(id, level(id))) return;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Searching
+// ---------------------------------------------------------------------------
+
+bool ClevelIndex::key_equals(std::uint64_t off, const Key& key) const {
+  const auto* item = region_.at<ItemHeader>(off);
+  return item->key_len == key.bytes.size() &&
+         std::memcmp(item + 1, key.bytes.data(), key.bytes.size()) == 0;
+}
+
+std::uint64_t ClevelIndex::find_visible(const Key& key, Ctx c) const {
+  const std::uint16_t tag = key_tag(key.h1);
+  std::uint64_t found = 0;
+  // Search in the direction items move (bottom-to-top while expanding,
+  // top-to-bottom while shrinking): a mover copies before it clears, so the
+  // source is always scanned before the destination.
+  for_levels(c, c.shrinking(), [&](std::uint16_t, LevelHeader* l) {
+    for (int which = 0; which < 2 && found == 0; ++which) {
+      Bucket* b = candidate(l, key, which);
+      if (which == 1 && b == candidate(l, key, 0)) break;
+      for (auto& s : b->slot) {
+        const std::uint64_t v = s.load(std::memory_order_acquire);
+        if (v == 0 || pool::pptr_tag(v) != tag) continue;
+        const std::uint64_t off = slot_offset(v);
+        const auto* item = region_.at<ItemHeader>(off);
+        if (!state_visible(item->state.load(std::memory_order_acquire))) continue;
+        if (key_equals(off, key)) {
+          found = off;
+          break;
+        }
+      }
+    }
+    return found == 0;
+  });
+  return found;
+}
+
+std::uint64_t ClevelIndex::lookup(const Key& key, Ctx* seen) const {
+  for (;;) {
+    const Ctx c = load_ctx();
+    const std::uint64_t off = find_visible(key, c);
+    // Nothing found: a level may have been added and our item moved into it
+    // after we passed (paper §3.2.1); search again under the new context.
+    if (off != 0 || load_ctx() == c) {
+      if (seen != nullptr) *seen = c;
+      return off;
+    }
+  }
+}
+
+void ClevelIndex::collect(const Key& key, Ctx c, std::uint64_t off,
+                          std::vector<SlotRef>* out) const {
+  out->clear();
+  for_levels(c, c.shrinking(), [&](std::uint16_t id, LevelHeader* l) {
+    for (int which = 0; which < 2; ++which) {
+      Bucket* b = candidate(l, key, which);
+      if (which == 1 && b == candidate(l, key, 0)) break;
+      for (auto& s : b->slot) {
+        const std::uint64_t v = s.load(std::memory_order_seq_cst);
+        if (v != 0 && slot_offset(v) == off) out->push_back({&s, v, id});
+      }
+    }
+    return true;
+  });
+}
+
+Status ClevelIndex::get(const Key& key, std::string* value) {
+  rcu::ReadGuard guard;
+  const std::uint64_t off = lookup(key, nullptr);
+  if (off == 0) return Status::NotFound();
+  value->assign(item_value(region_.at<ItemHeader>(off)));
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Insert
+// ---------------------------------------------------------------------------
+
+Status ClevelIndex::write_item(heap::ThreadCache* tc, const Key& key, std::string_view value,
+                               Kind kind, std::uint64_t* off) {
+  const std::size_t n = item_size(key.bytes.size(), value.size());
+  if (Status s = tc->allocate(n, off); !s.ok()) return s;
+  auto* item = region_.at<ItemHeader>(*off);
+  item_write(item, make_state(generation_, kind), key.bytes, value);
+  region_.flush(item, n);
+  return Status::OK();
+}
+
+bool ClevelIndex::safe_level(Ctx c, std::uint16_t id) const {
+  return c.contains(id) && !(c.resizing() && id == c.drain_level());
+}
+
+ClevelIndex::Attempt ClevelIndex::place(heap::ThreadCache* tc, const Key& key,
+                                        std::uint64_t value, Ctx c, bool rehasher,
+                                        std::uint16_t* level_out, Status* status) {
+  bool placed = false;
+  // Top-down: the first level holds two thirds of the slots, and items
+  // there never move during an expansion.
+  for_levels(c, true, [&](std::uint16_t id, LevelHeader* l) {
+    if (!safe_level(c, id)) return true;
+    Bucket* b0 = candidate(l, key, 0);
+    Bucket* b1 = candidate(l, key, 1);
+    auto empties = [](Bucket* b) {
+      int n = 0;
+      for (auto& s : b->slot) n += s.load(std::memory_order_relaxed) == 0;
+      return n;
+    };
+    // Less-loaded candidate bucket first (paper §3.2.2).
+    Bucket* order[2] = {b0, b1};
+    if (b1 != b0 && empties(b1) > empties(b0)) std::swap(order[0], order[1]);
+    for (Bucket* b : order) {
+      for (auto& s : b->slot) {
+        std::uint64_t expected = 0;
+        if (s.load(std::memory_order_relaxed) == 0 &&
+            s.compare_exchange_strong(expected, value, std::memory_order_seq_cst)) {
+          region_.flush(&s, sizeof(s));
+          *level_out = id;
+          placed = true;
+          return false;
+        }
+      }
+      if (b0 == b1) break;
+    }
+    return true;
+  });
+  if (placed) return Attempt::kDone;
+  if (c.shrinking()) {
+    // No room outside the level being emptied: the rehash threads turn the
+    // shrink around (the level it added is emptied upwards instead), after
+    // which an expansion is possible. Wait for that outside the section.
+    shrink_abort_requested_.store(true);
+    wake_rehash();
+    return Attempt::kYield;
+  }
+  return expand(tc, c, rehasher, status);
+}
+
+ClevelIndex::Race ClevelIndex::same_key_race(const Key& key, std::uint64_t off) const {
+  const std::uint16_t tag = key_tag(key.h1);
+  Race race = Race::kClear;
+  const Ctx c = load_ctx();
+  for_levels(c, c.shrinking(), [&](std::uint16_t, LevelHeader* l) {
+    for (int which = 0; which < 2; ++which) {
+      Bucket* b = candidate(l, key, which);
+      if (which == 1 && b == candidate(l, key, 0)) break;
+      for (auto& s : b->slot) {
+        // seq_cst: our publishing CAS and this load form the store-load pair
+        // that makes two racing inserts see each other.
+        const std::uint64_t v = s.load(std::memory_order_seq_cst);
+        if (v == 0 || pool::pptr_tag(v) != tag) continue;
+        const std::uint64_t other = slot_offset(v);
+        if (other == off || !key_equals(other, key)) continue;
+        auto& st = region_.at<ItemHeader>(other)->state;
+        std::uint64_t sv = st.load(std::memory_order_seq_cst);
+        if (state_visible(sv)) {
+          race = Race::kVisible;
+          return false;
+        }
+        if (state_kind(sv) != kTentative || state_generation(sv) != generation_) continue;
+        if (other < off) {
+          race = Race::kWait;  // a lower racer decides first
+        } else if (!st.compare_exchange_strong(sv, make_state(generation_, kLoser)) &&
+                   state_visible(sv)) {
+          race = Race::kVisible;  // it claimed itself before we killed it
+          return false;
+        }
+      }
+    }
+    return true;
+  });
+  if (race == Race::kClear && load_ctx() != c) return same_key_race(key, off);
+  return race;
+}
+
+void ClevelIndex::unpublish(const Key& key, std::uint64_t off) {
+  std::vector<SlotRef> refs;
+  for (;;) {
+    collect(key, load_ctx(), off, &refs);
+    if (refs.empty()) return;
+    for (const SlotRef& r : refs) {
+      if (r.value & kMoving) continue;  // the mover clears it; we scan again
+      std::uint64_t e = r.value;
+      if (r.slot->compare_exchange_strong(e, 0)) region_.flush(r.slot, sizeof(std::uint64_t));
+    }
+  }
+}
+
+ClevelIndex::Attempt ClevelIndex::publish(heap::ThreadCache* tc, const Key& key,
+                                          std::uint64_t off, Publishing* p, Status* status) {
+  *status = Status::OK();
+  const std::uint64_t value = pool::pptr_make(off, key_tag(key.h1));
+  auto& state = region_.at<ItemHeader>(off)->state;
+  if (p->stage == Publishing::kSearch) {
+    Ctx c;
+    if (lookup(key, &c) != 0) {
+      *status = Status::AlreadyExists("key exists");
+      return Attempt::kDone;
+    }
+    if (Attempt a = place(tc, key, value, c, /*rehasher=*/false, &p->level, status); a != Attempt::kDone) return a;
+    if (!status->ok()) return Attempt::kDone;
+    p->stage = Publishing::kSafe;
+  }
+  if (p->stage == Publishing::kSafe) {
+    // Context-aware insert (paper §3.2.2): if the level we used is being
+    // emptied, or was dropped, since we chose it, a rehash thread may already
+    // have passed our bucket. Put the same pointer somewhere safe as well.
+    for (Ctx now = load_ctx(); !safe_level(now, p->level); now = load_ctx()) {
+      const Attempt a = place(tc, key, value, now, /*rehasher=*/false, &p->level, status);
+      if (!status->ok()) {
+        unpublish(key, off);  // nothing was acknowledged; undo
+        p->stage = Publishing::kRetired;
+        return Attempt::kDone;
+      }
+      if (a != Attempt::kDone) return a;
+    }
+    p->stage = Publishing::kRace;
+  }
+  if (p->stage == Publishing::kRace) {
+    switch (same_key_race(key, off)) {
+      case Race::kWait:
+        return Attempt::kYield;
+      case Race::kVisible:
+        std::uint64_t sv;
+        sv = state.load();
+        if (state_kind(sv) == kTentative) state.compare_exchange_strong(sv, make_state(generation_, kLoser));
+        unpublish(key, off);
+        p->stage = Publishing::kRetired;
+        *status = Status::AlreadyExists("key exists");
+        return Attempt::kDone;
+      case Race::kClear:
+        break;
+    }
+    std::uint64_t sv = make_state(generation_, kTentative);
+    if (!state.compare_exchange_strong(sv, make_state(generation_, kLive))) {
+      // A lower racer killed us. Answer only from what we see ourselves: the
+      // key present -> AlreadyExists; otherwise insert again, with a new item.
+      unpublish(key, off);
+      p->stage = Publishing::kKilled;
+      return Attempt::kDone;
+    }
+    region_.flush(&state, sizeof(std::uint64_t));
+    // The slot(s) and the LIVE state are durable before we acknowledge.
+    region_.drain();
+    p->stage = Publishing::kLive;
+  }
+  return Attempt::kDone;
+}
+
+Status ClevelIndex::insert(const Key& key, std::string_view value) {
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  for (;;) {
+    tc->reserve_retire(2);
+    std::uint64_t off = 0;
+    if (s = write_item(tc, key, value, kTentative, &off); !s.ok()) return s;
+    // The allocation, the intent and the item are durable before any slot
+    // can point at the item.
+    region_.drain();
+    Publishing p;
+    for (;;) {
+      Attempt a;
+      {
+        rcu::ReadGuard guard;
+        a = publish(tc, key, off, &p, &s);
+      }
+      if (a == Attempt::kDone) break;
+      if (a == Attempt::kYield) std::this_thread::yield();
+    }
+    if (p.stage == Publishing::kLive) {
+      add_count(tc, 1);
+    } else if (p.stage == Publishing::kSearch) {
+      tc->free_unpublished(off);  // no other thread ever saw it
+    } else {
+      tc->retire(off);  // published once: readers may still look at it
+    }
+    tc->clear_intent();
+    if (p.stage != Publishing::kKilled) return s;
+    // Killed by a lower racer: start over; the search will find the winner.
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Update, remove, upsert
+// ---------------------------------------------------------------------------
+
+std::uint64_t ClevelIndex::own(const Key& key) {
+  for (;;) {
+    const std::uint64_t off = lookup(key, nullptr);
+    if (off == 0) return 0;
+    auto& state = region_.at<ItemHeader>(off)->state;
+    std::uint64_t st = state.load(std::memory_order_acquire);
+    if (!state_visible(st)) continue;
+    if (state_kind(st) == kOwned && state_generation(st) == generation_) {
+      // Another writer is replacing or removing it; after it, search again.
+      std::this_thread::yield();
+      continue;
+    }
+    // OWNED from an earlier generation is a crashed writer's: plain LIVE.
+    if (state.compare_exchange_strong(st, make_state(generation_, kOwned))) return off;
+  }
+}
+
+void ClevelIndex::release(std::uint64_t off) {
+  region_.at<ItemHeader>(off)->state.store(make_state(generation_, kLive),
+                                           std::memory_order_release);
+}
+
+void ClevelIndex::replace_all(const Key& key, std::uint64_t off, std::uint64_t replacement) {
+  // We own the item, so besides us only a rehash thread touches slots that
+  // hold it, and it only copies from a slot it has frozen with MOVING.
+  std::vector<SlotRef> refs;
+  bool replaced = false;
+  for (;;) {
+    const Ctx c = load_ctx();
+    collect(key, c, off, &refs);
+    if (refs.empty()) {
+      if (replaced && load_ctx() == c) return;
+      continue;  // moved under a new context; scan again
+    }
+    if (std::any_of(refs.begin(), refs.end(), [](const SlotRef& r) { return r.value & kMoving; })) {
+      std::this_thread::yield();  // one item copy, then the slot is ours again
+      continue;
+    }
+    // Content-conscious find (paper §3.2.3): keep the copy a search meets
+    // last, i.e. the one nearest to where items move; drop the others.
+    bool ok = true;
+    for (std::size_t i = 0; i + 1 < refs.size() && ok; ++i) {
+      std::uint64_t e = refs[i].value;
+      ok = refs[i].slot->compare_exchange_strong(e, 0);
+      if (ok) region_.flush(refs[i].slot, sizeof(std::uint64_t));
+    }
+    if (!ok) continue;
+    std::uint64_t e = refs.back().value;
+    if (!replaced) {
+      if (!refs.back().slot->compare_exchange_strong(e, replacement)) continue;
+      replaced = true;
+    } else if (!refs.back().slot->compare_exchange_strong(e, 0)) {
+      continue;  // a stale extra copy surfaced after we replaced
+    }
+    region_.flush(refs.back().slot, sizeof(std::uint64_t));
+  }
+}
+
+Status ClevelIndex::update(const Key& key, std::string_view value) {
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  tc->reserve_retire(1);
+  std::uint64_t fresh = 0;
+  if (s = write_item(tc, key, value, kLive, &fresh); !s.ok()) return s;
+  {
+    rcu::ReadGuard guard;
+    const std::uint64_t old = own(key);
+    if (old == 0) {
+      s = Status::NotFound();
+    } else {
+      tc->retire(old);
+      // The new item, its allocation and the retire entry are durable
+      // before any slot stops pointing at the old item.
+      region_.drain();
+      replace_all(key, old, pool::pptr_make(fresh, key_tag(key.h1)));
+      // The replaced slots are durable before we acknowledge.
+      region_.drain();
+    }
+  }
+  if (!s.ok()) tc->free_unpublished(fresh);
+  tc->clear_intent();
+  return s;
+}
+
+Status ClevelIndex::remove(const Key& key) {
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  tc->reserve_retire(1);
+  {
+    rcu::ReadGuard guard;
+    const std::uint64_t old = own(key);
+    if (old == 0) return Status::NotFound();
+    tc->retire(old);
+    // The retire entry is durable before the unlink: a crash after the
+    // unlink would otherwise leak the item.
+    region_.drain();
+    replace_all(key, old, 0);
+    // The cleared slots are durable before we acknowledge.
+    region_.drain();
+  }
+  add_count(tc, -1);
+  maybe_shrink(tc);
+  return Status::OK();
+}
+
+Status ClevelIndex::upsert(const Key& key, std::string_view value) {
+  for (;;) {
+    Status s = update(key, value);
+    if (!s.is_not_found()) return s;
+    s = insert(key, value);
+    if (!s.is_already_exists()) return s;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Iteration and counting
+// ---------------------------------------------------------------------------
+
+Status ClevelIndex::for_each(const ForEachFn& fn) {
+  // Levels are scanned in search order, bucket by bucket, each bucket inside
+  // its own read-side section; the callback runs outside of it. A moving item
+  // is met before or after its move, possibly twice (deduplicated by key),
+  // never not at all. When the context changes, the levels of the old one
+  // may be freed, so the scan starts over under the new context; the keys
+  // already reported are skipped.
+  std::unordered_set<std::string> seen;
+  std::vector<std::pair<std::string, std::string>> batch;
+  for (;;) {
+    Ctx c;
+    {
+      rcu::ReadGuard guard;
+      c = load_ctx();
+    }
+    bool restart = false;
+    const unsigned n = c.levels();
+    for (unsigned i = 0; i < n && !restart; ++i) {
+      const auto id = static_cast<std::uint16_t>(c.shrinking() ? c.first() - i : c.last() + i);
+      std::uint64_t buckets = 0;
+      for (std::uint64_t b = 0; !restart && (b == 0 || b < buckets); ++b) {
+        batch.clear();
+        {
+          rcu::ReadGuard guard;
+          if (load_ctx() != c) {
+            restart = true;
+            break;
+          }
+          LevelHeader* l = level(id);
+          buckets = std::uint64_t{1} << l->log2;
+          for (auto& s : level_buckets(l)[b].slot) {
+            const std::uint64_t v = s.load(std::memory_order_acquire);
+            if (v == 0) continue;
+            const auto* item = region_.at<ItemHeader>(slot_offset(v));
+            if (!state_visible(item->state.load(std::memory_order_acquire))) continue;
+            std::string k(item_key(item));
+            if (seen.contains(k)) continue;
+            batch.emplace_back(std::move(k), std::string(item_value(item)));
+          }
+        }
+        for (auto& [k, v] : batch) {
+          if (!seen.insert(k).second) continue;
+          if (!fn(k, v)) return Status::OK();
+        }
+      }
+    }
+    if (!restart) return Status::OK();
+  }
+}
+
+void ClevelIndex::add_count(heap::ThreadCache* tc, std::int64_t delta) {
+  counts_[tc->slot()].v.fetch_add(delta, std::memory_order_relaxed);
+}
+
+void ClevelIndex::recount() const {
+  std::lock_guard lock(recount_mutex_);
+  if (count_known_.load()) return;
+  // After a crash the saved count is gone; count the distinct visible items.
+  // Writes running meanwhile may or may not be counted (size() is exact only
+  // when quiescent).
+  std::int64_t before = 0;
+  for (unsigned i = 0; i < kMaxThreads; ++i) before += counts_[i].v.load();
+  std::unordered_set<std::uint64_t> items;
+  rcu::ReadGuard guard;
+  const Ctx c = load_ctx();
+  for_levels(c, c.shrinking(), [&](std::uint16_t, LevelHeader* l) {
+    const std::uint64_t n = std::uint64_t{1} << l->log2;
+    for (std::uint64_t b = 0; b < n; ++b) {
+      for (auto& s : level_buckets(l)[b].slot) {
+        const std::uint64_t v = s.load(std::memory_order_acquire);
+        if (v == 0) continue;
+        const std::uint64_t off = slot_offset(v);
+        if (state_visible(region_.at<ItemHeader>(off)->state.load())) items.insert(off);
+      }
+    }
+    return true;
+  });
+  count_base_.store(static_cast<std::int64_t>(items.size()) - before);
+  count_known_.store(true);
+}
+
+std::uint64_t ClevelIndex::size() const {
+  if (!count_known_.load(std::memory_order_acquire)) recount();
+  std::int64_t n = count_base_.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < kMaxThreads; ++i) n += counts_[i].v.load(std::memory_order_relaxed);
+  return n < 0 ? 0 : static_cast<std::uint64_t>(n);
+}
+
+std::uint64_t ClevelIndex::slots() const {
+  rcu::ReadGuard guard;
+  const Ctx c = load_ctx();
+  std::uint64_t n = 0;
+  for_levels(c, true, [&](std::uint16_t, LevelHeader* l) {
+    n += std::uint64_t{kSlotsPerBucket} << l->log2;
+    return true;
+  });
+  return n;
+}
+
+Status ClevelIndex::sync() {
+  // Every acknowledged write is already durable (strict durability).
+  return Status::OK();
+}
+
+void ClevelIndex::fill_stats(Stats* st) const {
+  st->items = size();
+  st->slots = slots();
+  st->load_factor = st->slots == 0 ? 0 : static_cast<double>(st->items) / st->slots;
+  const Ctx c = load_ctx();
+  st->levels = c.levels();
+  st->resizing = c.resizing();
+  st->expansions = expansions_.load();
+  st->shrinks = shrinks_.load();
+  st->items_moved = moved_.load();
+}
+
+}  // namespace pmhash::engine::clevel

@@ -1,0 +1,163 @@
+// engine/clevel/clevel.h - clevel hashing: lock-free level hashing for PM.
+//
+// Follows "Lock-free Concurrent Level Hashing for Persistent Memory" (Chen
+// et al., USENIX ATC'20), §3, with the changes marked DEPARTURE below.
+//
+// ---------------------------------------------------------------------------
+// On-media layout
+// ---------------------------------------------------------------------------
+//
+//   pool root (Root, in the pool's root area)
+//   +------------------------------------------------------------------+
+//   | magic, creation parameters                                       |
+//   | context      one 64-bit word, CASed (see "Context")              |
+//   | levels[64]   ring of level offsets, indexed by level id mod 64   |
+//   | progress[16] per rehash thread: {level id, next bucket}          |
+//   | item_count, count_valid   saved by a clean close                 |
+//   +------------------------------------------------------------------+
+//
+//   level (one heap block)                       bucket: 64 bytes, 8 slots
+//   +----------------+-----------+-----------+     +------+------+---+------+
+//   | LevelHeader 64 | bucket 0  | bucket 1  | ... |slot 0|slot 1|...|slot 7|
+//   +----------------+-----------+-----------+     +------+------+---+------+
+//
+//   slot (8 bytes, engine/../pool/pptr.h):
+//     63..48 tag      the top 16 bits of the key's h1 (a key summary that
+//                     filters dereferences; false positives are compared away)
+//     47..4  offset   of the item (engine/item.h), 16-byte aligned
+//     0      MOVING   set by a rehash thread while it copies the slot's item
+//                     to another level; only that thread clears it
+//     0 (whole word)  empty
+//
+//   Candidate buckets of a key in a level of 2^n buckets: h1 mod 2^n and
+//   h2 mod 2^n (h1, h2: the two halves of the key's XXH3-128). Adjacent levels
+//   differ by a factor two in size; the level with the most buckets is the
+//   "first", the one with the fewest the "last" (paper §3.1).
+//
+// Context (DEPARTURE: the paper CoWs a 17-byte object and CASes a pointer to
+// it; here the same information fits one word, so a context change is one
+// CAS with no allocation and nothing to reclaim or leak):
+//     15..0   first level id        31..16  last level id
+//     32      is_resizing           33      shrinking (direction of movement)
+//     34      DIRTY: written but maybe not durable yet
+//     63..35  version, incremented by every change (no ABA)
+//   Live level ids are last, last+1, ..., first (mod 2^16); level id i lives
+//   at levels[i mod 64]. At most kMaxLevels levels are live at once.
+//
+// Item state word (the first word of every item, engine/item.h):
+//     2..0  kind: TENTATIVE (0), LIVE (1), OWNED (2), LOSER (3); 7 = non-item
+//     63..3 open generation (Pool::generation) when the kind was written
+//   TENTATIVE: published by an insert that has not won its race; invisible.
+//   LIVE: visible.  OWNED: visible, and a writer of this generation is
+//     replacing or removing it; nobody else may.  LOSER: lost an insert race;
+//     invisible.  After a crash (older generation) TENTATIVE and LOSER items
+//     are garbage and OWNED is plain LIVE (its writer is gone).
+
+// ---------------------------------------------------------------------------
+// Operations and persist order
+// ---------------------------------------------------------------------------
+// All operations run inside an RCU read-side section (sync/rcu.h); levels and
+// items are freed only after a grace period.
+//
+// search (lock-free, paper §3.2.1): scan the candidate buckets level by level
+//   in the direction items move: bottom-to-top (last to first) while
+//   expanding, top-to-bottom while shrinking. A mover copies before it
+//   clears, and the source level is scanned before the destination, so a
+//   moving item is never missed. If the context changed meanwhile and nothing
+//   was found, search again.
+//
+// insert (context-aware, §3.2.2):
+//   1. write the item as TENTATIVE; heap bit + intent + item   -> drain #1
+//   2. search; found -> free the item, AlreadyExists
+//   3. CAS it into an empty slot of the less loaded candidate bucket, first
+//      level first, never into the level being emptied; no room -> expand
+//      (below) and retry. Flush the slot.
+//   4. context-aware (paper §3.2.2): if the level we used is being emptied,
+//      or was dropped, since we chose it, a rehash thread may have passed
+//      our bucket already: insert the same pointer again somewhere safe
+//      (duplicate pointers to one item are harmless).
+//   5. same-key race (DEPARTURE: the paper lets two concurrent inserts of one
+//      key both succeed and fixes the duplicates later; here exactly one
+//      wins). Scan for other items with the key: a visible one -> we lost.
+//      A TENTATIVE rival at a lower offset -> wait for it to resolve. At a
+//      higher offset -> kill it (CAS its state TENTATIVE -> LOSER). Then
+//      claim ourselves: CAS our state TENTATIVE -> LIVE. Every state word
+//      changes by CAS exactly once out of TENTATIVE, so one racer wins. A
+//      racer that was killed unpublishes itself and answers AlreadyExists
+//      only once it has seen a visible item (else it starts over).
+//   6. flush the LIVE state                                     -> drain #2
+//   A crash before drain #2 completes leaves the item TENTATIVE or
+//   unreachable: not visible, reclaimed by recovery.
+//   Waits (for a rival, for a rehash thread) happen outside the read-side
+//   section, so no thread ever waits for one that waits for a grace period.
+//
+// update / delete (§3.2.3-4):
+//   1. find the item, then OWN it: CAS its state to OWNED. Only the owner
+//      changes slots that hold it, so two writers never race on one item.
+//   2. update: write the new item (LIVE).  Both: retire the old item in the
+//      heap log                                               -> drain #1
+//   3. content-conscious find: collect every slot that holds the item; keep
+//      the one a search meets last (closest to where items move), clear the
+//      others; then CAS the kept slot to the new item (update) or to empty
+//      (delete). A slot marked MOVING is waited for (a microsecond: one copy)
+//      and the scan repeated, so a rehash can never resurrect an old pointer
+//      (DEPARTURE: the paper detects that race afterwards by comparing rehash
+//      progress, "rehashing-aware"; freezing the slot excludes it).
+//   4. flush the slots                                       -> drain #2
+//
+// expand (§3.1.2 steps 1-3, by the inserting worker): allocate a level of
+//   twice the first level's buckets, zeroed                  -> drain
+//   CAS levels[first+1] from 0 (losers free theirs, use the winner's), persist;
+//   CAS the context to {first+1, last, resizing}; persist (DIRTY protocol:
+//   the CASer and every reader that sees DIRTY persist the word before
+//   depending on it, then DIRTY is cleared).
+//
+// rehash (§3.1.2 steps 4-5, background threads, default 1): thread j of n
+//   takes buckets start+j, start+j+n, ... of the level being emptied. Per
+//   slot: set MOVING (CAS), copy the pointer into a candidate bucket of
+//   another level (skipped if a copy is already there), persist, clear the
+//   source. After each bucket: progress[j] := next bucket, persisted. When
+//   every thread is done, the last one retires the level (heap log, durable
+//   first) and CASes the context to drop it.
+//
+// shrink (beyond the paper, as its §5 sketches): when items/slots falls under
+//   Options::clevel_shrink_threshold, a level of half the last level's
+//   buckets is added below the last, the context becomes {first, last-1,
+//   resizing, shrinking}, rehash threads move everything out of the first
+//   level top-to-bottom, then the first level is dropped. Searches go
+//   top-to-bottom while shrinking.
+//
+// ---------------------------------------------------------------------------
+// Recovery (open), O(rehash threads + levels + heap threads)
+// ---------------------------------------------------------------------------
+//   1. clear DIRTY in the context (persisting the word)
+//   2. zero every levels[] entry outside [last, first]: a level whose
+//      expansion never reached the context
+//   3. clear MOVING in the buckets named by progress[] (the only buckets a
+//      rehash thread could have been in)
+//   4. heap recovery (heap/heap.h) with keep(block): a live level -> keep;
+//      an item referenced by a slot -> keep, unless TENTATIVE, then its
+//      slots are cleared and it is freed; anything else -> free
+//   5. rehash threads resume the resize from min(progress[]) if one was in
+//      progress.
+//   The item count is saved by a clean close; after a crash it is recounted
+//   on first use of size() or stats() (O(keys), outside open).
+//
+// ---------------------------------------------------------------------------
+// check() verifies
+// ---------------------------------------------------------------------------
+//   context and level ring consistent (ids in range live and allocated,
+//   others zero, sizes doubling, 2 levels when not resizing); every slot
+//   points to an allocated, well-formed, non-TENTATIVE item whose tag and
+//   candidate bucket match its key; no MOVING bit; no two different items
+//   with one key; the item count; every allocated heap block is a live level
+//   or an item in some slot (no leak).
+#pragma once
+
+#include "engine/index.h"
+
+namespace pmhash::engine::clevel {
+
+extern const EngineInfo kEngineInfo;
+
+}  // namespace pmhash::engine::clevel

@@ -1,0 +1,152 @@
+// engine/clevel/clevel_index.h - the clevel Index (internal; see clevel.h).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/clevel/layout.h"
+#include "engine/index.h"
+#include "heap/heap.h"
+#include "media/region.h"
+
+namespace pmhash::engine::clevel {
+
+class ClevelIndex final : public Index {
+ public:
+  explicit ClevelIndex(const Env& env);
+  ~ClevelIndex() override;
+
+  // Writes an empty table into the pool root (create).
+  Status format();
+  // Validates the root and runs recovery (open).
+  Status recover();
+  // Starts the rehash threads (after format or recover).
+  void start();
+
+  Status get(const Key& key, std::string* value) override;
+  Status insert(const Key& key, std::string_view value) override;
+  Status update(const Key& key, std::string_view value) override;
+  Status upsert(const Key& key, std::string_view value) override;
+  Status remove(const Key& key) override;
+  Status for_each(const ForEachFn& fn) override;
+  std::uint64_t size() const override;
+  Status sync() override;
+  Status check() override;
+  void fill_stats(Stats* stats) const override;
+  void close() override;
+
+ private:
+  // A slot found by a scan, with the level it is in and the value seen.
+  struct SlotRef {
+    std::atomic<std::uint64_t>* slot;
+    std::uint64_t value;
+    std::uint16_t level;
+  };
+  // Outcome of an attempt made inside a read-side section when it must wait
+  // for another thread outside of it.
+  enum class Attempt { kDone, kRetry, kYield };
+
+  // --- context and levels ---
+  Ctx load_ctx() const;
+  bool cas_ctx(Ctx expected, Ctx desired);
+  LevelHeader* level(std::uint16_t id) const;
+  Bucket* candidate(LevelHeader* l, const Key& key, int which) const;
+  template <typename Fn>
+  void for_levels(Ctx c, bool top_down, Fn&& fn) const;
+
+  // --- searching ---
+  // The first visible item with this key, in search direction; 0 if none.
+  std::uint64_t find_visible(const Key& key, Ctx c) const;
+  std::uint64_t lookup(const Key& key, Ctx* seen) const;
+  // Every slot holding offset `off` (with or without MOVING), in search order.
+  void collect(const Key& key, Ctx c, std::uint64_t off, std::vector<SlotRef>* out) const;
+  bool key_equals(std::uint64_t off, const Key& key) const;
+
+  // --- writing ---
+  Attempt place(heap::ThreadCache* tc, const Key& key, std::uint64_t value, Ctx c,
+                bool rehasher, std::uint16_t* level_out, Status* status);
+  bool safe_level(Ctx c, std::uint16_t id) const;
+  // Where an insert stands; it resumes there after waiting outside the
+  // read-side section.
+  struct Publishing {
+    enum Stage { kSearch, kSafe, kRace, kLive, kRetired, kKilled } stage = kSearch;
+    std::uint16_t level = 0;
+  };
+  Attempt publish(heap::ThreadCache* tc, const Key& key, std::uint64_t off, Publishing* p,
+                  Status* status);
+  enum class Race { kClear, kVisible, kWait };
+  Race same_key_race(const Key& key, std::uint64_t off) const;
+  void unpublish(const Key& key, std::uint64_t off);
+  // Owns the visible item with `key`: 0 when absent.
+  std::uint64_t own(const Key& key);
+  void release(std::uint64_t off);
+  void replace_all(const Key& key, std::uint64_t off, std::uint64_t replacement);
+  Status write_item(heap::ThreadCache* tc, const Key& key, std::string_view value, Kind kind,
+                    std::uint64_t* off);
+
+  // --- resizing ---
+  Attempt expand(heap::ThreadCache* tc, Ctx c, bool rehasher, Status* status);
+  void maybe_shrink(heap::ThreadCache* tc);
+  void abandon_level(heap::ThreadCache* tc, std::uint16_t id, std::uint64_t off);
+  void rehash_main(unsigned j);
+  // Moves this thread's share of the round's buckets; false if it stopped
+  // early (close, or a shrink that ran out of room).
+  bool rehash_share(heap::ThreadCache* tc, unsigned j, Ctx c, std::uint64_t start);
+  Attempt move_bucket(heap::ThreadCache* tc, Bucket* b, std::uint16_t src);
+  void finish_round(heap::ThreadCache* tc, Ctx c, bool complete);
+  void wake_rehash();
+  std::uint64_t resume_bucket(std::uint64_t round_key) const;
+
+  // --- recovery and accounting ---
+  bool keep_block(std::uint64_t off);
+  void recount() const;
+  void add_count(heap::ThreadCache* tc, std::int64_t delta);
+  std::uint64_t slots() const;
+
+  Env env_;
+  media::Region& region_;
+  heap::Heap& heap_;
+  Root* root_;
+  std::uint64_t generation_;
+  unsigned rehash_threads_;
+
+  struct alignas(64) Stripe {
+    std::atomic<std::int64_t> v{0};
+  };
+  std::unique_ptr<Stripe[]> counts_;
+  mutable std::atomic<std::int64_t> count_base_{0};
+  mutable std::atomic<bool> count_known_{false};
+  mutable std::mutex recount_mutex_;
+
+  // Rehash threads: a round empties one level; thread j of n takes buckets
+  // start+j, start+j+n, ...; the last to finish drops the level.
+  std::vector<std::thread> rehashers_;
+  // Rehash threads hold this shared while they touch the table or their heap
+  // log; check() holds it exclusively, so it sees no move half-done.
+  std::shared_mutex pause_;
+  std::mutex rehash_mutex_;
+  std::condition_variable rehash_cv_;
+  std::atomic<bool> stop_{false};
+  std::uint64_t wake_seq_ = 0;      // bumped to wake rehash threads
+  // The round in progress (under rehash_mutex_): which level it empties in
+  // which direction, where it (re)started, which threads are done.
+  std::uint64_t round_key_ = 0;
+  std::uint64_t round_start_ = 0;
+  std::uint64_t round_epoch_ = 0;   // bumped when a round ends
+  unsigned round_done_mask_ = 0;
+  unsigned round_complete_ = 0;
+  bool round_failed_ = false;       // last round stopped early without a shrink to undo
+  // A worker found no room while shrinking: rehash threads turn it around.
+  std::atomic<bool> shrink_abort_requested_{false};
+
+  std::atomic<std::uint64_t> expansions_{0};
+  std::atomic<std::uint64_t> shrinks_{0};
+  std::atomic<std::uint64_t> moved_{0};
+  bool closed_ = false;
+};
+
+}  // namespace pmhash::engine::clevel

@@ -1,0 +1,284 @@
+// engine/clevel/clevel_recovery.cc - create, open (recovery), close, check
+// and the engine's registration (design in clevel.h).
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/clevel/clevel.h"
+#include "engine/clevel/clevel_index.h"
+#include "sync/rcu.h"
+
+namespace pmhash::engine::clevel {
+namespace {
+
+constexpr unsigned kLevelIntent = 1;
+
+struct Params {
+  std::uint32_t initial_log2;
+  std::uint32_t min_log2;
+};
+
+Status validate(const Options& o) {
+  if (o.clevel_rehash_threads < 1 || o.clevel_rehash_threads > kMaxRehashThreads) {
+    return Status::InvalidArgument("clevel: rehash threads must be 1.." +
+                                   std::to_string(kMaxRehashThreads));
+  }
+  if (!(o.clevel_shrink_threshold >= 0 && o.clevel_shrink_threshold < 0.5)) {
+    return Status::InvalidArgument("clevel: shrink threshold must be in [0, 0.5)");
+  }
+  return Status::OK();
+}
+
+Status encode_params(const Options& o, std::uint8_t* out) {
+  if (o.clevel_initial_level_log2 < 2 || o.clevel_initial_level_log2 > 30) {
+    return Status::InvalidArgument("clevel: initial level must be 2^2 .. 2^30 buckets");
+  }
+  if (o.clevel_min_level_log2 < 1 || o.clevel_min_level_log2 > o.clevel_initial_level_log2) {
+    return Status::InvalidArgument("clevel: minimum level must be 2^1 .. 2^initial buckets");
+  }
+  if (Status s = validate(o); !s.ok()) return s;
+  const Params p{o.clevel_initial_level_log2, o.clevel_min_level_log2};
+  std::memcpy(out, &p, sizeof(p));
+  return Status::OK();
+}
+
+Status create_index(const Env& env, std::unique_ptr<Index>* out) {
+  auto index = std::make_unique<ClevelIndex>(env);
+  if (Status s = index->format(); !s.ok()) return s;
+  index->start();
+  *out = std::move(index);
+  return Status::OK();
+}
+
+Status open_index(const Env& env, std::unique_ptr<Index>* out) {
+  if (Status s = validate(env.options); !s.ok()) return s;
+  auto index = std::make_unique<ClevelIndex>(env);
+  if (Status s = index->recover(); !s.ok()) return s;
+  index->start();
+  *out = std::move(index);
+  return Status::OK();
+}
+
+}  // namespace
+
+const EngineInfo kEngineInfo = {"clevel", &encode_params, &create_index, &open_index};
+
+Status ClevelIndex::format() {
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  Params p;
+  std::memcpy(&p, env_.pool->header().engine_params, sizeof(p));
+  std::memset(static_cast<void*>(root_), 0, sizeof(Root));
+  root_->magic = kRootMagic;
+  root_->initial_log2 = p.initial_log2;
+  root_->min_log2 = p.min_log2;
+  // Two levels, 2^n and 2^(n-1) buckets (paper §3.1), ids 1 and 0.
+  for (std::uint16_t id = 0; id < 2; ++id) {
+    const unsigned log2 = p.initial_log2 - 1 + id;
+    std::uint64_t off = 0;
+    if (s = tc->allocate(level_bytes(log2), &off, /*zero=*/true, kLevelIntent); !s.ok()) {
+      return Status::NoSpace("pool too small for the initial levels: " + s.message());
+    }
+    auto* l = region_.at<LevelHeader>(off);
+    l->magic = kLevelMagic;
+    l->log2 = log2;
+    l->id = id;
+    root_->levels[id].store(off);
+  }
+  root_->context.store(Ctx{}.next(1, 0, false, false).w);
+  // The root is durable before create returns; a crash before this point
+  // leaves a pool that open rejects ("clevel root is not initialised").
+  region_.persist_all();
+  tc->clear_intent(kLevelIntent);
+  count_known_.store(true);
+  return Status::OK();
+}
+
+Status ClevelIndex::recover() {
+  const std::string& path = env_.pool->path();
+  if (root_->magic != kRootMagic) {
+    return Status::Corruption("pool " + path + ": clevel root is not initialised");
+  }
+  // 1. The context word, durable and without DIRTY.
+  Ctx c = load_ctx();
+  if (c.levels() < 1 || c.levels() > kRingSize - 2) {
+    return Status::Corruption("pool " + path + ": clevel context names " +
+                              std::to_string(c.levels()) + " levels");
+  }
+  for (unsigned i = 0; i < c.levels(); ++i) {
+    const auto id = static_cast<std::uint16_t>(c.last() + i);
+    const std::uint64_t off = root_->levels[id % kRingSize].load();
+    if (off == 0 || !heap_.is_allocated(off) || region_.at<LevelHeader>(off)->magic != kLevelMagic ||
+        region_.at<LevelHeader>(off)->id != id) {
+      return Status::Corruption("pool " + path + ": clevel level " + std::to_string(id) +
+                                " is missing or damaged");
+    }
+  }
+  // 2. MOVING bits: a rehash thread can only have been inside the bucket its
+  //    progress entry names.
+  for (Progress& p : root_->progress) {
+    const std::uint64_t key = p.level_id.load();
+    if (key == 0) continue;
+    const auto id = static_cast<std::uint16_t>(key);
+    if (!c.contains(id)) continue;
+    LevelHeader* l = level(id);
+    const std::uint64_t b = p.next.load();
+    if (b >= (std::uint64_t{1} << l->log2)) continue;
+    for (auto& s : level_buckets(l)[b].slot) {
+      const std::uint64_t v = s.load();
+      if (v & kMoving) s.store(v & ~kMoving);
+    }
+    region_.flush(level_buckets(l) + b, sizeof(Bucket));
+  }
+  region_.drain();  // unfrozen slots durable before anything else changes
+  // 3. Heap logs: blocks allocated or retired by operations in flight.
+  heap_.recover([this](std::uint64_t off) { return keep_block(off); });
+  // 4. Ring entries outside the live range: expansions that never reached
+  //    the context, or dropped levels whose entry was not cleared yet.
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  for (unsigned i = 0; i < kRingSize; ++i) {
+    auto& entry = root_->levels[i];
+    const std::uint64_t off = entry.load();
+    bool live = false;
+    for (unsigned k = 0; k < c.levels(); ++k) {
+      live |= (static_cast<std::uint16_t>(c.last() + k) % kRingSize) == i;
+    }
+    if (live || off == 0) continue;
+    if (heap_.is_allocated(off) && region_.at<LevelHeader>(off)->magic == kLevelMagic) {
+      tc->free_unpublished(off);
+    }
+    entry.store(0);
+    region_.flush(&entry, sizeof(std::uint64_t));
+  }
+  // Freed levels and cleared entries are durable before we serve.
+  region_.drain();
+  // 5. The saved item count is valid only until the next crash.
+  if (root_->count_valid == 1) {
+    count_base_.store(static_cast<std::int64_t>(root_->item_count));
+    count_known_.store(true);
+  }
+  root_->count_valid = 0;
+  region_.persist(&root_->count_valid, sizeof(std::uint64_t));
+  return Status::OK();
+}
+
+bool ClevelIndex::keep_block(std::uint64_t off) {
+  const Ctx c = load_ctx();
+  for (unsigned i = 0; i < c.levels(); ++i) {
+    if (root_->levels[static_cast<std::uint16_t>(c.last() + i) % kRingSize].load() == off) return true;
+  }
+  // Otherwise it can only be an item (or garbage).
+  const std::size_t size = heap_.block_size(off);
+  if (size < sizeof(ItemHeader)) return false;
+  const auto* item = region_.at<ItemHeader>(off);
+  const std::uint64_t st = item->state.load();
+  if (state_kind(st) > kLoser || item->key_len > kMaxKeySize ||
+      sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len > size) {
+    return false;
+  }
+  const Key key = make_key(item_key(item));
+  std::vector<SlotRef> refs;
+  collect(key, c, off, &refs);
+  if (refs.empty()) return false;
+  if (state_visible(st)) return true;
+  // TENTATIVE or LOSER from before the crash: an insert that was never
+  // acknowledged. Unlink it everywhere, then it is freed.
+  for (const SlotRef& r : refs) {
+    r.slot->store(0);
+    region_.flush(r.slot, sizeof(std::uint64_t));
+  }
+  region_.drain();  // unlinked before the block is freed and reused
+  return false;
+}
+
+void ClevelIndex::close() {
+  if (closed_) return;
+  closed_ = true;
+  stop_.store(true);
+  wake_rehash();
+  for (std::thread& t : rehashers_) t.join();
+  rehashers_.clear();
+  root_->item_count = size();
+  root_->count_valid = 1;
+  // The count is durable before the pool is marked clean (Store::close).
+  region_.persist(&root_->item_count, 2 * sizeof(std::uint64_t));
+}
+
+Status ClevelIndex::check() {
+  auto fail = [&](const std::string& what) {
+    return Status::Corruption("pool " + env_.pool->path() + ": clevel: " + what);
+  };
+  // Rehash threads finish their bucket and wait: no move is half-done.
+  std::unique_lock pause(pause_);
+  heap_.drain_all();  // quiescent: retired blocks must not look like leaks
+  rcu::ReadGuard guard;
+  const Ctx c = load_ctx();
+  if (c.levels() < 1 || c.levels() > kRingSize - 2) return fail("bad level count");
+  if (!c.resizing() && c.levels() != 2) {
+    return fail(std::to_string(c.levels()) + " levels while not resizing");
+  }
+  std::unordered_set<std::uint64_t> live_levels;
+  for (unsigned i = 0; i < kRingSize; ++i) {
+    const std::uint64_t off = root_->levels[i].load();
+    bool in_range = false;
+    for (unsigned k = 0; k < c.levels(); ++k) {
+      in_range |= (static_cast<std::uint16_t>(c.last() + k) % kRingSize) == i;
+    }
+    if (in_range != (off != 0)) return fail("ring entry " + std::to_string(i) + " inconsistent");
+  }
+  unsigned prev_log2 = 0;
+  std::unordered_map<std::string, std::uint64_t> by_key;
+  std::unordered_set<std::uint64_t> items;
+  std::uint64_t duplicates = 0;
+  for (unsigned k = 0; k < c.levels(); ++k) {
+    const auto id = static_cast<std::uint16_t>(c.last() + k);
+    const std::uint64_t loff = root_->levels[id % kRingSize].load();
+    if (!heap_.is_allocated(loff)) return fail("level " + std::to_string(id) + " not allocated");
+    LevelHeader* l = region_.at<LevelHeader>(loff);
+    if (l->magic != kLevelMagic || l->id != id) return fail("level header " + std::to_string(id));
+    if (k > 0 && l->log2 != prev_log2 + 1) return fail("level sizes do not double");
+    if (heap_.block_size(loff) < level_bytes(l->log2)) return fail("level block too small");
+    prev_log2 = l->log2;
+    live_levels.insert(loff);
+    const std::uint64_t mask = (std::uint64_t{1} << l->log2) - 1;
+    for (std::uint64_t b = 0; b <= mask; ++b) {
+      for (auto& s : level_buckets(l)[b].slot) {
+        const std::uint64_t v = s.load();
+        if (v == 0) continue;
+        if (v & kMoving) return fail("slot left frozen (MOVING)");
+        const std::uint64_t off = slot_offset(v);
+        if (!heap_.is_allocated(off)) return fail("slot points to a free block");
+        const auto* item = region_.at<ItemHeader>(off);
+        if (heap_.block_size(off) < sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len) {
+          return fail("item larger than its block");
+        }
+        if (!state_visible(item->state.load())) return fail("slot points to an unfinished insert");
+        const Key key = make_key(item_key(item));
+        if (pool::pptr_tag(v) != key_tag(key.h1)) return fail("tag does not match the key");
+        if (b != (key.h1 & mask) && b != (key.h2 & mask)) return fail("item in a foreign bucket");
+        auto [it, fresh] = by_key.emplace(std::string(item_key(item)), off);
+        if (!fresh && it->second != off) return fail("two items hold one key");
+        if (!fresh) ++duplicates;
+        items.insert(off);
+      }
+    }
+  }
+  if (count_known_.load() && size() != items.size()) {
+    return fail("item count " + std::to_string(size()) + " but " + std::to_string(items.size()) +
+                " items in the table");
+  }
+  std::string leak;
+  heap_.for_each_allocated([&](std::uint64_t off, std::size_t) {
+    if (leak.empty() && !live_levels.contains(off) && !items.contains(off)) {
+      leak = "heap block at offset " + std::to_string(off) + " is allocated but unreachable";
+    }
+  });
+  if (!leak.empty()) return fail(leak);
+  (void)duplicates;
+  return Status::OK();
+}
+
+}  // namespace pmhash::engine::clevel

@@ -1,0 +1,363 @@
+// engine/clevel/clevel_resize.cc - expansion, shrinking and the rehash
+// threads (design in clevel.h).
+#include <algorithm>
+#include <bit>
+#include <chrono>
+
+#include "engine/clevel/clevel_index.h"
+#include "sync/rcu.h"
+
+namespace pmhash::engine::clevel {
+namespace {
+
+// Intent slots of the heap log: an insert holds its item in one while an
+// expansion it triggers holds the new level in the other.
+constexpr unsigned kItemIntent = 0;
+constexpr unsigned kLevelIntent = 1;
+
+std::uint64_t round_key(Ctx c) {
+  return std::uint64_t{c.drain_level()} | (c.shrinking() ? std::uint64_t{1} << 16 : 0) |
+         (std::uint64_t{1} << 17);
+}
+
+}  // namespace
+
+void ClevelIndex::wake_rehash() {
+  {
+    std::lock_guard lock(rehash_mutex_);
+    ++wake_seq_;
+  }
+  rehash_cv_.notify_all();
+}
+
+// Allocates a zeroed level and links it into the ring at `id`. Returns the
+// level linked there (ours or a concurrent winner's); *mine says whose.
+static Status make_level(media::Region& region, heap::ThreadCache* tc, std::atomic<std::uint64_t>& entry,
+                         std::uint16_t id, unsigned log2, std::uint64_t* linked, bool* mine) {
+  *mine = false;
+  std::uint64_t off = 0;
+  if (Status s = tc->allocate(level_bytes(log2), &off, /*zero=*/true, kLevelIntent); !s.ok()) {
+    return Status::NoSpace("pool full: no room for a level of " +
+                           std::to_string(level_bytes(log2)) + " bytes (" + s.message() + ")");
+  }
+  auto* l = region.at<LevelHeader>(off);
+  l->magic = kLevelMagic;
+  l->log2 = log2;
+  l->id = id;
+  region.flush(l, sizeof(LevelHeader));
+  // The zeroed buckets, the header and the allocation are durable before the
+  // ring links the level.
+  region.drain();
+  std::uint64_t expected = 0;
+  if (entry.compare_exchange_strong(expected, off)) {
+    // The ring entry is durable before a context can name the level.
+    region.persist(&entry, sizeof(std::uint64_t));
+    *mine = true;
+    *linked = off;
+  } else {
+    tc->free_unpublished(off);  // a concurrent expander linked its level first
+    tc->clear_intent(kLevelIntent);
+    *linked = expected;
+  }
+  return Status::OK();
+}
+
+ClevelIndex::Attempt ClevelIndex::expand(heap::ThreadCache* tc, Ctx c, bool rehasher,
+                                         Status* status) {
+  // Rehash threads may go further than workers: they are what shrinks the
+  // list again, so they must never wait for it.
+  if (c.levels() >= (rehasher ? kRingSize - 4 : kMaxLevels)) {
+    wake_rehash();
+    return Attempt::kYield;
+  }
+  const auto nid = static_cast<std::uint16_t>(c.first() + 1);
+  auto& entry = root_->levels[nid % kRingSize];
+  std::uint64_t linked = entry.load(std::memory_order_acquire);
+  bool mine = false;
+  if (linked == 0) {
+    const unsigned log2 = level(c.first())->log2 + 1;
+    if (log2 > kMaxLevelLog2) {
+      *status = Status::NoSpace("table reached its largest level size");
+      return Attempt::kDone;
+    }
+    if (Status s = make_level(region_, tc, entry, nid, log2, &linked, &mine); !s.ok()) {
+      *status = s;
+      return Attempt::kDone;
+    }
+  }
+  // Paper §3.1.2 step 3: the context names the new first level.
+  for (;;) {
+    const Ctx now = load_ctx();
+    if (now.contains(nid)) break;
+    if (now.first() != c.first() || now.shrinking()) {
+      // A shrink started meanwhile; this level will never be used.
+      if (mine) abandon_level(tc, nid, linked);
+      return Attempt::kRetry;
+    }
+    if (cas_ctx(now, now.next(nid, now.last(), /*resizing=*/true, /*shrinking=*/false))) {
+      expansions_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+  }
+  if (mine) tc->clear_intent(kLevelIntent);
+  wake_rehash();
+  return Attempt::kRetry;
+}
+
+void ClevelIndex::abandon_level(heap::ThreadCache* tc, std::uint16_t id, std::uint64_t off) {
+  auto& entry = root_->levels[id % kRingSize];
+  std::uint64_t e = off;
+  if (entry.compare_exchange_strong(e, 0)) {
+    region_.flush(&entry, sizeof(std::uint64_t));
+    tc->retire(off);
+  }
+  tc->clear_intent(kLevelIntent);
+}
+
+void ClevelIndex::maybe_shrink(heap::ThreadCache* tc) {
+  static thread_local unsigned ticks = 0;
+  if (env_.options.clevel_shrink_threshold <= 0 || ++ticks % 256 != 0) return;
+  tc->reserve_retire(1);
+  rcu::ReadGuard guard;
+  const Ctx c = load_ctx();
+  if (c.resizing() || c.levels() != 2) return;
+  LevelHeader* first = level(c.first());
+  LevelHeader* last = level(c.last());
+  if (first->log2 < root_->min_log2 + 1 || last->log2 == 0) return;
+  const std::uint64_t slots_now = (std::uint64_t{kSlotsPerBucket} << first->log2) +
+                                  (std::uint64_t{kSlotsPerBucket} << last->log2);
+  if (static_cast<double>(size()) >= env_.options.clevel_shrink_threshold * slots_now) return;
+  // Paper §5: a level of half the last level's buckets below the last; the
+  // first level is then emptied top-to-bottom and dropped.
+  const auto nid = static_cast<std::uint16_t>(c.last() - 1);
+  auto& entry = root_->levels[nid % kRingSize];
+  if (entry.load() != 0) return;  // another thread is shrinking
+  std::uint64_t linked = 0;
+  bool mine = false;
+  if (!make_level(region_, tc, entry, nid, last->log2 - 1, &linked, &mine).ok() || !mine) return;
+  if (cas_ctx(c, c.next(c.first(), nid, /*resizing=*/true, /*shrinking=*/true))) {
+    shrinks_.fetch_add(1, std::memory_order_relaxed);
+    tc->clear_intent(kLevelIntent);
+    wake_rehash();
+  } else {
+    abandon_level(tc, nid, linked);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Rehash threads
+// ---------------------------------------------------------------------------
+
+std::uint64_t ClevelIndex::resume_bucket(std::uint64_t key) const {
+  // Buckets below the smallest `next` of the round's threads are done by all
+  // of them (every thread of a round writes its entry when the round starts).
+  std::uint64_t start = UINT64_MAX;
+  for (const Progress& p : root_->progress) {
+    if (p.level_id.load() == key) start = std::min(start, p.next.load());
+  }
+  return start == UINT64_MAX ? 0 : start;
+}
+
+ClevelIndex::Attempt ClevelIndex::move_bucket(heap::ThreadCache* tc, Bucket* b,
+                                              std::uint16_t src) {
+  std::atomic<std::uint64_t>* where[kSlotsPerBucket];
+  std::uint64_t what[kSlotsPerBucket];
+  unsigned n = 0;
+  for (auto& s : b->slot) {
+    std::uint64_t v = s.load(std::memory_order_acquire);
+    // Freeze: from now on we are the only writer of this slot.
+    while (v != 0 && !s.compare_exchange_weak(v, v | kMoving)) {
+    }
+    if (v != 0) {
+      where[n] = &s;
+      what[n++] = v & ~kMoving;
+    }
+  }
+  unsigned copied = 0;
+  Attempt result = Attempt::kDone;
+  std::vector<SlotRef> refs;
+  for (; copied < n; ++copied) {
+    const std::uint64_t off = slot_offset(what[copied]);
+    const Key key = make_key(item_key(region_.at<ItemHeader>(off)));
+    Ctx c = load_ctx();
+    collect(key, c, off, &refs);
+    if (std::any_of(refs.begin(), refs.end(), [&](const SlotRef& r) { return r.level != src; })) {
+      continue;  // already copied (a context-aware insert, or a crash mid-move)
+    }
+    std::uint16_t id = 0;
+    Status s;
+    Attempt a;
+    while ((a = place(tc, key, what[copied], c, /*rehasher=*/true, &id, &s)) == Attempt::kRetry) {
+      c = load_ctx();
+    }
+    if (!s.ok() || a != Attempt::kDone) {
+      result = Attempt::kYield;
+      break;
+    }
+  }
+  // The copies are durable before the sources are cleared: a crash in
+  // between leaves two pointers to one item, never none.
+  region_.drain();
+  for (unsigned i = 0; i < n; ++i) {
+    if (i < copied) {
+      where[i]->store(0, std::memory_order_release);
+      moved_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      where[i]->store(what[i], std::memory_order_release);  // unfreeze: not moved
+    }
+  }
+  region_.flush(b, sizeof(Bucket));
+  return result;
+}
+
+bool ClevelIndex::rehash_share(heap::ThreadCache* tc, unsigned j, Ctx c, std::uint64_t start) {
+  const std::uint16_t src = c.drain_level();
+  Progress& progress = root_->progress[j];
+  std::uint64_t buckets = 0;
+  {
+    rcu::ReadGuard guard;
+    buckets = std::uint64_t{1} << level(src)->log2;
+  }
+  for (std::uint64_t b = start + j; b < buckets; b += rehash_threads_) {
+    if (stop_.load(std::memory_order_relaxed)) return false;
+    if (c.shrinking() && shrink_abort_requested_.load()) return false;
+    {
+      std::shared_lock pause(pause_);
+      rcu::ReadGuard guard;
+      if (move_bucket(tc, level_buckets(level(src)) + b, src) != Attempt::kDone) {
+        // No room for an item: a shrink must turn around; an expansion waits
+        // for space (rehash_main backs off).
+        if (c.shrinking()) shrink_abort_requested_.store(true);
+        return false;
+      }
+      progress.next.store(b + rehash_threads_, std::memory_order_relaxed);
+      // Progress is durable after the bucket's moves (move_bucket drained
+      // the copies; this drains the cleared sources): recovery resumes
+      // after it.
+      region_.persist(&progress.next, sizeof(std::uint64_t));
+    }
+  }
+  return true;
+}
+
+void ClevelIndex::finish_round(heap::ThreadCache* tc, Ctx c, bool complete) {
+  const std::uint16_t src = c.drain_level();
+  if (!complete) {
+    // Paper-external: a shrink that ran out of room turns into an expansion
+    // that empties the small level it added (upwards).
+    for (;;) {
+      const Ctx now = load_ctx();
+      if (!now.shrinking() || cas_ctx(now, now.next(now.first(), now.last(), true, false))) break;
+    }
+    shrink_abort_requested_.store(false);
+    return;
+  }
+  const std::uint64_t off = root_->levels[src % kRingSize].load();
+  for (;;) {  // paper §3.1.2 step 5
+    const Ctx now = load_ctx();
+    Ctx next;
+    if (c.shrinking()) {
+      next = now.next(static_cast<std::uint16_t>(src - 1), now.last(), false, false);
+    } else {
+      // Still resizing while more than two levels remain (paper: rehash
+      // until two levels are left).
+      const auto last = static_cast<std::uint16_t>(src + 1);
+      next = now.next(now.first(), last, static_cast<std::uint16_t>(now.first() - last) > 1, false);
+    }
+    if (cas_ctx(now, next)) break;
+  }
+  shrink_abort_requested_.store(false);
+  // The level is unreachable for new searches; free it after a grace period.
+  // Until the ring entry is cleared, recovery frees it (out of range).
+  tc->retire(off);
+  region_.drain();  // the retire entry is durable before the ring forgets the level
+  root_->levels[src % kRingSize].store(0, std::memory_order_release);
+  region_.persist(&root_->levels[src % kRingSize], sizeof(std::uint64_t));
+}
+
+void ClevelIndex::rehash_main(unsigned j) {
+  rcu::register_thread();
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return;
+  std::uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock lock(rehash_mutex_);
+      // The timeout only bounds how long a missed wake-up could delay a
+      // resize; correctness never depends on it.
+      rehash_cv_.wait_for(lock, std::chrono::milliseconds(100),
+                          [&] { return stop_ || wake_seq_ != seen; });
+      if (stop_) return;
+      seen = wake_seq_;
+      round_failed_ = false;
+    }
+    for (;;) {
+      {
+        std::shared_lock pause(pause_);
+        tc->reserve_retire(2);
+      }
+      Ctx c;
+      {
+        rcu::ReadGuard guard;
+        c = load_ctx();
+      }
+      if (!c.resizing()) break;
+      const std::uint64_t key = round_key(c);
+      std::uint64_t start = 0;
+      std::uint64_t epoch = 0;
+      {
+        std::unique_lock lock(rehash_mutex_);
+        if (stop_) return;
+        if (round_key_ != key) {
+          round_key_ = key;
+          round_start_ = resume_bucket(key);
+          round_done_mask_ = 0;
+          round_complete_ = 0;
+          // Every thread's entry names this round before any bucket moves,
+          // so resume_bucket() after a crash sees exactly this round.
+          for (unsigned i = 0; i < kMaxRehashThreads; ++i) {
+            const bool member = i < rehash_threads_;
+            root_->progress[i].level_id.store(member ? key : 0);
+            root_->progress[i].next.store(member ? round_start_ + i : 0);
+          }
+          region_.persist(root_->progress, sizeof(root_->progress));
+        }
+        if (round_failed_) break;  // out of space: wait for a wake-up
+        if (round_done_mask_ & (1u << j)) {
+          epoch = round_epoch_;
+          rehash_cv_.wait_for(lock, std::chrono::milliseconds(100),
+                              [&] { return stop_ || round_epoch_ != epoch; });
+          continue;
+        }
+        start = round_start_;
+        epoch = round_epoch_;
+      }
+      const bool complete = rehash_share(tc, j, c, start);
+      std::unique_lock lock(rehash_mutex_);
+      if (stop_) return;
+      round_done_mask_ |= 1u << j;
+      round_complete_ += complete ? 1 : 0;
+      if (std::popcount(round_done_mask_) == static_cast<int>(rehash_threads_)) {
+        const bool all = round_complete_ == rehash_threads_;
+        {
+          std::shared_lock pause(pause_);
+          finish_round(tc, c, all);
+        }
+        round_failed_ = !all && !c.shrinking();
+        round_key_ = 0;
+        ++round_epoch_;
+        rehash_cv_.notify_all();
+      }
+    }
+  }
+}
+
+void ClevelIndex::start() {
+  for (unsigned j = 0; j < rehash_threads_; ++j) {
+    rehashers_.emplace_back([this, j] { rehash_main(j); });
+  }
+  wake_rehash();
+}
+
+}  // namespace pmhash::engine::clevel

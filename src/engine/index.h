@@ -1,0 +1,68 @@
+// engine/index.h - what every engine implements, and the engine registry.
+//
+// The store hashes keys, checks size limits and hides threads; an engine
+// implements the index itself over a pool and its heap. Each engine's main
+// header states its on-media layout, persist order, recovery and the
+// invariants check() verifies.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "engine/hash.h"
+#include "heap/heap.h"
+#include "pmhash/options.h"
+#include "pmhash/status.h"
+#include "pmhash/store.h"
+#include "pool/pool.h"
+
+namespace pmhash::engine {
+
+using ForEachFn = std::function<bool(std::string_view key, std::string_view value)>;
+
+class Index {
+ public:
+  virtual ~Index() = default;
+
+  virtual Status get(const Key& key, std::string* value) = 0;
+  virtual Status insert(const Key& key, std::string_view value) = 0;
+  virtual Status update(const Key& key, std::string_view value) = 0;
+  virtual Status upsert(const Key& key, std::string_view value) = 0;
+  virtual Status remove(const Key& key) = 0;
+  virtual Status for_each(const ForEachFn& fn) = 0;
+  virtual std::uint64_t size() const = 0;
+  virtual Status sync() = 0;
+  virtual Status check() = 0;
+  virtual void fill_stats(Stats* stats) const = 0;
+  // Stops background threads and leaves the index quiescent and durable.
+  virtual void close() = 0;
+};
+
+// What an engine gets to work with. Outlives the Index.
+struct Env {
+  pool::Pool* pool = nullptr;
+  heap::Heap* heap = nullptr;
+  Options options;
+};
+
+struct EngineInfo {
+  std::string_view name;
+  // Encodes the engine's creation options into the pool header's parameter
+  // bytes; InvalidArgument for options the engine refuses.
+  Status (*encode_params)(const Options& options, std::uint8_t* params);
+  // Initialises an empty index in a freshly formatted pool.
+  Status (*create)(const Env& env, std::unique_ptr<Index>* out);
+  // Attaches to an existing index and recovers it (O(threads + levels)),
+  // including heap recovery (Heap::recover) with the engine's keep().
+  Status (*open)(const Env& env, std::unique_ptr<Index>* out);
+};
+
+// nullptr when no engine has this name.
+const EngineInfo* find_engine(std::string_view name);
+// Comma-separated names, for error messages.
+std::string engine_names();
+
+}  // namespace pmhash::engine

@@ -1,0 +1,51 @@
+// engine/item.h - the key-value item every engine stores out of its table.
+//
+// An item is one heap block, written once and never changed except for its
+// state word:
+//
+//   0        8          12           16                 16+key_len
+//   +--------+----------+------------+------------------+-------------+
+//   | state  | key_len  | value_len  | key bytes        | value bytes |
+//   +--------+----------+------------+------------------+-------------+
+//
+// `state` belongs to the engine that owns the item (clevel documents its
+// bits in clevel.h). key_len <= kMaxKeySize, value_len <= kMaxValueSize.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace pmhash::engine {
+
+struct ItemHeader {
+  std::atomic<std::uint64_t> state;
+  std::uint32_t key_len;
+  std::uint32_t value_len;
+};
+static_assert(sizeof(ItemHeader) == 16);
+
+inline std::size_t item_size(std::size_t key_len, std::size_t value_len) {
+  return sizeof(ItemHeader) + key_len + value_len;
+}
+
+inline void item_write(void* at, std::uint64_t state, std::string_view key,
+                       std::string_view value) {
+  auto* h = static_cast<ItemHeader*>(at);
+  h->state.store(state, std::memory_order_relaxed);
+  h->key_len = static_cast<std::uint32_t>(key.size());
+  h->value_len = static_cast<std::uint32_t>(value.size());
+  auto* p = reinterpret_cast<char*>(h + 1);
+  std::memcpy(p, key.data(), key.size());
+  std::memcpy(p + key.size(), value.data(), value.size());
+}
+
+inline std::string_view item_key(const ItemHeader* h) {
+  return {reinterpret_cast<const char*>(h + 1), h->key_len};
+}
+inline std::string_view item_value(const ItemHeader* h) {
+  return {reinterpret_cast<const char*>(h + 1) + h->key_len, h->value_len};
+}
+
+}  // namespace pmhash::engine

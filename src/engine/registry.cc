@@ -1,0 +1,33 @@
+// engine/registry.cc - engines by name.
+#include <array>
+
+#include "engine/clevel/clevel.h"
+#include "engine/index.h"
+
+namespace pmhash::engine {
+namespace {
+
+const std::array<const EngineInfo*, 1>& engines() {
+  static const std::array<const EngineInfo*, 1> all = {&clevel::kEngineInfo};
+  return all;
+}
+
+}  // namespace
+
+const EngineInfo* find_engine(std::string_view name) {
+  for (const EngineInfo* e : engines()) {
+    if (e->name == name) return e;
+  }
+  return nullptr;
+}
+
+std::string engine_names() {
+  std::string out;
+  for (const EngineInfo* e : engines()) {
+    if (!out.empty()) out += ", ";
+    out += e->name;
+  }
+  return out;
+}
+
+}  // namespace pmhash::engine

@@ -1,0 +1,212 @@
+// store/store.cc - the public Store over a pool, its heap and an engine.
+#include "pmhash/store.h"
+
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include "engine/index.h"
+#include "heap/heap.h"
+#include "media/region.h"
+#include "pool/pool.h"
+
+namespace pmhash {
+namespace {
+
+Status check_key(std::string_view key) {
+  if (key.size() > kMaxKeySize) {
+    return Status::InvalidArgument("key of " + std::to_string(key.size()) +
+                                   " bytes exceeds the limit of " +
+                                   std::to_string(kMaxKeySize));
+  }
+  return Status::OK();
+}
+
+Status check_value(std::string_view value) {
+  if (value.size() > kMaxValueSize) {
+    return Status::InvalidArgument("value of " + std::to_string(value.size()) +
+                                   " bytes exceeds the limit of " +
+                                   std::to_string(kMaxValueSize));
+  }
+  return Status::OK();
+}
+
+Status check_options(const engine::EngineInfo& info, const Options& options) {
+  if (options.durability == Durability::kEpoch && info.name == "clevel") {
+    return Status::InvalidArgument(
+        "engine clevel persists every write before it returns: use durability strict");
+  }
+  return Status::OK();
+}
+
+class StoreImpl final : public Store {
+ public:
+  StoreImpl(std::unique_ptr<pool::Pool> pool, std::unique_ptr<heap::Heap> heap,
+            std::unique_ptr<engine::Index> index, std::uint64_t recovery_ns)
+      : pool_(std::move(pool)),
+        heap_(std::move(heap)),
+        index_(std::move(index)),
+        recovery_ns_(recovery_ns),
+        counters_at_open_(media::counters()) {}
+
+  ~StoreImpl() override { (void)close(); }
+
+  Status get(std::string_view key, std::string* value) const override {
+    if (Status s = check_open(); !s.ok()) return s;
+    if (Status s = check_key(key); !s.ok()) return s;
+    return index_->get(engine::make_key(key), value);
+  }
+
+  Status insert(std::string_view key, std::string_view value) override {
+    if (Status s = check_write(key, value); !s.ok()) return s;
+    return index_->insert(engine::make_key(key), value);
+  }
+
+  Status update(std::string_view key, std::string_view value) override {
+    if (Status s = check_write(key, value); !s.ok()) return s;
+    return index_->update(engine::make_key(key), value);
+  }
+
+  Status upsert(std::string_view key, std::string_view value) override {
+    if (Status s = check_write(key, value); !s.ok()) return s;
+    return index_->upsert(engine::make_key(key), value);
+  }
+
+  Status remove(std::string_view key) override {
+    if (Status s = check_open(); !s.ok()) return s;
+    if (Status s = check_key(key); !s.ok()) return s;
+    return index_->remove(engine::make_key(key));
+  }
+
+  Status for_each(const std::function<bool(std::string_view, std::string_view)>& fn)
+      const override {
+    if (Status s = check_open(); !s.ok()) return s;
+    return index_->for_each(fn);
+  }
+
+  std::uint64_t size() const override { return closed_ ? 0 : index_->size(); }
+
+  Status sync() override {
+    if (Status s = check_open(); !s.ok()) return s;
+    return index_->sync();
+  }
+
+  Status check() const override {
+    if (Status s = check_open(); !s.ok()) return s;
+    if (Status s = pool_->verify_header(); !s.ok()) return s;
+    if (Status s = index_->check(); !s.ok()) return s;
+    return heap_->check();
+  }
+
+  Stats stats() const override {
+    Stats st;
+    if (closed_) return st;
+    st.engine = pool_->engine();
+    st.granularity = std::string(media::granularity_name(pool_->region().granularity()));
+    st.pool_size = pool_->header().pool_size;
+    st.heap_used = heap_->used_bytes();
+    st.heap_free = heap_->free_bytes();
+    st.clean_shutdown = pool_->was_clean();
+    st.recovery_ns = recovery_ns_;
+    const media::Counters now = media::counters();
+    st.flushes = now.flushes - counters_at_open_.flushes;
+    st.fences = now.fences - counters_at_open_.fences;
+    index_->fill_stats(&st);
+    return st;
+  }
+
+  Status close() override {
+    if (closed_.exchange(true)) return Status::OK();
+    index_->close();
+    heap_->drain_all();
+    pool_->mark_clean_shutdown();
+    index_.reset();
+    heap_.reset();
+    pool_.reset();
+    return Status::OK();
+  }
+
+ private:
+  Status check_open() const {
+    if (closed_.load(std::memory_order_relaxed)) return Status::Busy("store is closed");
+    return Status::OK();
+  }
+  Status check_write(std::string_view key, std::string_view value) const {
+    if (Status s = check_open(); !s.ok()) return s;
+    if (Status s = check_key(key); !s.ok()) return s;
+    return check_value(value);
+  }
+
+  std::unique_ptr<pool::Pool> pool_;
+  std::unique_ptr<heap::Heap> heap_;
+  std::unique_ptr<engine::Index> index_;
+  std::uint64_t recovery_ns_;
+  media::Counters counters_at_open_;
+  std::atomic<bool> closed_{false};
+};
+
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t ns_since(Clock::time_point t0) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+}
+
+}  // namespace
+
+Store::~Store() = default;
+
+Status Store::create(const std::string& path, const Options& options,
+                     std::unique_ptr<Store>* store) {
+  const engine::EngineInfo* info = engine::find_engine(options.engine);
+  if (info == nullptr) {
+    return Status::InvalidArgument("unknown engine '" + options.engine +
+                                   "' (engines: " + engine::engine_names() + ")");
+  }
+  if (Status s = check_options(*info, options); !s.ok()) return s;
+  pool::CreateParams params;
+  params.engine = options.engine;
+  params.size = options.pool_size;
+  params.force = options.force;
+  if (Status s = info->encode_params(options, params.engine_params.data()); !s.ok()) return s;
+
+  std::unique_ptr<pool::Pool> pool;
+  if (Status s = pool::Pool::create(path, params, &pool); !s.ok()) return s;
+  std::unique_ptr<heap::Heap> heap;
+  if (Status s = heap::Heap::open(pool->region(), pool->heap_offset(), pool->heap_size(), &heap);
+      !s.ok()) {
+    return s;
+  }
+  engine::Env env{pool.get(), heap.get(), options};
+  std::unique_ptr<engine::Index> index;
+  if (Status s = info->create(env, &index); !s.ok()) return s;
+  *store = std::make_unique<StoreImpl>(std::move(pool), std::move(heap), std::move(index), 0);
+  return Status::OK();
+}
+
+Status Store::open(const std::string& path, const Options& options,
+                   std::unique_ptr<Store>* store) {
+  std::unique_ptr<pool::Pool> pool;
+  if (Status s = pool::Pool::open(path, options.engine, &pool); !s.ok()) return s;
+  const engine::EngineInfo* info = engine::find_engine(pool->engine());
+  if (info == nullptr) {
+    return Status::Corruption("pool " + path + ": holds unknown engine '" + pool->engine() +
+                              "' (engines: " + engine::engine_names() + ")");
+  }
+  if (Status s = check_options(*info, options); !s.ok()) return s;
+  const auto t0 = Clock::now();
+  std::unique_ptr<heap::Heap> heap;
+  if (Status s = heap::Heap::open(pool->region(), pool->heap_offset(), pool->heap_size(), &heap);
+      !s.ok()) {
+    return s;
+  }
+  engine::Env env{pool.get(), heap.get(), options};
+  std::unique_ptr<engine::Index> index;
+  if (Status s = info->open(env, &index); !s.ok()) return s;
+  const std::uint64_t recovery_ns = pool->was_clean() ? 0 : ns_since(t0);
+  *store = std::make_unique<StoreImpl>(std::move(pool), std::move(heap), std::move(index),
+                                       recovery_ns);
+  return Status::OK();
+}
+
+}  // namespace pmhash
