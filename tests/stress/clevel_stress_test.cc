@@ -1,0 +1,242 @@
+// Stress tests: several threads of mixed operations while the table expands
+// and shrinks underneath, checked against models.
+//
+// Each worker owns the keys k with k % threads == its index, so a
+// thread-local std::unordered_map is an exact model of those keys: any lost
+// insert, lost update or resurrected delete shows up as a mismatch. Shared
+// keys are raced on by every thread to check that exactly one insert wins.
+// A reader iterates meanwhile over keys that stay present the whole time and
+// must see each of them exactly once per pass.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <barrier>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "pmhash/store.h"
+
+namespace pmhash {
+namespace {
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kScale = 1;  // sanitizers run the same test, smaller
+#else
+constexpr int kScale = 4;
+#endif
+
+std::string key_of(std::uint64_t k) { return "k" + std::to_string(k); }
+std::string value_of(std::uint64_t k, std::uint64_t version) {
+  return std::to_string(k) + ":" + std::to_string(version) + std::string(k % 23, '.');
+}
+
+class ClevelStress : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = "/dev/shm/pmhash-stress-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".pool";
+    ::unlink(path_.c_str());
+  }
+  void TearDown() override {
+    store_.reset();
+    ::unlink(path_.c_str());
+  }
+  std::string path_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(ClevelStress, MixedOperationsMatchPerThreadModelsDuringExpansionAndShrink) {
+  Options o;
+  o.pool_size = 256u << 20;
+  o.clevel_initial_level_log2 = 3;
+  o.clevel_min_level_log2 = 2;
+  o.clevel_shrink_threshold = 0.35;  // high: shrinks and expansions interleave
+  ASSERT_TRUE(Store::create(path_, o, &store_).ok());
+
+  const unsigned threads = 3;
+  const std::uint64_t keys_per_thread = 4000 * kScale;
+  const int phases = 6;  // alternate growing and emptying phases
+  const std::uint64_t stable_keys = 500;
+
+  // Keys that stay present throughout, for the concurrent iterator.
+  for (std::uint64_t s = 0; s < stable_keys; ++s) {
+    ASSERT_TRUE(store_->insert("stable" + std::to_string(s), "s").ok());
+  }
+
+  std::atomic<bool> stop_reader{false};
+  std::atomic<int> reader_passes{0};
+  std::atomic<int> reader_errors{0};
+  std::thread reader([&] {
+    while (!stop_reader.load()) {
+      std::unordered_set<std::string> seen;
+      std::uint64_t stable_seen = 0;
+      Status s = store_->for_each([&](std::string_view k, std::string_view) {
+        if (!seen.insert(std::string(k)).second) reader_errors.fetch_add(1);
+        if (k.starts_with("stable")) ++stable_seen;
+        return true;
+      });
+      if (!s.ok() || stable_seen != stable_keys) reader_errors.fetch_add(1);
+      reader_passes.fetch_add(1);
+    }
+  });
+
+  std::barrier sync(threads);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937_64 rng(1234 + t);
+      std::unordered_map<std::uint64_t, std::uint64_t> model;  // key -> version
+      std::uint64_t version = 0;
+      auto fail = [&](const std::string& what) {
+        if (failures.fetch_add(1) < 10) ADD_FAILURE() << "thread " << t << ": " << what;
+      };
+      for (int phase = 0; phase < phases; ++phase) {
+        const bool growing = phase % 2 == 0;
+        sync.arrive_and_wait();
+        for (std::uint64_t i = 0; i < keys_per_thread * 2; ++i) {
+          const std::uint64_t k = (rng() % keys_per_thread) * threads + t;
+          const std::string key = key_of(k);
+          const auto it = model.find(k);
+          const bool present = it != model.end();
+          const unsigned op = rng() % 100;
+          std::string v;
+          if (op < (growing ? 30 : 20)) {  // get
+            Status s = store_->get(key, &v);
+            if (present != s.ok()) fail("get " + key + ": " + s.to_string());
+            if (present && s.ok() && v != value_of(k, it->second)) fail("get " + key + " stale value " + v);
+          } else if (op < (growing ? 60 : 35)) {  // insert
+            Status s = store_->insert(key, value_of(k, ++version));
+            if (present ? !s.is_already_exists() : !s.ok()) fail("insert " + key + ": " + s.to_string());
+            if (!present && s.ok()) model[k] = version;
+          } else if (op < (growing ? 70 : 38)) {  // update
+            Status s = store_->update(key, value_of(k, ++version));
+            if (present ? !s.ok() : !s.is_not_found()) fail("update " + key + ": " + s.to_string());
+            if (present && s.ok()) model[k] = version;
+          } else if (op < (growing ? 80 : 40)) {  // upsert
+            Status s = store_->upsert(key, value_of(k, ++version));
+            if (!s.ok()) fail("upsert " + key + ": " + s.to_string());
+            model[k] = version;
+          } else {  // remove
+            Status s = store_->remove(key);
+            if (present ? !s.ok() : !s.is_not_found()) fail("remove " + key + ": " + s.to_string());
+            if (s.ok()) model.erase(k);
+          }
+        }
+      }
+      sync.arrive_and_wait();
+      // Final verification of this thread's keys.
+      for (std::uint64_t i = 0; i < keys_per_thread; ++i) {
+        const std::uint64_t k = i * threads + t;
+        std::string v;
+        Status s = store_->get(key_of(k), &v);
+        auto it = model.find(k);
+        if ((it != model.end()) != s.ok()) fail("final get " + key_of(k) + ": " + s.to_string());
+        if (it != model.end() && s.ok() && v != value_of(k, it->second)) fail("final value " + key_of(k));
+      }
+      // Shared keys: every thread races to insert each; exactly one wins.
+      sync.arrive_and_wait();
+    });
+  }
+  for (auto& w : workers) w.join();
+  stop_reader.store(true);
+  reader.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(reader_errors.load(), 0);
+  EXPECT_GT(reader_passes.load(), 0);
+  const Stats st = store_->stats();
+  EXPECT_GT(st.expansions, 0u);
+  EXPECT_GT(st.shrinks, 0u) << "items " << st.items << " slots " << st.slots << " levels "
+                            << st.levels << " resizing " << st.resizing;
+  Status c = store_->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
+TEST_F(ClevelStress, ConcurrentInsertsOfOneKeyHaveExactlyOneWinner) {
+  Options o;
+  o.pool_size = 128u << 20;
+  o.clevel_initial_level_log2 = 3;
+  o.clevel_min_level_log2 = 2;
+  Status created = Store::create(path_, o, &store_);
+  ASSERT_TRUE(created.ok()) << created.to_string();
+  const unsigned threads = 3;
+  const int keys = 3000 * kScale;
+  std::vector<std::vector<char>> won(threads, std::vector<char>(keys, 0));
+  std::barrier sync(threads);
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      sync.arrive_and_wait();
+      for (int k = 0; k < keys; ++k) {
+        Status s = store_->insert("shared" + std::to_string(k), std::to_string(t));
+        if (s.ok()) {
+          won[t][k] = 1;
+        } else if (!s.is_already_exists()) {
+          ADD_FAILURE() << s.to_string();
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (int k = 0; k < keys; ++k) {
+    int winners = 0;
+    unsigned winner = 0;
+    for (unsigned t = 0; t < threads; ++t) {
+      if (won[t][k]) {
+        ++winners;
+        winner = t;
+      }
+    }
+    ASSERT_EQ(winners, 1) << "key " << k;
+    std::string v;
+    ASSERT_TRUE(store_->get("shared" + std::to_string(k), &v).ok());
+    ASSERT_EQ(v, std::to_string(winner)) << "key " << k;
+  }
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(keys));
+  Status c = store_->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
+TEST_F(ClevelStress, ConcurrentUpdatesOfOneKeyLoseNone) {
+  Options o;
+  o.pool_size = 128u << 20;
+  o.clevel_initial_level_log2 = 3;
+  o.clevel_min_level_log2 = 2;
+  Status created = Store::create(path_, o, &store_);
+  ASSERT_TRUE(created.ok()) << created.to_string();
+  // Each thread appends to its own counter key, and all hammer a hot key;
+  // the hot key ends with one of the last values written, never an older one.
+  const unsigned threads = 3;
+  const int rounds = 3000 * kScale;
+  ASSERT_TRUE(store_->insert("hot", "start").ok());
+  std::barrier sync(threads);
+  std::vector<std::thread> workers;
+  std::vector<std::string> last(threads);
+  for (unsigned t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      sync.arrive_and_wait();
+      for (int r = 0; r < rounds; ++r) {
+        last[t] = std::to_string(t) + "/" + std::to_string(r);
+        ASSERT_TRUE(store_->update("hot", last[t]).ok());
+        // Grow the table meanwhile so updates race with rehashing.
+        ASSERT_TRUE(store_->insert("fill" + std::to_string(t) + "-" + std::to_string(r), "f").ok());
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  std::string v;
+  ASSERT_TRUE(store_->get("hot", &v).ok());
+  bool is_a_last_value = false;
+  for (const auto& l : last) is_a_last_value |= v == l;
+  EXPECT_TRUE(is_a_last_value) << v;
+  Status c = store_->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
+}  // namespace
+}  // namespace pmhash

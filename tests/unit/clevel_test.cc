@@ -1,0 +1,394 @@
+// Unit tests of the clevel engine through the public Store API, plus a few
+// that look at the pool's bytes to build states only a crash can make.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "engine/clevel/layout.h"
+#include "engine/hash.h"
+#include "pmhash/store.h"
+#include "pool/pool.h"
+
+namespace pmhash {
+namespace {
+
+using engine::clevel::Bucket;
+using engine::clevel::Ctx;
+using engine::clevel::LevelHeader;
+using engine::clevel::Root;
+
+class ClevelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = "/dev/shm/pmhash-clevel-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".pool";
+    ::unlink(path_.c_str());
+    options_.pool_size = 64u << 20;
+    options_.clevel_initial_level_log2 = 4;
+    options_.clevel_min_level_log2 = 2;
+  }
+  void TearDown() override {
+    store_.reset();
+    ::unlink(path_.c_str());
+  }
+
+  void create() { ASSERT_TRUE(Store::create(path_, options_, &store_).ok()); }
+  void reopen() {
+    if (store_) {
+      ASSERT_TRUE(store_->close().ok());
+    }
+    store_.reset();
+    Options o = options_;
+    o.engine.clear();
+    Status s = Store::open(path_, o, &store_);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  // Waits until no resize is in progress (background rehash threads).
+  void wait_until_stable() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (store_->stats().resizing) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "resize never finished";
+      std::this_thread::yield();
+    }
+  }
+  static std::string key(int i) { return "key-" + std::to_string(i); }
+  static std::string value(int i, int version = 0) {
+    return "value-" + std::to_string(i) + "-" + std::to_string(version) + std::string(i % 37, 'x');
+  }
+
+  std::string path_;
+  Options options_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(ClevelTest, InsertGetUpdateRemoveRoundTrip) {
+  create();
+  std::string v;
+  EXPECT_TRUE(store_->get("a", &v).is_not_found());
+  ASSERT_TRUE(store_->insert("a", "1").ok());
+  EXPECT_TRUE(store_->insert("a", "2").is_already_exists());
+  ASSERT_TRUE(store_->get("a", &v).ok());
+  EXPECT_EQ(v, "1");
+  ASSERT_TRUE(store_->update("a", "3").ok());
+  ASSERT_TRUE(store_->get("a", &v).ok());
+  EXPECT_EQ(v, "3");
+  EXPECT_TRUE(store_->update("b", "x").is_not_found());
+  ASSERT_TRUE(store_->upsert("b", "4").ok());
+  ASSERT_TRUE(store_->upsert("a", "5").ok());
+  ASSERT_TRUE(store_->get("a", &v).ok());
+  EXPECT_EQ(v, "5");
+  EXPECT_EQ(store_->size(), 2u);
+  ASSERT_TRUE(store_->remove("a").ok());
+  EXPECT_TRUE(store_->remove("a").is_not_found());
+  EXPECT_TRUE(store_->get("a", &v).is_not_found());
+  EXPECT_EQ(store_->size(), 1u);
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+TEST_F(ClevelTest, EmptyAndBinaryKeysAndValues) {
+  create();
+  const std::string binary("\0\1\2\xff", 4);
+  ASSERT_TRUE(store_->insert("", "empty key").ok());
+  ASSERT_TRUE(store_->insert(binary, "").ok());
+  std::string v;
+  ASSERT_TRUE(store_->get("", &v).ok());
+  EXPECT_EQ(v, "empty key");
+  ASSERT_TRUE(store_->get(binary, &v).ok());
+  EXPECT_EQ(v, "");
+}
+
+TEST_F(ClevelTest, OversizedKeyAndValueAreRefusedAndChangeNothing) {
+  create();
+  ASSERT_TRUE(store_->insert("k", "v").ok());
+  const std::string big_key(kMaxKeySize + 1, 'k');
+  EXPECT_TRUE(store_->insert(big_key, "v").is_invalid_argument());
+  EXPECT_TRUE(store_->get(big_key, nullptr).is_invalid_argument());
+  const std::string big_value(kMaxValueSize + 1, 'v');
+  EXPECT_TRUE(store_->update("k", big_value).is_invalid_argument());
+  std::string v;
+  ASSERT_TRUE(store_->get("k", &v).ok());
+  EXPECT_EQ(v, "v");
+  // The largest allowed key works.
+  const std::string max_key(kMaxKeySize, 'm');
+  ASSERT_TRUE(store_->insert(max_key, "big").ok());
+  ASSERT_TRUE(store_->get(max_key, &v).ok());
+  EXPECT_EQ(v, "big");
+}
+
+TEST_F(ClevelTest, LargeValuesSurviveReopen) {
+  create();
+  const std::string big(3u << 20, 'z');
+  ASSERT_TRUE(store_->insert("big", big).ok());
+  reopen();
+  std::string v;
+  ASSERT_TRUE(store_->get("big", &v).ok());
+  EXPECT_EQ(v, big);
+  EXPECT_TRUE(store_->check().ok());
+}
+
+TEST_F(ClevelTest, ExpansionKeepsEveryKeyAndEndsWithTwoLevels) {
+  create();
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok()) << i;
+  const Stats during = store_->stats();
+  EXPECT_GT(during.expansions, 3u);
+  wait_until_stable();
+  const Stats st = store_->stats();
+  EXPECT_EQ(st.levels, 2u);
+  EXPECT_EQ(st.items, static_cast<std::uint64_t>(n));
+  EXPECT_GT(st.items_moved, 0u);
+  EXPECT_GT(st.load_factor, 0.2);
+  for (int i = 0; i < n; ++i) {
+    std::string v;
+    ASSERT_TRUE(store_->get(key(i), &v).ok()) << i;
+    ASSERT_EQ(v, value(i));
+  }
+  Status c = store_->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
+TEST_F(ClevelTest, ShrinkAfterMassDeleteKeepsTheRest) {
+  options_.clevel_shrink_threshold = 0.1;
+  create();
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  wait_until_stable();
+  const std::uint64_t slots_before = store_->stats().slots;
+  for (int i = 0; i < n; ++i) {
+    if (i % 100 != 0) {
+      ASSERT_TRUE(store_->remove(key(i)).ok()) << i;
+    }
+  }
+  wait_until_stable();
+  // Deleting more keeps triggering shrink checks until the table is small.
+  for (int round = 0; round < 4; ++round) {
+    for (int i = 0; i < 2000; ++i) {
+      ASSERT_TRUE(store_->insert("tmp" + std::to_string(i), "t").ok());
+    }
+    for (int i = 0; i < 2000; ++i) ASSERT_TRUE(store_->remove("tmp" + std::to_string(i)).ok());
+    wait_until_stable();
+  }
+  const Stats st = store_->stats();
+  EXPECT_GT(st.shrinks, 0u);
+  EXPECT_LT(st.slots, slots_before);
+  EXPECT_EQ(st.items, static_cast<std::uint64_t>(n / 100));
+  for (int i = 0; i < n; i += 100) {
+    std::string v;
+    ASSERT_TRUE(store_->get(key(i), &v).ok()) << i;
+    EXPECT_EQ(v, value(i));
+  }
+  Status c = store_->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
+TEST_F(ClevelTest, ForEachVisitsEveryKeyOnce) {
+  create();
+  for (int i = 0; i < 5000; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  std::map<std::string, std::string> seen;
+  ASSERT_TRUE(store_->for_each([&](std::string_view k, std::string_view v) {
+                      EXPECT_TRUE(seen.emplace(std::string(k), std::string(v)).second) << k;
+                      return true;
+                    }).ok());
+  ASSERT_EQ(seen.size(), 5000u);
+  for (int i = 0; i < 5000; ++i) EXPECT_EQ(seen[key(i)], value(i));
+  // Early stop.
+  int visited = 0;
+  ASSERT_TRUE(store_->for_each([&](std::string_view, std::string_view) { return ++visited < 10; }).ok());
+  EXPECT_EQ(visited, 10);
+}
+
+TEST_F(ClevelTest, CleanReopenKeepsDataAndCount) {
+  create();
+  for (int i = 0; i < 3000; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  for (int i = 0; i < 3000; i += 3) ASSERT_TRUE(store_->update(key(i), value(i, 1)).ok());
+  for (int i = 1; i < 3000; i += 3) ASSERT_TRUE(store_->remove(key(i)).ok());
+  reopen();
+  EXPECT_TRUE(store_->stats().clean_shutdown);
+  EXPECT_EQ(store_->size(), 2000u);
+  for (int i = 0; i < 3000; ++i) {
+    std::string v;
+    Status s = store_->get(key(i), &v);
+    if (i % 3 == 1) {
+      EXPECT_TRUE(s.is_not_found()) << i;
+    } else {
+      ASSERT_TRUE(s.ok()) << i;
+      EXPECT_EQ(v, value(i, i % 3 == 0 ? 1 : 0));
+    }
+  }
+  EXPECT_TRUE(store_->check().ok());
+}
+
+// A child process writes and exits without close(); everything it was told
+// is done must be there, and the store must recover and pass check().
+TEST_F(ClevelTest, AcknowledgedWritesSurviveExitWithoutClose) {
+  create();
+  ASSERT_TRUE(store_->close().ok());
+  store_.reset();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::unique_ptr<Store> s;
+    if (!Store::open(path_, {}, &s).ok()) _exit(2);
+    for (int i = 0; i < 5000; ++i) {
+      if (!s->insert(key(i), value(i)).ok()) _exit(3);
+    }
+    for (int i = 0; i < 5000; i += 2) {
+      if (!s->update(key(i), value(i, 7)).ok()) _exit(4);
+    }
+    _exit(0);  // no close: the pool is not marked clean
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  reopen();
+  const Stats st = store_->stats();
+  EXPECT_FALSE(st.clean_shutdown);
+  EXPECT_EQ(store_->size(), 5000u);
+  for (int i = 0; i < 5000; ++i) {
+    std::string v;
+    ASSERT_TRUE(store_->get(key(i), &v).ok()) << i;
+    EXPECT_EQ(v, value(i, i % 2 == 0 ? 7 : 0));
+  }
+  Status c = store_->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
+// --- states only a crash can make, built by editing the pool's bytes ------
+
+class ClevelPoolEditTest : public ClevelTest {
+ protected:
+  // Runs fn over the mapped pool of a closed store.
+  template <typename Fn>
+  void edit_pool(Fn&& fn) {
+    ASSERT_TRUE(store_->close().ok());
+    store_.reset();
+    std::unique_ptr<pool::Pool> p;
+    ASSERT_TRUE(pool::Pool::open(path_, "clevel", &p).ok());
+    fn(*p, *reinterpret_cast<Root*>(p->root()));
+    p->mark_clean_shutdown();
+  }
+  // Slots whose item offset equals the key's item, over all levels.
+  static std::vector<std::atomic<std::uint64_t>*> slots_of(pool::Pool& p, Root& root,
+                                                           const std::string& k,
+                                                           std::vector<std::atomic<std::uint64_t>*>* empties) {
+    std::vector<std::atomic<std::uint64_t>*> out;
+    const engine::Key key = engine::make_key(k);
+    const Ctx c{root.context.load()};
+    for (unsigned i = 0; i < c.levels(); ++i) {
+      auto id = static_cast<std::uint16_t>(c.last() + i);
+      auto* l = p.region().at<LevelHeader>(root.levels[id % engine::clevel::kRingSize].load());
+      const std::uint64_t mask = (std::uint64_t{1} << l->log2) - 1;
+      for (std::uint64_t b : {key.h1 & mask, key.h2 & mask}) {
+        for (auto& s : engine::clevel::level_buckets(l)[b].slot) {
+          const std::uint64_t v = s.load();
+          if (v == 0) {
+            if (empties) empties->push_back(&s);
+            continue;
+          }
+          auto* item = p.region().at<engine::ItemHeader>(engine::clevel::slot_offset(v));
+          if (engine::item_key(item) == k) out.push_back(&s);
+        }
+      }
+    }
+    return out;
+  }
+};
+
+TEST_F(ClevelPoolEditTest, UpdateFixesDuplicatePointersLeftByACrashedMove) {
+  create();
+  ASSERT_TRUE(store_->insert("dup", "old").ok());
+  edit_pool([&](pool::Pool& p, Root& root) {
+    std::vector<std::atomic<std::uint64_t>*> empties;
+    auto slots = slots_of(p, root, "dup", &empties);
+    ASSERT_EQ(slots.size(), 1u);
+    ASSERT_FALSE(empties.empty());
+    // A rehash copied the pointer and crashed before clearing the source.
+    empties.back()->store(slots[0]->load());
+    p.region().persist(empties.back(), 8);
+  });
+  reopen();
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  std::string v;
+  ASSERT_TRUE(store_->get("dup", &v).ok());
+  EXPECT_EQ(v, "old");
+  ASSERT_TRUE(store_->update("dup", "new").ok());
+  ASSERT_TRUE(store_->get("dup", &v).ok());
+  EXPECT_EQ(v, "new");
+  EXPECT_EQ(store_->size(), 1u);
+  edit_pool([&](pool::Pool& p, Root& root) { EXPECT_EQ(slots_of(p, root, "dup", nullptr).size(), 1u); });
+  reopen();
+  EXPECT_TRUE(store_->check().ok());
+}
+
+TEST_F(ClevelPoolEditTest, RemoveClearsEveryDuplicatePointer) {
+  create();
+  ASSERT_TRUE(store_->insert("dup", "v").ok());
+  edit_pool([&](pool::Pool& p, Root& root) {
+    std::vector<std::atomic<std::uint64_t>*> empties;
+    auto slots = slots_of(p, root, "dup", &empties);
+    ASSERT_EQ(slots.size(), 1u);
+    ASSERT_GE(empties.size(), 2u);
+    empties[0]->store(slots[0]->load());
+    empties[1]->store(slots[0]->load());
+    p.region().persist_all();
+  });
+  reopen();
+  ASSERT_TRUE(store_->remove("dup").ok());
+  std::string v;
+  EXPECT_TRUE(store_->get("dup", &v).is_not_found());
+  EXPECT_TRUE(store_->remove("dup").is_not_found());
+  edit_pool([&](pool::Pool& p, Root& root) { EXPECT_TRUE(slots_of(p, root, "dup", nullptr).empty()); });
+  reopen();
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+TEST_F(ClevelPoolEditTest, CheckReportsATagThatDoesNotMatchItsKey) {
+  create();
+  ASSERT_TRUE(store_->insert("k", "v").ok());
+  edit_pool([&](pool::Pool& p, Root& root) {
+    auto slots = slots_of(p, root, "k", nullptr);
+    ASSERT_EQ(slots.size(), 1u);
+    slots[0]->store(slots[0]->load() ^ (std::uint64_t{1} << 60));
+    p.region().persist_all();
+  });
+  reopen();
+  Status c = store_->check();
+  EXPECT_TRUE(c.is_corruption());
+  EXPECT_NE(c.message().find("tag"), std::string::npos) << c.message();
+}
+
+TEST_F(ClevelTest, PoolFullReturnsNoSpaceAndKeepsEverything) {
+  options_.pool_size = 8u << 20;
+  create();
+  int stored = 0;
+  Status s;
+  const std::string v(2000, 'v');
+  for (int i = 0; i < 100000; ++i) {
+    s = store_->insert(key(i), v);
+    if (!s.ok()) break;
+    ++stored;
+  }
+  ASSERT_TRUE(s.is_no_space()) << s.to_string();
+  ASSERT_GT(stored, 100);
+  wait_until_stable();
+  for (int i = 0; i < stored; ++i) {
+    std::string got;
+    ASSERT_TRUE(store_->get(key(i), &got).ok()) << i;
+    ASSERT_EQ(got, v);
+  }
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(stored));
+  // Space comes back after removals.
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store_->remove(key(i)).ok());
+  ASSERT_TRUE(store_->sync().ok());
+  reopen();
+  EXPECT_TRUE(store_->insert("after", v).ok());
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+}  // namespace
+}  // namespace pmhash
