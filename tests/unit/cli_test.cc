@@ -1,0 +1,409 @@
+// tests/unit/cli_test.cc - the `pmhash` tool, run as a child process.
+//
+// Each test runs the built binary (PMHASH_CLI_PATH) with posix_spawn, its
+// stdout and stderr going to memory files, and asserts on the exit code and
+// on both outputs. Pools live under /dev/shm with the test's pid and name in
+// the file name and are removed when the test ends.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+struct Result {
+  int exit_code = -1;  // 128 + signal number when the tool was killed
+  std::string out;
+  std::string err;
+};
+
+std::string read_all(int fd) {
+  std::string data;
+  if (lseek(fd, 0, SEEK_SET) != 0) return data;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    data.append(buf, static_cast<std::size_t>(n));
+  }
+  return data;
+}
+
+// Runs `pmhash args...` and waits for it.
+Result run_cli(const std::vector<std::string>& args) {
+  Result r;
+  const int out_fd = memfd_create("pmhash-cli-stdout", 0);
+  const int err_fd = memfd_create("pmhash-cli-stderr", 0);
+  EXPECT_GE(out_fd, 0);
+  EXPECT_GE(err_fd, 0);
+
+  std::vector<std::string> argv_strings = {PMHASH_CLI_PATH};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
+  pid_t pid = -1;
+  const int spawn_error =
+      posix_spawn(&pid, PMHASH_CLI_PATH, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  EXPECT_EQ(spawn_error, 0) << "cannot start " << PMHASH_CLI_PATH;
+  if (spawn_error == 0) {
+    int wstatus = 0;
+    EXPECT_EQ(waitpid(pid, &wstatus, 0), pid);
+    if (WIFEXITED(wstatus)) r.exit_code = WEXITSTATUS(wstatus);
+    if (WIFSIGNALED(wstatus)) r.exit_code = 128 + WTERMSIG(wstatus);
+  }
+  r.out = read_all(out_fd);
+  r.err = read_all(err_fd);
+  close(out_fd);
+  close(err_fd);
+  return r;
+}
+
+std::string describe(const std::vector<std::string>& args, const Result& r) {
+  std::string cmd = "pmhash";
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  return cmd + "\n  exit " + std::to_string(r.exit_code) + "\n  stdout: " + r.out +
+         "\n  stderr: " + r.err;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  std::string bytes(static_cast<std::size_t>(std::max<std::streamoff>(in.tellg(), 0)), '\0');
+  in.seekg(0);
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
+  return bytes;
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  ASSERT_TRUE(out.good()) << path;
+}
+
+std::vector<std::string> sorted_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+bool is_one_line(const std::string& text) {
+  return !text.empty() && text.back() == '\n' &&
+         std::count(text.begin(), text.end(), '\n') == 1;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    prefix_ = "/dev/shm/pmhash-cli-test-" + std::to_string(getpid()) + "-" + name;
+    pool_ = path("pool");
+  }
+
+  void TearDown() override {
+    for (const std::string& p : paths_) unlink(p.c_str());
+  }
+
+  // A file name of this test, removed when it ends.
+  std::string path(const std::string& suffix) {
+    paths_.push_back(prefix_ + "." + suffix);
+    unlink(paths_.back().c_str());
+    return paths_.back();
+  }
+
+  // Runs the tool and expects exit 0 and nothing on stderr.
+  std::string ok(const std::vector<std::string>& args) {
+    const Result r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << describe(args, r);
+    EXPECT_EQ(r.err, "") << describe(args, r);
+    return r.out;
+  }
+
+  void create_pool(const std::string& pool) { ok({"create", pool, "--size", "16M"}); }
+
+  nlohmann::json info_json(const std::string& pool) {
+    const std::string out = ok({"info", pool, "--json"});
+    nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << out;
+    return j;
+  }
+
+  std::string prefix_;
+  std::string pool_;
+  std::vector<std::string> paths_;
+};
+
+TEST_F(CliTest, CreatePutGetDelScanRoundTrip) {
+  create_pool(pool_);
+  ok({"put", pool_, "alpha", "1"});
+  ok({"put", pool_, "beta", "two words"});
+  ok({"put", pool_, "gamma", "3"});
+  EXPECT_EQ(ok({"get", pool_, "alpha"}), "1\n");
+  EXPECT_EQ(ok({"get", pool_, "beta"}), "two words\n");
+
+  ok({"put", pool_, "alpha", "replaced"});  // put is an upsert
+  EXPECT_EQ(ok({"get", pool_, "alpha"}), "replaced\n");
+
+  ok({"del", pool_, "gamma"});
+  EXPECT_EQ(run_cli({"get", pool_, "gamma"}).exit_code, 1);
+
+  EXPECT_EQ(sorted_lines(ok({"scan", pool_})),
+            (std::vector<std::string>{"alpha\treplaced", "beta\ttwo words"}));
+}
+
+TEST_F(CliTest, KeysStartingWithDashAreTakenAfterDoubleDash) {
+  create_pool(pool_);
+  ok({"put", pool_, "--", "-k", "-v"});
+  EXPECT_EQ(ok({"get", pool_, "--", "-k"}), "-v\n");
+}
+
+TEST_F(CliTest, GetAndDelOfAbsentKeyExitOneWithNotFound) {
+  create_pool(pool_);
+  ok({"put", pool_, "present", "x"});
+  for (const char* cmd : {"get", "del"}) {
+    const std::vector<std::string> args = {cmd, pool_, "absent"};
+    const Result r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 1) << describe(args, r);
+    EXPECT_NE(r.err.find("not found"), std::string::npos) << describe(args, r);
+    EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+    EXPECT_EQ(r.out, "") << describe(args, r);
+  }
+  EXPECT_EQ(ok({"get", pool_, "present"}), "x\n");
+}
+
+TEST_F(CliTest, CreateRefusesExistingFileWithoutForce) {
+  const std::string junk = "not a pool, and must stay exactly like this\n";
+  write_file(pool_, junk);
+  const std::vector<std::string> args = {"create", pool_, "--size", "16M"};
+  const Result r = run_cli(args);
+  EXPECT_NE(r.exit_code, 0) << describe(args, r);
+  EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+  EXPECT_NE(r.err.find(pool_), std::string::npos) << describe(args, r);
+  EXPECT_EQ(file_bytes(pool_), junk);
+}
+
+TEST_F(CliTest, CreateWithForceReplacesFile) {
+  write_file(pool_, "old bytes");
+  ok({"create", pool_, "--size", "16M", "--force"});
+  EXPECT_NE(file_bytes(pool_).substr(0, 9), "old bytes");
+  const nlohmann::json j = info_json(pool_);
+  EXPECT_EQ(j.value("items", std::uint64_t{99}), 0u);
+  ok({"put", pool_, "k", "v"});
+  EXPECT_EQ(ok({"get", pool_, "k"}), "v\n");
+}
+
+TEST_F(CliTest, CreateSizeAcceptsSuffixes) {
+  const std::string k_pool = path("k.pool");
+  const std::string m_pool = path("m.pool");
+  const std::string plain_pool = path("plain.pool");
+  ok({"create", k_pool, "--size", "65536K"});
+  ok({"create", m_pool, "--size", "32m"});
+  ok({"create", plain_pool, "--size", "50331648"});
+  EXPECT_EQ(info_json(k_pool).value("pool_size", std::uint64_t{0}), 64u << 20);
+  EXPECT_EQ(info_json(m_pool).value("pool_size", std::uint64_t{0}), 32u << 20);
+  EXPECT_EQ(info_json(plain_pool).value("pool_size", std::uint64_t{0}), 48u << 20);
+}
+
+TEST_F(CliTest, InfoJsonReportsEngineAndItems) {
+  create_pool(pool_);
+  for (int i = 0; i < 7; ++i) ok({"put", pool_, "key" + std::to_string(i), "v"});
+  ok({"del", pool_, "key3"});
+  const nlohmann::json j = info_json(pool_);
+  EXPECT_EQ(j.value("engine", ""), "clevel");
+  EXPECT_EQ(j.value("items", std::uint64_t{0}), 6u);
+  EXPECT_EQ(j.value("pool_size", std::uint64_t{0}), 16u << 20);
+  EXPECT_TRUE(j.value("clean_shutdown", false));
+  EXPECT_GE(j.value("slots", std::uint64_t{0}), 6u);
+  for (const char* field : {"granularity", "heap_used", "heap_free", "load_factor", "levels",
+                            "resizing", "recovery_ns"}) {
+    EXPECT_TRUE(j.contains(field)) << field;
+  }
+
+  const std::string text = ok({"info", pool_});
+  EXPECT_NE(text.find("clevel"), std::string::npos) << text;
+  EXPECT_NE(text.find("clean shutdown"), std::string::npos) << text;
+}
+
+TEST_F(CliTest, LoadInsertsRecordsAndCheckPasses) {
+  create_pool(pool_);
+  const std::vector<std::string> args = {"load", pool_, "--records", "20000", "--threads", "2"};
+  const Result r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << describe(args, r);
+  EXPECT_EQ(r.err, "") << "stderr is no terminal: no progress bar expected";
+  EXPECT_NE(r.out.find("records:     20000\n"), std::string::npos) << r.out;
+  for (const char* field : {"seconds:", "Mops/s:", "load factor:"}) {
+    EXPECT_NE(r.out.find(field), std::string::npos) << r.out;
+  }
+
+  EXPECT_EQ(info_json(pool_).value("items", std::uint64_t{0}), 20000u);
+  EXPECT_EQ(ok({"check", pool_}), "ok\n");
+}
+
+TEST_F(CliTest, LoadRecordsAreReproducibleFromSeed) {
+  const std::string a = path("a.pool");
+  const std::string b = path("b.pool");
+  const std::string c = path("c.pool");
+  for (const std::string& pool : {a, b, c}) create_pool(pool);
+  ok({"load", a, "--records", "500", "--seed", "7", "--key-size", "24", "--value-size", "30"});
+  ok({"load", b, "--records", "500", "--seed", "7", "--key-size", "24", "--value-size", "30",
+      "--threads", "3"});
+  ok({"load", c, "--records", "500", "--seed", "8", "--key-size", "24", "--value-size", "30"});
+
+  const std::vector<std::string> scan_a = sorted_lines(ok({"scan", a}));
+  ASSERT_EQ(scan_a.size(), 500u);
+  EXPECT_EQ(sorted_lines(ok({"scan", b})), scan_a) << "same seed, other thread count";
+  EXPECT_NE(sorted_lines(ok({"scan", c})), scan_a) << "another seed";
+  for (const std::string& line : scan_a) {
+    EXPECT_EQ(line.size(), 24u + 1 + 30) << line;
+    EXPECT_EQ(line[24], '\t') << line;
+  }
+}
+
+TEST_F(CliTest, LoadKeysAreDistinctEvenWhenShort) {
+  // 20000 keys among the 10^5 five-byte ones: cutting random 64-bit numbers
+  // to five digits would collide about 2000 times.
+  create_pool(pool_);
+  ok({"load", pool_, "--records", "20000", "--key-size", "5", "--threads", "2"});
+  EXPECT_EQ(info_json(pool_).value("items", std::uint64_t{0}), 20000u);
+  std::set<std::string> keys;
+  for (const std::string& line : sorted_lines(ok({"scan", pool_}))) {
+    keys.insert(line.substr(0, line.find('\t')));
+  }
+  EXPECT_EQ(keys.size(), 20000u);
+}
+
+TEST_F(CliTest, LoadOfAnAlreadyLoadedSeedFailsAndSaysWhy) {
+  create_pool(pool_);
+  ok({"load", pool_, "--records", "100"});
+  const std::vector<std::string> args = {"load", pool_, "--records", "100"};
+  const Result r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 1) << describe(args, r);
+  EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+  EXPECT_NE(r.err.find("--seed"), std::string::npos) << describe(args, r);
+  EXPECT_EQ(info_json(pool_).value("items", std::uint64_t{0}), 100u);
+}
+
+TEST_F(CliTest, UsageErrorsPrintOneLineAndExitTwo) {
+  const std::string pool = pool_;
+  const std::vector<std::vector<std::string>> cases = {
+      {},
+      {"frobnicate", pool},
+      {"--bogus"},
+      {"get"},
+      {"get", pool},
+      {"get", pool, "k", "extra"},
+      {"put", pool, "k"},
+      {"scan", pool, "--nope"},
+      {"load", pool},
+      {"load", pool, "--records", "abc"},
+      {"load", pool, "--records"},
+      {"load", pool, "--records", "-5"},
+      {"load", pool, "--records", "10", "--threads", "0"},
+      {"load", pool, "--records", "10", "--threads", "99999999999999999999999"},
+      {"load", pool, "--records", "101", "--key-size", "2"},
+      {"load", pool, "--records", "10", "--key-size", "0"},
+      {"create", pool, "--size", "1X"},
+      {"create", pool, "--size", "0"},
+      {"create", pool, "--size", "99999999999T"},
+      {"create", pool, "--size", ""},
+  };
+  for (const std::vector<std::string>& args : cases) {
+    const Result r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << describe(args, r);
+    EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+    EXPECT_EQ(r.err.rfind("pmhash: ", 0), 0u) << describe(args, r);
+    EXPECT_EQ(r.out, "") << describe(args, r);
+  }
+  EXPECT_NE(access(pool.c_str(), F_OK), 0) << "a usage error created " << pool;
+}
+
+TEST_F(CliTest, UsageErrorNamesTheBadValue) {
+  const std::vector<std::string> args = {"load", pool_, "--records", "abc"};
+  const Result r = run_cli(args);
+  EXPECT_NE(r.err.find("--records"), std::string::npos) << describe(args, r);
+  EXPECT_NE(r.err.find("'abc'"), std::string::npos) << describe(args, r);
+}
+
+TEST_F(CliTest, HelpGoesToStdoutAndExitsZero) {
+  const Result r = run_cli({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.err, "");
+  for (const char* cmd : {"create", "put", "get", "del", "scan", "load", "info", "check"}) {
+    EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd;
+  }
+  const Result load = run_cli({"load", "--help"});
+  EXPECT_EQ(load.exit_code, 0);
+  EXPECT_NE(load.out.find("--records"), std::string::npos) << load.out;
+}
+
+TEST_F(CliTest, OpenOfNonPoolFileFailsAndLeavesItUnchanged) {
+  std::string junk(8192, '\0');
+  for (std::size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<char>(i * 131 % 251);
+  const std::string short_file = path("short");
+  write_file(pool_, junk);
+  write_file(short_file, "tiny");
+  for (const std::string& file : {pool_, short_file}) {
+    for (const std::vector<std::string>& args :
+         std::vector<std::vector<std::string>>{{"get", file, "k"},
+                                               {"put", file, "k", "v"},
+                                               {"info", file, "--json"},
+                                               {"check", file},
+                                               {"load", file, "--records", "10"}}) {
+      const Result r = run_cli(args);
+      EXPECT_NE(r.exit_code, 0) << describe(args, r);
+      EXPECT_NE(r.exit_code, 2) << "not a usage error: " << describe(args, r);
+      EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << describe(args, r);
+      EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+      EXPECT_NE(r.err.find(file), std::string::npos) << describe(args, r);
+      EXPECT_EQ(r.out, "") << describe(args, r);
+    }
+  }
+  EXPECT_EQ(file_bytes(pool_), junk);
+  EXPECT_EQ(file_bytes(short_file), "tiny");
+}
+
+TEST_F(CliTest, OpenOfMissingFileNamesItAndCreatesNothing) {
+  const std::vector<std::string> args = {"get", pool_, "k"};
+  const Result r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 1) << describe(args, r);
+  EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+  EXPECT_NE(r.err.find(pool_), std::string::npos) << describe(args, r);
+  EXPECT_NE(access(pool_.c_str(), F_OK), 0);
+}
+
+TEST_F(CliTest, OpenWithAnotherEngineIsRefusedAndLeavesPoolUnchanged) {
+  create_pool(pool_);
+  ok({"put", pool_, "k", "v"});
+  const std::string before = file_bytes(pool_);
+  const std::vector<std::string> args = {"get", pool_, "k", "--engine", "no-such-engine"};
+  const Result r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 1) << describe(args, r);
+  EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+  EXPECT_EQ(file_bytes(pool_), before);
+  EXPECT_EQ(ok({"get", pool_, "k", "--engine", "clevel"}), "v\n");
+}
+
+}  // namespace

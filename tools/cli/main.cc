@@ -1,0 +1,765 @@
+// tools/cli/main.cc - `pmhash`, the command-line tool over include/pmhash/.
+//
+//   pmhash create POOL [--engine clevel] [--size 1G] [--force]
+//   pmhash put POOL KEY VALUE          insert or replace
+//   pmhash get POOL KEY                print the value and a newline
+//   pmhash del POOL KEY
+//   pmhash scan POOL                   one "key<TAB>value" line per key
+//   pmhash load POOL --records N [--threads T] [--key-size B] [--value-size B] [--seed S]
+//   pmhash info POOL [--json]
+//   pmhash check POOL                  print "ok" when Store::check() passes
+//
+// Every command but create takes --engine E: the engine the pool must hold
+// (empty, the default, accepts whatever it holds).
+//
+// Exit codes and errors. 0: success. 1: the store refused (the message is its
+// Status message, naming the pool), a key was not found, check() failed or
+// stdout could not be written. 2: a usage error (bad or missing argument,
+// unknown command or flag). Every error is exactly one line on stderr that
+// starts with "pmhash: "; CLI11's own error output (several lines, with a
+// help hint) is never printed. `--help` prints help to stdout and exits 0.
+//
+// Pools. Every command that opens a pool closes it again before it exits,
+// also the read-only ones, so a pool the tool has touched is marked as
+// cleanly shut down and its next open runs no recovery. The tool uses only
+// the public headers; it knows nothing of the engines.
+//
+// Records of `load`. Record i (0 <= i < N) is a pure function of
+// (i, --seed, --key-size, --value-size), so another run, or another program,
+// can rebuild any key that a load inserted:
+//   key(i)   = the w-digit zero-padded decimal of P(i), w = min(key-size, 19),
+//              repeated up to key-size bytes. P is a seeded permutation of
+//              [0, 10^w), so the N keys are distinct for every key-size that
+//              has room for N of them (N <= 10^w; load refuses larger N).
+//   value(i) = the 20-digit decimal of splitmix64(seed', i), repeated (or
+//              truncated) to value-size bytes.
+// P is built by cycle walking (Black and Rogaway, "Ciphers with arbitrary
+// finite domains", 2002): a seeded bijection on b-bit integers, 2^b >= 10^w,
+// is applied to i until the result falls below 10^w. Because 2^b < 2 * 10^w,
+// that takes fewer than two steps on average.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "pmhash/options.h"
+#include "pmhash/status.h"
+#include "pmhash/store.h"
+
+namespace {
+
+using pmhash::Status;
+using pmhash::Store;
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+// ---------------------------------------------------------------------------
+// Error output: one line on stderr, always prefixed "pmhash: ".
+
+std::string one_line(std::string text) {
+  std::replace_if(text.begin(), text.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+void print_error(const std::string& text) {
+  std::fprintf(stderr, "pmhash: %s\n", one_line(text).c_str());
+  std::fflush(stderr);
+}
+
+int usage_error(const std::string& text) {
+  print_error(text);
+  return kExitUsage;
+}
+
+// A store error names the pool: Status messages are expected to, and the
+// tool adds the path when one does not.
+int store_error(const std::string& path, const Status& status) {
+  std::string text = status.message();
+  if (text.empty()) text = std::string(Status::code_name(status.code()));
+  if (text.find(path) == std::string::npos) text = path + ": " + text;
+  print_error(text);
+  return kExitFailed;
+}
+
+// ---------------------------------------------------------------------------
+// Standard output. Values may hold any bytes, so output goes through fwrite;
+// a failed write (a full disk, a closed pipe) ends the command with exit 1.
+
+bool write_out(std::string_view bytes) {
+  return std::fwrite(bytes.data(), 1, bytes.size(), stdout) == bytes.size();
+}
+
+int finish_output(int rc) {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    print_error(std::string("cannot write to standard output: ") + std::strerror(errno));
+    return kExitFailed;
+  }
+  return rc;
+}
+
+// ---------------------------------------------------------------------------
+// Argument checks. They run as CLI11 validators, so their message arrives as
+// "<option>: <message>" in a CLI::ValidationError.
+
+bool parse_u64(std::string_view text, std::uint64_t* out, bool* too_large) {
+  *too_large = false;
+  if (text.empty()) return false;
+  const char* end = text.data() + text.size();
+  auto [stop, ec] = std::from_chars(text.data(), end, *out);
+  if (stop != end) return false;
+  if (ec == std::errc::result_out_of_range) *too_large = true;
+  return ec == std::errc();
+}
+
+// An unsigned decimal in [lo, hi].
+CLI::Validator number_in(std::uint64_t lo, std::uint64_t hi) {
+  auto check = [lo, hi](std::string& text) -> std::string {
+    std::uint64_t v = 0;
+    bool too_large = false;
+    if (!parse_u64(text, &v, &too_large) && !too_large) {
+      return "value '" + text + "' is not a number";
+    }
+    if (too_large || v < lo || v > hi) {
+      return "value " + text + " is out of range [" + std::to_string(lo) + ", " +
+             std::to_string(hi) + "]";
+    }
+    return {};
+  };
+  return CLI::Validator(check, "", "number");
+}
+
+// Bytes, optionally with a binary suffix K, M, G or T (either case):
+// "64M" is 64 << 20. Rewrites the text to the plain byte count.
+CLI::Validator byte_size() {
+  auto convert = [](std::string& text) -> std::string {
+    const std::string bad = "value '" + text +
+                            "' is not a size (use bytes or a number with a K, M, G or T "
+                            "suffix, e.g. 512M)";
+    std::string_view digits = text;
+    unsigned shift = 0;
+    if (!digits.empty()) {
+      switch (digits.back()) {
+        case 'K': case 'k': shift = 10; break;
+        case 'M': case 'm': shift = 20; break;
+        case 'G': case 'g': shift = 30; break;
+        case 'T': case 't': shift = 40; break;
+        default: break;
+      }
+      if (shift != 0) digits.remove_suffix(1);
+    }
+    std::uint64_t n = 0;
+    bool too_large = false;
+    if (!parse_u64(digits, &n, &too_large) && !too_large) return bad;
+    if (too_large || n > (UINT64_MAX >> shift)) return "value '" + text + "' is too large";
+    if (n == 0) return "value '" + text + "' is not a positive size";
+    text = std::to_string(n << shift);
+    return {};
+  };
+  return CLI::Validator(convert, "", "size");
+}
+
+// ---------------------------------------------------------------------------
+// Opening pools.
+
+// Closes `store`; a failed close turns the exit code into 1.
+int close_store(const std::string& path, Store& store, int rc) {
+  if (Status s = store.close(); !s.ok()) return store_error(path, s);
+  return rc;
+}
+
+// Opens the pool at `path`, runs `body` on it and closes it.
+int with_pool(const std::string& path, const std::string& engine,
+              const std::function<int(Store&)>& body) {
+  pmhash::Options options;
+  options.engine = engine;
+  std::unique_ptr<Store> store;
+  if (Status s = Store::open(path, options, &store); !s.ok()) return store_error(path, s);
+  const int rc = body(*store);
+  return close_store(path, *store, rc);
+}
+
+int key_not_found(std::string_view key) {
+  print_error("key '" + std::string(key) + "' not found");
+  return kExitFailed;
+}
+
+// ---------------------------------------------------------------------------
+// Arguments of all commands. Only one command runs, so they share one struct.
+
+struct Args {
+  std::string pool;
+  std::string create_engine = pmhash::Options{}.engine;
+  std::string open_engine;  // empty: whatever the pool holds
+  std::uint64_t size = pmhash::Options{}.pool_size;
+  bool force = false;
+  std::string key;
+  std::string value;
+  bool json = false;
+  // load
+  std::uint64_t records = 0;
+  unsigned threads = 1;
+  std::size_t key_size = 16;
+  std::size_t value_size = 16;
+  std::uint64_t seed = 0;
+};
+
+// ---------------------------------------------------------------------------
+// create, put, get, del, scan, check
+
+int cmd_create(const Args& a) {
+  pmhash::Options options;
+  options.engine = a.create_engine;
+  options.pool_size = a.size;
+  options.force = a.force;
+  std::unique_ptr<Store> store;
+  if (Status s = Store::create(a.pool, options, &store); !s.ok()) return store_error(a.pool, s);
+  return close_store(a.pool, *store, kExitOk);
+}
+
+int cmd_put(const Args& a) {
+  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+    if (Status s = store.upsert(a.key, a.value); !s.ok()) return store_error(a.pool, s);
+    return kExitOk;
+  });
+}
+
+int cmd_get(const Args& a) {
+  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+    std::string value;
+    Status s = store.get(a.key, &value);
+    if (s.is_not_found()) return key_not_found(a.key);
+    if (!s.ok()) return store_error(a.pool, s);
+    value.push_back('\n');
+    write_out(value);
+    return finish_output(kExitOk);
+  });
+}
+
+int cmd_del(const Args& a) {
+  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+    Status s = store.remove(a.key);
+    if (s.is_not_found()) return key_not_found(a.key);
+    if (!s.ok()) return store_error(a.pool, s);
+    return kExitOk;
+  });
+}
+
+int cmd_scan(const Args& a) {
+  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+    std::string line;
+    Status s = store.for_each([&](std::string_view key, std::string_view value) {
+      line.assign(key);
+      line.push_back('\t');
+      line.append(value);
+      line.push_back('\n');
+      return write_out(line);  // stop at the first failed write
+    });
+    if (!s.ok()) return store_error(a.pool, s);
+    return finish_output(kExitOk);
+  });
+}
+
+int cmd_check(const Args& a) {
+  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+    if (Status s = store.check(); !s.ok()) return store_error(a.pool, s);
+    write_out("ok\n");
+    return finish_output(kExitOk);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// info
+
+std::string human_bytes(std::uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (v >= 1024 && unit + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, unit == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[unit]);
+  return buf;
+}
+
+std::string info_text(const pmhash::Stats& st) {
+  auto bytes = [](std::uint64_t n) { return std::to_string(n) + " (" + human_bytes(n) + ")"; };
+  char load_factor[32];
+  std::snprintf(load_factor, sizeof load_factor, "%.4f", st.load_factor);
+  char shutdown[64] = "clean shutdown";
+  if (!st.clean_shutdown) {
+    std::snprintf(shutdown, sizeof shutdown, "recovered (%.2f ms)",
+                  static_cast<double>(st.recovery_ns) / 1e6);
+  }
+  const std::pair<const char*, std::string> rows[] = {
+      {"engine", st.engine},
+      {"granularity", st.granularity},
+      {"pool size", bytes(st.pool_size)},
+      {"heap used", bytes(st.heap_used)},
+      {"heap free", bytes(st.heap_free)},
+      {"items", std::to_string(st.items)},
+      {"slots", std::to_string(st.slots)},
+      {"load factor", load_factor},
+      {"levels", std::to_string(st.levels)},
+      {"resizing", st.resizing ? "yes" : "no"},
+      {"shutdown", shutdown},
+  };
+  std::string out;
+  for (const auto& [label, value] : rows) {
+    out += label;
+    out += ':';
+    out.append(13 - std::strlen(label), ' ');
+    out += value;
+    out += '\n';
+  }
+  return out;
+}
+
+std::string info_json(const pmhash::Stats& st) {
+  nlohmann::ordered_json j;
+  j["engine"] = st.engine;
+  j["granularity"] = st.granularity;
+  j["pool_size"] = st.pool_size;
+  j["heap_used"] = st.heap_used;
+  j["heap_free"] = st.heap_free;
+  j["items"] = st.items;
+  j["slots"] = st.slots;
+  j["load_factor"] = st.load_factor;
+  j["levels"] = st.levels;
+  j["resizing"] = st.resizing;
+  j["clean_shutdown"] = st.clean_shutdown;
+  j["recovery_ns"] = st.recovery_ns;
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+int cmd_info(const Args& a) {
+  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+    const pmhash::Stats st = store.stats();
+    write_out(a.json ? info_json(st) : info_text(st));
+    return finish_output(kExitOk);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// load: the records (see the top of the file)
+
+// splitmix64's output function (Steele, Lea, Flood, "Fast splittable
+// pseudorandom number generators", OOPSLA 2014).
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+class RecordGen {
+ public:
+  // Decimal digits of the permuted number; longer keys repeat them.
+  static constexpr std::size_t kMaxDigits = 19;
+
+  // Distinct keys of `key_size` bytes: 10^min(key_size, 19).
+  static std::uint64_t key_space(std::size_t key_size) {
+    std::uint64_t n = 1;
+    for (std::size_t d = 0; d < std::min(key_size, kMaxDigits); ++d) n *= 10;
+    return n;
+  }
+
+  RecordGen(std::uint64_t seed, std::size_t key_size, std::size_t value_size)
+      : key_size_(key_size),
+        value_size_(value_size),
+        digits_(std::min(key_size, kMaxDigits)),
+        domain_(key_space(key_size)),
+        value_seed_(splitmix64(seed ^ kValueSalt)) {
+    while (bits_ < 64 && (std::uint64_t{1} << bits_) < domain_) ++bits_;
+    mask_ = bits_ == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits_) - 1;
+    shift_ = (bits_ + 1) / 2;
+    for (std::size_t r = 0; r < kRounds; ++r) {
+      multiplier_[r] = splitmix64(~r) | 1;  // odd: a bijection modulo 2^bits
+      addend_[r] = splitmix64(seed + r);
+    }
+  }
+
+  void key(std::uint64_t i, std::string* out) const {
+    decimal_repeated(permute(i), digits_, key_size_, out);
+  }
+
+  void value(std::uint64_t i, std::string* out) const {
+    decimal_repeated(splitmix64(value_seed_ + i), 20, value_size_, out);
+  }
+
+ private:
+  static constexpr std::size_t kRounds = 3;
+  // Separates the value stream from the key permutation of the same seed.
+  static constexpr std::uint64_t kValueSalt = 0x76616c7565730000ULL;  // "values\0\0"
+
+  // A bijection on bits_-bit integers: each step (multiply by an odd number,
+  // add, xor with a right shift of itself) is one.
+  std::uint64_t mix_bits(std::uint64_t x) const {
+    for (std::size_t r = 0; r < kRounds; ++r) {
+      x = (x * multiplier_[r] + addend_[r]) & mask_;
+      x ^= x >> shift_;
+    }
+    return x;
+  }
+
+  // Cycle walking: the first value of mix_bits^k(i), k >= 1, inside
+  // [0, domain_) is a permutation of [0, domain_).
+  std::uint64_t permute(std::uint64_t i) const {
+    std::uint64_t x = i;
+    do {
+      x = mix_bits(x);
+    } while (x >= domain_);
+    return x;
+  }
+
+  // `width` zero-padded decimal digits of n, repeated or cut to `size` bytes.
+  static void decimal_repeated(std::uint64_t n, std::size_t width, std::size_t size,
+                               std::string* out) {
+    char digits[20];
+    for (std::size_t d = width; d-- > 0;) {
+      digits[d] = static_cast<char>('0' + n % 10);
+      n /= 10;
+    }
+    out->resize(size);
+    for (std::size_t k = 0; k < size; ++k) (*out)[k] = digits[k % width];
+  }
+
+  std::size_t key_size_;
+  std::size_t value_size_;
+  std::size_t digits_;
+  std::uint64_t domain_;
+  std::uint64_t value_seed_;
+  unsigned bits_ = 1;
+  std::uint64_t mask_ = 0;
+  unsigned shift_ = 1;
+  std::uint64_t multiplier_[kRounds] = {};
+  std::uint64_t addend_[kRounds] = {};
+};
+
+// ---------------------------------------------------------------------------
+// load: the run
+
+using Clock = std::chrono::steady_clock;
+
+// What the loading threads share with the thread that reports progress.
+class LoadRun {
+ public:
+  explicit LoadRun(unsigned threads) : threads_(threads) {}
+
+  // Inserts records [begin, end); stops early after any thread fails.
+  void load_range(Store& store, const RecordGen& gen, std::uint64_t begin, std::uint64_t end) {
+    constexpr std::uint64_t kProgressBatch = 1024;
+    std::string key;
+    std::string value;
+    std::uint64_t pending = 0;
+    for (std::uint64_t i = begin; i < end && !stop_.load(std::memory_order_relaxed); ++i) {
+      gen.key(i, &key);
+      gen.value(i, &value);
+      if (Status s = store.insert(key, value); !s.ok()) {
+        fail(i, key, s);
+        break;
+      }
+      if (++pending == kProgressBatch) {
+        done_.fetch_add(pending, std::memory_order_relaxed);
+        pending = 0;
+      }
+    }
+    done_.fetch_add(pending, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++finished_;
+    cv_.notify_all();
+  }
+
+  // Makes the threads that have not finished stop at their next record.
+  void stop() { stop_.store(true, std::memory_order_relaxed); }
+
+  // Waits up to `timeout` for every thread to finish; true when they have.
+  bool wait_all(Clock::duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return finished_ == threads_; });
+  }
+
+  std::uint64_t done() const { return done_.load(std::memory_order_relaxed); }
+
+  // The first failure, as "record I (key 'K'): message"; empty when none.
+  std::optional<std::string> error() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
+
+ private:
+  void fail(std::uint64_t i, const std::string& key, const Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true, std::memory_order_relaxed);
+    if (error_) return;
+    constexpr std::size_t kShownKeyBytes = 40;
+    const std::string shown =
+        key.size() <= kShownKeyBytes ? key : key.substr(0, kShownKeyBytes) + "...";
+    std::string text = "record " + std::to_string(i) + " (key '" + shown + "'): " + s.message();
+    if (s.is_already_exists()) {
+      text += "; the pool already holds this --seed's keys: load another --seed or a new pool";
+    }
+    error_ = std::move(text);
+  }
+
+  const unsigned threads_;
+  std::atomic<std::uint64_t> done_{0};
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  unsigned finished_ = 0;             // guarded by mu_
+  std::optional<std::string> error_;  // guarded by mu_
+};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// One progress line on stderr, redrawn in place.
+void draw_progress(std::uint64_t done, std::uint64_t total, double seconds) {
+  constexpr int kWidth = 30;
+  const double fraction = static_cast<double>(done) / static_cast<double>(total);
+  const int filled = static_cast<int>(fraction * kWidth);
+  std::string bar(static_cast<std::size_t>(filled), '#');
+  bar.append(static_cast<std::size_t>(kWidth - filled), '.');
+  const double mops = seconds > 0 ? static_cast<double>(done) / seconds / 1e6 : 0;
+  std::fprintf(stderr, "\r[%s] %3d%%  %llu/%llu records  %.2f Mops/s\033[K", bar.c_str(),
+               static_cast<int>(fraction * 100), static_cast<unsigned long long>(done),
+               static_cast<unsigned long long>(total), mops);
+  std::fflush(stderr);
+}
+
+// Waits for the run to end, drawing a progress bar on a terminal's stderr once
+// the run has taken more than a second, at most ten times a second.
+void wait_with_progress(LoadRun& run, std::uint64_t total, Clock::time_point t0) {
+  using namespace std::chrono_literals;
+  const bool tty = isatty(STDERR_FILENO) == 1;
+  bool drawn = false;
+  Clock::time_point last_draw;
+  while (!run.wait_all(100ms)) {
+    const Clock::time_point now = Clock::now();
+    if (!tty || now - t0 < 1s || (drawn && now - last_draw < 100ms)) continue;
+    draw_progress(run.done(), total, seconds_since(t0));
+    drawn = true;
+    last_draw = now;
+  }
+  if (drawn) {
+    std::fputs("\r\033[K", stderr);  // erase the bar; the results follow on stdout
+    std::fflush(stderr);
+  }
+}
+
+int load_into(const Args& a, Store& store) {
+  const RecordGen gen(a.seed, a.key_size, a.value_size);
+  LoadRun run(a.threads);
+  const Clock::time_point t0 = Clock::now();
+  {
+    std::vector<std::jthread> workers;  // joined when the block ends
+    try {
+      workers.reserve(a.threads);
+      for (unsigned t = 0; t < a.threads; ++t) {
+        const std::uint64_t begin = a.records * t / a.threads;
+        const std::uint64_t end = a.records * (t + 1) / a.threads;
+        workers.emplace_back([&run, &store, &gen, begin, end] {
+          run.load_range(store, gen, begin, end);
+        });
+      }
+    } catch (const std::system_error& e) {
+      run.stop();
+      print_error(std::string("cannot start loading threads: ") + e.what());
+      return kExitFailed;
+    }
+    wait_with_progress(run, a.records, t0);
+  }
+  const double seconds = seconds_since(t0);
+  if (std::optional<std::string> error = run.error()) {
+    print_error(a.pool + ": " + *error);
+    return kExitFailed;
+  }
+  const pmhash::Stats st = store.stats();
+  char out[256];
+  std::snprintf(out, sizeof out,
+                "records:     %llu\nseconds:     %.3f\nMops/s:      %.3f\nload factor: %.4f\n",
+                static_cast<unsigned long long>(a.records), seconds,
+                seconds > 0 ? static_cast<double>(a.records) / seconds / 1e6 : 0.0,
+                st.load_factor);
+  write_out(out);
+  return finish_output(kExitOk);
+}
+
+int cmd_load(const Args& a) {
+  // Arithmetic on records * threads in load_into must not overflow.
+  if (a.records > UINT64_MAX / pmhash::kMaxThreads) {
+    return usage_error("--records: value " + std::to_string(a.records) + " is too large");
+  }
+  const std::uint64_t space = RecordGen::key_space(a.key_size);
+  if (a.records > space) {
+    return usage_error("--records: " + std::to_string(a.records) + " distinct keys do not fit in " +
+                       std::to_string(a.key_size) + "-byte keys (at most " +
+                       std::to_string(space) + "); raise --key-size");
+  }
+  return with_pool(a.pool, a.open_engine, [&](Store& store) { return load_into(a, store); });
+}
+
+// ---------------------------------------------------------------------------
+// Command line
+
+struct Command {
+  CLI::App* app;
+  int (*run)(const Args&);
+};
+
+CLI::App* add_command(CLI::App& app, const char* name, const char* description, Args& a,
+                      bool opens_pool) {
+  CLI::App* sub = app.add_subcommand(name, description);
+  sub->add_option("POOL", a.pool, "pool file")->required();
+  if (opens_pool) {
+    sub->add_option("--engine", a.open_engine,
+                    "engine the pool must hold (default: whatever it holds)");
+  }
+  return sub;
+}
+
+std::vector<Command> define_commands(CLI::App& app, Args& a) {
+  std::vector<Command> commands;
+
+  CLI::App* create = add_command(app, "create", "create a new, empty pool", a, false);
+  create->add_option("--engine", a.create_engine, "index engine of the new pool")
+      ->capture_default_str();
+  create->add_option("--size", a.size, "pool file size: bytes, or a number with K, M, G or T")
+      ->transform(byte_size())
+      ->type_name("SIZE")
+      ->default_str("1G");
+  create->add_flag("--force", a.force, "replace an existing file");
+  commands.push_back({create, cmd_create});
+
+  CLI::App* put = add_command(app, "put", "insert KEY, or replace its value", a, true);
+  put->add_option("KEY", a.key, "key")->required();
+  put->add_option("VALUE", a.value, "value")->required();
+  commands.push_back({put, cmd_put});
+
+  CLI::App* get = add_command(app, "get", "print the value of KEY", a, true);
+  get->add_option("KEY", a.key, "key")->required();
+  commands.push_back({get, cmd_get});
+
+  CLI::App* del = add_command(app, "del", "remove KEY", a, true);
+  del->add_option("KEY", a.key, "key")->required();
+  commands.push_back({del, cmd_del});
+
+  CLI::App* scan = add_command(app, "scan", "print every key<TAB>value, one per line", a, true);
+  commands.push_back({scan, cmd_scan});
+
+  CLI::App* load = add_command(app, "load", "insert N generated records", a, true);
+  load->add_option("--records", a.records, "records to insert")
+      ->required()
+      ->check(number_in(1, UINT64_MAX));
+  load->add_option("--threads", a.threads, "inserting threads")
+      ->check(number_in(1, pmhash::kMaxThreads))
+      ->capture_default_str();
+  load->add_option("--key-size", a.key_size, "bytes per key")
+      ->check(number_in(1, pmhash::kMaxKeySize))
+      ->capture_default_str();
+  load->add_option("--value-size", a.value_size, "bytes per value")
+      ->check(number_in(0, pmhash::kMaxValueSize))
+      ->capture_default_str();
+  load->add_option("--seed", a.seed, "seed of the generated keys and values")
+      ->check(number_in(0, UINT64_MAX))
+      ->capture_default_str();
+  commands.push_back({load, cmd_load});
+
+  CLI::App* info = add_command(app, "info", "print the shape and counters of a pool", a, true);
+  info->add_flag("--json", a.json, "print JSON");
+  commands.push_back({info, cmd_info});
+
+  CLI::App* check = add_command(app, "check", "verify every invariant of a pool", a, true);
+  commands.push_back({check, cmd_check});
+
+  return commands;
+}
+
+std::string command_names(const std::vector<Command>& commands) {
+  std::string names;
+  for (const Command& c : commands) {
+    if (!names.empty()) names += ", ";
+    names += c.app->get_name();
+  }
+  return names;
+}
+
+// Catches what CLI11 would report less clearly: no command, or a first word
+// that is no command. Returns an exit code, or nothing when all is well.
+std::optional<int> check_command_word(int argc, char** argv, const std::vector<Command>& commands) {
+  const std::string names = command_names(commands);
+  if (argc < 2) return usage_error("no command given (commands: " + names + "); see 'pmhash --help'");
+  const std::string_view word = argv[1];
+  if (word == "-h" || word == "--help" || word == "--help-all") return std::nullopt;
+  if (word.starts_with('-')) {
+    return usage_error("unknown option '" + std::string(word) +
+                       "': the first argument must be a command (commands: " + names + ")");
+  }
+  for (const Command& c : commands) {
+    if (c.app->get_name() == word) return std::nullopt;
+  }
+  return usage_error("unknown command '" + std::string(word) + "' (commands: " + names + ")");
+}
+
+int run(int argc, char** argv) {
+  CLI::App app("pmhash - persistent hash indexes in a pool file", "pmhash");
+  app.require_subcommand(1);
+  app.footer(
+      "Run 'pmhash COMMAND --help' for a command's options.\n"
+      "Exit status: 0 success, 1 the store refused or a key was not found, 2 usage error.");
+  Args args;
+  const std::vector<Command> commands = define_commands(app, args);
+  if (std::optional<int> rc = check_command_word(argc, argv, commands)) return *rc;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    const std::vector<CLI::App*> chosen = app.get_subcommands();
+    const std::string help = chosen.empty() ? "pmhash --help"
+                                            : "pmhash " + chosen.front()->get_name() + " --help";
+    return usage_error(std::string(e.what()) + " (see '" + help + "')");
+  }
+  for (const Command& c : commands) {
+    if (c.app->parsed()) return c.run(args);
+  }
+  return usage_error("no command given; see 'pmhash --help'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitFailed;
+  }
+}
