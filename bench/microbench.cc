@@ -1,0 +1,569 @@
+// bench/microbench.cc - pmhash-microbench: throughput of one shared table
+// under T threads, pmhash against a volatile yardstick (libcuckoo).
+//
+// For every thread count T of --threads, and for each table (a pmhash store
+// of --engine in a fresh pool file under --pool-dir; libcuckoo's
+// cuckoohash_map in DRAM), five phases run back to back on the same table,
+// each timed on its own with T threads started together (workload.h):
+//
+//   insert           the N records, thread t inserting the t-th slice
+//   search (found)   all N keys, in a shuffled order; each value is compared
+//   search (absent)  N keys that were never inserted
+//   update           all N keys, shuffled, to a second value
+//   delete           all N keys, shuffled
+//
+// Both tables start small (--initial-level-log2; libcuckoo gets the same
+// number of slots) so the insert phase includes resizing. Keys and values
+// are generated before any timing.
+//
+// Nothing is measured blindly: every operation's outcome is checked against
+// the expected one (OK on insert, update and delete, the right value on a
+// positive search, NotFound on a negative one), and between phases, untimed,
+// the table's size is compared with the expected count, updated values are
+// sampled, and (unless --no-check) Store::check() verifies the pmhash
+// invariants. Any discrepancy stops the program with exit status 1.
+//
+// After each mutating pmhash phase the program waits, untimed, until no
+// resize is in progress (reported as "resize tail"), then takes the deltas of
+// Stats::flushes and Stats::fences: the persistence cost per operation,
+// including the work of background rehash threads.
+#include <libcuckoo/cuckoohash_map.hh>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pmhash/options.h"
+#include "pmhash/status.h"
+#include "pmhash/store.h"
+#include "workload.h"
+
+namespace pmhash::bench {
+namespace {
+
+struct Config {
+  std::vector<unsigned> threads = {1, 2};
+  std::uint64_t records = 2'000'000;
+  std::size_t key_size = 16;
+  std::size_t value_size = 16;
+  std::string engine = "clevel";
+  std::string pool_dir = "/dev/shm";
+  std::uint64_t pool_size = 0;  // 0: derived from records and sizes
+  std::string granularity = "cache_line";
+  unsigned initial_level_log2 = 10;
+  std::uint64_t seed = 1;
+  bool check = true;
+  bool libcuckoo = true;
+  std::string json_path;
+};
+
+// Time allowed for a resize to finish after a phase before the table is
+// declared stuck.
+constexpr std::chrono::seconds kResizeTimeout{60};
+
+constexpr const char* kPhaseNames[] = {"insert", "search (found)", "search (absent)", "update",
+                                       "delete"};
+constexpr std::size_t kPhases = std::size(kPhaseNames);
+enum Phase : std::size_t { kInsert, kFound, kAbsent, kUpdate, kDelete };
+
+// One phase's measurement; the persistence fields are pmhash only.
+struct PhaseRecord {
+  PhaseResult result;
+  std::optional<double> flushes_per_op;
+  std::optional<double> fences_per_op;
+  double resize_tail_seconds = 0;
+};
+
+// Shape of a pmhash table after the insert phase.
+struct Shape {
+  std::uint64_t items = 0;
+  std::uint64_t slots = 0;
+  double load_factor = 0;
+  unsigned levels = 0;
+  std::uint64_t expansions = 0;
+  std::uint64_t items_moved = 0;
+};
+
+struct RunRecord {
+  std::string table;  // "pmhash" or "libcuckoo"
+  unsigned threads = 0;
+  PhaseRecord phases[kPhases];
+  std::optional<Shape> shape;
+  std::string granularity;
+};
+
+std::string show(std::string_view key) { return "'" + std::string(key) + "'"; }
+
+// --- the tables -------------------------------------------------------------
+//
+// Each adapter performs one operation and reports an unexpected outcome to
+// the worker's tally; begin_phase/end_phase bracket a timed phase.
+
+class PmhashTable {
+ public:
+  PmhashTable(const Config& config, unsigned threads) {
+    path_ = config.pool_dir + "/pmhash-microbench-" + std::to_string(::getpid()) + "-t" +
+            std::to_string(threads) + ".pool";
+    Options options;
+    options.engine = config.engine;
+    options.force = true;
+    options.clevel_initial_level_log2 = config.initial_level_log2;
+    options.pool_size = config.pool_size;
+    const Status s = Store::create(path_, options, &store_);
+    if (!s.ok()) {
+      throw Failure("cannot create pool " + path_ + ": " + s.to_string() +
+                    " (choose another directory with --pool-dir or a size with --pool-size)");
+    }
+  }
+
+  ~PmhashTable() {
+    store_.reset();
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+  }
+
+  PmhashTable(const PmhashTable&) = delete;
+  PmhashTable& operator=(const PmhashTable&) = delete;
+
+  void insert(std::string_view key, std::string_view value, Tally& tally) {
+    const Status s = store_->insert(key, value);
+    if (!s.ok()) tally.fail("insert " + show(key) + ": " + s.to_string());
+  }
+
+  void get_present(std::string_view key, std::string_view expected, std::string& buffer,
+                   Tally& tally) const {
+    const Status s = store_->get(key, &buffer);
+    if (!s.ok()) {
+      tally.fail("get " + show(key) + " (present): " + s.to_string());
+    } else if (buffer != expected) {
+      tally.fail("get " + show(key) + " returned " + show(buffer) + ", expected " + show(expected));
+    }
+  }
+
+  void get_absent(std::string_view key, std::string& buffer, Tally& tally) const {
+    const Status s = store_->get(key, &buffer);
+    if (!s.is_not_found()) {
+      tally.fail("get " + show(key) + " (never inserted): " +
+                 (s.ok() ? "found value " + show(buffer) : s.to_string()));
+    }
+  }
+
+  void update(std::string_view key, std::string_view value, Tally& tally) {
+    const Status s = store_->update(key, value);
+    if (!s.ok()) tally.fail("update " + show(key) + ": " + s.to_string());
+  }
+
+  void remove(std::string_view key, Tally& tally) {
+    const Status s = store_->remove(key);
+    if (!s.ok()) tally.fail("remove " + show(key) + ": " + s.to_string());
+  }
+
+  std::uint64_t size() const { return store_->size(); }
+
+  void begin_phase() { before_ = store_->stats(); }
+
+  void end_phase(PhaseRecord& record) {
+    const auto start = std::chrono::steady_clock::now();
+    Stats now = store_->stats();
+    while (now.resizing) {
+      if (std::chrono::steady_clock::now() - start > kResizeTimeout) {
+        throw Failure(record.result.name + ": the resize started during the phase is still running " +
+                      std::to_string(kResizeTimeout.count()) + " s after the phase ended");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      now = store_->stats();
+    }
+    record.resize_tail_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto ops = static_cast<double>(record.result.ops);
+    record.flushes_per_op = static_cast<double>(now.flushes - before_.flushes) / ops;
+    record.fences_per_op = static_cast<double>(now.fences - before_.fences) / ops;
+  }
+
+  void verify(const std::string& when, bool full_check) const {
+    if (!full_check) return;
+    const Status s = store_->check();
+    expect(s.ok(), "pmhash check() " + when + ": " + s.to_string());
+  }
+
+  Stats stats() const { return store_->stats(); }
+
+  void close() {
+    const Status s = store_->close();
+    expect(s.ok(), "pmhash close(): " + s.to_string());
+  }
+
+ private:
+  std::string path_;
+  std::unique_ptr<Store> store_;
+  Stats before_;
+};
+
+// libcuckoo keyed by std::string, looked up by std::string_view without a
+// temporary string: the hash and equality accept both.
+struct StringViewHash {
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
+};
+using CuckooMap =
+    libcuckoo::cuckoohash_map<std::string, std::string, StringViewHash, std::equal_to<>>;
+
+class CuckooTable {
+ public:
+  explicit CuckooTable(std::size_t initial_slots) : map_(initial_slots) {}
+
+  void insert(std::string_view key, std::string_view value, Tally& tally) {
+    if (!map_.insert(key, value)) tally.fail("insert " + show(key) + ": already present");
+  }
+
+  void get_present(std::string_view key, std::string_view expected, std::string& buffer,
+                   Tally& tally) const {
+    if (!map_.find(key, buffer)) {
+      tally.fail("find " + show(key) + " (present): not found");
+    } else if (buffer != expected) {
+      tally.fail("find " + show(key) + " returned " + show(buffer) + ", expected " + show(expected));
+    }
+  }
+
+  void get_absent(std::string_view key, std::string& buffer, Tally& tally) const {
+    if (map_.find(key, buffer)) {
+      tally.fail("find " + show(key) + " (never inserted): found value " + show(buffer));
+    }
+  }
+
+  void update(std::string_view key, std::string_view value, Tally& tally) {
+    if (!map_.update(key, value)) tally.fail("update " + show(key) + ": not found");
+  }
+
+  void remove(std::string_view key, Tally& tally) {
+    if (!map_.erase(key)) tally.fail("erase " + show(key) + ": not found");
+  }
+
+  std::uint64_t size() const { return map_.size(); }
+  void begin_phase() {}
+  void end_phase(PhaseRecord&) {}
+  void verify(const std::string&, bool) const {}
+
+ private:
+  CuckooMap map_;
+};
+
+// --- the phases -------------------------------------------------------------
+
+template <typename Table>
+PhaseRecord timed(Table& table, Phase phase, unsigned threads, std::uint64_t ops,
+                  const std::function<void(std::uint64_t, std::uint64_t, Tally&)>& body) {
+  table.begin_phase();
+  PhaseRecord record;
+  record.result = run_phase(kPhaseNames[phase], threads, ops, body);
+  table.end_phase(record);
+  return record;
+}
+
+template <typename Table>
+void expect_size(const Table& table, std::uint64_t expected, const std::string& when) {
+  const std::uint64_t size = table.size();
+  expect(size == expected, "size() " + when + " is " + std::to_string(size) + ", expected " +
+                               std::to_string(expected));
+}
+
+template <typename Table>
+void run_phases(Table& table, const Dataset& data, unsigned threads, bool full_check,
+                RunRecord& run, const std::function<void()>& after_insert) {
+  const std::uint64_t n = data.records();
+
+  run.phases[kInsert] = timed(table, kInsert, threads, n, [&](auto begin, auto end, Tally& t) {
+    for (auto i = begin; i < end; ++i) table.insert(data.key(i), data.value(i, 0), t);
+  });
+  expect_size(table, n, "after the insert phase");
+  table.verify("after the insert phase", full_check);
+  after_insert();
+
+  run.phases[kFound] = timed(table, kFound, threads, n, [&](auto begin, auto end, Tally& t) {
+    std::string buffer;
+    for (auto j = begin; j < end; ++j) {
+      const std::uint64_t i = data.shuffled(j);
+      table.get_present(data.key(i), data.value(i, 0), buffer, t);
+    }
+  });
+
+  run.phases[kAbsent] = timed(table, kAbsent, threads, n, [&](auto begin, auto end, Tally& t) {
+    std::string buffer;
+    for (auto j = begin; j < end; ++j) table.get_absent(data.absent_key(j), buffer, t);
+  });
+
+  run.phases[kUpdate] = timed(table, kUpdate, threads, n, [&](auto begin, auto end, Tally& t) {
+    for (auto j = begin; j < end; ++j) {
+      const std::uint64_t i = data.shuffled(j);
+      table.update(data.key(i), data.value(i, 1), t);
+    }
+  });
+  expect_size(table, n, "after the update phase");
+  // Untimed: every 16th record must now hold its updated value.
+  constexpr std::uint64_t kSampleStride = 16;
+  run_phase("update sample", threads, n / kSampleStride, [&](auto begin, auto end, Tally& t) {
+    std::string buffer;
+    for (auto j = begin; j < end; ++j) {
+      const std::uint64_t i = j * kSampleStride;
+      table.get_present(data.key(i), data.value(i, 1), buffer, t);
+    }
+  });
+  table.verify("after the update phase", full_check);
+
+  run.phases[kDelete] = timed(table, kDelete, threads, n, [&](auto begin, auto end, Tally& t) {
+    for (auto j = begin; j < end; ++j) table.remove(data.key(data.shuffled(j)), t);
+  });
+  expect_size(table, 0, "after the delete phase");
+  table.verify("after the delete phase", full_check);
+}
+
+RunRecord run_pmhash(const Config& config, const Dataset& data, unsigned threads) {
+  RunRecord run;
+  run.table = "pmhash";
+  run.threads = threads;
+  PmhashTable table(config, threads);
+  run.granularity = table.stats().granularity;
+  run_phases(table, data, threads, config.check, run, [&] {
+    const Stats s = table.stats();
+    run.shape = Shape{s.items, s.slots, s.load_factor, s.levels, s.expansions, s.items_moved};
+  });
+  table.close();
+  return run;
+}
+
+RunRecord run_libcuckoo(const Config& config, const Dataset& data, unsigned threads) {
+  RunRecord run;
+  run.table = "libcuckoo";
+  run.threads = threads;
+  // The same number of slots as a new clevel table: levels of 2^n and
+  // 2^(n-1) buckets of 8 slots.
+  const std::size_t slots = std::size_t{8} * ((std::size_t{1} << config.initial_level_log2) +
+                                              (std::size_t{1} << config.initial_level_log2 >> 1));
+  CuckooTable table(slots);
+  run_phases(table, data, threads, config.check, run, [] {});
+  return run;
+}
+
+// --- reporting --------------------------------------------------------------
+
+std::string fixed(double x, int decimals = 2) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, x);
+  return buf;
+}
+
+std::string pad(const std::string& s, std::size_t width, bool left = false) {
+  if (s.size() >= width) return s;
+  const std::string fill(width - s.size(), ' ');
+  return left ? s + fill : fill + s;
+}
+
+struct Pair {
+  const RunRecord* pmhash = nullptr;
+  const RunRecord* cuckoo = nullptr;
+};
+
+void print_report(const Config& config, const std::vector<Pair>& pairs) {
+  const std::string granularity = pairs.empty() ? "" : pairs.front().pmhash->granularity;
+  std::cout << "\npmhash-microbench: " << config.records << " records, key " << config.key_size
+            << " B, value " << config.value_size << " B, engine " << config.engine << ", pool in "
+            << config.pool_dir << ", granularity " << granularity << ", seed " << config.seed
+            << "\n\nthroughput, Mops/s (ratio = pmhash / libcuckoo)\n\n";
+
+  constexpr std::size_t kName = 16, kCell = 10, kRatio = 7, kGap = 3;
+  std::string head1 = pad("", kName, true), head2 = pad("operation", kName, true);
+  for (const Pair& p : pairs) {
+    const std::string label =
+        std::to_string(p.pmhash->threads) + (p.pmhash->threads == 1 ? " thread" : " threads");
+    head1 += std::string(kGap, ' ') + pad(label, 2 * kCell + kRatio, true);
+    head2 += std::string(kGap, ' ') + pad("pmhash", kCell) + pad("libcuckoo", kCell) +
+             pad("ratio", kRatio);
+  }
+  std::cout << head1 << "\n" << head2 << "\n";
+  for (std::size_t ph = 0; ph < kPhases; ++ph) {
+    std::string line = pad(kPhaseNames[ph], kName, true);
+    for (const Pair& p : pairs) {
+      const double mine = p.pmhash->phases[ph].result.mops();
+      line += std::string(kGap, ' ') + pad(fixed(mine), kCell);
+      if (p.cuckoo != nullptr) {
+        const double theirs = p.cuckoo->phases[ph].result.mops();
+        line += pad(fixed(theirs), kCell) + pad(theirs > 0 ? fixed(mine / theirs) : "-", kRatio);
+      } else {
+        line += pad("-", kCell) + pad("-", kRatio);
+      }
+    }
+    std::cout << line << "\n";
+  }
+
+  std::cout << "\npmhash persistence per operation (incl. background rehash)\n\n"
+            << pad("threads", 8, true) << pad("operation", kName, true) << pad("flushes/op", 12)
+            << pad("fences/op", 12) << pad("resize tail ms", 16) << "\n";
+  for (const Pair& p : pairs) {
+    for (Phase ph : {kInsert, kUpdate, kDelete}) {
+      const PhaseRecord& r = p.pmhash->phases[ph];
+      std::cout << pad(std::to_string(p.pmhash->threads), 8, true)
+                << pad(kPhaseNames[ph], kName, true) << pad(fixed(r.flushes_per_op.value_or(0)), 12)
+                << pad(fixed(r.fences_per_op.value_or(0)), 12)
+                << pad(fixed(r.resize_tail_seconds * 1e3, 1), 16) << "\n";
+    }
+  }
+
+  std::cout << "\npmhash table after the insert phase\n\n"
+            << pad("threads", 8, true) << pad("keys", 12) << pad("slots", 12)
+            << pad("load factor", 13) << pad("levels", 8) << pad("expansions", 12)
+            << pad("items moved", 13) << "\n";
+  for (const Pair& p : pairs) {
+    const Shape& s = *p.pmhash->shape;
+    std::cout << pad(std::to_string(p.pmhash->threads), 8, true) << pad(std::to_string(s.items), 12)
+              << pad(std::to_string(s.slots), 12) << pad(fixed(s.load_factor, 3), 13)
+              << pad(std::to_string(s.levels), 8) << pad(std::to_string(s.expansions), 12)
+              << pad(std::to_string(s.items_moved), 13) << "\n";
+  }
+  std::cout << "\nall checks passed: every operation had the expected outcome\n";
+}
+
+nlohmann::json to_json(const RunRecord& run) {
+  nlohmann::json phases = nlohmann::json::object();
+  for (std::size_t ph = 0; ph < kPhases; ++ph) {
+    const PhaseRecord& r = run.phases[ph];
+    nlohmann::json j = {{"ops", r.result.ops},
+                        {"seconds", r.result.seconds},
+                        {"mops", r.result.mops()}};
+    if (r.flushes_per_op) {
+      j["flushes_per_op"] = *r.flushes_per_op;
+      j["fences_per_op"] = *r.fences_per_op;
+      j["resize_tail_seconds"] = r.resize_tail_seconds;
+    }
+    phases[kPhaseNames[ph]] = j;
+  }
+  nlohmann::json out = {{"table", run.table}, {"threads", run.threads}, {"phases", phases}};
+  if (run.shape) {
+    out["after_insert"] = {{"items", run.shape->items},
+                           {"slots", run.shape->slots},
+                           {"load_factor", run.shape->load_factor},
+                           {"levels", run.shape->levels},
+                           {"expansions", run.shape->expansions},
+                           {"items_moved", run.shape->items_moved}};
+    out["granularity"] = run.granularity;
+  }
+  return out;
+}
+
+void write_json(const Config& config, const std::vector<RunRecord>& runs) {
+  nlohmann::json doc;
+  doc["config"] = {{"records", config.records},
+                   {"key_size", config.key_size},
+                   {"value_size", config.value_size},
+                   {"engine", config.engine},
+                   {"pool_dir", config.pool_dir},
+                   {"pool_size", config.pool_size},
+                   {"granularity", config.granularity},
+                   {"initial_level_log2", config.initial_level_log2},
+                   {"seed", config.seed},
+                   {"hardware_threads", std::thread::hardware_concurrency()}};
+  doc["runs"] = nlohmann::json::array();
+  for (const RunRecord& run : runs) doc["runs"].push_back(to_json(run));
+  std::ofstream out(config.json_path);
+  out << doc.dump(2) << "\n";
+  out.close();
+  expect(static_cast<bool>(out), "cannot write " + config.json_path);
+}
+
+int run(const Config& config) {
+  if (config.granularity != "auto") {
+    // libpmem2 reads this when the pool is mapped (README, "Persistence").
+    ::setenv("PMEM2_FORCE_GRANULARITY", config.granularity.c_str(), 1);
+  }
+  std::cerr << "generating " << 2 * config.records << " keys and " << 2 * config.records
+            << " values\n";
+  const Dataset data(config.records, config.key_size, config.value_size, config.seed, true);
+
+  std::vector<RunRecord> runs;
+  runs.reserve(2 * config.threads.size());
+  std::vector<Pair> pairs;
+  for (unsigned threads : config.threads) {
+    std::cerr << "pmhash " << config.engine << ", " << threads << " thread(s)\n";
+    runs.push_back(run_pmhash(config, data, threads));
+    Pair pair{&runs.back(), nullptr};
+    if (config.libcuckoo) {
+      std::cerr << "libcuckoo, " << threads << " thread(s)\n";
+      runs.push_back(run_libcuckoo(config, data, threads));
+      pair.cuckoo = &runs.back();
+    }
+    pairs.push_back(pair);
+  }
+  print_report(config, pairs);
+  if (!config.json_path.empty()) write_json(config, runs);
+  return 0;
+}
+
+}  // namespace
+}  // namespace pmhash::bench
+
+int main(int argc, char** argv) {
+  using pmhash::bench::Config;
+  Config config;
+  CLI::App app{"pmhash-microbench: multi-threaded insert/search/update/delete throughput of a "
+               "pmhash store against libcuckoo, on one shared table per run"};
+  app.add_option("--threads", config.threads, "thread counts to run, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(1u, pmhash::kMaxThreads))
+      ->capture_default_str();
+  app.add_option("--records", config.records, "keys inserted, searched, updated and deleted")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{UINT32_MAX}))
+      ->capture_default_str();
+  app.add_option("--key-size", config.key_size, "bytes per key (at least 11)")
+      ->check(CLI::Range(pmhash::bench::kMinKeySize, pmhash::kMaxKeySize))
+      ->capture_default_str();
+  app.add_option("--value-size", config.value_size, "bytes per value")
+      ->check(CLI::Range(std::size_t{0}, pmhash::kMaxValueSize))
+      ->capture_default_str();
+  app.add_option("--engine", config.engine, "pmhash engine to measure")->capture_default_str();
+  app.add_option("--pool-dir", config.pool_dir,
+                 "directory for the temporary pool files (removed afterwards)")
+      ->check(CLI::ExistingDirectory)
+      ->capture_default_str();
+  app.add_option("--pool-size", config.pool_size,
+                 "pool file size in bytes (default: max(1 GiB, records x (200 + 2 x (key + value))))");
+  app.add_option("--granularity", config.granularity,
+                 "persistence granularity forced through PMEM2_FORCE_GRANULARITY; auto: let "
+                 "libpmem2 detect it")
+      ->check(CLI::IsMember({"byte", "cache_line", "page", "auto"}))
+      ->capture_default_str();
+  app.add_option("--initial-level-log2", config.initial_level_log2,
+                 "first level of a new table has 2^n buckets (libcuckoo starts with as many slots)")
+      ->check(CLI::Range(1u, 30u))
+      ->capture_default_str();
+  app.add_option("--seed", config.seed, "seed of keys, values and access order")
+      ->capture_default_str();
+  app.add_option("--json", config.json_path, "also write the results as JSON to this file");
+  app.add_flag("--no-check", [&](std::int64_t) { config.check = false; },
+               "skip Store::check() between phases (per-operation checks stay)");
+  app.add_flag("--no-libcuckoo", [&](std::int64_t) { config.libcuckoo = false; },
+               "measure pmhash only");
+  CLI11_PARSE(app, argc, argv);
+
+  if (config.pool_size == 0) {
+    const std::uint64_t per_record = 200 + 2 * (config.key_size + config.value_size);
+    config.pool_size = std::max<std::uint64_t>(std::uint64_t{1} << 30, config.records * per_record);
+  }
+  try {
+    return pmhash::bench::run(config);
+  } catch (const pmhash::bench::Failure& e) {
+    std::cerr << "pmhash-microbench: FAILED: " << e.what() << "\n";
+    return 1;
+  }
+}
