@@ -14,13 +14,14 @@
 // Slab chunk states (the class mutex guards every transition except the
 // ones into and out of kFree, which the free-set mutex guards):
 //
-//          take (free set)               owner finds no zero bit
-//   kFree -----------------> kActive ------------------------------+
-//     ^                       ^    (fold the owner's allocs into   |
-//     |                       |     `used`, then settle)           v
-//     |    used == 0          |  pop                   kFull  or  kPartial
-//     +-----------------------+----------------------- (used < blocks: in
-//                                                       the partial list)
+//              take from the free set, format
+//   kFree -----------------------------------> kActive (one cache owns it)
+//     ^                                          |    ^
+//     |          owner finds no zero bit: fold   |    | pop from the
+//     |          its allocs into used, settle    v    | partial list
+//     +--- settle: used == 0 ------------- kFull / kPartial
+//          (table entry freed, persisted)  (settle: kFull -> kPartial,
+//                                           listed, once used < blocks)
 //
 // "settle" re-evaluates an inactive chunk under its class mutex: used == 0
 // -> its table entry becomes free (persisted) and the chunk joins the free
@@ -39,12 +40,11 @@
 // decrements `used` after, so `used` never runs below the true count of an
 // inactive chunk.
 //
-// Persist order of an allocation: the intent is written and flushed before
-// the bit is set. Page regions flush synchronously (msync) and byte regions
-// keep x86 store order, so there a crash never leaves an allocated block
-// that no log names. On cache-line regions the two flushes are unordered
-// until the caller's drain, as heap.h specifies (one fence per allocation);
-// a crash in that window may leak the block until a sweep finds it.
+// Persist order of an allocation: the intent is written, flushed and
+// drained before the bit is set, so no crash leaves an allocated block that
+// no log names. (Page regions flush synchronously and byte regions keep x86
+// store order, where the drain costs nothing; on cache-line regions it is
+// the one extra fence an allocation pays so that recovery needs no sweep.)
 //
 // Byte counters: each cache counts the slab bytes its thread allocated and
 // freed, written only by that thread (a plain load and store); frees by
@@ -60,8 +60,8 @@
 // log, returns its active chunks and frees its slot.
 //
 // Lock order: anchor -> cache list -> cache log -> class -> free set. No
-// lock is held across rcu::synchronize() except an anchor, which readers
-// never take.
+// lock is held across rcu::synchronize() except an anchor (shared by thread
+// exits, exclusive for the heap's destructor), which readers never take.
 #include "heap/heap.h"
 
 #include <algorithm>
@@ -73,6 +73,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -153,7 +154,8 @@ class HeapImpl;
 // ---------------------------------------------------------------------------
 // CacheImpl: one thread's view of one heap.
 
-class CacheImpl final : public ThreadCache {
+// Cache-line aligned: no false sharing with another thread's cache.
+class alignas(64) CacheImpl final : public ThreadCache {
  public:
   struct Active {
     std::uint32_t chunk = kNoChunk;
@@ -189,7 +191,7 @@ class CacheImpl final : public ThreadCache {
 
 // Keeps a thread's cache list away from a destroyed heap.
 struct Anchor {
-  std::mutex mu;             // held while a thread exit releases a cache
+  std::shared_mutex mu;      // shared while thread exits release caches
   HeapImpl* heap = nullptr;  // under mu; null once the heap is being destroyed
   std::atomic<bool> alive{true};
 };
@@ -207,9 +209,9 @@ class HeapImpl final : public Heap {
         table_(region.at<std::uint64_t>(l.table_offset)),
         chunks_off_(l.chunks_offset),
         nchunks_(static_cast<std::uint32_t>(l.chunk_count)),
+        id_(g_next_heap_id.fetch_add(1)),
         info_(new ChunkInfo[l.chunk_count]),
         free_bits_((l.chunk_count + 63) / 64, 0),
-        id_(g_next_heap_id.fetch_add(1)),
         anchor_(std::make_shared<Anchor>()) {
     anchor_->heap = this;
   }
@@ -278,6 +280,7 @@ class HeapImpl final : public Heap {
   std::uint64_t* const table_;
   const std::uint64_t chunks_off_;
   const std::uint32_t nchunks_;
+  const std::uint64_t id_;  // never reused; thread() compares it on every call
   std::unique_ptr<ChunkInfo[]> info_;
   std::array<ClassShard, kClassCount> classes_;
 
@@ -294,7 +297,6 @@ class HeapImpl final : public Heap {
   std::array<CacheImpl*, kMaxThreads> slots_{};  // under caches_mu_
   std::uint64_t next_serial_ = 1;                // under caches_mu_
 
-  const std::uint64_t id_;
   std::shared_ptr<Anchor> anchor_;
   bool abandoned_ = false;
 };
@@ -323,7 +325,7 @@ struct TlsCaches {
     tls_last_id = 0;
     tls_last = nullptr;
     for (TlsEntry& e : entries) {
-      std::lock_guard lock(e.anchor->mu);
+      std::shared_lock lock(e.anchor->mu);
       if (e.anchor->heap != nullptr) e.anchor->heap->release_at_exit(e.cache);
     }
   }
@@ -406,7 +408,7 @@ void HeapImpl::forget(CacheImpl* c) {
 
 HeapImpl::~HeapImpl() {
   {
-    std::lock_guard lock(anchor_->mu);  // waits for thread exits in progress
+    std::unique_lock lock(anchor_->mu);  // waits for thread exits in progress
     anchor_->heap = nullptr;
     anchor_->alive.store(false);
   }
@@ -595,9 +597,14 @@ Status CacheImpl::allocate(std::size_t n, std::uint64_t* off, bool zero, unsigne
         const int b = std::countr_zero(free);
         const std::uint64_t block =
             heap_->chunk_offset(a.chunk) + k.first + (std::uint64_t{w} * 64 + static_cast<unsigned>(b)) * k.size;
+        // Intent first, then the bit (see "Persist order" above).
         std::uint64_t& slot = log_->alloc_intent[intent];
         ref(slot).store(block, std::memory_order_relaxed);
         r.flush(&slot, sizeof(slot));
+        // The intent is durable before the bit can be: on cache-line media
+        // the bit's line may otherwise be written back first, and a crash
+        // would leave an allocated block that no log names (a leak).
+        r.drain();
         ref(bits[w]).fetch_or(std::uint64_t{1} << b, std::memory_order_acq_rel);
         r.flush(&bits[w], sizeof(std::uint64_t));
         ++a.allocs;
@@ -627,9 +634,13 @@ Status HeapImpl::allocate_run(CacheImpl* c, std::size_t n, std::uint64_t* off, b
   std::uint32_t h = 0;
   if (!take_chunks(nch, pack(State::kRun), &h)) return no_space(n);
   const std::uint64_t block = chunk_offset(h);
+  // Intent first, then the table entries (see "Persist order" above).
   std::uint64_t& slot = c->log_->alloc_intent[intent];
   ref(slot).store(block, std::memory_order_relaxed);
   region_.flush(&slot, sizeof(slot));
+  // The intent is durable before the table entries can be (else a crash
+  // could leave a run that no log names: a leak).
+  region_.drain();
   for (std::uint32_t k = 1; k < nch; ++k) {
     ref(table_[h + k]).store(layout::body_entry(k), std::memory_order_relaxed);
   }

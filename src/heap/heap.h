@@ -34,7 +34,8 @@
 // Crash rule: every block is either reachable from the index or named in
 // some thread's log. The protocol an engine follows:
 //
-//   insert:  allocate()          bitmap bit + alloc_intent flushed
+//   insert:  allocate()          alloc_intent persisted, then the bitmap
+//                                 bit set and flushed
 //            write the object, flush it
 //            drain()             <- bit, intent and object durable together
 //            publish (CAS a pointer to it), persist the pointer
@@ -87,10 +88,11 @@ class ThreadCache {
   virtual unsigned slot() const = 0;
 
   // Reserves a block of at least `n` bytes and records it in this thread's
-  // alloc intent slot `intent` (< kIntentSlots), replacing what was there. Allocation state and intent are flushed but not fenced:
-  // they are durable at this thread's next drain, which the caller must
-  // issue before publishing the block. With `zero`, the block is zero-filled
-  // and flushed too. Errors: NoSpace (nothing changed); InvalidArgument for
+  // alloc intent slot `intent` (< kIntentSlots), replacing what was there.
+  // The intent is persisted first (no crash leaks the block); the allocation
+  // state is then flushed but not fenced: it is durable at this thread's
+  // next drain, which the caller must issue before publishing the block.
+  // With `zero`, the block is zero-filled and flushed too. Errors: NoSpace (nothing changed); InvalidArgument for
   // n == 0 or n beyond the heap.
   virtual Status allocate(std::size_t n, std::uint64_t* off, bool zero = false,
                           unsigned intent = 0) = 0;

@@ -334,21 +334,28 @@ void ClevelIndex::rehash_main(unsigned j) {
         epoch = round_epoch_;
       }
       const bool complete = rehash_share(tc, j, c, start);
-      std::unique_lock lock(rehash_mutex_);
-      if (stop_) return;
-      round_done_mask_ |= 1u << j;
-      round_complete_ += complete ? 1 : 0;
-      if (std::popcount(round_done_mask_) == static_cast<int>(rehash_threads_)) {
-        const bool all = round_complete_ == rehash_threads_;
-        {
-          std::shared_lock pause(pause_);
-          finish_round(tc, c, all);
-        }
-        round_failed_ = !all && !c.shrinking();
-        round_key_ = 0;
-        ++round_epoch_;
-        rehash_cv_.notify_all();
+      bool last = false;
+      bool all = false;
+      {
+        std::unique_lock lock(rehash_mutex_);
+        if (stop_) return;
+        round_done_mask_ |= 1u << j;
+        round_complete_ += complete ? 1 : 0;
+        last = std::popcount(round_done_mask_) == static_cast<int>(rehash_threads_);
+        all = round_complete_ == rehash_threads_;
       }
+      if (!last) continue;  // wait above for the round to end
+      // Lock order is pause_ before rehash_mutex_ (a move may expand, which
+      // wakes rehash threads), so the round is finished outside the latter.
+      {
+        std::shared_lock pause(pause_);
+        finish_round(tc, c, all);
+      }
+      std::unique_lock lock(rehash_mutex_);
+      round_failed_ = !all && !c.shrinking();
+      round_key_ = 0;
+      ++round_epoch_;
+      rehash_cv_.notify_all();
     }
   }
 }
