@@ -141,8 +141,9 @@ Status format_body(media::Region& region) {
   }
   // Root, shutdown state and heap must be durable before the header that
   // makes the file a pool: else a crash could leave a valid header over an
-  // unformatted heap.
-  region.persist_all();
+  // unformatted heap. Heap::format persisted the heap; the rest is the first
+  // kHeapOffset bytes (a whole-pool persist would touch every page).
+  region.persist(region.base(), kHeapOffset);
   return Status::OK();
 }
 
@@ -373,7 +374,15 @@ Status Pool::open(const std::string& path, const std::string& engine,
 void Pool::mark_clean_shutdown() {
   // Everything the session wrote must be durable before the flag that says
   // so, or a crash right after it would hide lost writes from recovery.
-  region_->persist_all();
+  // Engines persist what they write (Index::close leaves the index durable);
+  // this fence orders their last flushes before the flag. On page
+  // granularity a whole-mapping msync is cheap (only dirty pages) and covers
+  // anything written without an explicit persist.
+  if (region_->granularity() == media::Granularity::kPage) {
+    region_->persist_all();
+  } else {
+    region_->drain();
+  }
   auto* ss = region_->at<ShutdownState>(kShutdownOffset);
   std::atomic_ref<std::uint64_t>(ss->clean).store(1, std::memory_order_relaxed);
   // Without it a crash after close loses the flag and the next open runs

@@ -3,6 +3,9 @@
 
 #if !defined(PMHASH_RCU_ATOMICS)
 
+// The inline (LGPL-permitted) read-side primitives: a read lock is then a
+// few instructions instead of a call into the shared library.
+#define _LGPL_SOURCE
 #include <urcu/urcu-memb.h>
 
 namespace pmhash::rcu {

@@ -74,6 +74,12 @@ void ClevelIndex::for_levels(Ctx c, bool top_down, Fn&& fn) const {
 // Searching
 // ---------------------------------------------------------------------------
 
+std::vector<ClevelIndex::SlotRef>& ClevelIndex::scratch() {
+  // Reused per thread: writers collect slots on every update and delete.
+  thread_local std::vector<SlotRef> refs;
+  return refs;
+}
+
 bool ClevelIndex::key_equals(std::uint64_t off, const Key& key) const {
   const auto* item = region_.at<ItemHeader>(off);
   return item->key_len == key.bytes.size() &&
@@ -107,9 +113,20 @@ std::uint64_t ClevelIndex::find_visible(const Key& key, Ctx c) const {
   return found;
 }
 
+void ClevelIndex::prefetch(const Key& key, Ctx c) const {
+  // Every candidate bucket of every level is a likely cache miss; asking for
+  // all of them at once overlaps the misses instead of paying them in turn.
+  for_levels(c, true, [&](std::uint16_t, LevelHeader* l) {
+    __builtin_prefetch(candidate(l, key, 0));
+    __builtin_prefetch(candidate(l, key, 1));
+    return true;
+  });
+}
+
 std::uint64_t ClevelIndex::lookup(const Key& key, Ctx* seen) const {
   for (;;) {
     const Ctx c = load_ctx();
+    prefetch(key, c);
     const std::uint64_t off = find_visible(key, c);
     // Nothing found: a level may have been added and our item moved into it
     // after we passed (paper §3.2.1); search again under the new context.
@@ -245,7 +262,7 @@ ClevelIndex::Race ClevelIndex::same_key_race(const Key& key, std::uint64_t off) 
 }
 
 void ClevelIndex::unpublish(const Key& key, std::uint64_t off) {
-  std::vector<SlotRef> refs;
+  std::vector<SlotRef>& refs = scratch();
   for (;;) {
     collect(key, load_ctx(), off, &refs);
     if (refs.empty()) return;
@@ -381,7 +398,7 @@ void ClevelIndex::release(std::uint64_t off) {
 void ClevelIndex::replace_all(const Key& key, std::uint64_t off, std::uint64_t replacement) {
   // We own the item, so besides us only a rehash thread touches slots that
   // hold it, and it only copies from a slot it has frozen with MOVING.
-  std::vector<SlotRef> refs;
+  std::vector<SlotRef>& refs = scratch();
   bool replaced = false;
   for (;;) {
     const Ctx c = load_ctx();

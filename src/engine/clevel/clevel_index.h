@@ -61,6 +61,8 @@ class ClevelIndex final : public Index {
   // --- searching ---
   // The first visible item with this key, in search direction; 0 if none.
   std::uint64_t find_visible(const Key& key, Ctx c) const;
+  void prefetch(const Key& key, Ctx c) const;
+  static std::vector<SlotRef>& scratch();
   std::uint64_t lookup(const Key& key, Ctx* seen) const;
   // Every slot holding offset `off` (with or without MOVING), in search order.
   void collect(const Key& key, Ctx c, std::uint64_t off, std::vector<SlotRef>* out) const;

@@ -84,12 +84,14 @@ Status ClevelIndex::format() {
     l->magic = kLevelMagic;
     l->log2 = log2;
     l->id = id;
+    region_.flush(l, sizeof(LevelHeader));  // buckets: zeroed and flushed by allocate
     root_->levels[id].store(off);
   }
   root_->context.store(Ctx{}.next(1, 0, false, false).w);
-  // The root is durable before create returns; a crash before this point
-  // leaves a pool that open rejects ("clevel root is not initialised").
-  region_.persist_all();
+  // The levels and the root are durable before create returns; a crash
+  // before this point leaves a pool that open rejects ("clevel root is not
+  // initialised").
+  region_.persist(root_, sizeof(Root));
   tc->clear_intent(kLevelIntent);
   count_known_.store(true);
   return Status::OK();
