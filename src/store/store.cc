@@ -152,6 +152,26 @@ std::uint64_t ns_since(Clock::time_point t0) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
 }
 
+// Attaches the heap and the engine to an open pool (create or open). After
+// an unclean shutdown, the time from `started` until the engine serves is
+// the recovery time reported in Stats.
+Status attach(std::unique_ptr<pool::Pool> pool, const Options& options,
+              Status (*make)(const engine::Env&, std::unique_ptr<engine::Index>*),
+              Clock::time_point started, std::unique_ptr<Store>* store) {
+  std::unique_ptr<heap::Heap> heap;
+  if (Status s = heap::Heap::open(pool->region(), pool->heap_offset(), pool->heap_size(), &heap);
+      !s.ok()) {
+    return s;
+  }
+  engine::Env env{pool.get(), heap.get(), options};
+  std::unique_ptr<engine::Index> index;
+  if (Status s = make(env, &index); !s.ok()) return s;
+  const std::uint64_t ns = pool->was_clean() ? 0 : ns_since(started);
+  *store = std::make_unique<StoreImpl>(std::move(pool), std::move(heap), std::move(index), ns);
+  return Status::OK();
+}
+
+
 }  // namespace
 
 Store::~Store() = default;
@@ -172,16 +192,7 @@ Status Store::create(const std::string& path, const Options& options,
 
   std::unique_ptr<pool::Pool> pool;
   if (Status s = pool::Pool::create(path, params, &pool); !s.ok()) return s;
-  std::unique_ptr<heap::Heap> heap;
-  if (Status s = heap::Heap::open(pool->region(), pool->heap_offset(), pool->heap_size(), &heap);
-      !s.ok()) {
-    return s;
-  }
-  engine::Env env{pool.get(), heap.get(), options};
-  std::unique_ptr<engine::Index> index;
-  if (Status s = info->create(env, &index); !s.ok()) return s;
-  *store = std::make_unique<StoreImpl>(std::move(pool), std::move(heap), std::move(index), 0);
-  return Status::OK();
+  return attach(std::move(pool), options, info->create, Clock::now(), store);
 }
 
 Status Store::open(const std::string& path, const Options& options,
@@ -194,19 +205,7 @@ Status Store::open(const std::string& path, const Options& options,
                               "' (engines: " + engine::engine_names() + ")");
   }
   if (Status s = check_options(*info, options); !s.ok()) return s;
-  const auto t0 = Clock::now();
-  std::unique_ptr<heap::Heap> heap;
-  if (Status s = heap::Heap::open(pool->region(), pool->heap_offset(), pool->heap_size(), &heap);
-      !s.ok()) {
-    return s;
-  }
-  engine::Env env{pool.get(), heap.get(), options};
-  std::unique_ptr<engine::Index> index;
-  if (Status s = info->open(env, &index); !s.ok()) return s;
-  const std::uint64_t recovery_ns = pool->was_clean() ? 0 : ns_since(t0);
-  *store = std::make_unique<StoreImpl>(std::move(pool), std::move(heap), std::move(index),
-                                       recovery_ns);
-  return Status::OK();
+  return attach(std::move(pool), options, info->open, Clock::now(), store);
 }
 
 }  // namespace pmhash

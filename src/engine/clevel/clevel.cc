@@ -70,6 +70,25 @@ void ClevelIndex::for_levels(Ctx c, bool top_down, Fn&& fn) const {
   }
 }
 
+template <typename Fn>
+void ClevelIndex::for_candidate_slots(const Key& key, Ctx c, Fn&& fn) const {
+  // Search direction = the direction items move (bottom-to-top while
+  // expanding, top-to-bottom while shrinking): a mover copies before it
+  // clears, so the source is always scanned before the destination.
+  bool go = true;
+  for_levels(c, c.shrinking(), [&](std::uint16_t id, LevelHeader* l) {
+    Bucket* b0 = candidate(l, key, 0);
+    Bucket* b1 = candidate(l, key, 1);
+    for (Bucket* b : {b0, b1}) {
+      for (auto& s : b->slot) {
+        if (!(go = fn(s, id))) return false;
+      }
+      if (b0 == b1) break;
+    }
+    return true;
+  });
+}
+
 // ---------------------------------------------------------------------------
 // Searching
 // ---------------------------------------------------------------------------
@@ -89,26 +108,16 @@ bool ClevelIndex::key_equals(std::uint64_t off, const Key& key) const {
 std::uint64_t ClevelIndex::find_visible(const Key& key, Ctx c) const {
   const std::uint16_t tag = key_tag(key.h1);
   std::uint64_t found = 0;
-  // Search in the direction items move (bottom-to-top while expanding,
-  // top-to-bottom while shrinking): a mover copies before it clears, so the
-  // source is always scanned before the destination.
-  for_levels(c, c.shrinking(), [&](std::uint16_t, LevelHeader* l) {
-    for (int which = 0; which < 2 && found == 0; ++which) {
-      Bucket* b = candidate(l, key, which);
-      if (which == 1 && b == candidate(l, key, 0)) break;
-      for (auto& s : b->slot) {
-        const std::uint64_t v = s.load(std::memory_order_acquire);
-        if (v == 0 || pool::pptr_tag(v) != tag) continue;
-        const std::uint64_t off = slot_offset(v);
-        const auto* item = region_.at<ItemHeader>(off);
-        if (!state_visible(item->state.load(std::memory_order_acquire))) continue;
-        if (key_equals(off, key)) {
-          found = off;
-          break;
-        }
-      }
+  for_candidate_slots(key, c, [&](std::atomic<std::uint64_t>& s, std::uint16_t) {
+    const std::uint64_t v = s.load(std::memory_order_acquire);
+    if (v == 0 || pool::pptr_tag(v) != tag) return true;
+    const std::uint64_t off = slot_offset(v);
+    const auto* item = region_.at<ItemHeader>(off);
+    if (!state_visible(item->state.load(std::memory_order_acquire)) || !key_equals(off, key)) {
+      return true;
     }
-    return found == 0;
+    found = off;
+    return false;
   });
   return found;
 }
@@ -140,15 +149,9 @@ std::uint64_t ClevelIndex::lookup(const Key& key, Ctx* seen) const {
 void ClevelIndex::collect(const Key& key, Ctx c, std::uint64_t off,
                           std::vector<SlotRef>* out) const {
   out->clear();
-  for_levels(c, c.shrinking(), [&](std::uint16_t id, LevelHeader* l) {
-    for (int which = 0; which < 2; ++which) {
-      Bucket* b = candidate(l, key, which);
-      if (which == 1 && b == candidate(l, key, 0)) break;
-      for (auto& s : b->slot) {
-        const std::uint64_t v = s.load(std::memory_order_seq_cst);
-        if (v != 0 && slot_offset(v) == off) out->push_back({&s, v, id});
-      }
-    }
+  for_candidate_slots(key, c, [&](std::atomic<std::uint64_t>& s, std::uint16_t id) {
+    const std::uint64_t v = s.load(std::memory_order_seq_cst);
+    if (v != 0 && slot_offset(v) == off) out->push_back({&s, v, id});
     return true;
   });
 }
@@ -228,32 +231,26 @@ ClevelIndex::Race ClevelIndex::same_key_race(const Key& key, std::uint64_t off) 
   const std::uint16_t tag = key_tag(key.h1);
   Race race = Race::kClear;
   const Ctx c = load_ctx();
-  for_levels(c, c.shrinking(), [&](std::uint16_t, LevelHeader* l) {
-    for (int which = 0; which < 2; ++which) {
-      Bucket* b = candidate(l, key, which);
-      if (which == 1 && b == candidate(l, key, 0)) break;
-      for (auto& s : b->slot) {
-        // seq_cst: our publishing CAS and this load form the store-load pair
-        // that makes two racing inserts see each other.
-        const std::uint64_t v = s.load(std::memory_order_seq_cst);
-        if (v == 0 || pool::pptr_tag(v) != tag) continue;
-        const std::uint64_t other = slot_offset(v);
-        if (other == off || !key_equals(other, key)) continue;
-        auto& st = region_.at<ItemHeader>(other)->state;
-        std::uint64_t sv = st.load(std::memory_order_seq_cst);
-        if (state_visible(sv)) {
-          race = Race::kVisible;
-          return false;
-        }
-        if (state_kind(sv) != kTentative || state_generation(sv) != generation_) continue;
-        if (other < off) {
-          race = Race::kWait;  // a lower racer decides first
-        } else if (!st.compare_exchange_strong(sv, make_state(generation_, kLoser)) &&
-                   state_visible(sv)) {
-          race = Race::kVisible;  // it claimed itself before we killed it
-          return false;
-        }
-      }
+  for_candidate_slots(key, c, [&](std::atomic<std::uint64_t>& s, std::uint16_t) {
+    // seq_cst: our publishing CAS and this load form the store-load pair
+    // that makes two racing inserts see each other.
+    const std::uint64_t v = s.load(std::memory_order_seq_cst);
+    if (v == 0 || pool::pptr_tag(v) != tag) return true;
+    const std::uint64_t other = slot_offset(v);
+    if (other == off || !key_equals(other, key)) return true;
+    auto& st = region_.at<ItemHeader>(other)->state;
+    std::uint64_t sv = st.load(std::memory_order_seq_cst);
+    if (state_visible(sv)) {
+      race = Race::kVisible;
+      return false;
+    }
+    if (state_kind(sv) != kTentative || state_generation(sv) != generation_) return true;
+    if (other < off) {
+      race = Race::kWait;  // a lower racer decides first
+    } else if (!st.compare_exchange_strong(sv, make_state(generation_, kLoser)) &&
+               state_visible(sv)) {
+      race = Race::kVisible;  // it claimed itself before we killed it
+      return false;
     }
     return true;
   });

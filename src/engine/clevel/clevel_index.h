@@ -57,6 +57,10 @@ class ClevelIndex final : public Index {
   Bucket* candidate(LevelHeader* l, const Key& key, int which) const;
   template <typename Fn>
   void for_levels(Ctx c, bool top_down, Fn&& fn) const;
+  // Calls fn(slot, level id) for every slot of the key's candidate buckets,
+  // level by level in search order, until fn returns false.
+  template <typename Fn>
+  void for_candidate_slots(const Key& key, Ctx c, Fn&& fn) const;
 
   // --- searching ---
   // The first visible item with this key, in search direction; 0 if none.
