@@ -74,9 +74,13 @@ template <typename Fn>
 void ClevelIndex::for_candidate_slots(const Key& key, Ctx c, Fn&& fn) const {
   // Search direction = the direction items move (bottom-to-top while
   // expanding, top-to-bottom while shrinking): a mover copies before it
-  // clears, so the source is always scanned before the destination.
+  // clears, so the source is always scanned before the destination. When
+  // nothing moves, top-down: the first level holds two thirds of the items.
+  // (A resize that starts meanwhile changes the context, and callers that
+  // found nothing re-check it and search again.)
+  const bool top_down = !c.resizing() || c.shrinking();
   bool go = true;
-  for_levels(c, c.shrinking(), [&](std::uint16_t id, LevelHeader* l) {
+  for_levels(c, top_down, [&](std::uint16_t id, LevelHeader* l) {
     Bucket* b0 = candidate(l, key, 0);
     Bucket* b1 = candidate(l, key, 1);
     for (Bucket* b : {b0, b1}) {
