@@ -63,8 +63,10 @@
 //   in the direction items move: bottom-to-top (last to first) while
 //   expanding, top-to-bottom while shrinking. A mover copies before it
 //   clears, and the source level is scanned before the destination, so a
-//   moving item is never missed. If the context changed meanwhile and nothing
-//   was found, search again.
+//   moving item is never missed. While nothing moves, top-to-bottom (the
+//   first level holds two thirds of the items). If the context changed
+//   meanwhile and nothing was found, search again: every move happens under
+//   a context that differs from one without a resize.
 //
 // insert (context-aware, §3.2.2):
 //   1. write the item as TENTATIVE; heap bit + intent + item   -> drain #1
