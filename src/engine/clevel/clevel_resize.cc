@@ -267,8 +267,11 @@ void ClevelIndex::finish_round(heap::ThreadCache* tc, Ctx c, bool complete) {
     if (cas_ctx(now, next)) break;
   }
   shrink_abort_requested_.store(false);
-  // The level is unreachable for new searches; free it after a grace period.
-  // Until the ring entry is cleared, recovery frees it (out of range).
+  // New searches no longer reach the level, but a thread that loaded the old
+  // context may still look its id up in the ring: the entry must stay until
+  // every such reader is gone (a zero entry would resolve to the pool
+  // header). Until it is cleared, recovery frees the level (out of range).
+  rcu::synchronize();
   tc->retire(off);
   region_.drain();  // the retire entry is durable before the ring forgets the level
   root_->levels[src % kRingSize].store(0, std::memory_order_release);
