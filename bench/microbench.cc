@@ -527,12 +527,7 @@ int main(int argc, char** argv) {
   app.add_option("--records", config.records, "keys inserted, searched, updated and deleted")
       ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{UINT32_MAX}))
       ->capture_default_str();
-  app.add_option("--key-size", config.key_size, "bytes per key (at least 11)")
-      ->check(CLI::Range(pmhash::bench::kMinKeySize, pmhash::kMaxKeySize))
-      ->capture_default_str();
-  app.add_option("--value-size", config.value_size, "bytes per value")
-      ->check(CLI::Range(std::size_t{0}, pmhash::kMaxValueSize))
-      ->capture_default_str();
+  pmhash::bench::add_item_size_options(app, &config.key_size, &config.value_size);
   app.add_option("--engine", config.engine, "pmhash engine to measure")->capture_default_str();
   app.add_option("--pool-dir", config.pool_dir,
                  "directory for the temporary pool files (removed afterwards)")

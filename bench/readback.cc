@@ -165,12 +165,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", config.threads, "threads of the load and of the read-back")
       ->check(CLI::Range(1u, pmhash::kMaxThreads))
       ->capture_default_str();
-  app.add_option("--key-size", config.key_size, "bytes per key (at least 11)")
-      ->check(CLI::Range(pmhash::bench::kMinKeySize, pmhash::kMaxKeySize))
-      ->capture_default_str();
-  app.add_option("--value-size", config.value_size, "bytes per value")
-      ->check(CLI::Range(std::size_t{0}, pmhash::kMaxValueSize))
-      ->capture_default_str();
+  pmhash::bench::add_item_size_options(app, &config.key_size, &config.value_size);
   app.add_option("--seed", config.seed, "seed of the keys and values")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

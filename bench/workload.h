@@ -33,6 +33,7 @@
 // benchmark fails loudly instead of measuring a broken table.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <barrier>
 #include <chrono>
@@ -46,6 +47,8 @@
 #include <thread>
 #include <vector>
 
+#include "pmhash/options.h"
+
 namespace pmhash::bench {
 
 // Thrown for any failed check or refused argument; main() prints it and
@@ -57,6 +60,16 @@ class Failure : public std::runtime_error {
 
 // Characters needed to hold a 64-bit code in the 64-letter alphabet.
 inline constexpr std::size_t kMinKeySize = 11;
+
+// The --key-size and --value-size flags, the same in every bench program.
+inline void add_item_size_options(CLI::App& app, std::size_t* key_size, std::size_t* value_size) {
+  app.add_option("--key-size", *key_size, "bytes per key (at least 11)")
+      ->check(CLI::Range(kMinKeySize, pmhash::kMaxKeySize))
+      ->capture_default_str();
+  app.add_option("--value-size", *value_size, "bytes per value")
+      ->check(CLI::Range(std::size_t{0}, pmhash::kMaxValueSize))
+      ->capture_default_str();
+}
 
 inline constexpr std::uint64_t mix(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;

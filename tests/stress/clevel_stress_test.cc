@@ -46,17 +46,27 @@ class ClevelStress : public ::testing::Test {
     store_.reset();
     ::unlink(path_.c_str());
   }
+  // A store that starts tiny (2^3 buckets), so every test resizes a lot.
+  void create(std::uint64_t pool_size, double shrink_threshold = 0) {
+    Options o;
+    o.pool_size = pool_size;
+    o.clevel_initial_level_log2 = 3;
+    o.clevel_min_level_log2 = 2;
+    o.clevel_shrink_threshold = shrink_threshold;
+    Status created = Store::create(path_, o, &store_);
+    ASSERT_TRUE(created.ok()) << created.to_string();
+  }
+  void expect_check_passes() {
+    Status c = store_->check();
+    EXPECT_TRUE(c.ok()) << c.to_string();
+  }
   std::string path_;
   std::unique_ptr<Store> store_;
 };
 
 TEST_F(ClevelStress, MixedOperationsMatchPerThreadModelsDuringExpansionAndShrink) {
-  Options o;
-  o.pool_size = 256u << 20;
-  o.clevel_initial_level_log2 = 3;
-  o.clevel_min_level_log2 = 2;
-  o.clevel_shrink_threshold = 0.35;  // high: shrinks and expansions interleave
-  ASSERT_TRUE(Store::create(path_, o, &store_).ok());
+  create(256u << 20, /*shrink_threshold=*/0.35);  // high: shrinks and expansions interleave
+  if (HasFatalFailure()) return;
 
   const unsigned threads = 3;
   const std::uint64_t keys_per_thread = 4000 * kScale;
@@ -153,17 +163,12 @@ TEST_F(ClevelStress, MixedOperationsMatchPerThreadModelsDuringExpansionAndShrink
   EXPECT_GT(st.expansions, 0u);
   EXPECT_GT(st.shrinks, 0u) << "items " << st.items << " slots " << st.slots << " levels "
                             << st.levels << " resizing " << st.resizing;
-  Status c = store_->check();
-  EXPECT_TRUE(c.ok()) << c.to_string();
+  expect_check_passes();
 }
 
 TEST_F(ClevelStress, ConcurrentInsertsOfOneKeyHaveExactlyOneWinner) {
-  Options o;
-  o.pool_size = 128u << 20;
-  o.clevel_initial_level_log2 = 3;
-  o.clevel_min_level_log2 = 2;
-  Status created = Store::create(path_, o, &store_);
-  ASSERT_TRUE(created.ok()) << created.to_string();
+  create(128u << 20);
+  if (HasFatalFailure()) return;
   const unsigned threads = 3;
   const int keys = 3000 * kScale;
   std::vector<std::vector<char>> won(threads, std::vector<char>(keys, 0));
@@ -198,17 +203,12 @@ TEST_F(ClevelStress, ConcurrentInsertsOfOneKeyHaveExactlyOneWinner) {
     ASSERT_EQ(v, std::to_string(winner)) << "key " << k;
   }
   EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(keys));
-  Status c = store_->check();
-  EXPECT_TRUE(c.ok()) << c.to_string();
+  expect_check_passes();
 }
 
 TEST_F(ClevelStress, ConcurrentUpdatesOfOneKeyLoseNone) {
-  Options o;
-  o.pool_size = 128u << 20;
-  o.clevel_initial_level_log2 = 3;
-  o.clevel_min_level_log2 = 2;
-  Status created = Store::create(path_, o, &store_);
-  ASSERT_TRUE(created.ok()) << created.to_string();
+  create(128u << 20);
+  if (HasFatalFailure()) return;
   // Each thread appends to its own counter key, and all hammer a hot key;
   // the hot key ends with one of the last values written, never an older one.
   const unsigned threads = 3;
@@ -234,8 +234,7 @@ TEST_F(ClevelStress, ConcurrentUpdatesOfOneKeyLoseNone) {
   bool is_a_last_value = false;
   for (const auto& l : last) is_a_last_value |= v == l;
   EXPECT_TRUE(is_a_last_value) << v;
-  Status c = store_->check();
-  EXPECT_TRUE(c.ok()) << c.to_string();
+  expect_check_passes();
 }
 
 }  // namespace
