@@ -163,6 +163,8 @@ Status ClevelIndex::recover() {
     count_known_.store(true);
   }
   root_->count_valid = 0;
+  // Invalid on media before any write is served: else a crash in this session
+  // would reopen with the old count taken for true.
   region_.persist(&root_->count_valid, sizeof(std::uint64_t));
   return Status::OK();
 }
