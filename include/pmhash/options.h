@@ -44,6 +44,10 @@ struct Options {
   double clevel_shrink_threshold = 0.05;
   // Never shrink the first level below 2^n buckets.
   unsigned clevel_min_level_log2 = 4;
+  // Keep a DRAM summary of each bucket's tags (8 bytes per 64-byte bucket)
+  // so that searches skip buckets that cannot hold the key; rebuilt in the
+  // background after open. Costs one atomic OR per insert.
+  bool clevel_tag_filter = true;
 };
 
 }  // namespace pmhash

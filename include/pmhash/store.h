@@ -47,6 +47,8 @@ struct Stats {
   std::uint64_t expansions = 0;  // resizes since open
   std::uint64_t shrinks = 0;
   std::uint64_t items_moved = 0; // items moved by resizing since open
+  std::uint64_t dram_bytes = 0;  // DRAM the index keeps beside the pool
+                                 // (clevel: tag filters, 1/8 of the buckets)
   std::uint64_t flushes = 0;     // cache-line flushes issued since open
   std::uint64_t fences = 0;      // drains (store fences) issued since open
 };

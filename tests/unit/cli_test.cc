@@ -237,6 +237,7 @@ TEST_F(CliTest, InfoJsonReportsEngineAndItems) {
   EXPECT_EQ(j.value("pool_size", std::uint64_t{0}), 16u << 20);
   EXPECT_TRUE(j.value("clean_shutdown", false));
   EXPECT_GE(j.value("slots", std::uint64_t{0}), 6u);
+  EXPECT_GT(j.value("dram_bytes", std::uint64_t{0}), 0u);  // clevel's tag filters
   for (const char* field : {"granularity", "heap_used", "heap_free", "load_factor", "levels",
                             "resizing", "recovery_ns"}) {
     EXPECT_TRUE(j.contains(field)) << field;

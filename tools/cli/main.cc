@@ -323,6 +323,7 @@ std::string info_text(const pmhash::Stats& st) {
       {"pool size", bytes(st.pool_size)},
       {"heap used", bytes(st.heap_used)},
       {"heap free", bytes(st.heap_free)},
+      {"dram", bytes(st.dram_bytes)},
       {"items", std::to_string(st.items)},
       {"slots", std::to_string(st.slots)},
       {"load factor", load_factor},
@@ -348,6 +349,7 @@ std::string info_json(const pmhash::Stats& st) {
   j["pool_size"] = st.pool_size;
   j["heap_used"] = st.heap_used;
   j["heap_free"] = st.heap_free;
+  j["dram_bytes"] = st.dram_bytes;
   j["items"] = st.items;
   j["slots"] = st.slots;
   j["load_factor"] = st.load_factor;

@@ -2,6 +2,7 @@
 #include "engine/clevel/clevel.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <thread>
 #include <unordered_set>
@@ -18,9 +19,13 @@ ClevelIndex::ClevelIndex(const Env& env)
       root_(reinterpret_cast<Root*>(env.pool->root())),
       generation_(env.pool->generation()),
       rehash_threads_(env.options.clevel_rehash_threads),
-      counts_(new Stripe[kMaxThreads]) {}
+      counts_(new Stripe[kMaxThreads]),
+      use_filters_(env.options.clevel_tag_filter) {}
 
-ClevelIndex::~ClevelIndex() { close(); }
+ClevelIndex::~ClevelIndex() {
+  close();
+  for (auto& f : filters_) delete f.exchange(nullptr);
+}
 
 // ---------------------------------------------------------------------------
 // Context and levels
@@ -79,18 +84,62 @@ void ClevelIndex::for_candidate_slots(const Key& key, Ctx c, Fn&& fn) const {
   // (A resize that starts meanwhile changes the context, and callers that
   // found nothing re-check it and search again.)
   const bool top_down = !c.resizing() || c.shrinking();
+  const std::uint16_t tag = key_tag(key.h1);
   bool go = true;
   for_levels(c, top_down, [&](std::uint16_t id, LevelHeader* l) {
-    Bucket* b0 = candidate(l, key, 0);
-    Bucket* b1 = candidate(l, key, 1);
-    for (Bucket* b : {b0, b1}) {
-      for (auto& s : b->slot) {
-        if (!(go = fn(s, id))) return false;
+    const TagFilter* filter = usable_filter(id, l);
+    const std::uint64_t mask = (std::uint64_t{1} << l->log2) - 1;
+    const std::uint64_t i0 = key.h1 & mask;
+    const std::uint64_t i1 = key.h2 & mask;
+    for (std::uint64_t i : {i0, i1}) {
+      // A bucket whose filter lacks the tag holds no slot with it.
+      if (filter == nullptr || filter->may_hold(i, tag)) {
+        for (auto& s : level_buckets(l)[i].slot) {
+          if (!(go = fn(s, id))) return false;
+        }
       }
-      if (b0 == b1) break;
+      if (i0 == i1) break;
     }
     return true;
   });
+}
+
+// ---------------------------------------------------------------------------
+// Tag filters
+// ---------------------------------------------------------------------------
+
+const TagFilter* ClevelIndex::usable_filter(std::uint16_t id, const LevelHeader* l) const {
+  const TagFilter* f = filters_[id % kRingSize].load(std::memory_order_acquire);
+  return f != nullptr && f->is_for(l) && f->ready() ? f : nullptr;
+}
+
+void ClevelIndex::ensure_filter(std::uint16_t id) {
+  if (!use_filters_) return;
+  // The level linked at `id` now. None (its expansion was abandoned): the
+  // context CAS that follows fails, since the abandoner saw it change.
+  const std::uint64_t off = root_->levels[id % kRingSize].load(std::memory_order_acquire);
+  if (off == 0) return;
+  const LevelHeader* l = region_.at<LevelHeader>(off);
+  auto& entry = filters_[id % kRingSize];
+  TagFilter* f = entry.load(std::memory_order_acquire);
+  while (f == nullptr || !f->is_for(l)) {
+    // The level is not in any context yet, so it is empty: the new filter is
+    // complete as it is. A mismatching filter belongs to a level whose
+    // expansion was abandoned; nobody searches with it, but a racing
+    // ensure_filter may still be reading it, so it is freed at close.
+    auto fresh = std::make_unique<TagFilter>(l, /*ready=*/true);
+    if (entry.compare_exchange_strong(f, fresh.get(), std::memory_order_acq_rel)) {
+      if (f != nullptr) {
+        std::lock_guard lock(filter_mutex_);
+        stale_filters_.emplace_back(f);
+      }
+      f = fresh.release();
+    }
+  }
+}
+
+std::unique_ptr<TagFilter> ClevelIndex::take_filter(std::uint16_t id) {
+  return std::unique_ptr<TagFilter>(filters_[id % kRingSize].exchange(nullptr));
 }
 
 // ---------------------------------------------------------------------------
@@ -129,9 +178,13 @@ std::uint64_t ClevelIndex::find_visible(const Key& key, Ctx c) const {
 void ClevelIndex::prefetch(const Key& key, Ctx c) const {
   // Every candidate bucket of every level is a likely cache miss; asking for
   // all of them at once overlaps the misses instead of paying them in turn.
+  // Not gated by the tag filters: a positive search would then wait for the
+  // filter words before its bucket misses even start (measured: slower),
+  // while a negative one does not wait for prefetches it never reads.
   for_levels(c, true, [&](std::uint16_t, LevelHeader* l) {
-    __builtin_prefetch(candidate(l, key, 0));
-    __builtin_prefetch(candidate(l, key, 1));
+    const std::uint64_t mask = (std::uint64_t{1} << l->log2) - 1;
+    __builtin_prefetch(level_buckets(l) + (key.h1 & mask));
+    __builtin_prefetch(level_buckets(l) + (key.h2 & mask));
     return true;
   });
 }
@@ -204,11 +257,21 @@ ClevelIndex::Attempt ClevelIndex::place(heap::ThreadCache* tc, const Key& key,
     // Less-loaded candidate bucket first (paper §3.2.2).
     Bucket* order[2] = {b0, b1};
     if (b1 != b0 && empties(b1) > empties(b0)) std::swap(order[0], order[1]);
+    // Every level a context names has its filter (ensure_filter), and it is
+    // for this level: no other level can hold its ring entry meanwhile.
+    TagFilter* filter = filters_[id % kRingSize].load(std::memory_order_acquire);
+    assert(filter == nullptr || filter->is_for(l));
     for (Bucket* b : order) {
+      bool filtered = false;
       for (auto& s : b->slot) {
+        if (s.load(std::memory_order_relaxed) != 0) continue;
+        if (!filtered && filter != nullptr) {
+          // The tag is in the filter before the pointer is in the slot.
+          filter->add(static_cast<std::uint64_t>(b - level_buckets(l)), pool::pptr_tag(value));
+          filtered = true;
+        }
         std::uint64_t expected = 0;
-        if (s.load(std::memory_order_relaxed) == 0 &&
-            s.compare_exchange_strong(expected, value, std::memory_order_seq_cst)) {
+        if (s.compare_exchange_strong(expected, value, std::memory_order_seq_cst)) {
           region_.flush(&s, sizeof(s));
           *level_out = id;
           placed = true;
@@ -608,6 +671,10 @@ void ClevelIndex::fill_stats(Stats* st) const {
   st->expansions = expansions_.load();
   st->shrinks = shrinks_.load();
   st->items_moved = moved_.load();
+  rcu::ReadGuard guard;  // filters are freed after a grace period
+  for (const auto& entry : filters_) {
+    if (const TagFilter* f = entry.load(std::memory_order_acquire)) st->dram_bytes += f->bytes();
+  }
 }
 
 }  // namespace pmhash::engine::clevel

@@ -53,6 +53,34 @@
 //     invisible.  After a crash (older generation) TENTATIVE and LOSER items
 //     are garbage and OWNED is plain LIVE (its writer is gone).
 
+// Tag filters (DEPARTURE: not in the paper; Options::clevel_tag_filter). A
+// search for an absent key must read both candidate buckets of every level,
+// four cache misses with two levels, where a cuckoo table reads two. So each
+// live level has a DRAM filter, one 64-bit word per bucket (1/8 of the
+// level's size): a Bloom filter, 3 bits per tag, of the tags of every pointer
+// stored into the bucket's slots. A search skips a bucket whose word lacks
+// the key's bits; usually it then touches DRAM words only, which stay in
+// cache far better than the buckets.
+//   Invariant: for every level a context names whose filter is ready, every
+//   non-empty slot's tag bits are set in its bucket's word. Bits are only
+//   ever added (a delete leaves them; the level's next rebuild, i.e. a
+//   resize, forgets them), so the filter errs only towards reading a bucket.
+//   - A writer adds the tag (seq_cst fetch_or) before its CAS stores the
+//     pointer, so a reader that finds the bits missing read the word before
+//     the pointer existed. A mover adds to the destination before copying and
+//     clears the source after: a reader that saw the source cleared sees the
+//     destination's bits (the same order argument as for the slots).
+//   - A new level gets an empty, ready filter before any context names it
+//     (ensure_filter runs before the context CAS); a level keeps its filter
+//     until it is dropped: unhooked once it is empty, freed after the grace
+//     period that also guards its ring entry.
+//   - After open, filters start empty and not ready; writers add from the
+//     start, the first rehash thread adds every slot already there, then
+//     marks the filter ready. Until then searches read every bucket. Open
+//     itself does not scan the table.
+//   - check() completes the filters itself, then verifies the invariant.
+//   Updates store a pointer with the same key, hence the same tag: no add.
+
 // ---------------------------------------------------------------------------
 // Operations and persist order
 // ---------------------------------------------------------------------------
@@ -66,14 +94,16 @@
 //   moving item is never missed. While nothing moves, top-to-bottom (the
 //   first level holds two thirds of the items). If the context changed
 //   meanwhile and nothing was found, search again: every move happens under
-//   a context that differs from one without a resize.
+//   a context that differs from one without a resize. All candidate buckets
+//   are prefetched first; a bucket whose tag filter lacks the key is skipped.
 //
 // insert (context-aware, §3.2.2):
 //   1. write the item as TENTATIVE; heap bit + intent + item   -> drain #1
 //   2. search; found -> free the item, AlreadyExists
 //   3. CAS it into an empty slot of the less loaded candidate bucket, first
 //      level first, never into the level being emptied; no room -> expand
-//      (below) and retry. Flush the slot.
+//      (below) and retry. Flush the slot. (The tag goes into the bucket's
+//      filter word just before the CAS.)
 //   4. context-aware (paper §3.2.2): if the level we used is being emptied,
 //      or was dropped, since we chose it, a rehash thread may have passed
 //      our bucket already: insert the same pointer again somewhere safe
@@ -149,7 +179,8 @@
 // check() verifies
 // ---------------------------------------------------------------------------
 //   context and level ring consistent (ids in range live and allocated,
-//   others zero, sizes doubling, 2 levels when not resizing); every slot
+//   others zero, sizes doubling, 2 levels when not resizing); every live
+//   level has a complete tag filter holding the tag of each of its slots; every slot
 //   points to an allocated, well-formed, non-TENTATIVE item whose tag and
 //   candidate bucket match its key; no MOVING bit; no two different items
 //   with one key; the item count; every allocated heap block is a live level

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/clevel/layout.h"
+#include "engine/clevel/tag_filter.h"
 #include "engine/index.h"
 #include "heap/heap.h"
 #include "media/region.h"
@@ -61,6 +62,18 @@ class ClevelIndex final : public Index {
   // level by level in search order, until fn returns false.
   template <typename Fn>
   void for_candidate_slots(const Key& key, Ctx c, Fn&& fn) const;
+
+  // --- tag filters (DRAM, one per live level; see clevel.h) ---
+  // The level's filter if searches may trust it (built and for this level).
+  const TagFilter* usable_filter(std::uint16_t id, const LevelHeader* l) const;
+  // Makes sure level `id` has a filter before a context names it.
+  void ensure_filter(std::uint16_t id);
+  // Unhooks level `id`'s filter; the caller frees it after a grace period.
+  std::unique_ptr<TagFilter> take_filter(std::uint16_t id);
+  // Completes the filters made at open (see recover()): the first rehash
+  // thread runs it before anything else, check() runs it too (adding bits
+  // twice is harmless) so that it checks complete filters.
+  void build_filters();
 
   // --- searching ---
   // The first visible item with this key, in search direction; 0 if none.
@@ -148,6 +161,19 @@ class ClevelIndex final : public Index {
   bool round_failed_ = false;       // last round stopped early without a shrink to undo
   // A worker found no room while shrinking: rehash threads turn it around.
   std::atomic<bool> shrink_abort_requested_{false};
+
+  // Offset of the level a finishing round is dropping from ring entry i
+  // (0: none), from before the context stops naming it until its entry is
+  // cleared: an expander must not take that entry for a new level's.
+  std::atomic<std::uint64_t> dropping_[kRingSize] = {};
+
+  bool use_filters_;
+  std::atomic<TagFilter*> filters_[kRingSize] = {};
+  std::mutex filter_mutex_;
+  std::vector<std::unique_ptr<TagFilter>> stale_filters_;  // replaced; freed at close
+  // Filters made at open, not trusted until build_filters() completes them
+  // (written before the rehash threads start, read-only afterwards).
+  std::vector<std::pair<std::uint16_t, TagFilter*>> unbuilt_filters_;
 
   std::atomic<std::uint64_t> expansions_{0};
   std::atomic<std::uint64_t> shrinks_{0};

@@ -1,5 +1,6 @@
 // engine/clevel/clevel_recovery.cc - create, open (recovery), close, check
 // and the engine's registration (design in clevel.h).
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 #include <unordered_set>
@@ -87,6 +88,7 @@ Status ClevelIndex::format() {
     region_.flush(l, sizeof(LevelHeader));  // buckets: zeroed and flushed by allocate
     root_->levels[id].store(off);
   }
+  for (std::uint16_t id = 0; id < 2; ++id) ensure_filter(id);
   root_->context.store(Ctx{}.next(1, 0, false, false).w);
   // The levels and the root are durable before create returns; a crash
   // before this point leaves a pool that open rejects ("clevel root is not
@@ -166,7 +168,55 @@ Status ClevelIndex::recover() {
   // Invalid on media before any write is served: else a crash in this session
   // would reopen with the old count taken for true.
   region_.persist(&root_->count_valid, sizeof(std::uint64_t));
+  // 6. Tag filters (DRAM) for the live levels, empty and not yet trusted:
+  //    writers add to them from now on, and the first rehash thread adds the
+  //    slots already there (build_filters), so open does not wait for a scan
+  //    of the table.
+  if (use_filters_) {
+    for (unsigned i = 0; i < c.levels(); ++i) {
+      const auto id = static_cast<std::uint16_t>(c.last() + i);
+      auto* f = new TagFilter(level(id), /*ready=*/false);
+      filters_[id % kRingSize].store(f);
+      unbuilt_filters_.emplace_back(id, f);
+    }
+  }
   return Status::OK();
+}
+
+void ClevelIndex::build_filters() {
+  constexpr std::uint64_t kChunk = 1024;  // buckets per read-side section
+  for (auto [id, f] : unbuilt_filters_) {
+    bool gone = false;
+    for (std::uint64_t first = 0; !gone; first += kChunk) {
+      if (stop_.load(std::memory_order_relaxed)) return;
+      rcu::ReadGuard guard;
+      // A rehash round that drops the level unhooks the filter before its
+      // grace period: seen here, the filter and the level stay valid until
+      // the guard ends. (Were f freed and its address reused by the next
+      // level in this ring entry, we would add that level's own tags to its
+      // own filter: harmless.)
+      if (filters_[id % kRingSize].load(std::memory_order_acquire) != f) {
+        gone = true;
+        break;
+      }
+      if (first >= f->buckets()) {
+        // Every slot that existed when we passed it is in, and every later
+        // pointer was added by its writer before it was stored.
+        f->set_ready();
+        break;
+      }
+      Bucket* buckets = level_buckets(level(id));
+      const std::uint64_t end = std::min(first + kChunk, f->buckets());
+      for (std::uint64_t b = first; b < end; ++b) {
+        std::uint64_t bits = 0;
+        for (auto& s : buckets[b].slot) {
+          const std::uint64_t v = s.load(std::memory_order_seq_cst);
+          if (v != 0) bits |= TagFilter::bits(pool::pptr_tag(v));
+        }
+        if (bits != 0) f->add_bits(b, bits);
+      }
+    }
+  }
 }
 
 bool ClevelIndex::keep_block(std::uint64_t off) {
@@ -215,6 +265,8 @@ Status ClevelIndex::check() {
   auto fail = [&](const std::string& what) {
     return Status::Corruption("pool " + env_.pool->path() + ": clevel: " + what);
   };
+  // The filters made at open are complete, so that all of them are checked.
+  build_filters();
   // Rehash threads finish their bucket and wait: no move is half-done.
   std::unique_lock pause(pause_);
   heap_.drain_all();  // quiescent: retired blocks must not look like leaks
@@ -247,6 +299,10 @@ Status ClevelIndex::check() {
     if (heap_.block_size(loff) < level_bytes(l->log2)) return fail("level block too small");
     prev_log2 = l->log2;
     live_levels.insert(loff);
+    const TagFilter* filter = filters_[id % kRingSize].load();
+    if (use_filters_ && (filter == nullptr || !filter->is_for(l) || !filter->ready())) {
+      return fail("level " + std::to_string(id) + " has no complete tag filter");
+    }
     const std::uint64_t mask = (std::uint64_t{1} << l->log2) - 1;
     for (std::uint64_t b = 0; b <= mask; ++b) {
       for (auto& s : level_buckets(l)[b].slot) {
@@ -262,6 +318,9 @@ Status ClevelIndex::check() {
         if (!state_visible(item->state.load())) return fail("slot points to an unfinished insert");
         const Key key = make_key(item_key(item));
         if (pool::pptr_tag(v) != key_tag(key.h1)) return fail("tag does not match the key");
+        if (filter != nullptr && !filter->may_hold(b, key_tag(key.h1))) {
+          return fail("tag filter of level " + std::to_string(id) + " misses a slot");
+        }
         if (b != (key.h1 & mask) && b != (key.h2 & mask)) return fail("item in a foreign bucket");
         auto [it, fresh] = by_key.emplace(std::string(item_key(item)), off);
         if (!fresh && it->second != off) return fail("two items hold one key");

@@ -94,6 +94,17 @@ ClevelIndex::Attempt ClevelIndex::expand(heap::ThreadCache* tc, Ctx c, bool reha
       if (mine) abandon_level(tc, nid, linked);
       return Attempt::kRetry;
     }
+    // The entry may still hold the level a shrink just dropped from this id
+    // (its round clears the entry after a grace period): naming that one
+    // would make the context point at a freed level, then at the pool
+    // header. Wait outside the read-side section for the entry to clear.
+    // (dropping_ first: the round clears the entry before dropping_, so an
+    // entry read afterwards that still equals it is the dropped level.)
+    const std::uint64_t dropping = dropping_[nid % kRingSize].load(std::memory_order_seq_cst);
+    const std::uint64_t current = entry.load(std::memory_order_seq_cst);
+    if (current == 0) return Attempt::kRetry;  // abandoned or dropped: make one
+    if (current == dropping) return Attempt::kYield;
+    ensure_filter(nid);
     if (cas_ctx(now, now.next(nid, now.last(), /*resizing=*/true, /*shrinking=*/false))) {
       expansions_.fetch_add(1, std::memory_order_relaxed);
       break;
@@ -135,6 +146,7 @@ void ClevelIndex::maybe_shrink(heap::ThreadCache* tc) {
   std::uint64_t linked = 0;
   bool mine = false;
   if (!make_level(region_, tc, entry, nid, last->log2 - 1, &linked, &mine).ok() || !mine) return;
+  ensure_filter(nid);
   if (cas_ctx(c, c.next(c.first(), nid, /*resizing=*/true, /*shrinking=*/true))) {
     shrinks_.fetch_add(1, std::memory_order_relaxed);
     tc->clear_intent(kLevelIntent);
@@ -253,6 +265,11 @@ void ClevelIndex::finish_round(heap::ThreadCache* tc, Ctx c, bool complete) {
     return;
   }
   const std::uint64_t off = root_->levels[src % kRingSize].load();
+  // The level is empty and nothing is placed into it any more: its filter is
+  // unhooked (searches that still reach the level scan its buckets
+  // unfiltered) and freed after the grace period below.
+  const std::unique_ptr<TagFilter> filter = take_filter(src);
+  dropping_[src % kRingSize].store(off, std::memory_order_seq_cst);
   for (;;) {  // paper §3.1.2 step 5
     const Ctx now = load_ctx();
     Ctx next;
@@ -276,6 +293,7 @@ void ClevelIndex::finish_round(heap::ThreadCache* tc, Ctx c, bool complete) {
   region_.drain();  // the retire entry is durable before the ring forgets the level
   root_->levels[src % kRingSize].store(0, std::memory_order_release);
   region_.persist(&root_->levels[src % kRingSize], sizeof(std::uint64_t));
+  dropping_[src % kRingSize].store(0, std::memory_order_seq_cst);
 }
 
 void ClevelIndex::rehash_main(unsigned j) {
@@ -283,6 +301,7 @@ void ClevelIndex::rehash_main(unsigned j) {
   Status s;
   heap::ThreadCache* tc = heap_.thread(&s);
   if (tc == nullptr) return;
+  if (j == 0) build_filters();
   std::uint64_t seen = 0;
   for (;;) {
     {
