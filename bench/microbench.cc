@@ -23,6 +23,11 @@
 // sampled, and (unless --no-check) Store::check() verifies the pmhash
 // invariants. Any discrepancy stops the program with exit status 1.
 //
+// The machine may be shared and noisy, so --repeat R (default 3) runs the
+// pmhash/libcuckoo pair R times back to back per thread count; the report
+// gives each side's median throughput and the median and range of the
+// per-repetition ratios (each ratio from two runs made next to each other).
+//
 // After each mutating pmhash phase the program waits, untimed, until no
 // resize is in progress (reported as "resize tail"), then takes the deltas of
 // Stats::flushes and Stats::fences: the persistence cost per operation,
@@ -35,6 +40,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -68,6 +74,8 @@ struct Config {
   std::uint64_t seed = 1;
   bool check = true;
   bool libcuckoo = true;
+  unsigned repeat = 3;
+  bool tag_filter = true;
   std::string json_path;
 };
 
@@ -101,6 +109,7 @@ struct Shape {
 struct RunRecord {
   std::string table;  // "pmhash" or "libcuckoo"
   unsigned threads = 0;
+  unsigned repetition = 0;
   PhaseRecord phases[kPhases];
   std::optional<Shape> shape;
   std::string granularity;
@@ -122,6 +131,7 @@ class PmhashTable {
     options.engine = config.engine;
     options.force = true;
     options.clevel_initial_level_log2 = config.initial_level_log2;
+    options.clevel_tag_filter = config.tag_filter;
     options.pool_size = config.pool_size;
     const Status s = Store::create(path_, options, &store_);
     if (!s.ok()) {
@@ -378,38 +388,64 @@ struct Pair {
   const RunRecord* cuckoo = nullptr;
 };
 
-void print_report(const Config& config, const std::vector<Pair>& pairs) {
-  const std::string granularity = pairs.empty() ? "" : pairs.front().pmhash->granularity;
+// The repetitions of one thread count.
+struct Group {
+  unsigned threads = 0;
+  std::vector<Pair> reps;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0 : n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void print_report(const Config& config, const std::vector<Group>& groups) {
+  const std::string granularity = groups.empty() ? "" : groups.front().reps.front().pmhash->granularity;
+  const std::size_t reps = groups.empty() ? 0 : groups.front().reps.size();
   std::cout << "\npmhash-microbench: " << config.records << " records, key " << config.key_size
             << " B, value " << config.value_size << " B, engine " << config.engine << ", pool in "
             << config.pool_dir << ", granularity " << granularity << ", seed " << config.seed
-            << "\n\nthroughput, Mops/s (ratio = pmhash / libcuckoo)\n\n";
+            << "\n\nthroughput, Mops/s, median of " << reps
+            << (reps == 1 ? " run" : " runs") << " (ratio = pmhash / libcuckoo, median and range "
+            << "of the per-run ratios)\n\n";
 
-  constexpr std::size_t kName = 16, kCell = 10, kRatio = 7, kGap = 3;
+  constexpr std::size_t kName = 16, kCell = 10, kRatio = 7, kRange = 12, kGap = 3;
   std::string head1 = pad("", kName, true), head2 = pad("operation", kName, true);
-  for (const Pair& p : pairs) {
+  for (const Group& g : groups) {
     const std::string label =
-        std::to_string(p.pmhash->threads) + (p.pmhash->threads == 1 ? " thread" : " threads");
-    head1 += std::string(kGap, ' ') + pad(label, 2 * kCell + kRatio, true);
+        std::to_string(g.threads) + (g.threads == 1 ? " thread" : " threads");
+    head1 += std::string(kGap, ' ') + pad(label, 2 * kCell + kRatio + kRange, true);
     head2 += std::string(kGap, ' ') + pad("pmhash", kCell) + pad("libcuckoo", kCell) +
-             pad("ratio", kRatio);
+             pad("ratio", kRatio) + pad("range", kRange);
   }
   std::cout << head1 << "\n" << head2 << "\n";
   for (std::size_t ph = 0; ph < kPhases; ++ph) {
     std::string line = pad(kPhaseNames[ph], kName, true);
-    for (const Pair& p : pairs) {
-      const double mine = p.pmhash->phases[ph].result.mops();
-      line += std::string(kGap, ' ') + pad(fixed(mine), kCell);
-      if (p.cuckoo != nullptr) {
-        const double theirs = p.cuckoo->phases[ph].result.mops();
-        line += pad(fixed(theirs), kCell) + pad(theirs > 0 ? fixed(mine / theirs) : "-", kRatio);
-      } else {
-        line += pad("-", kCell) + pad("-", kRatio);
+    for (const Group& g : groups) {
+      std::vector<double> mine, theirs, ratios;
+      for (const Pair& p : g.reps) {
+        mine.push_back(p.pmhash->phases[ph].result.mops());
+        if (p.cuckoo == nullptr) continue;
+        theirs.push_back(p.cuckoo->phases[ph].result.mops());
+        if (theirs.back() > 0) ratios.push_back(mine.back() / theirs.back());
       }
+      line += std::string(kGap, ' ') + pad(fixed(median(mine)), kCell);
+      if (ratios.empty()) {
+        line += pad("-", kCell) + pad("-", kRatio) + pad("-", kRange);
+        continue;
+      }
+      const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+      line += pad(fixed(median(theirs)), kCell) + pad(fixed(median(ratios)), kRatio) +
+              pad(fixed(*lo) + "-" + fixed(*hi), kRange);
     }
     std::cout << line << "\n";
   }
 
+  // Persistence counts and the table's shape hardly vary between runs: the
+  // first run of each thread count stands for all.
+  std::vector<Pair> pairs;
+  for (const Group& g : groups) pairs.push_back(g.reps.front());
   std::cout << "\npmhash persistence per operation (incl. background rehash)\n\n"
             << pad("threads", 8, true) << pad("operation", kName, true) << pad("flushes/op", 12)
             << pad("fences/op", 12) << pad("resize tail ms", 16) << "\n";
@@ -451,7 +487,10 @@ nlohmann::json to_json(const RunRecord& run) {
     }
     phases[kPhaseNames[ph]] = j;
   }
-  nlohmann::json out = {{"table", run.table}, {"threads", run.threads}, {"phases", phases}};
+  nlohmann::json out = {{"table", run.table},
+                        {"threads", run.threads},
+                        {"repetition", run.repetition},
+                        {"phases", phases}};
   if (run.shape) {
     out["after_insert"] = {{"items", run.shape->items},
                            {"slots", run.shape->slots},
@@ -464,7 +503,7 @@ nlohmann::json to_json(const RunRecord& run) {
   return out;
 }
 
-void write_json(const Config& config, const std::vector<RunRecord>& runs) {
+void write_json(const Config& config, const std::deque<RunRecord>& runs) {
   nlohmann::json doc;
   doc["config"] = {{"records", config.records},
                    {"key_size", config.key_size},
@@ -475,6 +514,8 @@ void write_json(const Config& config, const std::vector<RunRecord>& runs) {
                    {"granularity", config.granularity},
                    {"initial_level_log2", config.initial_level_log2},
                    {"seed", config.seed},
+                   {"repeat", config.repeat},
+                   {"tag_filter", config.tag_filter},
                    {"hardware_threads", std::thread::hardware_concurrency()}};
   doc["runs"] = nlohmann::json::array();
   for (const RunRecord& run : runs) doc["runs"].push_back(to_json(run));
@@ -493,21 +534,30 @@ int run(const Config& config) {
             << " values\n";
   const Dataset data(config.records, config.key_size, config.value_size, config.seed, true);
 
-  std::vector<RunRecord> runs;
-  runs.reserve(2 * config.threads.size());
-  std::vector<Pair> pairs;
+  // RunRecords stay where they are: Pairs point into the deque.
+  std::deque<RunRecord> runs;
+  std::vector<Group> groups;
   for (unsigned threads : config.threads) {
-    std::cerr << "pmhash " << config.engine << ", " << threads << " thread(s)\n";
-    runs.push_back(run_pmhash(config, data, threads));
-    Pair pair{&runs.back(), nullptr};
-    if (config.libcuckoo) {
-      std::cerr << "libcuckoo, " << threads << " thread(s)\n";
-      runs.push_back(run_libcuckoo(config, data, threads));
-      pair.cuckoo = &runs.back();
+    Group group{threads, {}};
+    for (unsigned r = 0; r < config.repeat; ++r) {
+      const std::string of = config.repeat > 1 ? " (run " + std::to_string(r + 1) + " of " +
+                                                     std::to_string(config.repeat) + ")"
+                                               : "";
+      std::cerr << "pmhash " << config.engine << ", " << threads << " thread(s)" << of << "\n";
+      runs.push_back(run_pmhash(config, data, threads));
+      runs.back().repetition = r;
+      Pair pair{&runs.back(), nullptr};
+      if (config.libcuckoo) {
+        std::cerr << "libcuckoo, " << threads << " thread(s)" << of << "\n";
+        runs.push_back(run_libcuckoo(config, data, threads));
+        runs.back().repetition = r;
+        pair.cuckoo = &runs.back();
+      }
+      group.reps.push_back(pair);
     }
-    pairs.push_back(pair);
+    groups.push_back(std::move(group));
   }
-  print_report(config, pairs);
+  print_report(config, groups);
   if (!config.json_path.empty()) write_json(config, runs);
   return 0;
 }
@@ -546,9 +596,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", config.seed, "seed of keys, values and access order")
       ->capture_default_str();
+  app.add_option("--repeat", config.repeat,
+                 "runs per thread count (pmhash then libcuckoo each time); the report gives "
+                 "medians")
+      ->check(CLI::Range(1u, 100u))
+      ->capture_default_str();
   app.add_option("--json", config.json_path, "also write the results as JSON to this file");
   app.add_flag("--no-check", [&](std::int64_t) { config.check = false; },
                "skip Store::check() between phases (per-operation checks stay)");
+  app.add_flag("--no-tag-filter", [&](std::int64_t) { config.tag_filter = false; },
+               "clevel without its DRAM tag filters (Options::clevel_tag_filter)");
   app.add_flag("--no-libcuckoo", [&](std::int64_t) { config.libcuckoo = false; },
                "measure pmhash only");
   CLI11_PARSE(app, argc, argv);
