@@ -61,7 +61,8 @@ class Store {
 
   // Creates a new pool file at `path` holding an empty index of
   // `options.engine`.
-  // Errors: AlreadyExists when `path` exists and !options.force;
+  // Errors: AlreadyExists when `path` exists and !options.force; Busy when
+  // options.force would replace a pool that is open (nothing is changed);
   // IOError when the file cannot be created or sized (the message names the
   // path and the reason); InvalidArgument for an unknown engine or a pool
   // size too small for the engine.
@@ -69,8 +70,10 @@ class Store {
                        std::unique_ptr<Store>* store);
 
   // Opens an existing pool. Runs crash recovery when the pool was not closed
-  // cleanly; recovery is O(threads + levels), not O(keys).
-  // Errors: IOError when the file cannot be opened; Corruption when it is
+  // cleanly; recovery is O(threads + levels), not O(keys). The file stays
+  // locked (flock) until the Store is destroyed.
+  // Errors: Busy when another Store, in this process or another, has the
+  // pool open; IOError when the file cannot be opened; Corruption when it is
   // not a pmhash pool, is truncated, has a bad header checksum, or has
   // another layout version; InvalidArgument when options.engine names
   // another engine than the pool's. In every error case the file is left

@@ -17,6 +17,7 @@
 #include "pool/pool.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include <cstddef>
 #include <cstring>
 #include <ctime>
+#include <utility>
 
 #include "heap/heap.h"
 #include "pool/pptr.h"
@@ -227,6 +229,11 @@ class CreateGuard {
   }
   int fd() const { return fd_; }
   void disarm() { armed_ = false; }
+  // Disarms and hands the descriptor over to the caller.
+  int release() {
+    armed_ = false;
+    return std::exchange(fd_, -1);
+  }
 
  private:
   std::string path_;
@@ -236,7 +243,23 @@ class CreateGuard {
 
 }  // namespace
 
-Pool::~Pool() = default;
+Pool::~Pool() {
+  region_.reset();  // unmapped before the lock is released
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+namespace {
+
+// Takes the exclusive lock that says a Pool holds the file.
+Status lock_file(const std::string& who, int fd) {
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return Status::OK();
+  if (errno == EWOULDBLOCK) {
+    return Status::Busy(who + ": in use (another process, or another store in this one, has it open)");
+  }
+  return Status::IOError(who + ": cannot lock: " + errno_text(errno));
+}
+
+}  // namespace
 
 std::string Pool::engine() const { return engine_name_of(header_); }
 
@@ -246,7 +269,7 @@ Status Pool::create(const std::string& path, const CreateParams& params,
   std::uint64_t size = 0;
   if (Status s = check_params(who, params, &size); !s.ok()) return s;
 
-  const int flags = O_RDWR | O_CREAT | O_CLOEXEC | (params.force ? O_TRUNC : O_EXCL);
+  const int flags = O_RDWR | O_CREAT | O_CLOEXEC | (params.force ? 0 : O_EXCL);
   const int fd = ::open(path.c_str(), flags, 0644);
   if (fd < 0) {
     if (errno == EEXIST) {
@@ -254,9 +277,17 @@ Status Pool::create(const std::string& path, const CreateParams& params,
     }
     return Status::IOError(who + ": cannot create: " + errno_text(errno));
   }
+  // A pool someone has open is never truncated or removed under them.
+  if (Status s = lock_file(who, fd); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
   // From here on, a failure removes the half-made file (with force, the old
-  // contents are already gone through O_TRUNC).
+  // contents are gone from here on).
   CreateGuard guard(path, fd);
+  if (params.force && ::ftruncate(fd, 0) != 0) {
+    return Status::IOError(who + ": cannot truncate: " + errno_text(errno));
+  }
 
   int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
   if (err == EOPNOTSUPP) err = ::ftruncate(fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
@@ -275,8 +306,8 @@ Status Pool::create(const std::string& path, const CreateParams& params,
   // create returns, not only its mapped bytes.
   if (::fsync(guard.fd()) != 0) return Status::IOError(who + ": cannot sync: " + errno_text(errno));
   if (Status s = fsync_parent_dir(who, path); !s.ok()) return s;
-  guard.disarm();
 
+  pool->lock_fd_ = guard.release();
   pool->was_clean_ = true;
   pool->generation_ = 1;
   *out = std::move(pool);
@@ -304,32 +335,36 @@ Status Pool::open(const std::string& path, const std::string& engine,
                   std::unique_ptr<Pool>* out) {
   const std::string who = "pool " + path;
   PoolHeader h{};
+  // Validation reads through a read-only descriptor: a rejected file is
+  // never written, not even its access time through a mapping. The same
+  // descriptor holds the pool's lock, taken before anything is read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(who + ": cannot open: " + errno_text(errno));
+  struct LockHolder {
+    int fd;
+    ~LockHolder() {
+      if (fd >= 0) ::close(fd);
+    }
+  } lock{fd};
+  if (Status s = lock_file(who, fd); !s.ok()) return s;
   {
-    // Validation reads through a read-only descriptor: a rejected file is
-    // never written, not even its access time through a mapping.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::IOError(who + ": cannot open: " + errno_text(errno));
     struct stat st {};
     const bool stat_ok = ::fstat(fd, &st) == 0;
     const int stat_err = errno;
     if (!stat_ok) {
-      ::close(fd);
       return Status::IOError(who + ": cannot stat: " + errno_text(stat_err));
     }
     if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
       return Status::IOError(who + ": not a regular file");
     }
     const auto file_size = static_cast<std::uint64_t>(st.st_size);
     if (file_size < kHeaderSize) {
-      ::close(fd);
       return Status::Corruption(who + ": truncated or not a pool: file is " +
                                 std::to_string(file_size) + " bytes, a pool header needs " +
                                 std::to_string(kHeaderSize));
     }
     const bool read_ok = pread_full(fd, &h, sizeof(h), 0);
     const int read_err = errno;
-    ::close(fd);
     if (!read_ok) return Status::IOError(who + ": cannot read the header: " + errno_text(read_err));
 
     if (Status s = validate_header(who, h); !s.ok()) return s;
@@ -367,6 +402,7 @@ Status Pool::open(const std::string& path, const std::string& engine,
   // either stale field is still truthful.
   pool->region_->persist(ss, sizeof(*ss));
 
+  pool->lock_fd_ = std::exchange(lock.fd, -1);
   *out = std::move(pool);
   return Status::OK();
 }

@@ -84,7 +84,8 @@ struct CreateParams {
 class Pool {
  public:
   // Creates and formats a pool file (header written last, see above).
-  // Errors: AlreadyExists (file exists, !force), IOError (cannot create or
+  // Errors: AlreadyExists (file exists, !force), Busy (force over a pool that
+  // is open: nothing is changed), IOError (cannot create or
   // size the file; names path and errno text), InvalidArgument (size below
   // kMinPoolSize, engine name empty or too long).
   static Status create(const std::string& path, const CreateParams& params,
@@ -95,7 +96,10 @@ class Pool {
   static Status create_volatile(const CreateParams& params, std::unique_ptr<Pool>* out);
 
   // Opens and validates an existing pool. `engine` empty accepts any engine.
-  // Errors (file untouched): IOError (cannot open/stat/read), Corruption
+  // A Pool holds an exclusive flock(2) on its file until it is destroyed:
+  // another open, or a create with force, of the same file (from this or any
+  // other process) fails with Busy and touches nothing.
+  // Errors (file untouched): Busy (in use), IOError (cannot open/stat/read), Corruption
   // (too short, bad magic, bad checksum, other layout version, truncated),
   // InvalidArgument (engine mismatch: "pool P holds 'x', asked for 'y'").
   static Status open(const std::string& path, const std::string& engine,
@@ -130,6 +134,7 @@ class Pool {
   Pool() = default;
 
   std::unique_ptr<media::Region> region_;
+  int lock_fd_ = -1;  // holds the flock on the file; -1 for a volatile pool
   PoolHeader header_{};
   bool was_clean_ = true;
   std::uint64_t generation_ = 0;

@@ -21,6 +21,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "pmhash/store.h"
+
 extern char** environ;
 
 namespace {
@@ -203,6 +205,31 @@ TEST_F(CliTest, CreateRefusesExistingFileWithoutForce) {
   EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
   EXPECT_NE(r.err.find(pool_), std::string::npos) << describe(args, r);
   EXPECT_EQ(file_bytes(pool_), junk);
+}
+
+// Another process (this test) has the pool open: the tool says so in one
+// line naming the pool, exits non-zero, and changes no byte of it.
+TEST_F(CliTest, APoolInUseIsRefusedAndLeftUnchanged) {
+  create_pool(pool_);
+  ok({"put", pool_, "k", "v"});
+  std::unique_ptr<pmhash::Store> holder;
+  ASSERT_TRUE(pmhash::Store::open(pool_, {}, &holder).ok());
+  const std::string before = file_bytes(pool_);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"put", pool_, "k2", "v2"}, {"get", pool_, "k"}, {"info", pool_},
+        {"create", pool_, "--size", "16M", "--force"}}) {
+    const Result r = run_cli(args);
+    EXPECT_NE(r.exit_code, 0) << describe(args, r);
+    EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+    EXPECT_NE(r.err.find(pool_), std::string::npos) << describe(args, r);
+    EXPECT_NE(r.err.find("in use"), std::string::npos) << describe(args, r);
+  }
+  EXPECT_TRUE(file_bytes(pool_) == before) << "a refused command changed the pool";
+  std::string v;
+  EXPECT_TRUE(holder->get("k", &v).ok());
+  EXPECT_EQ(v, "v");
+  holder.reset();
+  EXPECT_EQ(ok({"get", pool_, "k"}), "v\n");
 }
 
 TEST_F(CliTest, CreateWithForceReplacesFile) {

@@ -327,6 +327,34 @@ TEST_F(PoolTest, CreateWithForceReplacesTheFile) {
   EXPECT_EQ(p->generation(), 2u);
 }
 
+// A pool is held by one Pool at a time: a second open, or a create with
+// force, fails with Busy and changes nothing, in this process or another one
+// (flock locks belong to the open file, so both cases are the same here).
+TEST_F(PoolTest, APoolThatIsOpenCannotBeOpenedOrReplacedAgain) {
+  make_pool();
+  std::unique_ptr<Pool> holder;
+  ASSERT_TRUE(Pool::open(path_, "clevel", &holder).ok());
+  const std::uint64_t generation = holder->generation();
+
+  expect_open_rejects(path_, "", Status::Code::kBusy, {"in use"});
+  const std::string before = read_file(path_);
+  CreateParams cp = params("dali");
+  cp.force = true;
+  std::unique_ptr<Pool> p;
+  const Status s = Pool::create(path_, cp, &p);
+  EXPECT_EQ(s.code(), Status::Code::kBusy) << s.to_string();
+  EXPECT_TRUE(contains(s.message(), path_)) << s.message();
+  EXPECT_TRUE(read_file(path_) == before) << "create --force changed a pool in use";
+  EXPECT_EQ(holder->engine(), "clevel");
+  EXPECT_TRUE(holder->verify_header().ok());
+
+  // Released when the holder goes away (a process's locks also go with it).
+  holder->mark_clean_shutdown();
+  holder.reset();
+  ASSERT_TRUE(Pool::open(path_, "clevel", &p).ok());
+  EXPECT_EQ(p->generation(), generation + 1);
+}
+
 TEST_F(PoolTest, CreateWithForceReplacesANonPoolFile) {
   write_file(path_, std::string(100, 'x'));
   CreateParams cp = params();
