@@ -62,12 +62,17 @@ class ClevelStress : public ::testing::Test {
     Status opened = Store::open(path_, {}, &store_);
     ASSERT_TRUE(opened.ok()) << opened.to_string();
   }
+  // A worker thread's mismatch; the first ten are reported in full.
+  void report(unsigned thread, const std::string& what) {
+    if (failures_.fetch_add(1) < 10) ADD_FAILURE() << "thread " << thread << ": " << what;
+  }
   void expect_check_passes() {
     Status c = store_->check();
     EXPECT_TRUE(c.ok()) << c.to_string();
   }
   std::string path_;
   std::unique_ptr<Store> store_;
+  std::atomic<int> failures_{0};
 };
 
 TEST_F(ClevelStress, MixedOperationsMatchPerThreadModelsDuringExpansionAndShrink) {
@@ -102,16 +107,13 @@ TEST_F(ClevelStress, MixedOperationsMatchPerThreadModelsDuringExpansionAndShrink
   });
 
   std::barrier sync(threads);
-  std::atomic<int> failures{0};
   std::vector<std::thread> workers;
   for (unsigned t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
       std::mt19937_64 rng(1234 + t);
       std::unordered_map<std::uint64_t, std::uint64_t> model;  // key -> version
       std::uint64_t version = 0;
-      auto fail = [&](const std::string& what) {
-        if (failures.fetch_add(1) < 10) ADD_FAILURE() << "thread " << t << ": " << what;
-      };
+      auto fail = [&](const std::string& what) { report(t, what); };
       for (int phase = 0; phase < phases; ++phase) {
         const bool growing = phase % 2 == 0;
         sync.arrive_and_wait();
@@ -162,7 +164,7 @@ TEST_F(ClevelStress, MixedOperationsMatchPerThreadModelsDuringExpansionAndShrink
   for (auto& w : workers) w.join();
   stop_reader.store(true);
   reader.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(failures_.load(), 0);
   EXPECT_EQ(reader_errors.load(), 0);
   EXPECT_GT(reader_passes.load(), 0);
   const Stats st = store_->stats();
@@ -254,13 +256,10 @@ TEST_F(ClevelStress, WritersRaceTheTagFilterRebuildAfterReopen) {
   reopen();
   if (HasFatalFailure()) return;
   std::barrier sync(threads);
-  std::atomic<int> failures{0};
   std::vector<std::thread> workers;
   for (unsigned t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      auto fail = [&](const std::string& what) {
-        if (failures.fetch_add(1) < 10) ADD_FAILURE() << "thread " << t << ": " << what;
-      };
+      auto fail = [&](const std::string& what) { report(t, what); };
       sync.arrive_and_wait();
       std::string v;
       for (int i = 0; i < old_keys; ++i) {
@@ -278,7 +277,7 @@ TEST_F(ClevelStress, WritersRaceTheTagFilterRebuildAfterReopen) {
     });
   }
   for (auto& w : workers) w.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(failures_.load(), 0);
   std::string v;
   for (int i = 0; i < old_keys; ++i) {
     ASSERT_TRUE(store_->get("old" + std::to_string(i), &v).is_not_found()) << i;
@@ -300,13 +299,10 @@ TEST_F(ClevelStress, ExpansionsRightAfterShrinksKeepEveryKey) {
   const unsigned threads = 2;
   const int cycles = 60 * kScale;
   const int batch = 400;
-  std::atomic<int> failures{0};
   std::vector<std::thread> workers;
   for (unsigned t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      auto fail = [&](const std::string& what) {
-        if (failures.fetch_add(1) < 10) ADD_FAILURE() << "thread " << t << ": " << what;
-      };
+      auto fail = [&](const std::string& what) { report(t, what); };
       std::string v;
       for (int cycle = 0; cycle < cycles; ++cycle) {
         auto name = [&](int i) { return std::to_string(t) + "/" + std::to_string(cycle) + "/" + std::to_string(i); };
@@ -320,7 +316,7 @@ TEST_F(ClevelStress, ExpansionsRightAfterShrinksKeepEveryKey) {
     });
   }
   for (auto& w : workers) w.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(failures_.load(), 0);
   EXPECT_GT(store_->stats().shrinks, 0u);
   EXPECT_EQ(store_->size(), 0u);
   expect_check_passes();

@@ -50,7 +50,6 @@ class TagFilter {
     const std::uint64_t b = bits(tag);
     return (words_[bucket].load(std::memory_order_seq_cst) & b) == b;
   }
-  const void* word_address(std::uint64_t bucket) const { return &words_[bucket]; }
   std::uint64_t buckets() const { return std::uint64_t{1} << log2_; }
   std::uint64_t bytes() const { return buckets() * sizeof(std::uint64_t); }
 
