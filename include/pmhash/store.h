@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "pmhash/options.h"
 #include "pmhash/status.h"
@@ -68,6 +69,17 @@ class Store {
   // size too small for the engine.
   static Status create(const std::string& path, const Options& options,
                        std::unique_ptr<Store>* store);
+
+  // Creates a store of `options.engine` in anonymous DRAM instead of a file
+  // (granularity none): nothing survives the process, and flushes and fences
+  // do nothing (Stats still counts the ones the engine asks for). For
+  // benchmarks that measure an engine without persistence costs.
+  // options.pool_size bytes are mapped; options.force is ignored.
+  // Errors: InvalidArgument as for create; IOError when the mapping fails.
+  static Status create_volatile(const Options& options, std::unique_ptr<Store>* store);
+
+  // The engines this build offers, by name (Options::engine).
+  static std::vector<std::string> engines();
 
   // Opens an existing pool. Runs crash recovery when the pool was not closed
   // cleanly; recovery is O(threads + levels), not O(keys). The file stays

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/hash.h"
 #include "heap/heap.h"
@@ -64,5 +65,7 @@ struct EngineInfo {
 const EngineInfo* find_engine(std::string_view name);
 // Comma-separated names, for error messages.
 std::string engine_names();
+// The same names, one per element.
+std::vector<std::string> engine_list();
 
 }  // namespace pmhash::engine

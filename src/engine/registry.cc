@@ -30,4 +30,10 @@ std::string engine_names() {
   return out;
 }
 
+std::vector<std::string> engine_list() {
+  std::vector<std::string> out;
+  for (const EngineInfo* e : engines()) out.emplace_back(e->name);
+  return out;
+}
+
 }  // namespace pmhash::engine

@@ -195,6 +195,25 @@ Status Store::create(const std::string& path, const Options& options,
   return attach(std::move(pool), options, info->create, Clock::now(), store);
 }
 
+Status Store::create_volatile(const Options& options, std::unique_ptr<Store>* store) {
+  const engine::EngineInfo* info = engine::find_engine(options.engine);
+  if (info == nullptr) {
+    return Status::InvalidArgument("unknown engine '" + options.engine +
+                                   "' (engines: " + engine::engine_names() + ")");
+  }
+  if (Status s = check_options(*info, options); !s.ok()) return s;
+  pool::CreateParams params;
+  params.engine = options.engine;
+  params.size = options.pool_size;
+  if (Status s = info->encode_params(options, params.engine_params.data()); !s.ok()) return s;
+
+  std::unique_ptr<pool::Pool> pool;
+  if (Status s = pool::Pool::create_volatile(params, &pool); !s.ok()) return s;
+  return attach(std::move(pool), options, info->create, Clock::now(), store);
+}
+
+std::vector<std::string> Store::engines() { return engine::engine_list(); }
+
 Status Store::open(const std::string& path, const Options& options,
                    std::unique_ptr<Store>* store) {
   std::unique_ptr<pool::Pool> pool;
