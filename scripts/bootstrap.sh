@@ -8,7 +8,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libpmem2-dev liburcu-dev libxxhash-dev
   libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
-  libcuckoo-dev
+  libcuckoo-dev libtbb-dev liblmdb-dev librocksdb-dev
+  python3 python3-venv
 )
 
 missing=()

@@ -1,0 +1,560 @@
+// bench/bench.cc - pmhash-bench: YCSB workloads and the papers' micro-
+// benchmarks, for every pmhash engine and every peer, side by side.
+//
+//   pmhash-bench --engine clevel,libcuckoo,lmdb --workload load,a,b,c
+//                --records 1000000 --threads 1,2 --json results.json
+//   pmhash-bench --limits --threads 1,2        (this machine's ceilings)
+//
+// For every workload (ycsb.h), every thread count and every engine, in that
+// nesting order so that the engines compared in one row group run next to
+// each other, the driver creates a fresh table (a pool file under --pool, or
+// the peer's own files beside it), runs the load phase (records 0..N-1,
+// timed on its own as YCSB does) and then the run phase (--ops operations,
+// or --duration seconds) from streams generated before any timing, and
+// destroys the table. Each phase reports throughput, latency percentiles,
+// a 100 ms throughput series, load factor during the load, bytes per key,
+// flushes and fences per operation and items moved per resize (phase.h,
+// report.h). Every operation's outcome is checked; pmhash stores are also
+// checked (Store::check) after each phase unless --no-check. Any
+// discrepancy stops the program with exit status 1; a bad flag gives a
+// one-line error and exit status 2.
+//
+// Before the runs, the driver measures this machine's ceilings on the same
+// kind of region as the pool (ceilings.h), once per thread count, so that each
+// result is also shown as a fraction of what the hardware allows.
+#include <malloc.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ceilings.h"
+#include "phase.h"
+#include "pmhash/options.h"
+#include "pmhash/store.h"
+#include "pmhash_table.h"
+#include "report.h"
+#include "table.h"
+#include "workload.h"
+#include "ycsb.h"
+
+namespace pmhash::bench {
+namespace {
+
+struct Config {
+  std::vector<std::string> engines = {"clevel", "libcuckoo"};
+  std::vector<std::string> workloads = {"load", "a", "b", "c"};
+  std::uint64_t records = 1'000'000;
+  std::optional<std::uint64_t> ops;  // default: records
+  std::optional<double> duration_s;
+  std::vector<unsigned> threads = {1};
+  std::optional<std::string> distribution;  // default: each workload's own
+  double zipf = 0.99;
+  std::size_t key_size = 16;
+  std::size_t value_size = 16;
+  std::string pool = "/dev/shm";
+  std::string granularity = "cache_line";
+  std::string durability = "strict";
+  unsigned epoch_ms = 10;
+  std::uint64_t seed = 1;
+  std::string json_path;
+  std::string csv_path;
+  bool limits_only = false;
+  bool ceilings = true;
+  double ceiling_seconds = 0.25;
+  std::uint64_t ceiling_region_mib = 1024;
+  bool check = true;
+  unsigned quiesce_timeout_s = 60;
+};
+
+// Where the files of one run go: the pool file, and the peers' directories.
+struct Paths {
+  std::string dir;
+  std::string pool_file;
+};
+
+Paths resolve_paths(const std::string& pool) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(pool, ec)) {
+    return {pool, pool + "/pmhash-bench-" + std::to_string(::getpid()) + ".pool"};
+  }
+  const fs::path parent = fs::path(pool).parent_path().empty() ? fs::path(".")
+                                                               : fs::path(pool).parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    throw Failure("--pool " + pool + ": directory " + parent.string() + " does not exist");
+  }
+  return {parent.string(), pool};
+}
+
+// --- validation ---------------------------------------------------------------
+
+std::vector<WorkloadSpec> parse_workloads(const Config& config) {
+  std::vector<WorkloadSpec> specs;
+  for (const std::string& name : config.workloads) {
+    std::string error;
+    std::optional<WorkloadSpec> spec = parse_workload(name, &error);
+    if (!spec) throw Failure("--workload: " + error);
+    if (config.distribution && !spec->distribution_fixed) {
+      spec->distribution = *parse_distribution(*config.distribution);
+    }
+    specs.push_back(std::move(*spec));
+  }
+  return specs;
+}
+
+std::vector<std::string> all_engines() {
+  std::vector<std::string> names = Store::engines();
+  for (const std::string& p : peer_names()) names.push_back(p);
+  return names;
+}
+
+bool is_pmhash_engine(const std::string& name) {
+  const std::vector<std::string> engines = Store::engines();
+  return std::find(engines.begin(), engines.end(), name) != engines.end();
+}
+
+std::vector<std::string> resolve_engines(const std::vector<std::string>& requested) {
+  const std::vector<std::string> known = all_engines();
+  std::vector<std::string> out;
+  for (const std::string& name : requested) {
+    if (name == "all") {
+      for (const std::string& k : known) out.push_back(k);
+      continue;
+    }
+    if (name == "pmhash" || name == "peers") {
+      for (const std::string& k : name == "pmhash" ? Store::engines() : peer_names()) {
+        out.push_back(k);
+      }
+      continue;
+    }
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw Failure("--engine: unknown engine '" + name + "' (engines: " + list +
+                    "; or pmhash, peers, all)");
+    }
+    out.push_back(name);
+  }
+  std::vector<std::string> unique;
+  for (const std::string& name : out) {
+    if (std::find(unique.begin(), unique.end(), name) == unique.end()) unique.push_back(name);
+  }
+  return unique;
+}
+
+void validate(const Config& config) {
+  if (config.records == 0) throw Failure("--records must be at least 1");
+  if (config.records > UINT32_MAX) {
+    throw Failure("--records must be at most " + std::to_string(UINT32_MAX));
+  }
+  if (config.ops && *config.ops == 0) throw Failure("--ops must be at least 1");
+  if (config.duration_s && !(*config.duration_s > 0)) {
+    throw Failure("--duration must be a positive number of seconds");
+  }
+  if (!(config.zipf > 0 && config.zipf < 1)) {
+    throw Failure("--zipf must be strictly between 0 and 1 (YCSB uses 0.99)");
+  }
+  if (config.key_size < kMinKeySize || config.key_size > kMaxKeySize) {
+    throw Failure("--key-size must be between " + std::to_string(kMinKeySize) + " and " +
+                  std::to_string(kMaxKeySize) + " bytes");
+  }
+  if (config.value_size > kMaxValueSize) {
+    throw Failure("--value-size must be at most " + std::to_string(kMaxValueSize) + " bytes");
+  }
+  for (unsigned t : config.threads) {
+    if (t == 0 || t > 256) throw Failure("--threads: each count must be between 1 and 256");
+  }
+  if (config.distribution && !parse_distribution(*config.distribution)) {
+    throw Failure("--distribution must be zipfian, uniform or latest");
+  }
+}
+
+// --- runs ---------------------------------------------------------------------
+
+// Bytes the process has allocated with malloc (all arenas, mmapped chunks
+// included).
+std::uint64_t malloc_in_use() {
+  const struct mallinfo2 m = ::mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+class Driver {
+ public:
+  Driver(Config config, std::vector<std::string> engines, std::vector<WorkloadSpec> specs)
+      : config_(std::move(config)),
+        engines_(std::move(engines)),
+        specs_(std::move(specs)),
+        paths_(resolve_paths(config_.pool)),
+        space_(config_.key_size, config_.value_size, config_.seed) {}
+
+  void measure_ceilings() {
+    for (unsigned threads : config_.threads) {
+      CeilingConfig c;
+      c.dir = paths_.dir;
+      c.granularity = config_.granularity;
+      c.threads = threads;
+      c.region_bytes = config_.ceiling_region_mib << 20;
+      c.seconds_per_test = config_.ceiling_seconds;
+      ceilings_.push_back(measure_ceilings_or_fail(c));
+    }
+    print_ceilings(std::cout, ceilings_);
+  }
+
+  void run_all() {
+    LoadKeys load_keys(space_, config_.records);
+    for (const WorkloadSpec& spec : specs_) {
+      print_workload_header(std::cout, spec, describe_params(spec));
+      print_row_header(std::cout);
+      for (unsigned threads : config_.threads) {
+        StreamParams params;
+        params.records = config_.records;
+        params.ops = config_.ops.value_or(config_.records);
+        params.threads = threads;
+        params.distribution = spec.distribution;
+        params.zipf = config_.zipf;
+        params.seed = config_.seed;
+        const std::vector<OpStream> streams = generate_streams(spec, space_, params);
+        for (const std::string& engine : engines_) {
+          runs_.push_back(run_one(engine, threads, spec, load_keys, streams));
+          print_row(std::cout, runs_.back());
+          std::cout.flush();
+        }
+      }
+      print_legend(spec);
+    }
+  }
+
+  void write_outputs(const std::string& command) const {
+    if (!config_.json_path.empty()) write_json(command);
+    if (!config_.csv_path.empty()) {
+      std::ofstream out(config_.csv_path);
+      write_csv(out, runs_);
+      out.close();
+      if (!out) throw Failure("cannot write " + config_.csv_path);
+    }
+  }
+
+ private:
+  static Ceilings measure_ceilings_or_fail(const CeilingConfig& c) {
+    try {
+      return bench::measure_ceilings(c);
+    } catch (const std::exception& e) {
+      throw Failure(std::string(e.what()) + " (skip the ceilings with --no-ceilings)");
+    }
+  }
+
+  std::string describe_params(const WorkloadSpec& spec) const {
+    std::ostringstream s;
+    s << config_.records << " records";
+    if (spec.run_phase) {
+      if (config_.duration_s) {
+        s << ", " << *config_.duration_s << " s";
+      } else {
+        s << ", " << run_ops(spec, config_.records, config_.ops.value_or(config_.records)) << " ops";
+      }
+      if (!spec.distribution_fixed) {
+        s << ", " << distribution_name(spec.distribution);
+        if (spec.distribution != Distribution::kUniform) s << " " << config_.zipf;
+      }
+    }
+    s << "; keys " << config_.key_size << " B, values " << config_.value_size << " B; "
+      << config_.granularity << " in " << paths_.dir << "; durability " << config_.durability;
+    return s.str();
+  }
+
+  void print_legend(const WorkloadSpec& spec) const {
+    std::set<std::string> seen;
+    std::cout << "   durability:";
+    for (const RunResult& r : runs_) {
+      if (r.workload.name != spec.name || !seen.insert(r.engine).second) continue;
+      std::cout << "\n     " << r.engine << ": " << r.durability;
+    }
+    std::cout << "\n";
+  }
+
+  std::unique_ptr<Table> make_table(const std::string& engine, unsigned threads) const {
+    TableConfig tc;
+    tc.pool_path = paths_.pool_file;
+    tc.files_dir = paths_.dir + "/pmhash-bench-" + std::to_string(::getpid()) + "-" + engine;
+    tc.granularity = config_.granularity;
+    tc.durability = config_.durability == "epoch" ? Durability::kEpoch : Durability::kStrict;
+    tc.epoch_interval = std::chrono::milliseconds(config_.epoch_ms);
+    tc.capacity_hint = config_.records + config_.ops.value_or(config_.records);
+    tc.key_size = config_.key_size;
+    tc.value_size = config_.value_size;
+    tc.threads = threads;
+    try {
+      if (is_pmhash_engine(engine)) return std::make_unique<PmhashTable>(engine, tc);
+      return make_peer(engine, tc);
+    } catch (const Failure&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Failure(e.what());
+    }
+  }
+
+  std::optional<Ceilings> ceilings_for(unsigned threads) const {
+    for (const Ceilings& c : ceilings_) {
+      if (c.threads == threads) return c;
+    }
+    return std::nullopt;
+  }
+
+  void verify(Table& table, const PhaseOutcome& phase, std::uint64_t expected_items,
+              const std::string& what) const {
+    if (phase.unexpected != 0) {
+      throw Failure(what + ": " + std::to_string(phase.unexpected) + " of " +
+                    std::to_string(phase.ops) + " operations had an unexpected outcome; first: " +
+                    phase.first_unexpected);
+    }
+    auto* store = dynamic_cast<PmhashTable*>(&table);
+    if (store == nullptr) return;
+    const TableStats st = table.stats();
+    if (st.items && expected_items != 0 && *st.items != expected_items) {
+      throw Failure(what + ": the store holds " + std::to_string(*st.items) + " keys, expected " +
+                    std::to_string(expected_items));
+    }
+    if (config_.check) {
+      const Status s = store->check();
+      if (!s.ok()) throw Failure(what + ": check failed: " + s.to_string());
+    }
+  }
+
+  RunResult run_one(const std::string& engine, unsigned threads, const WorkloadSpec& spec,
+                    const LoadKeys& load_keys, const std::vector<OpStream>& streams) {
+    const std::string label = engine + " t=" + std::to_string(threads) + " " + spec.name;
+    const std::uint64_t dram_before = malloc_in_use();
+    std::unique_ptr<Table> table = make_table(engine, threads);
+    RunResult r;
+    r.engine = engine;
+    r.kind = table->kind();
+    r.durability = table->durability();
+    r.threads = threads;
+    r.workload = spec;
+    r.distribution = spec.distribution;
+    r.ceilings = ceilings_for(threads);
+    const auto timeout = std::chrono::seconds(config_.quiesce_timeout_s);
+
+    PhaseWork load;
+    load.load = &load_keys;
+    load.space = &space_;
+    load.progress_label = label + " load";
+    r.load = run_phase(*table, load, threads, timeout);
+    r.dram_after_load = dram_used(*table, dram_before);
+    verify(*table, r.load, config_.records, label + " load");
+
+    if (spec.run_phase) {
+      PhaseWork run;
+      run.streams = &streams;
+      run.space = &space_;
+      run.negative_reads = spec.negative_reads;
+      run.progress_label = label + " run";
+      if (config_.duration_s) run.duration = std::chrono::duration<double>(*config_.duration_s);
+      run.replay = !spec.mix.has(OpType::kInsert) && !spec.mix.has(OpType::kDelete);
+      r.run = run_phase(*table, run, threads, timeout);
+      r.dram_after_run = dram_used(*table, dram_before);
+      verify(*table, *r.run, expected_items_after_run(spec, *r.run), label + " run");
+    }
+    return r;
+  }
+
+  // Keys expected in a pmhash store after the run phase, 0 when it depends
+  // on the interleaving (mixed inserts and deletes).
+  std::uint64_t expected_items_after_run(const WorkloadSpec& spec, const PhaseOutcome& run) const {
+    const bool inserts = spec.mix.has(OpType::kInsert);
+    const bool deletes = spec.mix.has(OpType::kDelete);
+    if (inserts && deletes) return 0;
+    const std::uint64_t changed =
+        run.by_type[static_cast<int>(inserts ? OpType::kInsert : OpType::kDelete)].count();
+    if (inserts) return config_.records + changed;
+    if (deletes) {
+      const std::uint64_t removed = spec.distinct_deletes ? changed : run.ok;
+      return removed >= config_.records ? 0 : config_.records - removed;
+    }
+    return config_.records;
+  }
+
+  static std::optional<std::uint64_t> dram_used(const Table& table, std::uint64_t before) {
+    if (table.stats().bytes) return std::nullopt;
+    const std::uint64_t now = malloc_in_use();
+    return now > before ? now - before : 0;
+  }
+
+  void write_json(const std::string& command) const {
+    nlohmann::json doc;
+    doc["format"] = "pmhash-bench/1";
+    doc["command"] = command;
+    doc["git_revision"] = git_revision();
+    doc["started_at"] = started_at_;
+    doc["machine"] = machine_json();
+    nlohmann::json workloads = nlohmann::json::array();
+    for (const WorkloadSpec& s : specs_) workloads.push_back(s.name);
+    doc["config"] = {
+        {"workloads", workloads},
+        {"records", config_.records},
+        {"ops", config_.ops.value_or(config_.records)},
+        {"duration_s", config_.duration_s ? nlohmann::json(*config_.duration_s) : nlohmann::json(nullptr)},
+        {"distribution", config_.distribution ? nlohmann::json(*config_.distribution) : nlohmann::json(nullptr)},
+        {"zipf", config_.zipf},
+        {"key_size", config_.key_size},
+        {"value_size", config_.value_size},
+        {"pool_dir", paths_.dir},
+        {"granularity", config_.granularity},
+        {"durability", config_.durability},
+        {"epoch_ms", config_.epoch_ms},
+        {"seed", config_.seed},
+        {"threads", config_.threads},
+        {"engines", engines_},
+        {"check", config_.check}};
+    doc["ceilings"] = nlohmann::json::array();
+    for (const Ceilings& c : ceilings_) doc["ceilings"].push_back(ceilings_json(c));
+    doc["runs"] = nlohmann::json::array();
+    for (const RunResult& r : runs_) doc["runs"].push_back(run_json(r));
+    std::ofstream out(config_.json_path);
+    out << doc.dump(1) << "\n";
+    out.close();
+    if (!out) throw Failure("cannot write " + config_.json_path);
+  }
+
+  Config config_;
+  std::vector<std::string> engines_;
+  std::vector<WorkloadSpec> specs_;
+  Paths paths_;
+  KeySpace space_;
+  std::vector<Ceilings> ceilings_;
+  std::vector<RunResult> runs_;
+  std::string started_at_ = utc_now();
+};
+
+std::string shell_quote(const std::string& arg) {
+  if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                            "0123456789-_./:=,+") == std::string::npos) {
+    return arg;
+  }
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+void add_options(CLI::App& app, Config& config) {
+  app.add_option("--engine", config.engines,
+                 "engines and peers, comma-separated; pmhash = every pmhash engine, peers = "
+                 "every peer, all = both (pmhash engines: " +
+                     [] {
+                       std::string s;
+                       for (const auto& e : Store::engines()) s += (s.empty() ? "" : ", ") + e;
+                       return s;
+                     }() +
+                     "; peers: libcuckoo, tbb, std, lmdb, rocksdb)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--workload", config.workloads,
+                 "load, a, b, c, d, f, insert, read, read-neg, update, delete, mixed:R/I/U/D; "
+                 "comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--records", config.records, "records inserted by the load phase")
+      ->capture_default_str();
+  app.add_option("--ops", config.ops, "operations of the run phase (default: --records)");
+  app.add_option("--duration", config.duration_s,
+                 "seconds of run phase instead of a count (streams of --ops operations, "
+                 "replayed when the workload neither inserts nor deletes)");
+  app.add_option("--threads", config.threads, "thread counts to sweep, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--distribution", config.distribution,
+                 "zipfian, uniform or latest (default: the workload's own)");
+  app.add_option("--zipf", config.zipf, "zipfian constant, in (0, 1)")->capture_default_str();
+  app.add_option("--key-size", config.key_size, "bytes per key")->capture_default_str();
+  app.add_option("--value-size", config.value_size, "bytes per value")->capture_default_str();
+  app.add_option("--pool", config.pool,
+                 "pool file, or a directory for it; the peers' files go in the same directory")
+      ->capture_default_str();
+  app.add_option("--granularity", config.granularity,
+                 "byte, cache_line, page (a file, PMEM2_FORCE_GRANULARITY) or none (DRAM)")
+      ->check(CLI::IsMember({"byte", "cache_line", "page", "none"}))
+      ->capture_default_str();
+  app.add_option("--durability", config.durability,
+                 "strict (durable on return) or epoch (durable when the epoch is)")
+      ->check(CLI::IsMember({"strict", "epoch"}))
+      ->capture_default_str();
+  app.add_option("--epoch-ms", config.epoch_ms, "epoch interval of epoch durability, ms")
+      ->check(CLI::Range(1u, 60'000u))
+      ->capture_default_str();
+  app.add_option("--seed", config.seed, "seed of keys and operation streams")
+      ->capture_default_str();
+  app.add_option("--json", config.json_path, "write the results as JSON (plot with bench/plot.py)");
+  app.add_option("--csv", config.csv_path, "write one CSV line per run");
+  app.add_flag("--limits", config.limits_only, "only measure this machine's ceilings");
+  app.add_flag("!--no-ceilings", config.ceilings, "do not measure the ceilings first");
+  app.add_option("--ceiling-seconds", config.ceiling_seconds, "duration of each ceiling test")
+      ->check(CLI::Range(0.01, 60.0))
+      ->capture_default_str();
+  app.add_option("--ceiling-region-mib", config.ceiling_region_mib,
+                 "size of the region the ceilings are measured on, MiB")
+      ->check(CLI::Range(16, 1 << 20))
+      ->capture_default_str();
+  app.add_flag("!--no-check", config.check, "skip Store::check() after each phase");
+  app.add_option("--quiesce-timeout", config.quiesce_timeout_s,
+                 "seconds to wait for a resize to finish after a phase")
+      ->capture_default_str();
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"pmhash-bench: YCSB and micro-benchmarks, pmhash engines against peers"};
+  Config config;
+  add_options(app, config);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    std::cerr << "pmhash-bench: " << what << " (see --help)\n";
+    return 2;
+  }
+
+  std::string command;
+  for (int i = 0; i < argc; ++i) command += (i == 0 ? "" : " ") + shell_quote(argv[i]);
+
+  std::vector<std::string> engines;
+  std::vector<WorkloadSpec> specs;
+  try {
+    validate(config);
+    engines = resolve_engines(config.engines);
+    specs = parse_workloads(config);
+    resolve_paths(config.pool);
+  } catch (const Failure& e) {
+    std::cerr << "pmhash-bench: " << e.what() << "\n";
+    return 2;
+  }
+  if (config.granularity != "none") ::setenv("PMEM2_FORCE_GRANULARITY", config.granularity.c_str(), 1);
+
+  try {
+    Driver driver(config, engines, specs);
+    if (config.ceilings || config.limits_only) driver.measure_ceilings();
+    if (!config.limits_only) driver.run_all();
+    driver.write_outputs(command);
+  } catch (const std::exception& e) {
+    std::cerr << "pmhash-bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pmhash::bench
+
+int main(int argc, char** argv) { return pmhash::bench::run(argc, argv); }

@@ -1,0 +1,189 @@
+// bench/peers_volatile.cc - the peers that keep their items in DRAM only
+// (durability "none (volatile DRAM)"): libcuckoo's cuckoohash_map, oneTBB's
+// concurrent_hash_map, and std::unordered_map under one std::shared_mutex.
+// bench/peers.cc says what each is and why the comparison is fair.
+//
+// All three map std::string to std::string and look keys up by string_view
+// through a transparent hash and equality, so a lookup builds no temporary
+// std::string. libcuckoo starts with the slots of a new clevel table, oneTBB
+// and std empty; none is reserved from capacity_hint, so the measured
+// inserts include the maps' resizing, as pmhash's include its own.
+#include <functional>
+#include <libcuckoo/cuckoohash_map.hh>
+#include <mutex>
+#include <oneapi/tbb/concurrent_hash_map.h>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "peers_detail.h"
+#include "table.h"
+
+namespace pmhash::bench {
+namespace {
+
+constexpr const char* kVolatile = "none (volatile DRAM)";
+
+// Hash and equality over string_view for the maps keyed by std::string, so
+// that a lookup by string_view needs no temporary std::string (a key of 16
+// bytes or more would allocate one).
+struct ViewHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
+};
+
+// oneTBB's form of the same: one object with hash() and equal().
+struct ViewHashCompare {
+  using is_transparent = void;
+  std::size_t hash(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  bool equal(std::string_view a, std::string_view b) const { return a == b; }
+};
+
+// The slots of a new clevel table with default options (levels of 2^n and
+// 2^(n-1) buckets of 8 slots), so that libcuckoo starts as small as pmhash.
+std::size_t clevel_initial_slots() {
+  const unsigned log2 = Options{}.clevel_initial_level_log2;
+  return std::size_t{8} * ((std::size_t{1} << log2) + (std::size_t{1} << log2 >> 1));
+}
+
+// --- libcuckoo ---------------------------------------------------------------
+
+class CuckooPeer final : public Table {
+ public:
+  CuckooPeer() : map_(clevel_initial_slots()) {}
+
+  std::string name() const override { return "libcuckoo"; }
+  std::string kind() const override { return "peer"; }
+  std::string durability() const override { return kVolatile; }
+
+  Status insert(std::string_view key, std::string_view value) override {
+    return map_.insert(key, value) ? Status::OK() : Status::AlreadyExists("key exists");
+  }
+  Status get(std::string_view key, std::string* value) override {
+    return map_.find(key, *value) ? Status::OK() : Status::NotFound();
+  }
+  Status update(std::string_view key, std::string_view value) override {
+    return map_.update(key, value) ? Status::OK() : Status::NotFound();
+  }
+  Status remove(std::string_view key) override {
+    return map_.erase(key) ? Status::OK() : Status::NotFound();
+  }
+
+  TableStats stats() const override {
+    TableStats stats;
+    stats.items = map_.size();
+    stats.load_factor = map_.load_factor();
+    return stats;
+  }
+
+ private:
+  libcuckoo::cuckoohash_map<std::string, std::string, ViewHash, std::equal_to<>> map_;
+};
+
+// --- oneTBB ------------------------------------------------------------------
+
+class TbbPeer final : public Table {
+ public:
+  std::string name() const override { return "tbb"; }
+  std::string kind() const override { return "peer"; }
+  std::string durability() const override { return kVolatile; }
+
+  // The accessor holds the new item's write lock until the value is in, so
+  // no reader sees the item without its value.
+  Status insert(std::string_view key, std::string_view value) override {
+    Map::accessor item;
+    if (!map_.insert(item, key)) return Status::AlreadyExists("key exists");
+    item->second.assign(value);
+    return Status::OK();
+  }
+  Status get(std::string_view key, std::string* value) override {
+    Map::const_accessor item;
+    if (!map_.find(item, key)) return Status::NotFound();
+    value->assign(item->second);
+    return Status::OK();
+  }
+  Status update(std::string_view key, std::string_view value) override {
+    Map::accessor item;
+    if (!map_.find(item, key)) return Status::NotFound();
+    item->second.assign(value);
+    return Status::OK();
+  }
+  Status remove(std::string_view key) override {
+    return map_.erase(key) ? Status::OK() : Status::NotFound();
+  }
+
+  TableStats stats() const override {
+    TableStats stats;
+    stats.items = map_.size();
+    // Chained buckets: items per bucket, which may exceed 1.
+    stats.load_factor = static_cast<double>(map_.size()) / static_cast<double>(map_.bucket_count());
+    return stats;
+  }
+
+ private:
+  using Map = tbb::concurrent_hash_map<std::string, std::string, ViewHashCompare>;
+  Map map_;
+};
+
+// --- std::unordered_map + std::shared_mutex ------------------------------------
+
+class StdPeer final : public Table {
+ public:
+  std::string name() const override { return "std"; }
+  std::string kind() const override { return "peer"; }
+  std::string durability() const override { return kVolatile; }
+
+  Status insert(std::string_view key, std::string_view value) override {
+    std::unique_lock lock(mutex_);
+    const bool inserted = map_.try_emplace(std::string(key), value).second;
+    return inserted ? Status::OK() : Status::AlreadyExists("key exists");
+  }
+  Status get(std::string_view key, std::string* value) override {
+    std::shared_lock lock(mutex_);
+    const auto it = map_.find(key);
+    if (it == map_.end()) return Status::NotFound();
+    value->assign(it->second);
+    return Status::OK();
+  }
+  Status update(std::string_view key, std::string_view value) override {
+    std::unique_lock lock(mutex_);
+    const auto it = map_.find(key);
+    if (it == map_.end()) return Status::NotFound();
+    it->second.assign(value);
+    return Status::OK();
+  }
+  Status remove(std::string_view key) override {
+    std::unique_lock lock(mutex_);
+    const auto it = map_.find(key);
+    if (it == map_.end()) return Status::NotFound();
+    map_.erase(it);
+    return Status::OK();
+  }
+
+  TableStats stats() const override {
+    std::shared_lock lock(mutex_);
+    TableStats stats;
+    stats.items = map_.size();
+    stats.load_factor = map_.load_factor();
+    return stats;
+  }
+
+ private:
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<std::string, std::string, ViewHash, std::equal_to<>> map_;
+};
+
+}  // namespace
+
+namespace peers_detail {
+
+std::unique_ptr<Table> make_volatile_peer(const std::string& name) {
+  if (name == "libcuckoo") return std::make_unique<CuckooPeer>();
+  if (name == "tbb") return std::make_unique<TbbPeer>();
+  if (name == "std") return std::make_unique<StdPeer>();
+  return nullptr;
+}
+
+}  // namespace peers_detail
+}  // namespace pmhash::bench

@@ -1,0 +1,868 @@
+#!/usr/bin/env python3
+"""Plots pmhash-bench result files ("format": "pmhash-bench/1") as PNG figures.
+
+    bench/plot.py [--out DIR] RESULT.json [RESULT.json ...]
+    bench/plot.py --check RESULT.json [RESULT.json ...]
+
+Set-up: scripts/bootstrap-plot.sh puts matplotlib into .venv/.  If this
+script is started by another interpreter that lacks matplotlib, it re-runs
+itself under .venv/bin/python.  --check needs only the standard library.
+
+Input
+-----
+Each file is what one pmhash-bench invocation wrote.  Several files are
+merged by concatenating their "runs"; the machine, revision and config of
+every file are shown, joined with " / " where they differ.  A run's
+*measured phase* is its "run" phase, or its "load" phase for workload "load".
+Throughput is the phase's ops_per_s, shown in Mops/s.  Runs measured more
+than once (same engine, thread count and workload, e.g. repeats merged from
+several files) are averaged for throughput and their histograms summed for
+the latency CDF; time series and load-factor curves use the first such run.
+
+Figures (written into DIR, default <repo>/docs/results; each path printed)
+-------
+  throughput.png       grouped bars: x = workload, one bar per engine,
+                       one subplot per thread count, shared y.
+  scaling.png          one subplot per workload: Mops/s against threads,
+                       one line per engine.  Skipped with one thread count.
+  latency_cdf.png      one subplot per workload at the largest thread count:
+                       CDF of latency_ns.all.histogram, log x.
+  load_timeseries.png  load-phase Mops/s over time, one line per engine
+                       (largest thread count, first run with a load phase);
+                       each sample is drawn flat across its interval,
+                       the last one ending with the phase.
+  load_factor.png      load factor against keys inserted during the load,
+                       one line per engine that reported a curve.
+Workloads are ordered load, a, b, c, d, f, insert, read, read-neg, update,
+delete, then mixed:* and any other name in order of appearance.  Engines keep
+their order of appearance and one colour in every figure; an engine found
+under several durability texts becomes one series per text.  Titles give the
+workload parameters; a footer gives revision and machine.
+
+Errors and exit status
+----------------------
+  0  figures written (a figure without data is skipped with a note on
+     stderr), or with --check: every file valid.
+  1  with --check: some file invalid; one line per problem on stderr.
+  2  bad input when plotting (missing file, not JSON, not a valid
+     pmhash-bench/1 file), matplotlib missing, or DIR not writable:
+     one line on stderr.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+FORMAT = "pmhash-bench/1"
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "docs" / "results"
+VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+
+WORKLOAD_ORDER = ["load", "a", "b", "c", "d", "f", "insert", "read",
+                  "read-neg", "update", "delete"]
+
+
+class InputError(Exception):
+    """Input cannot be used; the message is one line for stderr."""
+
+
+class Skip(Exception):
+    """A figure has no data; the message says why."""
+
+
+# --------------------------------------------------------------------------
+# Format validation.
+#
+# A spec is one of: a type name (INT, NUM, STR), a dict of required fields
+# (extra fields are allowed, so the writer may add some), a tuple built by
+# the helpers below, or a function(value, where, problems) for checks that
+# go beyond types.  check() appends one "where: what" line per problem.
+# --------------------------------------------------------------------------
+
+INT, NUM, STR = "integer", "number", "string"
+
+
+def nullable(spec):
+    return ("nullable", spec)
+
+
+def list_of(spec):
+    return ("list", spec)
+
+
+def pair_of(first, second):
+    return ("pair", first, second)
+
+
+def one_of(*values):
+    return ("enum", values)
+
+
+def map_of(spec, required=()):
+    return ("map", spec, required)
+
+
+def type_name(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {int: INT, float: NUM, str: STR, list: "list",
+            dict: "object"}.get(type(value), type(value).__name__)
+
+
+def is_type(value, name):
+    if isinstance(value, bool):
+        return False
+    if name == INT:
+        return isinstance(value, int)
+    if name == NUM:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, str)
+
+
+def sub(where, key):
+    """The location of field key inside where ("" is the top level)."""
+    return f"{where}.{key}" if where else key
+
+
+def check(value, spec, where, problems):
+    """Appends to problems every way in which value does not match spec."""
+    if callable(spec):
+        spec(value, where, problems)
+    elif isinstance(spec, dict):
+        check_object(value, spec, where, problems)
+    elif isinstance(spec, str):
+        if not is_type(value, spec):
+            problems.append(f"{where}: expected {spec}, got {type_name(value)}")
+    else:
+        check_composite(value, spec, where, problems)
+
+
+def check_object(value, fields, where, problems):
+    if not isinstance(value, dict):
+        problems.append(f"{where}: expected object, got {type_name(value)}")
+        return
+    for key, spec in fields.items():
+        if key not in value:
+            problems.append(f"{where or 'top level'}: missing field \"{key}\"")
+        else:
+            check(value[key], spec, sub(where, key), problems)
+
+
+def check_composite(value, spec, where, problems):
+    kind = spec[0]
+    if kind == "nullable":
+        if value is not None:
+            check(value, spec[1], where, problems)
+    elif kind == "enum":
+        if value not in spec[1]:
+            allowed = ", ".join(json.dumps(v) for v in spec[1])
+            problems.append(f"{where}: {json.dumps(value)} is not one of {allowed}")
+    elif kind == "list":
+        if not isinstance(value, list):
+            problems.append(f"{where}: expected list, got {type_name(value)}")
+            return
+        for i, item in enumerate(value):
+            check(item, spec[1], f"{where}[{i}]", problems)
+    elif kind == "pair":
+        if not isinstance(value, list) or len(value) != 2:
+            problems.append(f"{where}: expected a [{spec[1]}, {spec[2]}] pair")
+            return
+        check(value[0], spec[1], f"{where}[0]", problems)
+        check(value[1], spec[2], f"{where}[1]", problems)
+    elif kind == "map":
+        check_map(value, spec[1], spec[2], where, problems)
+
+
+def check_map(value, spec, required, where, problems):
+    if not isinstance(value, dict):
+        problems.append(f"{where}: expected object, got {type_name(value)}")
+        return
+    for key in required:
+        if key not in value:
+            problems.append(f"{where}: missing field \"{key}\"")
+    for key, item in value.items():
+        check(item, spec, sub(where, key), problems)
+
+
+def check_histogram(value, where, problems):
+    """[[upper_bound_ns, count], ...]: bounds increasing, counts positive."""
+    before = len(problems)
+    check(value, list_of(pair_of(NUM, INT)), where, problems)
+    if len(problems) > before:
+        return
+    for i in range(1, len(value)):
+        if value[i][0] <= value[i - 1][0]:
+            problems.append(f"{where}[{i}]: upper bound {value[i][0]} does not "
+                            f"exceed the previous one ({value[i - 1][0]})")
+            break
+    for i, (_, count) in enumerate(value):
+        if count <= 0:
+            problems.append(f"{where}[{i}]: empty bucket (count {count}); "
+                            f"only non-empty buckets belong in the list")
+            break
+
+
+LATENCY_FIELDS = {
+    "count": INT, "mean": NUM, "p50": NUM, "p90": NUM, "p99": NUM,
+    "p999": NUM, "max": NUM, "histogram": check_histogram,
+}
+
+
+def check_latency(value, where, problems):
+    """LAT object; its histogram must account for exactly `count` ops."""
+    before = len(problems)
+    check(value, LATENCY_FIELDS, where, problems)
+    if len(problems) > before:
+        return
+    total = sum(count for _, count in value["histogram"])
+    if total != value["count"]:
+        problems.append(f"{where}: histogram holds {total} ops but count "
+                        f"is {value['count']}")
+
+
+PHASE_FIELDS = {
+    "ops": INT, "seconds": NUM, "ops_per_s": NUM,
+    "ceiling_ops_per_s": nullable(NUM), "ceiling_fraction": nullable(NUM),
+    "mix": {"read": NUM, "update": NUM, "insert": NUM, "delete": NUM,
+            "rmw": NUM},
+    "outcomes": {"ok": INT, "not_found": INT, "already_exists": INT},
+    "latency_ns": map_of(check_latency, required=("all",)),
+    "timeseries": {"interval_s": NUM, "ops_per_s": list_of(NUM)},
+    "load_factor": list_of(pair_of(INT, NUM)),
+    "flushes_per_op": nullable(NUM), "fences_per_op": nullable(NUM),
+    "bytes_per_key": nullable(NUM),
+    "bytes_kind": nullable(one_of("pool", "files", "dram")),
+    "expansions": nullable(INT), "items_moved": nullable(INT),
+    "items_moved_per_resize": nullable(NUM),
+}
+
+
+def check_phase(value, where, problems):
+    before = len(problems)
+    check(value, PHASE_FIELDS, where, problems)
+    if len(problems) == before and value["timeseries"]["interval_s"] <= 0:
+        problems.append(f"{where}.timeseries.interval_s: must be positive")
+
+
+RUN_FIELDS = {
+    "engine": STR, "kind": one_of("pmhash", "peer"), "durability": STR,
+    "threads": INT, "workload": STR, "distribution": nullable(STR),
+    "load": nullable(check_phase), "run": nullable(check_phase),
+}
+
+
+def check_run(value, where, problems):
+    """A run; its measured phase must be present, "run" null iff "load"."""
+    before = len(problems)
+    check(value, RUN_FIELDS, where, problems)
+    if len(problems) > before:
+        return
+    if value["threads"] < 1:
+        problems.append(f"{where}.threads: must be at least 1")
+    if value["workload"] == "load":
+        if value["load"] is None:
+            problems.append(f"{where}.load: null, but workload \"load\" "
+                            f"measures the load phase")
+        if value["run"] is not None:
+            problems.append(f"{where}.run: must be null for workload \"load\"")
+    elif value["run"] is None:
+        problems.append(f"{where}.run: null, but workload "
+                        f"\"{value['workload']}\" needs a run phase")
+
+
+DOCUMENT_FIELDS = {
+    "format": STR, "command": STR, "git_revision": STR, "started_at": STR,
+    "machine": {"hostname": STR, "cpu_model": STR, "cores": INT,
+                "memory_bytes": INT, "kernel": STR, "os": STR},
+    "config": {"workloads": list_of(STR), "records": INT, "ops": nullable(INT),
+               "duration_s": nullable(NUM), "distribution": nullable(STR),
+               "zipf": NUM, "key_size": INT, "value_size": INT,
+               "pool_dir": STR, "granularity": STR, "durability": STR,
+               "seed": INT, "threads": list_of(INT), "engines": list_of(STR)},
+    "ceilings": list_of({
+        "threads": INT, "granularity": STR, "region": STR, "region_bytes": INT,
+        "dependent_reads_per_s": NUM, "independent_reads_per_s": NUM,
+        "persists_per_s": NUM, "seq_read_bytes_per_s": NUM,
+        "seq_write_bytes_per_s": NUM}),
+    "runs": list_of(check_run),
+}
+
+
+def validate(doc):
+    """Returns the list of problems of one parsed file (empty if valid)."""
+    if not isinstance(doc, dict):
+        return [f"top level is {type_name(doc)}, expected an object"]
+    if doc.get("format") != FORMAT:
+        return [f"\"format\" is {json.dumps(doc.get('format'))}, expected "
+                f"\"{FORMAT}\"; not a pmhash-bench result file"]
+    problems = []
+    check(doc, DOCUMENT_FIELDS, "", problems)
+    return problems
+
+
+def read_json(path):
+    """Parses one file; raises InputError with a one-line reason (the
+    caller adds the path)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError("not JSON: not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"not JSON: {e.msg} at line {e.lineno}, "
+                         f"column {e.colno}") from None
+
+
+def load_results(paths):
+    """Reads and validates every file; raises InputError on the first bad one."""
+    docs = []
+    for path in paths:
+        try:
+            doc = read_json(path)
+        except InputError as e:
+            raise InputError(f"{path}: {e}") from None
+        problems = validate(doc)
+        if problems:
+            more = len(problems) - 1
+            tail = f" (and {more} more; list them with --check)" if more else ""
+            raise InputError(f"{path}: {problems[0]}{tail}")
+        docs.append(doc)
+    return docs
+
+
+def run_check(paths):
+    """--check: one line per problem on stderr; returns the exit status."""
+    status = 0
+    for path in paths:
+        try:
+            problems = validate(read_json(path))
+        except InputError as e:
+            problems = [str(e)]
+        for problem in problems:
+            print(f"{path}: {problem}", file=sys.stderr)
+        if problems:
+            status = 1
+        else:
+            print(f"{path}: ok")
+    return status
+
+
+# --------------------------------------------------------------------------
+# Selecting data.  `runs` is the concatenation of every file's runs.
+# --------------------------------------------------------------------------
+
+def measured(run):
+    return run["load"] if run["workload"] == "load" else run["run"]
+
+
+def unique(values):
+    """Distinct values in order of first appearance."""
+    return list(dict.fromkeys(values))
+
+
+def with_series(runs):
+    """Copies of runs with "series", the name one line or bar stands for:
+    the engine, plus the durability mode where the input holds the same
+    engine under several durability texts (so they are not averaged)."""
+    texts = {}
+    for r in runs:
+        texts.setdefault(r["engine"], set()).add(r["durability"])
+    out = []
+    for r in runs:
+        series = r["engine"]
+        if len(texts[series]) > 1:
+            series += f" [{r['durability'].split(':')[0]}]"
+        out.append({**r, "series": series})
+    return out
+
+
+def ordered_workloads(runs):
+    present = unique(r["workload"] for r in runs)
+    known = [w for w in WORKLOAD_ORDER if w in present]
+    mixed = [w for w in present if w.startswith("mixed:")]
+    other = [w for w in present if w not in known and w not in mixed]
+    return known + mixed + other
+
+
+def series_names(runs):
+    """Series in order of their engine's first appearance, then their own."""
+    engine_rank = {e: i for i, e in enumerate(unique(r["engine"] for r in runs))}
+    first = {}
+    for r in runs:
+        first.setdefault(r["series"], (engine_rank[r["engine"]], len(first)))
+    return sorted(first, key=first.get)
+
+
+def thread_counts(runs):
+    return sorted(set(r["threads"] for r in runs))
+
+
+def mean_mops(runs):
+    """Mean Mops/s of the measured phase, keyed by (series, threads, workload)."""
+    sums = {}
+    for r in runs:
+        key = (r["series"], r["threads"], r["workload"])
+        total, n = sums.get(key, (0.0, 0))
+        sums[key] = (total + measured(r)["ops_per_s"] / 1e6, n + 1)
+    return {key: total / n for key, (total, n) in sums.items()}
+
+
+def workload_label(workload, runs):
+    """The workload name, with its key distribution if it is not the same
+    for every workload (config distribution null = per-workload default)."""
+    dists = unique(r["distribution"] for r in runs)
+    if len(dists) <= 1:
+        return workload
+    mine = unique(r["distribution"] for r in runs if r["workload"] == workload)
+    mine = [d for d in mine if d]
+    return f"{workload}\n({'/'.join(mine)})" if mine else workload
+
+
+def first_load_phase(runs, series, threads, want):
+    """The first run of series at threads whose load phase satisfies want."""
+    for r in runs:
+        if (r["series"] == series and r["threads"] == threads
+                and r["load"] is not None and want(r["load"])):
+            return r["load"]
+    return None
+
+
+# --------------------------------------------------------------------------
+# Text shown on every figure.
+# --------------------------------------------------------------------------
+
+def human(n):
+    """1000000 -> "1M", 250000 -> "250k", 1500 -> "1.5k"."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:g}"
+
+
+def joined(values):
+    return " / ".join(str(v) for v in unique(values))
+
+
+def distribution_text(config):
+    dist = config["distribution"]
+    if dist is None:
+        return "per-workload distribution"
+    if dist == "zipfian":
+        return f"zipfian θ={config['zipf']:g}"
+    return dist
+
+
+def amount_text(config):
+    if config["ops"] is not None:
+        return f"{human(config['ops'])} ops"
+    if config["duration_s"] is not None:
+        return f"{config['duration_s']:g} s"
+    return "ops as recorded"
+
+
+def params_parts(docs):
+    """Workload parameters: records, ops, distribution, sizes, granularity."""
+    configs = [d["config"] for d in docs]
+    return [
+        f"{joined(human(c['records']) for c in configs)} records",
+        joined(amount_text(c) for c in configs),
+        joined(distribution_text(c) for c in configs),
+        f"key {joined(c['key_size'] for c in configs)} B, "
+        f"value {joined(c['value_size'] for c in configs)} B",
+        f"granularity {joined(c['granularity'] for c in configs)}",
+        f"durability {joined(c['durability'] for c in configs)}",
+    ]
+
+
+def footer_parts(docs):
+    """Where the numbers come from: revision, machine, start time."""
+    machines = [d["machine"] for d in docs]
+    return [
+        f"git {joined(d['git_revision'] for d in docs)}",
+        f"{joined(m['cpu_model'] for m in machines)}, "
+        f"{joined(m['cores'] for m in machines)} cores",
+        f"{joined(m['hostname'] for m in machines)}",
+        f"started {joined(d['started_at'] for d in docs)}",
+        FORMAT,
+    ]
+
+
+def wrap_parts(parts, width_in, char_in):
+    """Joins parts with " · " into lines of at most width_in inches, at
+    char_in inches per character (a generous estimate for the font)."""
+    limit = max(20, int(width_in / char_in))
+    lines = []
+    for part in parts:
+        if lines and len(lines[-1]) + 3 + len(part) <= limit:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return lines
+
+
+# --------------------------------------------------------------------------
+# Figure scaffolding: sizes, colours, shared legend, title and footer.
+# --------------------------------------------------------------------------
+
+def import_matplotlib():
+    """Returns pyplot (Agg); re-runs under .venv/bin/python if it is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        here = Path(sys.executable).absolute()
+        if VENV_PYTHON.exists() and here != VENV_PYTHON.absolute():
+            os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), *sys.argv])
+        raise InputError("matplotlib is not installed: run "
+                         "scripts/bootstrap-plot.sh, then "
+                         ".venv/bin/python bench/plot.py ...") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+# What surrounds the panels, in inches: the title's first line, each line
+# of parameters under it, each footer line, each legend row, and padding.
+TITLE_H, PARAMS_LINE_H, FOOTER_LINE_H, LEGEND_ROW_H, LEGEND_PAD_H = \
+    0.45, 0.22, 0.14, 0.2, 0.15
+# Inches per character of the parameter line (11 pt) and footer (7 pt).
+PARAMS_CHAR_IN, FOOTER_CHAR_IN = 0.088, 0.058
+# Narrower figures cannot hold the title and legend.
+MIN_FIGURE_W = 7.0
+
+
+def legend_shape(width, labels):
+    """(columns, rows) of a legend of labels that fits in width inches."""
+    labels = list(labels)
+    longest = max(len(s) for s in labels)
+    cols = max(1, min(len(labels), int(width / (0.06 * longest + 0.7))))
+    return cols, math.ceil(len(labels) / cols)
+
+
+class Canvas:
+    """Builds figures with consistent engine colours, legend and footer."""
+
+    def __init__(self, plt, docs, runs):
+        self.plt = plt
+        self.docs = docs
+        self.runs = runs
+        self.series = series_names(runs)
+        palette = plt.get_cmap("tab10" if len(self.series) <= 10 else "tab20")
+        self.colour = {e: palette(i % palette.N)
+                       for i, e in enumerate(self.series)}
+        self.label = {}
+        for r in runs:
+            self.label.setdefault(r["series"],
+                                  f"{r['series']} ({r['kind']}) — {r['durability']}")
+
+    def wrapped(self, width):
+        """(parameter lines, footer lines) for a figure width inches wide."""
+        return (wrap_parts(params_parts(self.docs), width, PARAMS_CHAR_IN),
+                wrap_parts(footer_parts(self.docs), width, FOOTER_CHAR_IN))
+
+    def grid(self, n, panel_w, panel_h, sharey=False, max_w=24.0, cols=None):
+        """A figure with n panels, cols per row (default: as many as fit in
+        max_w inches)."""
+        if cols is None:
+            cols = max(1, min(n, int(max_w // panel_w)))
+        rows = math.ceil(n / cols)
+        width = max(MIN_FIGURE_W, panel_w * cols)
+        params, footer = self.wrapped(width)
+        _, legend_rows = legend_shape(width, self.label.values())
+        extra = (TITLE_H + PARAMS_LINE_H * len(params)
+                 + FOOTER_LINE_H * len(footer) + LEGEND_PAD_H
+                 + LEGEND_ROW_H * legend_rows)
+        fig, axes = self.plt.subplots(
+            rows, cols, figsize=(width, panel_h * rows + extra),
+            sharey=sharey, squeeze=False, layout="constrained")
+        flat = list(axes.flat)
+        for ax in flat[n:]:
+            ax.set_visible(False)
+        return fig, flat[:n]
+
+    def finish(self, fig, title, shown):
+        """Adds the title, the engine legend below the panels, and footer.
+
+        The bottom of the figure is reserved in inches (footer line, then
+        legend rows) and the constrained layout gets the rest."""
+        params, footer = self.wrapped(fig.get_figwidth())
+        fig.suptitle("\n".join([title, *params]), fontsize=11)
+        handles = [self.plt.Line2D([], [], color=self.colour[e], lw=6)
+                   for e in shown]
+        labels = [self.label[e] for e in shown]
+        cols, rows = legend_shape(fig.get_figwidth(), labels)
+        height = fig.get_figheight()
+        footer_h = (FOOTER_LINE_H * len(footer) + 0.08) / height
+        legend_h = (LEGEND_ROW_H * rows + LEGEND_PAD_H) / height
+        fig.legend(handles, labels, loc="lower center", ncols=cols,
+                   bbox_to_anchor=(0.5, footer_h), fontsize=8, frameon=False,
+                   borderaxespad=0.2)
+        fig.get_layout_engine().set(rect=(0, footer_h + legend_h, 1,
+                                          1 - footer_h - legend_h))
+        fig.text(0.005, 0.04 / height, "\n".join(footer), fontsize=7,
+                 color="0.35", ha="left", va="bottom")
+        return fig
+
+
+def rotate_if_crowded(ax, labels, limit=6):
+    longest = max(len(line) for s in labels for line in s.split("\n"))
+    if len(labels) > limit or longest > 12:
+        ax.tick_params(axis="x", labelrotation=30)
+        for text in ax.get_xticklabels():
+            text.set_horizontalalignment("right")
+            text.set_rotation_mode("anchor")
+
+
+def thread_word(n):
+    return f"{n} thread" + ("" if n == 1 else "s")
+
+
+# --------------------------------------------------------------------------
+# The figures.  Each returns a finished Figure or raises Skip.
+# --------------------------------------------------------------------------
+
+def bar_panel_layout(panels, groups, bars_per_group, max_w=24.0):
+    """(panel width, columns) for grouped-bar panels: side by side at a
+    comfortable width, else side by side squeezed, else one per row."""
+    comfortable = min(12.0, max(4.5, 1.0 + groups * (0.3 + 0.12 * bars_per_group)))
+    if panels * comfortable <= max_w:
+        return comfortable, panels
+    tightest = 1.0 + groups * (0.15 + 0.07 * bars_per_group)
+    if panels * tightest <= max_w:
+        return max_w / panels, panels
+    return comfortable, 1
+
+
+def plot_throughput(canvas):
+    runs = canvas.runs
+    values = mean_mops(runs)
+    workloads = ordered_workloads(runs)
+    threads = thread_counts(runs)
+    names = canvas.series
+    panel_w, cols = bar_panel_layout(len(threads), len(workloads), len(names))
+    fig, axes = canvas.grid(len(threads), panel_w, 4.8, sharey=True, cols=cols)
+    labels = [workload_label(w, runs) for w in workloads]
+    width = 0.8 / len(names)
+    for ax, t in zip(axes, threads):
+        for i, name in enumerate(names):
+            xs = [j for j, w in enumerate(workloads) if (name, t, w) in values]
+            ys = [values[(name, t, workloads[j])] for j in xs]
+            bars = ax.bar([x - 0.4 + width * (i + 0.5) for x in xs], ys,
+                          width, color=canvas.colour[name])
+            if len(workloads) * len(names) <= 24:
+                ax.bar_label(bars, fmt="%.3g", fontsize=7, padding=1)
+        ax.set_title(thread_word(t), fontsize=10)
+        ax.set_xticks(range(len(workloads)), labels)
+        rotate_if_crowded(ax, labels)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+        if ax.get_subplotspec().is_first_col():
+            ax.set_ylabel("throughput (Mops/s)")
+    return canvas.finish(fig, "Throughput of the measured phase", names)
+
+
+def plot_scaling(canvas):
+    runs = canvas.runs
+    threads = thread_counts(runs)
+    if len(threads) < 2:
+        raise Skip(f"only one thread count ({threads[0]}) in the input")
+    values = mean_mops(runs)
+    workloads = ordered_workloads(runs)
+    fig, axes = canvas.grid(len(workloads), 4.2, 3.4, max_w=17.0)
+    for ax, workload in zip(axes, workloads):
+        for name in canvas.series:
+            pts = [(t, values[(name, t, workload)]) for t in threads
+                   if (name, t, workload) in values]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", color=canvas.colour[name])
+        ax.set_title(workload_label(workload, runs).replace("\n", " "),
+                     fontsize=10)
+        if threads[-1] / threads[0] >= 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(threads, [str(t) for t in threads])
+        ax.minorticks_off()
+        ax.set_xlabel("threads")
+        ax.set_ylabel("Mops/s")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    return canvas.finish(fig, "Thread scaling of the measured phase",
+                         canvas.series)
+
+
+def merged_histogram(runs):
+    """Sums the latency_ns.all histograms of the measured phases of runs."""
+    counts = {}
+    for r in runs:
+        for bound, count in measured(r)["latency_ns"]["all"]["histogram"]:
+            counts[bound] = counts.get(bound, 0) + count
+    return sorted(counts.items())
+
+
+def cdf_points(histogram):
+    total = sum(count for _, count in histogram)
+    xs, ys, running = [], [], 0
+    for bound, count in histogram:
+        running += count
+        xs.append(bound)
+        ys.append(running / total)
+    return xs, ys
+
+
+def plot_latency_cdf(canvas):
+    top = thread_counts(canvas.runs)[-1]
+    runs = [r for r in canvas.runs if r["threads"] == top]
+    workloads = ordered_workloads(runs)
+    fig, axes = canvas.grid(len(workloads), 4.2, 3.4, max_w=17.0)
+    drawn = False
+    for ax, workload in zip(axes, workloads):
+        for name in canvas.series:
+            mine = [r for r in runs
+                    if r["series"] == name and r["workload"] == workload]
+            histogram = merged_histogram(mine)
+            if histogram:
+                ax.plot(*cdf_points(histogram), color=canvas.colour[name])
+                drawn = True
+        ax.set_title(workload_label(workload, runs).replace("\n", " "),
+                     fontsize=10)
+        ax.set_xscale("log")
+        ax.set_xlabel("latency (ns)")
+        ax.set_ylabel("fraction of ops ≤ x")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.grid(alpha=0.1, which="minor")
+    if not drawn:
+        canvas.plt.close(fig)
+        raise Skip(f"no latency histogram at {thread_word(top)}")
+    return canvas.finish(fig, f"Latency CDF of the measured phase · "
+                         f"{thread_word(top)}", canvas.series)
+
+
+def plot_load_timeseries(canvas):
+    with_load = [r for r in canvas.runs if r["load"] is not None]
+    if not with_load:
+        raise Skip("no run has a load phase")
+    top = thread_counts(with_load)[-1]
+    fig, axes = canvas.grid(1, 10.0, 4.6)
+    shown = []
+    for name in canvas.series:
+        phase = first_load_phase(with_load, name, top,
+                                 lambda p: p["timeseries"]["ops_per_s"])
+        if phase is None:
+            continue
+        series = phase["timeseries"]
+        step = series["interval_s"]
+        ys = [v / 1e6 for v in series["ops_per_s"]]
+        edges = [step * i for i in range(len(ys) + 1)]
+        if edges[-2] < phase["seconds"] < edges[-1]:
+            edges[-1] = phase["seconds"]  # the last interval was cut short
+        axes[0].stairs(ys, edges, baseline=None, color=canvas.colour[name],
+                       lw=1.2)
+        shown.append(name)
+    if not shown:
+        canvas.plt.close(fig)
+        raise Skip(f"no load-phase time series at {thread_word(top)}")
+    ax = axes[0]
+    ax.set_xlabel("seconds since the start of the load")
+    ax.set_ylabel("Mops/s")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    return canvas.finish(fig, f"Load-phase throughput over time · "
+                         f"{thread_word(top)}", shown)
+
+
+def plot_load_factor(canvas):
+    with_curve = [r for r in canvas.runs
+                  if r["load"] is not None and r["load"]["load_factor"]]
+    if not with_curve:
+        raise Skip("no load phase reports a load_factor curve")
+    fig, axes = canvas.grid(1, 10.0, 4.6)
+    ax = axes[0]
+    shown = []
+    for name in canvas.series:
+        mine = [r for r in with_curve if r["series"] == name]
+        if not mine:
+            continue
+        top = thread_counts(mine)[-1]
+        phase = first_load_phase(mine, name, top, lambda p: True)
+        xs, ys = zip(*phase["load_factor"])
+        ax.plot(xs, ys, color=canvas.colour[name], lw=1.2)
+        shown.append(name)
+    ax.xaxis.set_major_formatter(canvas.plt.FuncFormatter(
+        lambda v, _: human(v)))
+    ax.set_xlabel("keys inserted")
+    ax.set_ylabel("load factor")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    return canvas.finish(fig, "Load factor during the load phase", shown)
+
+
+FIGURES = [
+    ("throughput.png", plot_throughput),
+    ("scaling.png", plot_scaling),
+    ("latency_cdf.png", plot_latency_cdf),
+    ("load_timeseries.png", plot_load_timeseries),
+    ("load_factor.png", plot_load_factor),
+]
+
+
+def write_figures(docs, out_dir):
+    plt = import_matplotlib()
+    runs = with_series([r for d in docs for r in d["runs"]])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not runs:
+        print("plot: no runs in the input; no figure written", file=sys.stderr)
+        return
+    canvas = Canvas(plt, docs, runs)
+    for name, plot in FIGURES:
+        try:
+            fig = plot(canvas)
+        except Skip as why:
+            print(f"plot: skipped {name}: {why}", file=sys.stderr)
+            continue
+        path = out_dir / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        print(path)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="bench/plot.py",
+        description="Plot pmhash-bench result files (pmhash-bench/1) as PNGs.")
+    parser.add_argument("files", nargs="+", metavar="RESULT.json")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
+                        help=f"directory for the PNGs (default {DEFAULT_OUT})")
+    parser.add_argument("--check", action="store_true",
+                        help="only validate the files; exit 0 if all are "
+                             "valid, 1 with one line per problem otherwise")
+    return parser.parse_args(argv)
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.check:
+        return run_check(args.files)
+    try:
+        docs = load_results(args.files)
+        write_figures(docs, args.out)
+    except InputError as e:
+        print(f"plot: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"plot: cannot write into {args.out}: {e.strerror} "
+              f"({e.filename})", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

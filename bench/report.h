@@ -1,0 +1,88 @@
+// bench/report.h - what pmhash-bench writes: the table on stdout, the JSON
+// document (format "pmhash-bench/1", read by bench/plot.py) and the CSV.
+//
+// JSON layout (every number in base units: seconds, ns, bytes, ops/s):
+//
+//   { "format": "pmhash-bench/1", "command", "git_revision", "started_at",
+//     "machine": { hostname, cpu_model, cores, memory_bytes, kernel, os },
+//     "config":  { workloads, records, ops, duration_s, distribution, zipf,
+//                  key_size, value_size, pool_dir, granularity, durability,
+//                  seed, threads, engines },
+//     "ceilings": [ { threads, granularity, region, region_bytes,
+//                     dependent_reads_per_s, independent_reads_per_s,
+//                     persists_per_s, seq_read_bytes_per_s,
+//                     seq_write_bytes_per_s } ],
+//     "runs": [ { engine, kind, durability, durability_mode (strict, epoch or
+//                 none), threads, workload, distribution,
+//                 load: PHASE, run: PHASE or null } ] }
+//
+//   PHASE: ops, seconds, ops_per_s, ceiling_ops_per_s, ceiling_fraction,
+//     mix {read, update, insert, delete, rmw}, outcomes {ok, not_found,
+//     already_exists}, latency_ns {all, <op type>...: {count, mean, p50, p90,
+//     p99, p999, max, histogram: [[upper bound ns, count]...]}},
+//     timeseries {interval_s, t_s: [end of each interval, s], ops_per_s: [...]}
+//     (the last interval may be shorter), load_factor [[ops, lf]...],
+//     flushes_per_op, fences_per_op, bytes_per_key, bytes_kind, expansions,
+//     items_moved, items_moved_per_resize, quiesce_s, stream_exhausted.
+//   Fields that do not apply to a table are null.
+//
+// The ceiling of a phase (bench --limits, ceilings.h) charges each read one
+// random line read (independent_reads_per_s), each insert, update or delete
+// one random 8-byte persist (persists_per_s) and each rmw both; the
+// ceiling in ops/s is 1 / sum(share x cost). ceiling_fraction is the
+// phase's throughput divided by it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "ceilings.h"
+#include "phase.h"
+#include "ycsb.h"
+
+namespace pmhash::bench {
+
+struct RunResult {
+  std::string engine;
+  std::string kind;
+  std::string durability;
+  unsigned threads = 0;
+  WorkloadSpec workload;
+  Distribution distribution = Distribution::kUniform;
+  PhaseOutcome load;
+  std::optional<PhaseOutcome> run;
+  // Bytes of DRAM the table allocated (malloc), for tables that report no
+  // storage of their own; measured after the load phase and after the run.
+  std::optional<std::uint64_t> dram_after_load;
+  std::optional<std::uint64_t> dram_after_run;
+  std::optional<Ceilings> ceilings;
+
+  const PhaseOutcome& measured() const { return run ? *run : load; }
+};
+
+// Ops/s a phase of this mix could reach if each operation cost exactly one
+// random line read or one random persist; nullopt without ceilings.
+std::optional<double> ceiling_ops_per_s(const Mix& mix, const Ceilings& c);
+
+nlohmann::json machine_json();
+// `git describe`-like revision of the source tree ("abc1234", "+dirty"), or
+// "unknown".
+std::string git_revision();
+std::string utc_now();
+
+nlohmann::json run_json(const RunResult& r);
+nlohmann::json ceilings_json(const Ceilings& c);
+
+// The human-readable table: a header per workload, a row per run.
+void print_workload_header(std::ostream& out, const WorkloadSpec& spec, const std::string& params);
+void print_row_header(std::ostream& out);
+void print_row(std::ostream& out, const RunResult& r);
+void print_ceilings(std::ostream& out, const std::vector<Ceilings>& ceilings);
+
+// One CSV line per run, with a header line.
+void write_csv(std::ostream& out, const std::vector<RunResult>& runs);
+
+}  // namespace pmhash::bench

@@ -1,0 +1,107 @@
+// bench/table.h - the one interface the benchmark driver (pmhash-bench)
+// drives: a pmhash store of some engine, or a peer (libcuckoo, oneTBB's
+// concurrent_hash_map, std::unordered_map + std::shared_mutex, LMDB,
+// RocksDB), all behind the same five calls.
+//
+// Every call returns a pmhash::Status with the pmhash meanings: OK,
+// NotFound (get, update, remove of an absent key), AlreadyExists (insert of a
+// present key); anything else is an error the driver reports and fails on.
+// All calls may be made from any number of threads at once; a thread calls
+// thread_begin() before its first operation and thread_end() after its last
+// (peers that keep per-thread handles, such as LMDB read transactions, use
+// them; the default does nothing).
+//
+// Each table states what an acknowledged call guarantees (durability()), so
+// that a result table never compares a volatile map with a durable index
+// without saying so.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pmhash/options.h"
+#include "pmhash/status.h"
+
+namespace pmhash::bench {
+
+// How a table is created. Paths: pmhash engines create `pool_path`; peers
+// that keep files (LMDB, RocksDB) create their own directory `files_dir`
+// (which must not exist yet; the table removes it when destroyed), on the
+// same file system as the pool.
+struct TableConfig {
+  std::string pool_path;
+  std::string files_dir;
+  // byte, cache_line, page (files) or none (anonymous DRAM).
+  std::string granularity = "cache_line";
+  Durability durability = Durability::kStrict;
+  // epoch durability: how often the peer's background thread makes
+  // everything written so far durable.
+  std::chrono::milliseconds epoch_interval{10};
+  // Sizing hints: the most keys the table will hold, and item sizes.
+  std::uint64_t capacity_hint = 0;
+  std::size_t key_size = 16;
+  std::size_t value_size = 16;
+  // Threads that will call the table at once.
+  unsigned threads = 1;
+  // pmhash only: bytes of the pool file (0: derived from the hints).
+  std::uint64_t pool_size = 0;
+};
+
+// What a table can report about itself; absent fields do not apply.
+struct TableStats {
+  std::optional<std::uint64_t> items;
+  std::optional<double> load_factor;       // items / slots
+  std::optional<std::uint64_t> bytes;      // storage holding the data
+  std::string bytes_kind;                  // "pool", "files" or "dram"
+  std::optional<std::uint64_t> flushes;    // since the table was created
+  std::optional<std::uint64_t> fences;
+  std::optional<std::uint64_t> expansions; // resizes
+  std::optional<std::uint64_t> items_moved;
+  bool resizing = false;                   // background work still running
+};
+
+class Table {
+ public:
+  virtual ~Table() = default;
+
+  // The name used on the command line: "clevel", "libcuckoo", "tbb",
+  // "std", "lmdb", "rocksdb".
+  virtual std::string name() const = 0;
+  // "pmhash" for the engines of this project, "peer" otherwise.
+  virtual std::string kind() const = 0;
+  // One line: what survives a crash once a call has returned, e.g.
+  // "none (volatile DRAM)", "strict: fdatasync per transaction".
+  virtual std::string durability() const = 0;
+
+  virtual Status insert(std::string_view key, std::string_view value) = 0;
+  virtual Status get(std::string_view key, std::string* value) = 0;
+  virtual Status update(std::string_view key, std::string_view value) = 0;
+  virtual Status remove(std::string_view key) = 0;
+
+  virtual void thread_begin() {}
+  virtual void thread_end() {}
+
+  // Cheap enough to call every millisecond while a phase runs.
+  virtual TableStats stats() const = 0;
+
+  // Waits (untimed, between phases) until background work started by the
+  // last phase (a resize, a compaction) has finished; false on timeout.
+  virtual bool quiesce(std::chrono::seconds timeout) {
+    (void)timeout;
+    return true;
+  }
+};
+
+// Creates the peer `name` (one of peer_names()); throws std::runtime_error
+// with a one-line message if it cannot.
+std::unique_ptr<Table> make_peer(const std::string& name, const TableConfig& config);
+
+// libcuckoo, tbb, std, lmdb, rocksdb.
+const std::vector<std::string>& peer_names();
+
+}  // namespace pmhash::bench

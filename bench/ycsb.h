@@ -1,0 +1,183 @@
+// bench/ycsb.h - workloads of pmhash-bench and the operation streams they
+// generate, all before any timing starts.
+//
+// Workloads (--workload). A run has a load phase, which inserts records
+// 0..N-1 (N = --records) split into T contiguous slices, one per thread, and
+// (except for "load") a run phase of --ops operations in this mix:
+//
+//   name       read  update insert delete rmw   keys (default distribution)
+//   load       -     -      -      -      -     the load phase is the result
+//   a          50    50                         zipfian        YCSB A
+//   b          95    5                          zipfian        YCSB B
+//   c          100                              zipfian        YCSB C
+//   d          95           5                   latest         YCSB D
+//   f          50                         50    zipfian        YCSB F
+//   insert                  100                 new records    insert micro
+//   read       100                              uniform        positive search
+//   read-neg   100                              never-inserted negative search
+//   update           100                        uniform
+//   delete                         100          each record once, shuffled
+//   mixed:R/I/U/D  R% read, I% insert, U% update, D% delete    uniform
+//
+// rmw (YCSB's read-modify-write) is a get followed by an update of the same
+// key, timed as one operation. YCSB E (scans) does not apply to a hash index.
+// --distribution overrides the default of every workload except read-neg,
+// insert and delete, whose keys are fixed by what they measure.
+//
+// Keys. Record r's key is encode(mix(r ^ mix(seed))) from workload.h,
+// key_size bytes; records inserted by the run phase continue the numbering
+// at N; never-inserted keys are records from 2^40 on. Values come from a
+// pool of kValuePool pre-generated values; operation j writes value j mod
+// kValuePool.
+//
+// Streams. The run phase's operations are drawn as one global sequence
+// (deterministic by --seed and the workload) with YCSB's key choosers
+// (key_chooser.h), then dealt round-robin to the T threads: operation j goes
+// to thread j mod T. Each thread's stream stores, per operation, one byte
+// (type and the "must succeed" flag) and the key bytes inline, so a worker
+// reads its stream sequentially and never computes a key while timed.
+//
+// Expected outcomes. An operation is marked "must succeed" when its outcome
+// is certain whatever the interleaving: an insert of a new record, a read,
+// update or rmw of a loaded record in a workload without deletes, a delete
+// of the delete micro-benchmark, a negative read (must be NotFound). Reads of
+// records inserted during the run may find them not yet inserted by another
+// thread (NotFound is allowed); with deletes in the mix any NotFound is.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "key_chooser.h"
+#include "workload.h"
+
+namespace pmhash::bench {
+
+enum class OpType : std::uint8_t { kRead, kUpdate, kInsert, kDelete, kRmw };
+inline constexpr std::size_t kOpTypes = 5;
+inline constexpr const char* kOpNames[kOpTypes] = {"read", "update", "insert", "delete", "rmw"};
+
+// Fractions of the run phase's operations, summing to 1.
+struct Mix {
+  double share[kOpTypes] = {};
+
+  double operator[](OpType t) const { return share[static_cast<std::size_t>(t)]; }
+  bool has(OpType t) const { return (*this)[t] > 0; }
+};
+
+struct WorkloadSpec {
+  std::string name;
+  std::string description;        // for table headers: "50% read, 50% update"
+  Mix mix;
+  bool run_phase = true;          // false: "load", the load phase is the result
+  bool negative_reads = false;    // read-neg: every read misses
+  bool distinct_deletes = false;  // delete: each record deleted once
+  Distribution distribution = Distribution::kUniform;
+  bool distribution_fixed = false;  // --distribution does not apply
+};
+
+inline std::string distribution_name(Distribution d) {
+  switch (d) {
+    case Distribution::kUniform: return "uniform";
+    case Distribution::kZipfian: return "zipfian";
+    case Distribution::kLatest: return "latest";
+  }
+  return "?";
+}
+
+inline std::optional<Distribution> parse_distribution(std::string_view name) {
+  if (name == "uniform") return Distribution::kUniform;
+  if (name == "zipfian") return Distribution::kZipfian;
+  if (name == "latest") return Distribution::kLatest;
+  return std::nullopt;
+}
+
+// Parses a --workload name; on failure returns nullopt and sets *error to a
+// one-line reason.
+std::optional<WorkloadSpec> parse_workload(std::string_view name, std::string* error);
+
+// Keys, values and the load phase's key order, shared by every run.
+class KeySpace {
+ public:
+  static constexpr std::uint64_t kNegativeBase = std::uint64_t{1} << 40;
+  static constexpr std::size_t kValuePool = 1024;
+
+  KeySpace(std::size_t key_size, std::size_t value_size, std::uint64_t seed);
+
+  std::size_t key_size() const { return key_size_; }
+  std::size_t value_size() const { return value_size_; }
+
+  // Writes record r's key to out[0, key_size).
+  void key(std::uint64_t record, char* out) const {
+    encode(mix(record ^ salt_), out, key_size_);
+  }
+  std::string key(std::uint64_t record) const {
+    std::string k(key_size_, '\0');
+    key(record, k.data());
+    return k;
+  }
+  std::string_view value(std::uint64_t j) const {
+    return {values_.data() + (j % kValuePool) * value_size_, value_size_};
+  }
+
+ private:
+  std::size_t key_size_;
+  std::size_t value_size_;
+  std::uint64_t salt_;
+  std::vector<char> values_;
+};
+
+// The keys of the load phase, records 0..N-1 in order.
+class LoadKeys {
+ public:
+  LoadKeys(const KeySpace& space, std::uint64_t records);
+  std::uint64_t records() const { return records_; }
+  std::string_view key(std::uint64_t r) const {
+    return {keys_.data() + r * key_size_, key_size_};
+  }
+
+ private:
+  std::uint64_t records_;
+  std::size_t key_size_;
+  std::vector<char> keys_;
+};
+
+// One thread's operations of a run phase.
+struct OpStream {
+  static constexpr std::uint8_t kMustSucceed = 0x80;
+  static constexpr std::uint8_t kTypeMask = 0x07;
+
+  std::vector<std::uint8_t> ops;
+  std::vector<char> keys;  // ops.size() * key_size
+  std::uint64_t first_op = 0;  // global index of ops[0] (values: j mod pool)
+
+  std::size_t size() const { return ops.size(); }
+};
+
+struct StreamParams {
+  std::uint64_t records = 0;  // loaded before the run phase
+  std::uint64_t ops = 0;
+  unsigned threads = 1;
+  Distribution distribution = Distribution::kUniform;
+  double zipf = 0.99;
+  std::uint64_t seed = 1;
+};
+
+// The run phase's streams, one per thread. For the delete workload, ops is
+// capped at records.
+std::vector<OpStream> generate_streams(const WorkloadSpec& spec, const KeySpace& space,
+                                       const StreamParams& params);
+
+// Operations the run phase will perform (the delete workload deletes each
+// record at most once).
+inline std::uint64_t run_ops(const WorkloadSpec& spec, std::uint64_t records, std::uint64_t ops) {
+  if (!spec.run_phase) return 0;
+  if (spec.distinct_deletes) return std::min(ops, records);
+  return ops;
+}
+
+}  // namespace pmhash::bench
