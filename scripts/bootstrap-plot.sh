@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Prepares the Python environment that bench/plot.py needs: a project-local
+# virtual environment at .venv/ (beside scripts/) holding matplotlib from PyPI.
+#
+# Idempotent: the venv is created only if missing, and pip runs only if
+# `import matplotlib` fails inside it, so a second run costs one Python start.
+# Silent unless it installs something; then it says what on stderr.
+#
+# Needs python3 and python3-venv (Debian packages, see scripts/bootstrap.sh).
+# Override the interpreter with PYTHON=/path/to/python3.
+#
+# Use afterwards:  .venv/bin/python bench/plot.py RESULT.json
+set -euo pipefail
+
+matplotlib_pin="matplotlib==3.9.4"   # has a cp311 manylinux wheel
+python="${PYTHON:-python3}"
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "bootstrap-plot: creating virtual environment $venv" >&2
+  if ! "$python" -m venv "$venv"; then
+    echo "bootstrap-plot: '$python -m venv' failed; install python3-venv (scripts/bootstrap.sh)" >&2
+    exit 1
+  fi
+fi
+
+if "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
+  exit 0
+fi
+
+echo "bootstrap-plot: installing $matplotlib_pin into $venv" >&2
+if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$matplotlib_pin"; then
+  echo "bootstrap-plot: pip could not install $matplotlib_pin (is PyPI reachable?)" >&2
+  exit 1
+fi
