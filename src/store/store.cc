@@ -176,37 +176,39 @@ Status attach(std::unique_ptr<pool::Pool> pool, const Options& options,
 
 Store::~Store() = default;
 
-Status Store::create(const std::string& path, const Options& options,
-                     std::unique_ptr<Store>* store) {
-  const engine::EngineInfo* info = engine::find_engine(options.engine);
-  if (info == nullptr) {
+namespace {
+
+// The engine and pool parameters of a new store, or why it cannot be made.
+Status creation_params(const Options& options, const engine::EngineInfo** info,
+                       pool::CreateParams* params) {
+  *info = engine::find_engine(options.engine);
+  if (*info == nullptr) {
     return Status::InvalidArgument("unknown engine '" + options.engine +
                                    "' (engines: " + engine::engine_names() + ")");
   }
-  if (Status s = check_options(*info, options); !s.ok()) return s;
-  pool::CreateParams params;
-  params.engine = options.engine;
-  params.size = options.pool_size;
-  params.force = options.force;
-  if (Status s = info->encode_params(options, params.engine_params.data()); !s.ok()) return s;
+  if (Status s = check_options(**info, options); !s.ok()) return s;
+  params->engine = options.engine;
+  params->size = options.pool_size;
+  params->force = options.force;
+  return (*info)->encode_params(options, params->engine_params.data());
+}
 
+}  // namespace
+
+Status Store::create(const std::string& path, const Options& options,
+                     std::unique_ptr<Store>* store) {
+  const engine::EngineInfo* info = nullptr;
+  pool::CreateParams params;
+  if (Status s = creation_params(options, &info, &params); !s.ok()) return s;
   std::unique_ptr<pool::Pool> pool;
   if (Status s = pool::Pool::create(path, params, &pool); !s.ok()) return s;
   return attach(std::move(pool), options, info->create, Clock::now(), store);
 }
 
 Status Store::create_volatile(const Options& options, std::unique_ptr<Store>* store) {
-  const engine::EngineInfo* info = engine::find_engine(options.engine);
-  if (info == nullptr) {
-    return Status::InvalidArgument("unknown engine '" + options.engine +
-                                   "' (engines: " + engine::engine_names() + ")");
-  }
-  if (Status s = check_options(*info, options); !s.ok()) return s;
+  const engine::EngineInfo* info = nullptr;
   pool::CreateParams params;
-  params.engine = options.engine;
-  params.size = options.pool_size;
-  if (Status s = info->encode_params(options, params.engine_params.data()); !s.ok()) return s;
-
+  if (Status s = creation_params(options, &info, &params); !s.ok()) return s;
   std::unique_ptr<pool::Pool> pool;
   if (Status s = pool::Pool::create_volatile(params, &pool); !s.ok()) return s;
   return attach(std::move(pool), options, info->create, Clock::now(), store);
