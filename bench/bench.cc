@@ -395,7 +395,7 @@ class Driver {
     nlohmann::json doc;
     doc["format"] = "pmhash-bench/1";
     doc["command"] = command;
-    doc["git_revision"] = git_revision();
+    doc["git_revision"] = revision_;
     doc["started_at"] = started_at_;
     doc["machine"] = machine_json();
     nlohmann::json workloads = nlohmann::json::array();
@@ -435,6 +435,9 @@ class Driver {
   std::vector<Ceilings> ceilings_;
   std::vector<RunResult> runs_;
   std::string started_at_ = utc_now();
+  // Taken when the run starts: the tree the binary was built from, not
+  // whatever was edited while it ran.
+  std::string revision_ = git_revision();
 };
 
 std::string shell_quote(const std::string& arg) {

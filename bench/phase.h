@@ -11,15 +11,20 @@
 // one. Latencies go to per-thread, per-operation-type histograms, merged
 // after the phase.
 //
-// Sampling. The calling thread wakes every millisecond (every 10 ms when no
-// load factor is sampled) and reads the workers' progress counters: it
-// records the throughput of every 100 ms interval (a stall during a resize
-// shows as a dip), the table's load factor each time another 10,000
-// operations have completed (load phases of tables that have one; the count
-// recorded is the exact count at the time of the reading), and draws a
-// progress bar on stderr when stderr is a terminal and the phase has run for
-// more than a second. Sampling never synchronises anything: the end of the
-// phase is detected through an atomic count of finished workers.
+// Sampling. The calling thread wakes every 10 ms and reads the workers'
+// progress counters: it records the throughput of every 100 ms interval (a
+// stall during a resize shows as a dip) and draws a progress bar on stderr
+// when stderr is a terminal and the phase has run for more than a second.
+// Sampling never synchronises anything: the end of the phase is detected
+// through an atomic count of finished workers.
+//
+// Load factor (load phases of tables that report one): worker 0 reads the
+// table's load factor each time it has inserted another 10,000 / T keys,
+// about every 10,000 inserts of all workers together, and records it with
+// the sum of all workers' progress at that moment. It is a worker, not the
+// sampling thread, because with as many workers as cores the sampling thread
+// may not be scheduled for many milliseconds. The reading is kept out of the
+// next operation's latency.
 //
 // Checking. Every operation's outcome is compared with the expected one
 // (ycsb.h, "Expected outcomes"); the first unexpected outcome of each worker
@@ -97,8 +102,17 @@ struct alignas(64) Worker {
   bool exhausted = false;
   std::chrono::steady_clock::time_point start;
   std::chrono::steady_clock::time_point end;
+  std::vector<std::pair<std::uint64_t, double>> load_factor;  // worker 0 only
   alignas(64) std::atomic<std::uint64_t> progress{0};
 };
+
+using Workers = std::vector<std::unique_ptr<Worker>>;
+
+inline std::uint64_t total_progress(const Workers& workers) {
+  std::uint64_t done = 0;
+  for (const auto& w : workers) done += w->progress.load(std::memory_order_relaxed);
+  return done;
+}
 
 inline std::string quoted(std::string_view key) { return "'" + std::string(key) + "'"; }
 
@@ -144,12 +158,17 @@ inline Status execute(Table& table, OpType type, std::string_view key, std::stri
   return Status::InvalidArgument("unknown operation");
 }
 
+inline constexpr std::uint64_t kLoadFactorEvery = 10'000;
+
 inline void run_load_slice(Table& table, const PhaseWork& work, unsigned t, unsigned threads,
-                           Worker& w) {
+                           bool sample_load_factor, const Workers& workers) {
+  Worker& w = *workers[t];
   const TickClock& clock = TickClock::get();
   const std::uint64_t n = work.load->records();
   const std::uint64_t begin = n * t / threads;
   const std::uint64_t end = n * (t + 1) / threads;
+  const std::uint64_t stride = std::max<std::uint64_t>(1, kLoadFactorEvery / threads);
+  const bool sampler = sample_load_factor && t == 0;
   Histogram& hist = w.by_type[static_cast<int>(OpType::kInsert)];
   std::uint64_t last = clock.ticks();
   for (std::uint64_t r = begin; r < end; ++r) {
@@ -159,7 +178,14 @@ inline void run_load_slice(Table& table, const PhaseWork& work, unsigned t, unsi
     const std::uint64_t now = clock.ticks();
     hist.record(clock.to_ns(now - last));
     last = now;
-    w.progress.store(r - begin + 1, std::memory_order_relaxed);
+    const std::uint64_t done = r - begin + 1;
+    w.progress.store(done, std::memory_order_relaxed);
+    if (sampler && done % stride == 0) {
+      if (const auto lf = table.stats().load_factor) {
+        w.load_factor.emplace_back(total_progress(workers), *lf);
+      }
+      last = clock.ticks();
+    }
   }
 }
 
@@ -228,7 +254,7 @@ inline PhaseOutcome run_phase(Table& table, const PhaseWork& work, unsigned thre
     for (const OpStream& s : *work.streams) expected_ops += s.size();
   }
 
-  std::vector<std::unique_ptr<detail::Worker>> workers;
+  detail::Workers workers;
   for (unsigned t = 0; t < threads; ++t) workers.push_back(std::make_unique<detail::Worker>());
   std::atomic<unsigned> finished{0};
   std::barrier start_line(static_cast<std::ptrdiff_t>(threads) + 1);
@@ -241,7 +267,7 @@ inline PhaseOutcome run_phase(Table& table, const PhaseWork& work, unsigned thre
       start_line.arrive_and_wait();
       w.start = clock::now();
       if (work.load != nullptr) {
-        detail::run_load_slice(table, work, t, threads, w);
+        detail::run_load_slice(table, work, t, threads, sample_load_factor, workers);
       } else {
         detail::run_stream(table, work, t, threads, w);
       }
@@ -253,26 +279,20 @@ inline PhaseOutcome run_phase(Table& table, const PhaseWork& work, unsigned thre
 
   // Sampling, on this thread, until every worker has finished.
   const bool bar = ::isatty(STDERR_FILENO) != 0;
-  const auto tick = std::chrono::milliseconds(sample_load_factor ? 1 : 10);
+  const auto tick = std::chrono::milliseconds(10);
   const auto interval = std::chrono::duration<double>(out.interval_s);
   start_line.arrive_and_wait();
   const auto t0 = clock::now();
   auto next_tick = t0;
   auto interval_start = t0;
   std::uint64_t interval_ops = 0;
-  std::uint64_t next_mark = 10'000;
   bool drew = false;
   while (true) {
     next_tick += tick;
     std::this_thread::sleep_until(next_tick);
     const bool all_done = finished.load(std::memory_order_acquire) == threads;
-    std::uint64_t done = 0;
-    for (const auto& w : workers) done += w->progress.load(std::memory_order_relaxed);
+    const std::uint64_t done = detail::total_progress(workers);
     const auto now = clock::now();
-    if (sample_load_factor && done >= next_mark) {
-      if (const auto lf = table.stats().load_factor) out.load_factor.emplace_back(done, *lf);
-      next_mark = (done / 10'000 + 1) * 10'000;
-    }
     const std::chrono::duration<double> elapsed = now - interval_start;
     if (elapsed >= interval || all_done) {
       if (elapsed >= interval / 5 || out.timeseries.empty()) {
@@ -309,6 +329,7 @@ inline PhaseOutcome run_phase(Table& table, const PhaseWork& work, unsigned thre
     out.unexpected += w->tally.unexpected;
     if (out.first_unexpected.empty()) out.first_unexpected = w->tally.first_error;
     out.stream_exhausted = out.stream_exhausted || w->exhausted;
+    for (const auto& point : w->load_factor) out.load_factor.push_back(point);
   }
   out.ops = out.all.count();
   out.seconds = std::chrono::duration<double>(last_end - first_start).count();

@@ -814,6 +814,73 @@ FIGURES = [
 ]
 
 
+# --------------------------------------------------------------------------
+# --markdown: the README's tables, from the same files.
+# --------------------------------------------------------------------------
+
+def ceiling_fraction_by_key(runs):
+    """Mean ceiling fraction of the measured phase, by (series, threads,
+    workload); absent where the file had no ceilings."""
+    out = {}
+    for r in runs:
+        f = measured(r).get("ceiling_fraction")
+        if f is not None:
+            out.setdefault((r["series"], r["threads"], r["workload"]), []).append(f)
+    return {k: sum(v) / len(v) for k, v in out.items()}
+
+
+def markdown_tables(docs):
+    """Throughput per workload and engine (Mops/s, and in brackets the share
+    of the matching ceiling) for each thread count, the ceilings, and what
+    durability each engine ran with."""
+    runs = with_series([r for d in docs for r in d["runs"]])
+    lines = []
+    if runs:
+        series = series_names(runs)
+        mops = mean_mops(runs)
+        fractions = ceiling_fraction_by_key(runs)
+        for threads in thread_counts(runs):
+            lines.append(f"{thread_word(threads)}, Mops/s (share of the ceiling):")
+            lines.append("")
+            lines.append("| workload | " + " | ".join(series) + " |")
+            lines.append("|---|" + "---:|" * len(series))
+            for w in ordered_workloads(runs):
+                cells = []
+                for name in series:
+                    key = (name, threads, w)
+                    if key not in mops:
+                        cells.append("-")
+                        continue
+                    cell = f"{mops[key]:.2f}"
+                    if key in fractions:
+                        cell += f" ({100 * fractions[key]:.0f}%)"
+                    cells.append(cell)
+                lines.append(f"| {w} | " + " | ".join(cells) + " |")
+            lines.append("")
+        lines.append("Durability:")
+        lines.append("")
+        for name in series:
+            text = next(r["durability"] for r in runs if r["series"] == name)
+            lines.append(f"- {name}: {text}")
+        lines.append("")
+    ceilings = [c for d in docs for c in d["ceilings"]]
+    if ceilings:
+        c0 = ceilings[0]
+        lines.append(f"Ceilings ({c0['granularity']}, {c0['region_bytes'] >> 20} MiB region):")
+        lines.append("")
+        lines.append("| threads | dependent line reads/s | independent line reads/s | "
+                     "persists/s | seq. read GB/s | seq. write GB/s |")
+        lines.append("|---:|---:|---:|---:|---:|---:|")
+        for c in ceilings:
+            lines.append(f"| {c['threads']} | {human(c['dependent_reads_per_s'])} | "
+                         f"{human(c['independent_reads_per_s'])} | "
+                         f"{human(c['persists_per_s'])} | "
+                         f"{c['seq_read_bytes_per_s'] / 1e9:.1f} | "
+                         f"{c['seq_write_bytes_per_s'] / 1e9:.1f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def write_figures(docs, out_dir):
     plt = import_matplotlib()
     runs = with_series([r for d in docs for r in d["runs"]])
@@ -841,6 +908,10 @@ def parse_args(argv):
     parser.add_argument("files", nargs="+", metavar="RESULT.json")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
                         help=f"directory for the PNGs (default {DEFAULT_OUT})")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the README's tables (throughput per "
+                             "workload and engine, ceilings) instead of "
+                             "writing figures")
     parser.add_argument("--check", action="store_true",
                         help="only validate the files; exit 0 if all are "
                              "valid, 1 with one line per problem otherwise")
@@ -853,7 +924,10 @@ def main(argv):
         return run_check(args.files)
     try:
         docs = load_results(args.files)
-        write_figures(docs, args.out)
+        if args.markdown:
+            print(markdown_tables(docs))
+        else:
+            write_figures(docs, args.out)
     except InputError as e:
         print(f"plot: {e}", file=sys.stderr)
         return 2
