@@ -881,6 +881,14 @@ def markdown_tables(docs):
     return "\n".join(lines)
 
 
+def quantize_png(path):
+    """Rewrites a PNG with a 256-colour palette (Pillow comes with matplotlib)."""
+    from PIL import Image
+    with Image.open(path) as image:
+        small = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    small.save(path, optimize=True)
+
+
 def write_figures(docs, out_dir):
     plt = import_matplotlib()
     runs = with_series([r for d in docs for r in d["runs"]])
@@ -896,7 +904,10 @@ def write_figures(docs, out_dir):
             print(f"plot: skipped {name}: {why}", file=sys.stderr)
             continue
         path = out_dir / name
-        fig.savefig(path, dpi=110)
+        # 8-bit palette PNGs: the figures are flat colours and lines, and a
+        # palette keeps each file a fraction of its RGBA size in the repository.
+        fig.savefig(path, dpi=90, pil_kwargs={"optimize": True})
+        quantize_png(path)
         plt.close(fig)
         print(path)
 
