@@ -1,5 +1,6 @@
 // store/store.cc - the public Store over a pool, its heap and an engine.
 #include "pmhash/store.h"
+#include "store/store_testing.h"
 
 #include <atomic>
 #include <chrono>
@@ -97,6 +98,8 @@ class StoreImpl final : public Store {
     if (Status s = index_->check(); !s.ok()) return s;
     return heap_->check();
   }
+
+  media::Region& region() const { return pool_->region(); }
 
   Stats stats() const override {
     Stats st;
@@ -215,6 +218,10 @@ Status Store::create_volatile(const Options& options, std::unique_ptr<Store>* st
 }
 
 std::vector<std::string> Store::engines() { return engine::engine_list(); }
+
+media::Region& store_testing::region(Store& store) {
+  return static_cast<StoreImpl&>(store).region();
+}
 
 Status Store::open(const std::string& path, const Options& options,
                    std::unique_ptr<Store>* store) {
