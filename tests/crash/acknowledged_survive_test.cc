@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "crash/persistence_sim.h"
+#include "scratch_file.h"
 #include "pmhash/store.h"
 #include "store/store_testing.h"
 
@@ -39,23 +40,12 @@ using Model = std::map<std::string, std::string>;
 class AcknowledgedSurvive : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = info->name();
-    for (char& c : name) {
-      if (c == '/') c = '_';
-    }
-    base_ = "/dev/shm/pmhash-ack-" + std::to_string(::getpid()) + "-" + name;
-    if (const char* g = std::getenv("PMEM2_FORCE_GRANULARITY")) saved_env_ = g;
-    ::setenv("PMEM2_FORCE_GRANULARITY", "cache_line", 1);
+    base_ = scratch_path("pmhash-ack");
+    granularity_.force("cache_line");
   }
   void TearDown() override {
     ::unlink((base_ + ".pool").c_str());
     ::unlink((base_ + "-crash.pool").c_str());
-    if (saved_env_) {
-      ::setenv("PMEM2_FORCE_GRANULARITY", saved_env_->c_str(), 1);
-    } else {
-      ::unsetenv("PMEM2_FORCE_GRANULARITY");
-    }
   }
 
   // Recovers `image` as a pool and compares it with the model.
@@ -94,7 +84,7 @@ class AcknowledgedSurvive : public ::testing::TestWithParam<std::string> {
   }
 
   std::string base_;
-  std::optional<std::string> saved_env_;
+  GranularityGuard granularity_;
 };
 
 // Waits until no resize runs, so that no background thread writes the pool

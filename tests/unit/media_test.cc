@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "media/region.h"
+#include "scratch_file.h"
 
 namespace pmhash::media {
 namespace {
@@ -24,22 +25,10 @@ constexpr std::size_t kFileSize = 64 * 1024;
 class MediaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = "/dev/shm/pmhash-media-" + std::to_string(::getpid()) + "-" + info->name();
-    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-    ASSERT_GE(fd, 0) << std::strerror(errno);
-    ASSERT_EQ(::ftruncate(fd, kFileSize), 0) << std::strerror(errno);
-    ::close(fd);
-    if (const char* g = std::getenv("PMEM2_FORCE_GRANULARITY")) saved_env_ = g;
+    path_ = testing::scratch_path("pmhash-media");
+    testing::create_zero_file(path_, kFileSize);
   }
-  void TearDown() override {
-    ::unlink(path_.c_str());
-    if (saved_env_) {
-      ::setenv("PMEM2_FORCE_GRANULARITY", saved_env_->c_str(), 1);
-    } else {
-      ::unsetenv("PMEM2_FORCE_GRANULARITY");
-    }
-  }
+  void TearDown() override { ::unlink(path_.c_str()); }
 
   std::string read_back(std::size_t off, std::size_t n) const {
     std::string buf(n, '\0');
@@ -51,7 +40,7 @@ class MediaTest : public ::testing::Test {
   }
 
   std::string path_;
-  std::optional<std::string> saved_env_;
+  testing::GranularityGuard granularity_;
 };
 
 TEST_F(MediaTest, MappedFileWritesReachTheFile) {

@@ -2,6 +2,7 @@
 // persistence domain (tests/crash/persistence_sim.h): what each granularity
 // makes durable, what a crash may keep, and the crash choices it enumerates.
 #include "crash/persistence_sim.h"
+#include "scratch_file.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -29,26 +30,16 @@ constexpr std::size_t kFileSize = 64 * 1024;
 class PersistenceSimTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = "/dev/shm/pmhash-sim-" + std::to_string(::getpid()) + "-" + info->name();
-    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-    ASSERT_GE(fd, 0) << std::strerror(errno);
-    ASSERT_EQ(::ftruncate(fd, kFileSize), 0) << std::strerror(errno);
-    ::close(fd);
-    if (const char* g = std::getenv("PMEM2_FORCE_GRANULARITY")) saved_env_ = g;
+    path_ = scratch_path("pmhash-sim");
+    create_zero_file(path_, kFileSize);
   }
   void TearDown() override {
     region_.reset();
     ::unlink(path_.c_str());
-    if (saved_env_) {
-      ::setenv("PMEM2_FORCE_GRANULARITY", saved_env_->c_str(), 1);
-    } else {
-      ::unsetenv("PMEM2_FORCE_GRANULARITY");
-    }
   }
 
   Region& map(const char* granularity) {
-    ::setenv("PMEM2_FORCE_GRANULARITY", granularity, 1);
+    granularity_.force(granularity);
     EXPECT_TRUE(Region::map_file(path_, 0, &region_).ok());
     return *region_;
   }
@@ -63,7 +54,7 @@ class PersistenceSimTest : public ::testing::Test {
   }
 
   std::string path_;
-  std::optional<std::string> saved_env_;
+  GranularityGuard granularity_;
   std::unique_ptr<Region> region_;
 };
 

@@ -1,0 +1,61 @@
+// tests/scratch_file.h - what tests need around a pool-like file: a path
+// under /dev/shm unique to the process and the running test, a zero-filled
+// file of a given size, and PMEM2_FORCE_GRANULARITY restored after a test
+// that forces it.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace pmhash::testing {
+
+// "/dev/shm/<prefix>-<pid>-<test name>", with '/' of parameterised test
+// names replaced.
+inline std::string scratch_path(const std::string& prefix) {
+  std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  for (char& c : name) {
+    if (c == '/') c = '_';
+  }
+  return "/dev/shm/" + prefix + "-" + std::to_string(::getpid()) + "-" + name;
+}
+
+// Creates (or truncates) `path` as `size` zero bytes.
+inline void create_zero_file(const std::string& path, std::size_t size) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << path << ": " << std::strerror(errno);
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(size)), 0) << path << ": " << std::strerror(errno);
+  ::close(fd);
+}
+
+// Restores PMEM2_FORCE_GRANULARITY, set or unset, when it goes out of scope.
+class GranularityGuard {
+ public:
+  GranularityGuard() {
+    if (const char* g = std::getenv(kVariable)) saved_ = g;
+  }
+  ~GranularityGuard() {
+    if (saved_) {
+      ::setenv(kVariable, saved_->c_str(), 1);
+    } else {
+      ::unsetenv(kVariable);
+    }
+  }
+  GranularityGuard(const GranularityGuard&) = delete;
+  GranularityGuard& operator=(const GranularityGuard&) = delete;
+
+  void force(const char* granularity) { ::setenv(kVariable, granularity, 1); }
+
+ private:
+  static constexpr const char* kVariable = "PMEM2_FORCE_GRANULARITY";
+  std::optional<std::string> saved_;
+};
+
+}  // namespace pmhash::testing
