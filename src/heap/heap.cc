@@ -722,7 +722,14 @@ void HeapImpl::free_run(std::uint32_t head, std::uint32_t len) {
   give_chunks(head, len);
 }
 
-void CacheImpl::free_unpublished(std::uint64_t off) { heap_->free_block(off, this); }
+void CacheImpl::free_unpublished(std::uint64_t off) {
+  heap_->free_block(off, this);
+  // The free is durable before this thread's intent slot, which may still
+  // name the block, is overwritten by its next allocation: else the new
+  // intent could reach media first, and a crash would leave the block
+  // allocated with no log naming it (a leak; found by the crash checker).
+  heap_->region().drain();
+}
 
 // ---------------------------------------------------------------------------
 // Retired blocks.

@@ -101,7 +101,8 @@ class ThreadCache {
   virtual void clear_intent(unsigned intent = 0) = 0;
 
   // Frees a block that was never published (no other thread can hold a
-  // pointer to it). Durable at the next drain.
+  // pointer to it). Durable when it returns (it drains), so that the intent
+  // slot still naming the block may be reused at once.
   virtual void free_unpublished(std::uint64_t off) = 0;
 
   // Guarantees room for `n` retire() calls without waiting. May wait for a
