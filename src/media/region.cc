@@ -162,6 +162,12 @@ struct Region::Impl {
 
 Region::~Region() = default;
 
+namespace {
+std::atomic<Region::MapHook> map_hook{nullptr};
+}  // namespace
+
+void Region::set_map_hook(MapHook hook) { map_hook.store(hook); }
+
 Status Region::map_file(const std::string& path, std::size_t size,
                         std::unique_ptr<Region>* out) {
   auto fail = [&](const std::string& why) {
@@ -214,6 +220,7 @@ Status Region::map_file(const std::string& path, std::size_t size,
   r->flush_fn_ = pmem2_get_flush_fn(impl->map);
   r->drain_fn_ = pmem2_get_drain_fn(impl->map);
   r->impl_ = std::move(impl);
+  if (MapHook hook = map_hook.load()) hook(*r);
   *out = std::move(r);
   return Status::OK();
 }

@@ -96,6 +96,11 @@ class Region {
     virtual void on_drain() = 0;
   };
   void set_observer(Observer* o) { observer_ = o; }
+  // Test hook: when set, map_file() calls it with every region it maps
+  // before handing the region out, so that a simulator can watch a pool's
+  // recovery from its first write. Process-wide; nullptr removes it.
+  using MapHook = void (*)(Region&);
+  static void set_map_hook(MapHook hook);
 
  private:
   Region() = default;

@@ -26,7 +26,10 @@
 // are atomic only at 8 bytes, a cache line may have been written back in
 // part: any subset of its 8-byte words. crash_image() builds the media
 // contents for one such choice: the durable image, plus the units chosen as
-// written, plus the chosen words of torn lines.
+// written, plus the chosen words of torn lines. (With byte granularity the
+// stores since the last fence really reach media in the order they became
+// visible, an order the simulator cannot see; the explorer therefore only
+// tries nothing and everything there.)
 //
 // Crash points. Every drain() is a crash point: just before the drain takes
 // effect, the simulator calls the hook set with set_crash_point_hook(), which
@@ -40,6 +43,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -85,7 +89,13 @@ class PersistenceSim final : public media::Region::Observer {
     region_.set_observer(this);
   }
 
-  ~PersistenceSim() override { region_.set_observer(nullptr); }
+  ~PersistenceSim() override {
+    if (attached_) region_.set_observer(nullptr);
+  }
+
+  // For a region that is gone (its store closed): the destructor must not
+  // touch it. Call only once nothing flushes or drains the region any more.
+  void forget_region() { attached_ = false; }
 
   PersistenceSim(const PersistenceSim&) = delete;
   PersistenceSim& operator=(const PersistenceSim&) = delete;
@@ -99,11 +109,9 @@ class PersistenceSim final : public media::Region::Observer {
     hook_ = std::move(hook);
   }
 
-  // Drains seen so far (each one a crash point).
-  std::uint64_t crash_points() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return crash_points_;
-  }
+  // Drains seen so far (each one a crash point), counting the one whose
+  // hook is running. Callable from the hook.
+  std::uint64_t crash_points() const { return crash_points_.load(std::memory_order_relaxed); }
 
   void on_flush(std::uint64_t off, std::size_t n) override {
     if (n == 0) return;
@@ -129,7 +137,7 @@ class PersistenceSim final : public media::Region::Observer {
 
   void on_drain() override {
     std::lock_guard<std::mutex> lock(mu_);
-    ++crash_points_;
+    crash_points_.fetch_add(1, std::memory_order_relaxed);
     if (hook_) hook_(*this);
     switch (granularity_) {
       case media::Granularity::kCacheLine: {
@@ -180,7 +188,16 @@ class PersistenceSim final : public media::Region::Observer {
   // be unit-aligned offsets inside the region; torn lines only exist with
   // cache_line granularity.
   std::vector<std::byte> crash_image(const CrashChoice& choice) const {
-    std::vector<std::byte> image = durable_;
+    std::vector<std::byte> image;
+    crash_image_into(choice, &image);
+    return image;
+  }
+
+  // The same into *image, reusing its storage.
+  void crash_image_into(const CrashChoice& choice, std::vector<std::byte>* out) const {
+    std::vector<std::byte>& image = *out;
+    image.resize(durable_.size());
+    std::memcpy(image.data(), durable_.data(), durable_.size());
     const std::byte* visible = region_.base();
     for (std::uint64_t off : choice.written) {
       check_unit(off);
@@ -198,7 +215,6 @@ class PersistenceSim final : public media::Region::Observer {
         std::memcpy(image.data() + off, visible + off, kWordSize);
       }
     }
-    return image;
   }
 
  private:
@@ -233,18 +249,22 @@ class PersistenceSim final : public media::Region::Observer {
   std::vector<std::byte> durable_;
   std::map<std::thread::id, std::set<std::uint64_t>> pending_;  // cache_line
   Hook hook_;
-  std::uint64_t crash_points_ = 0;
+  std::atomic<std::uint64_t> crash_points_{0};
+  bool attached_ = true;
 };
 
 // The crash choices to try at one crash point with these dirty units:
-// every subset when there are at most `exhaustive_limit` of them, otherwise
-// the two extremes (nothing written, everything written) plus `samples`
-// random subsets. With cache_line granularity each random choice also tears
-// one of the lines it leaves out, in a random part of its dirty words.
+// every subset when there are at most `exhaustive_limit` of them. Otherwise
+// the two extremes (nothing written, everything written); then, when there
+// are at most `singles_limit`, each unit written alone and each unit left
+// out alone (between them they catch every "A reached media, B did not"
+// ordering mistake whatever the other lines do); then `samples` random
+// subsets. With cache_line granularity each random choice also tears one of
+// the lines it leaves out, in a random part of its dirty words.
 inline std::vector<CrashChoice> crash_choices(const PersistenceSim& sim,
                                               const std::vector<std::uint64_t>& dirty,
                                               std::size_t exhaustive_limit, std::size_t samples,
-                                              std::mt19937_64& rng) {
+                                              std::mt19937_64& rng, std::size_t singles_limit = 0) {
   std::vector<CrashChoice> out;
   if (dirty.size() <= exhaustive_limit) {
     for (std::uint64_t subset = 0; subset < (std::uint64_t{1} << dirty.size()); ++subset) {
@@ -258,6 +278,16 @@ inline std::vector<CrashChoice> crash_choices(const PersistenceSim& sim,
   }
   out.push_back({});
   out.push_back({dirty, {}});
+  if (dirty.size() <= singles_limit) {
+    for (std::size_t i = 0; i < dirty.size(); ++i) {
+      out.push_back({{dirty[i]}, {}});
+      CrashChoice all_but;
+      for (std::size_t j = 0; j < dirty.size(); ++j) {
+        if (j != i) all_but.written.push_back(dirty[j]);
+      }
+      out.push_back(std::move(all_but));
+    }
+  }
   const bool tear = sim.granularity() == media::Granularity::kCacheLine;
   for (std::size_t s = 0; s < samples; ++s) {
     CrashChoice c;

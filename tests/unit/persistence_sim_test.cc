@@ -172,6 +172,29 @@ TEST_F(PersistenceSimTest, FewDirtyUnitsAreExploredExhaustively) {
   EXPECT_EQ(distinct.size(), 8u);
 }
 
+TEST_F(PersistenceSimTest, SinglesWriteEachUnitAloneAndLeaveEachOutAlone) {
+  Region& r = map("cache_line");
+  PersistenceSim sim(r);
+  for (std::uint64_t line = 0; line < 6 * 64; line += 64) store(r, line, 7);
+  const std::vector<std::uint64_t> dirty = sim.dirty_units();
+  ASSERT_EQ(dirty.size(), 6u);
+  std::mt19937_64 rng(3);
+  const auto choices = crash_choices(sim, dirty, 2, 0, rng, 8);
+  ASSERT_EQ(choices.size(), 2u + 2 * 6);
+  std::set<std::vector<std::uint64_t>> written;
+  for (const auto& c : choices) written.insert(c.written);
+  for (std::uint64_t u : dirty) {
+    EXPECT_TRUE(written.count({u})) << "unit " << u << " alone";
+    std::vector<std::uint64_t> rest;
+    for (std::uint64_t v : dirty) {
+      if (v != u) rest.push_back(v);
+    }
+    EXPECT_TRUE(written.count(rest)) << "all but unit " << u;
+  }
+  // Above the limit only the extremes and the samples remain.
+  EXPECT_EQ(crash_choices(sim, dirty, 2, 0, rng, 5).size(), 2u);
+}
+
 TEST_F(PersistenceSimTest, ManyDirtyUnitsAreSampledWithBothExtremesAndTornLines) {
   Region& r = map("cache_line");
   PersistenceSim sim(r);

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "engine/clevel/clevel_index.h"
+#include "engine/planted.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::clevel {
@@ -409,7 +410,7 @@ Status ClevelIndex::insert(const Key& key, std::string_view value) {
     if (s = write_item(tc, key, value, kTentative, &off); !s.ok()) return s;
     // The allocation, the intent and the item are durable before any slot
     // can point at the item.
-    region_.drain();
+    if (!planted::active(planted::kSlotBeforeItemDurable)) region_.drain();
     Publishing p;
     for (;;) {
       Attempt a;

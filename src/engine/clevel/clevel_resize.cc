@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "engine/clevel/clevel_index.h"
+#include "engine/planted.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::clevel {
@@ -51,7 +52,8 @@ static Status make_level(media::Region& region, heap::ThreadCache* tc, std::atom
   std::uint64_t expected = 0;
   if (entry.compare_exchange_strong(expected, off)) {
     // The ring entry is durable before a context can name the level.
-    region.persist(&entry, sizeof(std::uint64_t));
+    region.flush(&entry, sizeof(std::uint64_t));
+    if (!planted::active(planted::kNoFenceBeforeContextSwap)) region.drain();
     *mine = true;
     *linked = off;
   } else {
@@ -246,7 +248,9 @@ bool ClevelIndex::rehash_share(heap::ThreadCache* tc, unsigned j, Ctx c, std::ui
       // Progress is durable after the bucket's moves (move_bucket drained
       // the copies; this drains the cleared sources): recovery resumes
       // after it.
-      region_.persist(&progress.next, sizeof(std::uint64_t));
+      if (!planted::active(planted::kProgressNotPersisted)) {
+        region_.persist(&progress.next, sizeof(std::uint64_t));
+      }
     }
   }
   return true;

@@ -1,0 +1,29 @@
+// engine/planted.h - test-only switches that plant classic crash-consistency
+// mistakes in the engines, so that the crash checker (tests/crash) can show
+// it catches each one. Nothing outside tests sets them; with no bug planted
+// each switch costs one relaxed load on a path that already persists.
+#pragma once
+
+#include <atomic>
+
+namespace pmhash::engine::planted {
+
+enum Bug : unsigned {
+  kNone = 0,
+  // An insert publishes its slot before the item it points to is durable
+  // (the fence between writing the item and the slot CAS is left out).
+  kSlotBeforeItemDurable = 1u << 0,
+  // A new level's ring entry is flushed but not fenced before the context
+  // swap that names the level.
+  kNoFenceBeforeContextSwap = 1u << 1,
+  // The rehash progress index is advanced but never persisted, so recovery
+  // looks for half-moved slots in the wrong bucket.
+  kProgressNotPersisted = 1u << 2,
+};
+
+// The planted bugs (a mask of Bug), process-wide.
+inline std::atomic<unsigned> bugs{kNone};
+
+inline bool active(Bug b) { return (bugs.load(std::memory_order_relaxed) & b) != 0; }
+
+}  // namespace pmhash::engine::planted

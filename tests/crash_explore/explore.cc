@@ -1,0 +1,757 @@
+// pmhash-crash-explore - the crash-state explorer of the crash checker.
+//
+//   pmhash-crash-explore [--engine NAME] [--seed N] [--threads N] [--ops N]
+//                        [--keys N] [--granularity cache_line|page|byte]
+//                        [--exhaustive N] [--samples N] [--every N]
+//                        [--verifiers N] [--recovery-crash-every N]
+//                        [--plant BUG] [--reproducers DIR] [--summary FILE]
+//   pmhash-crash-explore --replay FILE
+//   pmhash-crash-explore --list-engines
+//
+// Runs the workload of crash/workload.h on a fresh pool watched by the
+// persistence simulator (crash/persistence_sim.h). Every drain is a crash
+// point; at every --every'th one it builds crash images from the lines not
+// yet durable: every subset when there are at most --exhaustive of them,
+// else nothing, everything and --samples random subsets (with a torn line
+// each). Each image is recovered and verified by a separate verifier process
+// (this program with --verify-server; a child, so recovery never runs inside
+// the workload's persistence hook, and a crash in recovery is a finding, not
+// the end of the run): it opens the image (running recovery) and checks it
+// against the oracle (crash/oracle.h). One image in --recovery-crash-every
+// is also crashed *during* its recovery, at a random drain of it, and that
+// second image is recovered and verified too (recovery must be restartable).
+//
+// A violation prints the seed, the crash point, the lines written, dropped
+// and torn, and saves a reproducer (crash/reproducer.h) with a one-line
+// replay command. Exit status: 0 no violation, 1 violations, 2 usage or
+// setup error, 3 the workload itself misbehaved (a wrong answer before any
+// crash).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "crash/oracle.h"
+#include "crash/persistence_sim.h"
+#include "crash/reproducer.h"
+#include "crash/workload.h"
+#include "engine/planted.h"
+#include "media/region.h"
+#include "pmhash/store.h"
+#include "store/store_testing.h"
+
+extern char** environ;
+
+namespace pmhash::crashtest {
+namespace {
+
+using testing::CrashChoice;
+using testing::PersistenceSim;
+
+struct Config {
+  std::string engine = "clevel";
+  WorkloadSpec w;
+  std::string granularity = "cache_line";
+  std::size_t exhaustive = 4;
+  std::size_t samples = 4;
+  std::size_t singles = 16;
+  std::uint64_t every = 1;
+  unsigned verifiers = 2;
+  unsigned recovery_crash_every = 8;
+  std::string plant;
+  std::string dir = "/dev/shm";
+  std::string reproducers = "crash-reproducers";
+  unsigned max_reports = 3;
+  std::uint64_t stop_after = 0;  // violations; 0: never stop early
+  std::uint64_t first_point = 0, last_point = ~std::uint64_t{0};
+  std::string summary;
+  std::uint64_t pool_size = 8u << 20;
+  std::string replay;
+  bool verify_server = false;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "pmhash-crash-explore: %s\n(see the comment at the top of tests/crash_explore/explore.cc)\n",
+               why.c_str());
+  std::exit(2);
+}
+
+std::uint64_t number(const std::string& flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-') {
+    usage("flag " + flag + " needs a non-negative integer, got '" + text + "'");
+  }
+  return v;
+}
+
+unsigned plant_mask(const std::string& name) {
+  using namespace engine::planted;
+  if (name.empty()) return kNone;
+  if (name == "slot-before-item") return kSlotBeforeItemDurable;
+  if (name == "no-fence-before-context-swap") return kNoFenceBeforeContextSwap;
+  if (name == "progress-not-persisted") return kProgressNotPersisted;
+  usage("unknown --plant '" + name +
+        "' (slot-before-item, no-fence-before-context-swap, progress-not-persisted)");
+}
+
+Config parse(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) usage("flag " + flag + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--engine") c.engine = value();
+    else if (flag == "--seed") c.w.seed = number(flag, value());
+    else if (flag == "--threads") c.w.threads = static_cast<unsigned>(number(flag, value()));
+    else if (flag == "--ops") c.w.ops = number(flag, value());
+    else if (flag == "--keys") c.w.keys = number(flag, value());
+    else if (flag == "--granularity") c.granularity = value();
+    else if (flag == "--exhaustive") c.exhaustive = number(flag, value());
+    else if (flag == "--samples") c.samples = number(flag, value());
+    else if (flag == "--singles") c.singles = number(flag, value());
+    else if (flag == "--every") c.every = number(flag, value());
+    else if (flag == "--verifiers") c.verifiers = static_cast<unsigned>(number(flag, value()));
+    else if (flag == "--recovery-crash-every") c.recovery_crash_every = static_cast<unsigned>(number(flag, value()));
+    else if (flag == "--plant") c.plant = value();
+    else if (flag == "--dir") c.dir = value();
+    else if (flag == "--reproducers") c.reproducers = value();
+    else if (flag == "--max-reports") c.max_reports = static_cast<unsigned>(number(flag, value()));
+    else if (flag == "--stop-after") c.stop_after = number(flag, value());
+    else if (flag == "--points") {
+      const std::string range = value();
+      const std::size_t dash = range.find('-');
+      if (dash == std::string::npos) usage("--points needs FIRST-LAST");
+      c.first_point = number(flag, range.substr(0, dash).c_str());
+      c.last_point = number(flag, range.substr(dash + 1).c_str());
+    }
+    else if (flag == "--summary") c.summary = value();
+    else if (flag == "--pool-size") c.pool_size = number(flag, value());
+    else if (flag == "--replay") c.replay = value();
+    else if (flag == "--verify-server") c.verify_server = true;
+    else if (flag == "--list-engines") {
+      for (const std::string& e : Store::engines()) std::printf("%s\n", e.c_str());
+      std::exit(0);
+    }
+    else usage("unknown flag " + flag);
+  }
+  if (c.w.threads == 0 || c.w.threads > 16) usage("--threads must be 1..16");
+  if (c.w.keys == 0) usage("--keys must be positive");
+  if (c.every == 0) usage("--every must be positive");
+  if (c.verifiers == 0 || c.verifiers > 16) usage("--verifiers must be 1..16");
+  if (c.exhaustive > 16) usage("--exhaustive must be at most 16 (2^16 images per crash point)");
+  if (c.granularity != "cache_line" && c.granularity != "page" && c.granularity != "byte") {
+    usage("--granularity must be cache_line, page or byte");
+  }
+  (void)plant_mask(c.plant);
+  return c;
+}
+
+std::string windows_text(const std::vector<Window>& ws) {
+  std::string out;
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    out += (i ? "," : "") + std::to_string(ws[i].done) + ":" + std::to_string(ws[i].seen);
+  }
+  return out;
+}
+
+std::vector<Window> parse_windows(const std::string& text) {
+  std::vector<Window> ws;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    const std::size_t colon = part.find(':');
+    if (colon == std::string::npos) return {};
+    ws.push_back({std::stoull(part.substr(0, colon)), std::stoull(part.substr(colon + 1))});
+  }
+  return ws;
+}
+
+bool write_file(const std::string& path, const std::vector<std::byte>& image) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  std::size_t done = 0;
+  while (done < image.size()) {
+    const ssize_t n = ::pwrite(fd, image.data() + done, image.size() - done, static_cast<off_t>(done));
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return done == image.size();
+}
+
+// ---------------------------------------------------------------------------
+// Verifier side: recovers images and checks them against the oracle.
+// ---------------------------------------------------------------------------
+
+// Crashes a recovery: a simulator watches the pool from the moment it is
+// mapped and keeps one crash image, taken at a drain chosen uniformly among
+// those of the recovery (reservoir sampling).
+struct RecoveryCrash {
+  std::unique_ptr<PersistenceSim> sim;
+  std::atomic<bool> recovering{false};
+  std::mt19937_64 rng{1};
+  std::uint64_t drains = 0;
+  std::vector<std::byte> image;
+  std::string where;
+};
+RecoveryCrash* g_recovery_crash = nullptr;
+
+void watch_recovery(media::Region& region) {
+  RecoveryCrash* rc = g_recovery_crash;
+  if (rc == nullptr || rc->sim) return;
+  rc->sim = std::make_unique<PersistenceSim>(region);
+  rc->sim->set_crash_point_hook([rc](const PersistenceSim& sim) {
+    if (!rc->recovering.load()) return;
+    ++rc->drains;
+    if (rc->rng() % rc->drains != 0) return;
+    const std::vector<std::uint64_t> dirty = sim.dirty_units();
+    std::vector<CrashChoice> choices = testing::crash_choices(sim, dirty, 0, 1, rc->rng);
+    const CrashChoice& pick = choices[rc->rng() % choices.size()];
+    rc->image = sim.crash_image(pick);
+    rc->where = "drain " + std::to_string(rc->drains) + " of recovery, " + pick.describe();
+  });
+}
+
+class Verifier {
+ public:
+  explicit Verifier(const WorkloadSpec& w) : oracle_(w) {}
+
+  // Recovers the pool at `path` and checks it; with `crash_recovery`, also
+  // crashes that recovery and checks the second image. "" when all holds.
+  // *recovery_images counts second images verified; *failed_image gets the
+  // unrecovered second image when it is the one that failed.
+  std::string verify(const std::string& path, const std::vector<Window>& windows, bool crash_recovery,
+                     std::uint64_t* recovery_images, std::vector<std::byte>* failed_image) {
+    RecoveryCrash rc;
+    rc.rng.seed(++requests_);
+    if (crash_recovery) {
+      g_recovery_crash = &rc;
+      rc.recovering = true;
+      media::Region::set_map_hook(&watch_recovery);
+    }
+    std::string result;
+    {
+      std::unique_ptr<Store> store;
+      const Status s = Store::open(path, Options{.engine = ""}, &store);
+      rc.recovering = false;
+      media::Region::set_map_hook(nullptr);
+      g_recovery_crash = nullptr;
+      if (!s.ok()) {
+        result = "open (recovery) failed: " + s.to_string();
+      } else {
+        result = oracle_.verify(*store, windows);
+        if (Status c = store->close(); !c.ok() && result.empty()) result = "close failed: " + c.to_string();
+      }
+    }
+    // The region is gone: the simulator must not touch it any more.
+    if (rc.sim) rc.sim->forget_region();
+    if (!result.empty() || rc.image.empty()) return result;
+
+    const std::string second = path + "-recovery";
+    if (!write_file(second, rc.image)) return "cannot write " + second;
+    std::unique_ptr<Store> store;
+    const Status s = Store::open(second, Options{.engine = ""}, &store);
+    if (!s.ok()) {
+      result = "open failed: " + s.to_string();
+    } else {
+      result = oracle_.verify(*store, windows);
+      (void)store->close();
+    }
+    ::unlink(second.c_str());
+    ++*recovery_images;
+    if (!result.empty()) {
+      *failed_image = std::move(rc.image);
+      return "after a crash at " + rc.where + ": " + result;
+    }
+    return "";
+  }
+
+ private:
+  Oracle oracle_;
+  std::uint64_t requests_ = 0;
+};
+
+// Request: "<image path> <windows> <crash recovery 0|1>\n".
+// Response: "ok <recovery images>\n" or
+//           "violation <recovery images> <0|1: in the second image> <text>\n";
+// a failed second image is left at "<image path>-failed".
+int verify_server(const Config& c) {
+  Verifier verifier(c.w);
+  char line[4096];
+  while (std::fgets(line, sizeof line, stdin) != nullptr) {
+    std::istringstream in(line);
+    std::string path, windows;
+    int crash_recovery = 0;
+    in >> path >> windows >> crash_recovery;
+    std::uint64_t rc_images = 0;
+    std::vector<std::byte> failed;
+    std::string result = verifier.verify(path, parse_windows(windows), crash_recovery != 0, &rc_images, &failed);
+    for (char& ch : result) {
+      if (ch == '\n') ch = ' ';
+    }
+    if (result.empty()) {
+      std::printf("ok %llu\n", static_cast<unsigned long long>(rc_images));
+    } else {
+      if (!failed.empty()) write_file(path + "-failed", failed);
+      std::printf("violation %llu %d %s\n", static_cast<unsigned long long>(rc_images), failed.empty() ? 0 : 1,
+                  result.c_str());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Explorer side.
+// ---------------------------------------------------------------------------
+
+struct Pending {
+  std::uint64_t crash_point = 0;
+  std::string thread;  // which thread's drain
+  CrashChoice choice;
+  std::vector<std::uint64_t> dirty;
+  std::vector<Window> windows;
+  std::vector<std::byte> image;
+};
+
+class Explorer {
+ public:
+  Explorer(Config c, std::string self) : c_(std::move(c)), self_(std::move(self)) {}
+
+  int run();
+
+ private:
+  struct Child {
+    pid_t pid = -1;
+    FILE* to = nullptr;
+    FILE* from = nullptr;
+    std::string file;
+    std::byte* map = nullptr;  // the file, mapped shared (see dispatch)
+    bool busy = false;
+    Pending pending;
+  };
+
+  void spawn(Child* v, unsigned index);
+  void stop(Child* v);
+  Child* free_verifier();
+  void collect(Child* v);
+  void dispatch(Child* v, bool crash_recovery);
+  void at_crash_point(const PersistenceSim& sim);
+  void report(const Pending& p, const std::string& what, const std::vector<std::byte>* image);
+  std::string rerun_command(std::uint64_t point) const;
+  bool workload(unsigned t);
+  bool stopping() const { return c_.stop_after != 0 && violations_ >= c_.stop_after; }
+
+  Config c_;
+  std::string self_;
+  std::unique_ptr<Store> store_;
+  std::vector<std::unique_ptr<std::atomic<std::uint64_t>>> acked_;
+  std::vector<Child> verifiers_;
+  std::mt19937_64 rng_;
+  std::atomic<bool> workload_failed_{false};
+
+  std::uint64_t points_explored_ = 0;
+  std::uint64_t images_ = 0;
+  std::uint64_t recovery_images_ = 0;
+  std::atomic<std::uint64_t> violations_{0};
+  std::uint64_t largest_dirty_ = 0;
+};
+
+void Explorer::spawn(Child* v, unsigned index) {
+  int to[2], from[2];
+  if (::pipe2(to, O_CLOEXEC) != 0 || ::pipe2(from, O_CLOEXEC) != 0) usage("cannot make pipes");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, to[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, from[1], STDOUT_FILENO);
+  std::vector<std::string> args = {self_,
+                                   "--verify-server",
+                                   "--seed", std::to_string(c_.w.seed),
+                                   "--threads", std::to_string(c_.w.threads),
+                                   "--ops", std::to_string(c_.w.ops),
+                                   "--keys", std::to_string(c_.w.keys),
+                                   "--granularity", c_.granularity};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  if (posix_spawn(&v->pid, self_.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
+    usage("cannot start the verifier " + self_);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(to[0]);
+  ::close(from[1]);
+  v->to = ::fdopen(to[1], "w");
+  v->from = ::fdopen(from[0], "r");
+  v->file = c_.dir + "/pmhash-explore-" + std::to_string(::getpid()) + "-v" + std::to_string(index) + ".pool";
+  v->busy = false;
+  if (v->map == nullptr) {
+    const int fd = ::open(v->file.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(c_.pool_size)) != 0) usage("cannot make " + v->file);
+    void* p = ::mmap(nullptr, c_.pool_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) usage("cannot map " + v->file);
+    v->map = static_cast<std::byte*>(p);
+  }
+}
+
+void Explorer::stop(Child* v) {
+  if (v->to) std::fclose(v->to);
+  if (v->from) std::fclose(v->from);
+  v->to = v->from = nullptr;
+  if (v->pid > 0) {
+    int status = 0;
+    ::waitpid(v->pid, &status, 0);
+  }
+  v->pid = -1;
+  if (v->map != nullptr) ::munmap(v->map, c_.pool_size);
+  v->map = nullptr;
+  ::unlink(v->file.c_str());
+  ::unlink((v->file + "-recovery").c_str());
+  ::unlink((v->file + "-failed").c_str());
+}
+
+void Explorer::collect(Child* v) {
+  char line[8192];
+  v->busy = false;
+  if (std::fgets(line, sizeof line, v->from) == nullptr) {
+    // The verifier died: recovery (or the verification) crashed.
+    std::fclose(v->to);
+    std::fclose(v->from);
+    v->to = v->from = nullptr;
+    int status = 0;
+    ::waitpid(v->pid, &status, 0);
+    v->pid = -1;
+    const std::string how = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                                : "exited with status " + std::to_string(WEXITSTATUS(status));
+    ++images_;
+    report(v->pending, "the verifier process " + how + " while recovering or checking this image",
+           &v->pending.image);
+    spawn(v, static_cast<unsigned>(v - verifiers_.data()));
+    return;
+  }
+  std::istringstream in(line);
+  std::string word;
+  unsigned long long rc = 0;
+  in >> word >> rc;
+  recovery_images_ += rc;
+  ++images_;
+  if (word == "ok") return;
+  int second = 0;
+  in >> second;
+  std::string what;
+  std::getline(in, what);
+  if (!what.empty() && what[0] == ' ') what.erase(0, 1);
+  if (!what.empty() && what.back() == '\n') what.pop_back();
+  if (second) {
+    Reproducer r;
+    std::ifstream failed(v->file + "-failed", std::ios::binary);
+    std::vector<std::byte> image(v->pending.image.size());
+    failed.read(reinterpret_cast<char*>(image.data()), static_cast<std::streamsize>(image.size()));
+    report(v->pending, what, &image);
+  } else {
+    report(v->pending, what, &v->pending.image);
+  }
+}
+
+Explorer::Child* Explorer::free_verifier() {
+  for (;;) {
+    for (Child& v : verifiers_) {
+      if (!v.busy) return &v;
+    }
+    std::vector<pollfd> fds;
+    for (Child& v : verifiers_) fds.push_back({::fileno(v.from), POLLIN, 0});
+    const int n = ::poll(fds.data(), fds.size(), 300 * 1000);
+    if (n == 0) {
+      // Nothing answered in five minutes: a recovery hangs.
+      for (Child& v : verifiers_) {
+        ::kill(v.pid, SIGKILL);
+      }
+      for (Child& v : verifiers_) collect(&v);  // each reports its death
+      continue;
+    }
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) collect(&verifiers_[i]);
+    }
+  }
+}
+
+// Hands v its pending image. The file is rewritten through a shared mapping,
+// page by page where it differs: the last recovery changed a few pages, and
+// writing the whole pool each time would cost more than recovering it.
+void Explorer::dispatch(Child* v, bool crash_recovery) {
+  const std::vector<std::byte>& image = v->pending.image;
+  if (image.size() != c_.pool_size) usage("crash image of unexpected size");
+  constexpr std::size_t kPage = 4096;
+  for (std::size_t off = 0; off < image.size(); off += kPage) {
+    const std::size_t n = std::min(kPage, image.size() - off);
+    if (std::memcmp(v->map + off, image.data() + off, n) != 0) std::memcpy(v->map + off, image.data() + off, n);
+  }
+  std::fprintf(v->to, "%s %s %d\n", v->file.c_str(), windows_text(v->pending.windows).c_str(),
+               crash_recovery ? 1 : 0);
+  std::fflush(v->to);
+  v->busy = true;
+}
+
+void Explorer::at_crash_point(const PersistenceSim& sim) {
+  const std::uint64_t point = sim.crash_points();
+  if (point % c_.every != 0 || point < c_.first_point || point > c_.last_point || stopping()) return;
+  ++points_explored_;
+  std::vector<Window> windows(c_.w.threads);
+  for (unsigned t = 0; t < c_.w.threads; ++t) windows[t].done = acked_[t]->load(std::memory_order_acquire);
+  const std::vector<std::uint64_t> dirty = sim.dirty_units();
+  largest_dirty_ = std::max<std::uint64_t>(largest_dirty_, dirty.size());
+  // With byte granularity (eADR, CXL with global persistent flush) stores
+  // reach media in the order they become visible, which the simulator does
+  // not see: only nothing and everything since the last fence are states it
+  // knows to be possible. (Any subset would invent states no machine has.)
+  const bool byte = sim.granularity() == media::Granularity::kByte;
+  std::vector<CrashChoice> choices = testing::crash_choices(
+      sim, dirty, byte ? 0 : c_.exhaustive, byte ? 0 : c_.samples, rng_, byte ? 0 : c_.singles);
+  std::ostringstream thread;
+  thread << std::this_thread::get_id();
+  for (CrashChoice& choice : choices) {
+    Child* v = free_verifier();
+    Pending& p = v->pending;
+    p.crash_point = point;
+    p.thread = thread.str();
+    sim.crash_image_into(choice, &p.image);
+    // Operations acknowledged while the image was copied may be in it.
+    p.windows = windows;
+    for (unsigned t = 0; t < c_.w.threads; ++t) p.windows[t].seen = acked_[t]->load(std::memory_order_acquire);
+    p.choice = std::move(choice);
+    p.dirty = dirty;
+    const bool crash_recovery = c_.recovery_crash_every != 0 && rng_() % c_.recovery_crash_every == 0;
+    dispatch(v, crash_recovery);
+  }
+}
+
+// The exploration that found a crash point, narrowed to it (the point's
+// number is exact when the workload is single-threaded and no resize runs
+// in the background; else a window around it).
+std::string Explorer::rerun_command(std::uint64_t point) const {
+  const std::uint64_t from = point > 20 ? point - 20 : 0;
+  std::string cmd = self_ + " --engine " + c_.engine + " --seed " + std::to_string(c_.w.seed) + " --threads " +
+                    std::to_string(c_.w.threads) + " --ops " + std::to_string(c_.w.ops) + " --keys " +
+                    std::to_string(c_.w.keys) + " --granularity " + c_.granularity + " --exhaustive " +
+                    std::to_string(c_.exhaustive) + " --samples " + std::to_string(c_.samples) + " --singles " +
+                    std::to_string(c_.singles) + " --points " +
+                    std::to_string(from) + "-" + std::to_string(point + 20);
+  if (!c_.plant.empty()) cmd += " --plant " + c_.plant;
+  return cmd;
+}
+
+void Explorer::report(const Pending& p, const std::string& what, const std::vector<std::byte>* image) {
+  ++violations_;
+  if (violations_ > c_.max_reports) return;
+  std::string dropped;
+  for (std::uint64_t u : p.dirty) {
+    bool written = false;
+    for (std::uint64_t w : p.choice.written) written |= w == u;
+    if (written) continue;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s0x%llx", dropped.empty() ? "" : ",", static_cast<unsigned long long>(u));
+    dropped += buf;
+  }
+  ::mkdir(c_.reproducers.c_str(), 0755);
+  const std::string file = c_.reproducers + "/" + c_.engine + "-seed" + std::to_string(c_.w.seed) + "-t" +
+                           std::to_string(c_.w.threads) + "-point" + std::to_string(p.crash_point) + "-" +
+                           std::to_string(violations_) + ".crash";
+  Reproducer r;
+  r.fields["engine"] = c_.engine;
+  r.fields["seed"] = std::to_string(c_.w.seed);
+  r.fields["threads"] = std::to_string(c_.w.threads);
+  r.fields["ops"] = std::to_string(c_.w.ops);
+  r.fields["keys"] = std::to_string(c_.w.keys);
+  r.fields["granularity"] = c_.granularity;
+  r.fields["windows"] = windows_text(p.windows);
+  r.fields["crash_point"] = std::to_string(p.crash_point);
+  r.fields["choice"] = p.choice.describe();
+  r.fields["dropped"] = dropped.empty() ? "-" : dropped;
+  r.fields["planted"] = c_.plant.empty() ? "-" : c_.plant;
+  r.fields["violation"] = what;
+  r.image = *image;
+  const bool saved = write_reproducer(file, r);
+  std::printf(
+      "VIOLATION engine %s seed %llu threads %u ops %llu%s\n"
+      "  crash point %llu (a drain in thread %s), acknowledged per thread %s\n"
+      "  lines %s; dropped %s\n"
+      "  %s\n"
+      "  replay: %s --replay %s%s\n"
+      "  rerun:  %s\n",
+      c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
+      static_cast<unsigned long long>(c_.w.ops), c_.plant.empty() ? "" : (" planted " + c_.plant).c_str(),
+      static_cast<unsigned long long>(p.crash_point), p.thread.c_str(), windows_text(p.windows).c_str(),
+      p.choice.describe().c_str(), dropped.empty() ? "-" : dropped.c_str(), what.c_str(), self_.c_str(),
+      file.c_str(), saved ? "" : " (COULD NOT SAVE)", rerun_command(p.crash_point).c_str());
+  std::fflush(stdout);
+}
+
+bool Explorer::workload(unsigned t) {
+  ThreadModel model;
+  for (std::uint64_t i = 0; i < c_.w.ops && !stopping(); ++i) {
+    const Op op = op_at(c_.w, t, i);
+    const std::string key = key_name(t, op.key);
+    const bool changes = apply_op(op, &model);
+    Status s;
+    std::string got;
+    switch (op.kind) {
+      case Op::kInsert: s = store_->insert(key, op.value); break;
+      case Op::kUpdate: s = store_->update(key, op.value); break;
+      case Op::kUpsert: s = store_->upsert(key, op.value); break;
+      case Op::kRemove: s = store_->remove(key); break;
+      case Op::kGet: s = store_->get(key, &got); break;
+    }
+    const bool expected = changes ? s.ok() : (s.is_not_found() || s.is_already_exists());
+    if (!expected || (op.kind == Op::kGet && s.ok() && got != model[op.key])) {
+      std::fprintf(stderr, "workload: thread %u op %llu on %s answered %s, expected %s\n", t,
+                   static_cast<unsigned long long>(i), key.c_str(), s.to_string().c_str(),
+                   changes ? "OK" : "NotFound or AlreadyExists");
+      workload_failed_ = true;
+      return false;
+    }
+    acked_[t]->store(i + 1, std::memory_order_release);
+  }
+  return true;
+}
+
+int Explorer::run() {
+  ::setenv("PMEM2_FORCE_GRANULARITY", c_.granularity.c_str(), 1);
+  engine::planted::bugs.store(plant_mask(c_.plant));
+  rng_.seed(c_.w.seed * 7919 + c_.w.threads);
+  const std::string pool = c_.dir + "/pmhash-explore-" + std::to_string(::getpid()) + ".pool";
+  Options o;
+  o.engine = c_.engine;
+  o.pool_size = c_.pool_size;
+  o.force = true;
+  o.clevel_initial_level_log2 = 2;  // tiny: the workload expands and shrinks the table
+  o.clevel_min_level_log2 = 2;
+  o.clevel_shrink_threshold = 0.15;
+  if (Status s = Store::create(pool, o, &store_); !s.ok()) usage("cannot create " + pool + ": " + s.to_string());
+
+  verifiers_.resize(c_.verifiers);
+  for (unsigned i = 0; i < c_.verifiers; ++i) spawn(&verifiers_[i], i);
+  for (unsigned t = 0; t < c_.w.threads; ++t) acked_.push_back(std::make_unique<std::atomic<std::uint64_t>>(0));
+
+  const auto start = std::chrono::steady_clock::now();
+  std::uint64_t crash_points = 0;
+  {
+    PersistenceSim sim(store_testing::region(*store_));
+    sim.set_crash_point_hook([this](const PersistenceSim& s) { at_crash_point(s); });
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < c_.w.threads; ++t) threads.emplace_back([this, t] { workload(t); });
+    for (std::thread& th : threads) th.join();
+    // Crashes during the last resize and during close are crash points too.
+    while (!workload_failed_ && !stopping() && store_->stats().resizing) std::this_thread::yield();
+    (void)store_->close();
+    sim.set_crash_point_hook(nullptr);
+    crash_points = sim.crash_points();
+  }
+  store_.reset();
+  for (Child& v : verifiers_) {
+    if (v.busy) collect(&v);
+  }
+  for (Child& v : verifiers_) stop(&v);
+  ::unlink(pool.c_str());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::printf(
+      "engine %s seed %llu threads %u ops %llu granularity %s%s: %llu crash points, %llu explored, "
+      "%llu crash images, %llu crashes during recovery, %llu violations, largest dirty set %llu, %.1f s\n",
+      c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
+      static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(),
+      c_.plant.empty() ? "" : (" planted " + c_.plant).c_str(), static_cast<unsigned long long>(crash_points),
+      static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
+      static_cast<unsigned long long>(recovery_images_), static_cast<unsigned long long>(violations_.load()),
+      static_cast<unsigned long long>(largest_dirty_), seconds);
+  if (!c_.summary.empty()) {
+    if (FILE* f = std::fopen(c_.summary.c_str(), "a")) {
+      std::fprintf(f,
+                   "{\"engine\":\"%s\",\"seed\":%llu,\"threads\":%u,\"ops\":%llu,\"granularity\":\"%s\","
+                   "\"planted\":\"%s\",\"crash_points\":%llu,\"explored\":%llu,\"images\":%llu,"
+                   "\"recovery_images\":%llu,\"violations\":%llu,\"seconds\":%.1f}\n",
+                   c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
+                   static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.plant.c_str(),
+                   static_cast<unsigned long long>(crash_points),
+                   static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
+                   static_cast<unsigned long long>(recovery_images_),
+                   static_cast<unsigned long long>(violations_.load()), seconds);
+      std::fclose(f);
+    }
+  }
+  if (workload_failed_) return 3;
+  return violations_ == 0 ? 0 : 1;
+}
+
+// Verifies one saved reproducer in this process.
+int replay(const Config& c) {
+  Reproducer r;
+  if (std::string e = read_reproducer(c.replay, &r); !e.empty()) usage(e);
+  WorkloadSpec w;
+  w.seed = std::stoull(r.field("seed"));
+  w.threads = static_cast<unsigned>(std::stoul(r.field("threads")));
+  w.ops = std::stoull(r.field("ops"));
+  w.keys = std::stoull(r.field("keys"));
+  ::setenv("PMEM2_FORCE_GRANULARITY", r.field("granularity").c_str(), 1);
+  const std::string path = c.dir + "/pmhash-replay-" + std::to_string(::getpid()) + ".pool";
+  if (!write_file(path, r.image)) usage("cannot write " + path);
+  std::printf("replaying %s: engine %s seed %s threads %s, crash point %s, %s\n", c.replay.c_str(),
+              r.field("engine").c_str(), r.field("seed").c_str(), r.field("threads").c_str(),
+              r.field("crash_point").c_str(), r.field("choice").c_str());
+  std::string result;
+  {
+    Oracle oracle(w);
+    std::unique_ptr<Store> store;
+    const Status s = Store::open(path, Options{.engine = ""}, &store);
+    result = s.ok() ? oracle.verify(*store, parse_windows(r.field("windows")))
+                    : "open (recovery) failed: " + s.to_string();
+  }
+  ::unlink(path.c_str());
+  if (result.empty()) {
+    std::printf("recovered and verified: no violation\n");
+    return 0;
+  }
+  std::printf("VIOLATION %s\n", result.c_str());
+  return 1;
+}
+
+}  // namespace
+}  // namespace pmhash::crashtest
+
+int main(int argc, char** argv) {
+  using namespace pmhash::crashtest;
+  ::signal(SIGPIPE, SIG_IGN);
+  const Config c = parse(argc, argv);
+  if (!c.replay.empty()) return replay(c);
+  if (c.verify_server) {
+    ::setenv("PMEM2_FORCE_GRANULARITY", c.granularity.c_str(), 1);
+    return verify_server(c);
+  }
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) usage("cannot find my own executable");
+  self[n] = '\0';
+  Explorer explorer(c, self);
+  return explorer.run();
+}
