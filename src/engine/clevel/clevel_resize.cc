@@ -106,6 +106,10 @@ ClevelIndex::Attempt ClevelIndex::expand(heap::ThreadCache* tc, Ctx c, bool reha
     const std::uint64_t current = entry.load(std::memory_order_seq_cst);
     if (current == 0) return Attempt::kRetry;  // abandoned or dropped: make one
     if (current == dropping) return Attempt::kYield;
+    // A level another expander linked may not be durable yet (its linker
+    // persists the entry after the CAS): the context must not name it
+    // before it is (found by the crash checker, two threads).
+    if (!mine) region_.persist(&entry, sizeof(std::uint64_t));
     ensure_filter(nid);
     if (cas_ctx(now, now.next(nid, now.last(), /*resizing=*/true, /*shrinking=*/false))) {
       expansions_.fetch_add(1, std::memory_order_relaxed);
