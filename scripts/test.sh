@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test of every build (release, asan, tsan). Called by `make test`
-# after the builds; exits non-zero on the first failing build's tests.
+# Runs every test of every build (release, asan, tsan), then a bounded
+# fuzzing session on the fuzz build (scripts/fuzz.sh). Called by `make test`
+# after the builds; exits non-zero if any of them failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,4 +22,9 @@ for preset in release asan tsan; do
     status=1
   fi
 done
+# One minute of fuzzing Store::open with damaged pools (ASan + UBSan); the
+# build takes about as long again. `make fuzz` runs longer.
+if ! ./scripts/fuzz.sh 60; then
+  status=1
+fi
 exit $status

@@ -64,9 +64,10 @@ class Store {
   // `options.engine`.
   // Errors: AlreadyExists when `path` exists and !options.force; Busy when
   // options.force would replace a pool that is open (nothing is changed);
-  // IOError when the file cannot be created or sized (the message names the
-  // path and the reason); InvalidArgument for an unknown engine or a pool
-  // size too small for the engine.
+  // IOError when the file cannot be created, sized or mapped, or the engine
+  // cannot start its background threads (the message names the path and the
+  // reason; no file is left behind); InvalidArgument for an unknown engine or
+  // a pool size too small for the engine or beyond 2^48 bytes.
   static Status create(const std::string& path, const Options& options,
                        std::unique_ptr<Store>* store);
 
@@ -85,11 +86,15 @@ class Store {
   // cleanly; recovery is O(threads + levels), not O(keys). The file stays
   // locked (flock) until the Store is destroyed.
   // Errors: Busy when another Store, in this process or another, has the
-  // pool open; IOError when the file cannot be opened; Corruption when it is
-  // not a pmhash pool, is truncated, has a bad header checksum, or has
-  // another layout version; InvalidArgument when options.engine names
-  // another engine than the pool's. In every error case the file is left
-  // byte-for-byte unchanged.
+  // pool open; IOError when the file cannot be opened or mapped, or the
+  // engine cannot start its background threads; Corruption when it is
+  // not a pmhash pool, is truncated, has a bad header checksum, has
+  // another layout version, or its heap or index metadata is damaged (open
+  // validates what it follows; check() validates every key and value);
+  // InvalidArgument when options.engine names another engine than the
+  // pool's. In every error case the file is left byte-for-byte unchanged,
+  // except when the engine cannot start: it may have run crash recovery by
+  // then, which changes no key or value.
   static Status open(const std::string& path, const Options& options,
                      std::unique_ptr<Store>* store);
 

@@ -201,10 +201,9 @@ struct Anchor {
 
 class HeapImpl final : public Heap {
  public:
-  HeapImpl(media::Region& region, std::uint64_t off, std::uint64_t size, const layout::Layout& l)
+  HeapImpl(media::Region& region, std::uint64_t off, const layout::Layout& l)
       : region_(region),
         off_(off),
-        size_(size),
         logs_(region.at<ThreadLog>(l.logs_offset)),
         table_(region.at<std::uint64_t>(l.table_offset)),
         chunks_off_(l.chunks_offset),
@@ -275,7 +274,6 @@ class HeapImpl final : public Heap {
 
   media::Region& region_;
   const std::uint64_t off_;
-  const std::uint64_t size_;
   ThreadLog* const logs_;
   std::uint64_t* const table_;
   const std::uint64_t chunks_off_;
@@ -299,6 +297,9 @@ class HeapImpl final : public Heap {
 
   std::shared_ptr<Anchor> anchor_;
   bool abandoned_ = false;
+  // Chunks whose table entries a crash left stale (half-written or
+  // half-freed runs, empty slabs): free since open, zeroed by recover().
+  std::vector<std::uint32_t> repairs_;
 };
 
 // ---------------------------------------------------------------------------
@@ -814,6 +815,17 @@ void HeapImpl::drain_all() {
 // Recovery.
 
 void HeapImpl::recover(const std::function<bool(std::uint64_t off)>& keep) {
+  // First the table entries rebuild() found stale (free in DRAM since open;
+  // one an allocation took meanwhile has been overwritten by it).
+  for (std::uint32_t i : repairs_) {
+    if (state_of(info_[i].state.load()) != State::kFree) continue;
+    ref(table_[i]).store(0, std::memory_order_relaxed);
+    region_.flush(&table_[i], layout::kEntrySize);
+  }
+  // Repaired entries durable before their chunks are reused: else a crash
+  // could pair a stale entry with the next owner's data.
+  if (!repairs_.empty()) region_.drain();
+  repairs_.clear();
   bool dirty = false;
   auto judge = [&](std::uint64_t off) {
     if (off != 0 && is_allocated(off) && !keep(off)) free_block(off, nullptr);
@@ -870,6 +882,9 @@ std::size_t HeapImpl::block_size(std::uint64_t off) const {
       return (word >> (b % 64)) & 1 ? k.size : 0;
     }
     case layout::kChunkRunHead:
+      // A half-written run's head stays in the table from open until
+      // recover() zeroes it; its chunks are free meanwhile.
+      if (state_of(info_[i].state.load()) != State::kRun) return 0;
       return within == 0 ? layout::entry_length(e) * kChunkSize : 0;
     default:
       return 0;
@@ -1053,9 +1068,9 @@ Status HeapImpl::check_accounting() const {
   return Status::OK();
 }
 
-// open(): validates the chunk table and the bitmaps, repairs runs a crash
-// left half-written, and fills the volatile state. Writes nothing unless
-// everything validated.
+// open(): validates the chunk table and the bitmaps and fills the volatile
+// state; chunks of runs a crash left half-written (and empty slabs) are free
+// from now on, and recover() zeroes their entries. Writes nothing.
 Status HeapImpl::rebuild() {
   auto fail = [&](std::uint32_t i, const std::string& what) {
     return Status::Corruption(where() + ": chunk " + num(i) + " at offset " + num(chunk_offset(i)) +
@@ -1121,22 +1136,20 @@ Status HeapImpl::rebuild() {
         return fail(i, "unknown chunk kind " + num(layout::entry_kind(e)));
     }
   }
-  for (std::uint32_t i : to_free) {
-    ref(table_[i]).store(0, std::memory_order_relaxed);
-    region_.flush(&table_[i], layout::kEntrySize);
-  }
-  // Repaired entries durable before their chunks are reused: else a crash
-  // could pair a stale entry with the next owner's data.
-  if (!to_free.empty()) region_.drain();
+  // The entries of to_free are zeroed by recover(), not here: the engine may
+  // still reject the pool, which is then left unchanged.
+  std::vector<bool> repair(nchunks_, false);
+  for (std::uint32_t i : to_free) repair[i] = true;
   std::uint64_t nfree = 0;
   for (std::uint32_t i = 0; i < nchunks_; ++i) {
-    if (load(table_[i]) == 0) {
+    if (load(table_[i]) == 0 || repair[i]) {
       free_bits_[i / 64] |= std::uint64_t{1} << (i % 64);
       info_[i].state.store(pack(State::kFree));
       ++nfree;
     }
   }
   free_chunks_.store(nfree);
+  repairs_ = std::move(to_free);
   return Status::OK();
 }
 
@@ -1249,7 +1262,7 @@ Status Heap::open(media::Region& region, std::uint64_t off, std::uint64_t size,
   if (l.chunk_count < layout::kMinChunks || l.chunk_count >= kNoChunk) {
     return Status::Corruption(where + ": " + num(l.chunk_count) + " chunks is outside the supported range");
   }
-  auto heap = std::make_unique<HeapImpl>(region, off, size, l);
+  auto heap = std::make_unique<HeapImpl>(region, off, l);
   if (Status s = heap->rebuild(); !s.ok()) {
     heap->abandon();
     return s;

@@ -127,13 +127,17 @@ class Heap {
   static Status format(media::Region& region, std::uint64_t off, std::uint64_t size);
 
   // Attaches to a formatted heap and rebuilds its volatile state (O(chunks)).
+  // Writes nothing, so that a pool the engine then rejects stays unchanged:
+  // the chunks of runs a crash left half-written are free from here on, and
+  // recover() zeroes their stale table entries.
   // Errors: Corruption when the heap header or chunk table is inconsistent.
   static Status open(media::Region& region, std::uint64_t off, std::uint64_t size,
                      std::unique_ptr<Heap>* out);
 
   virtual ~Heap() = default;
 
-  // Crash recovery, before any operation (see the file comment).
+  // Crash recovery, before any operation (see the file comment); also
+  // writes the table repairs open() found.
   virtual void recover(const std::function<bool(std::uint64_t off)>& keep) = 0;
 
   // The calling thread's cache, created on first use. Returns nullptr and

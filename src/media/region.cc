@@ -208,8 +208,17 @@ Status Region::map_file(const std::string& path, std::size_t size,
       return fail("libpmem2 length: " + pmem2_text());
     }
   }
-  if (pmem2_map_new(&impl->map, impl->config, impl->source) != 0) {
-    return fail("cannot map: " + pmem2_text());
+  if (const int err = pmem2_map_new(&impl->map, impl->config, impl->source); err != 0) {
+    // libpmem2 returns -errno when the system refused the mapping; its own
+    // text then names an internal step ("mmap MAP_ANONYMOUS"), so ENOMEM,
+    // the common case, is said in the user's terms.
+    const std::string what = "cannot map " + std::to_string(size != 0 ? size : file_size) +
+                              " bytes: ";
+    if (err == -ENOMEM) {
+      return fail(what + errno_text(ENOMEM) +
+                  " (the process's address space is full or limited: see ulimit -v)");
+    }
+    return fail(what + pmem2_text());
   }
 
   std::unique_ptr<Region> r(new Region());

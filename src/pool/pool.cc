@@ -388,23 +388,29 @@ Status Pool::open(const std::string& path, const std::string& engine,
   }
   pool->header_ = h;
 
+  // Read only: the heap and the engine may still reject the pool, and a
+  // rejected pool is left unchanged. begin_session() writes.
   auto* ss = pool->region_->at<ShutdownState>(kShutdownOffset);
-  std::atomic_ref<std::uint64_t> clean(ss->clean);
-  std::atomic_ref<std::uint64_t> generation(ss->generation);
-  pool->was_clean_ = clean.load(std::memory_order_relaxed) == 1;
-  pool->generation_ = generation.load(std::memory_order_relaxed) + 1;
-  generation.store(pool->generation_, std::memory_order_relaxed);
-  clean.store(0, std::memory_order_relaxed);
-  // Durable before the engine runs: otherwise a crash in this session could
-  // leave clean == 1 (the next open would skip recovery) or reuse this
-  // generation in the next open (engines tag writes with it). If only part
-  // of this line reaches media, the crash came before any engine write, so
-  // either stale field is still truthful.
-  pool->region_->persist(ss, sizeof(*ss));
+  pool->was_clean_ = std::atomic_ref<std::uint64_t>(ss->clean).load(std::memory_order_relaxed) == 1;
+  pool->generation_ =
+      std::atomic_ref<std::uint64_t>(ss->generation).load(std::memory_order_relaxed) + 1;
 
   pool->lock_fd_ = std::exchange(lock.fd, -1);
   *out = std::move(pool);
   return Status::OK();
+}
+
+void Pool::begin_session() {
+  auto* ss = region_->at<ShutdownState>(kShutdownOffset);
+  std::atomic_ref<std::uint64_t>(ss->generation).store(generation_, std::memory_order_relaxed);
+  std::atomic_ref<std::uint64_t>(ss->clean).store(0, std::memory_order_relaxed);
+  // Durable before the first operation: otherwise a crash in this session
+  // could leave clean == 1 (the next open would report a clean shutdown) or
+  // reuse this generation in the next open (engines tag the items that
+  // operations write with it). If only part of this line reaches media, the
+  // crash came before any operation, so either stale field is still
+  // truthful.
+  region_->persist(ss, sizeof(*ss));
 }
 
 void Pool::mark_clean_shutdown() {

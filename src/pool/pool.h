@@ -22,9 +22,13 @@
 // Open validates with pread() before mapping anything: size >= header,
 // magic, layout version, header checksum, file size >= recorded size, engine
 // name. Any failure returns an error naming the file and the problem and the
-// file is not modified. Only then is the file mapped, the clean flag read and
-// cleared, and the open generation incremented (persisted before the engine
-// runs, so every open has a generation different from all earlier ones).
+// file is not modified. Only then is the file mapped and the clean flag and
+// the generation read; open still writes nothing, because the heap and the
+// engine may yet reject the pool (a rejected pool stays byte-for-byte as it
+// was). Once they have accepted it, begin_session() clears the clean flag
+// and persists the incremented generation, before the store serves its
+// first operation, so every session that can write items has a generation
+// different from all earlier ones.
 #pragma once
 
 #include <array>
@@ -123,6 +127,11 @@ class Pool {
   bool was_clean() const { return was_clean_; }
   // This open's generation: differs from that of every earlier open.
   std::uint64_t generation() const { return generation_; }
+
+  // Persists clean = 0 and this open's generation (see the file comment).
+  // Call once the heap and the engine have accepted the pool, before any
+  // operation runs. Create leaves the pool in this state already.
+  void begin_session();
 
   // Persists clean = 1. Call last, after everything else is durable.
   void mark_clean_shutdown();

@@ -2,9 +2,13 @@
 #include "pmhash/store.h"
 #include "store/store_testing.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <new>
 #include <string>
+#include <system_error>
 
 #include "engine/index.h"
 #include "heap/heap.h"
@@ -60,17 +64,20 @@ class StoreImpl final : public Store {
 
   Status insert(std::string_view key, std::string_view value) override {
     if (Status s = check_write(key, value); !s.ok()) return s;
-    return index_->insert(engine::make_key(key), value);
+    const engine::Key k = engine::make_key(key);
+    return unless_only_garbage([&] { return index_->insert(k, value); });
   }
 
   Status update(std::string_view key, std::string_view value) override {
     if (Status s = check_write(key, value); !s.ok()) return s;
-    return index_->update(engine::make_key(key), value);
+    const engine::Key k = engine::make_key(key);
+    return unless_only_garbage([&] { return index_->update(k, value); });
   }
 
   Status upsert(std::string_view key, std::string_view value) override {
     if (Status s = check_write(key, value); !s.ok()) return s;
-    return index_->upsert(engine::make_key(key), value);
+    const engine::Key k = engine::make_key(key);
+    return unless_only_garbage([&] { return index_->upsert(k, value); });
   }
 
   Status remove(std::string_view key) override {
@@ -134,6 +141,25 @@ class StoreImpl final : public Store {
     if (closed_.load(std::memory_order_relaxed)) return Status::Busy("store is closed");
     return Status::OK();
   }
+  // Runs a write; when it finds the pool full, frees what this thread has
+  // retired and runs it once more. Engines retire replaced values, removed
+  // items and dropped blocks into the thread's heap log, which is emptied
+  // (after a grace period) only when it fills: until then those blocks stay
+  // allocated, and a small pool could answer NoSpace while most of it is
+  // such garbage (e.g. one key whose large value is updated again and
+  // again). A failed write changed nothing and the engine call has
+  // returned, so no read-side section is open and every logged block is
+  // unlinked: exactly when Heap::ThreadCache::drain_retired may run.
+  template <typename Write>
+  Status unless_only_garbage(const Write& write) {
+    Status s = write();
+    if (!s.is_no_space()) return s;
+    heap::ThreadCache* tc = heap_->thread();
+    if (tc == nullptr) return s;
+    tc->drain_retired();
+    return write();
+  }
+
   Status check_write(std::string_view key, std::string_view value) const {
     if (Status s = check_open(); !s.ok()) return s;
     if (Status s = check_key(key); !s.ok()) return s;
@@ -155,10 +181,32 @@ std::uint64_t ns_since(Clock::time_point t0) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
 }
 
+// Runs an engine's create or open. Engines start background threads (and
+// allocate DRAM) there; when the system refuses, the standard library throws,
+// and the exception must not escape the Status API: it becomes an IOError
+// that names the pool and the reason (e.g. under ulimit -v or -s, or a
+// process out of threads).
+Status start_engine(Status (*make)(const engine::Env&, std::unique_ptr<engine::Index>*),
+                    const engine::Env& env, std::unique_ptr<engine::Index>* index) {
+  const std::string& path = env.pool->path();
+  const std::string who =
+      (path.empty() ? std::string("volatile pool") : "pool " + path) + ": engine " +
+      env.pool->engine();
+  try {
+    return make(env, index);
+  } catch (const std::system_error& e) {
+    return Status::IOError(who + " cannot start (a thread or another resource was refused): " +
+                           e.what());
+  } catch (const std::bad_alloc&) {
+    return Status::IOError(who + " cannot start: out of memory");
+  }
+}
+
 // Attaches the heap and the engine to an open pool (create or open). After
 // an unclean shutdown, the time from `started` until the engine serves is
-// the recovery time reported in Stats.
-Status attach(std::unique_ptr<pool::Pool> pool, const Options& options,
+// the recovery time reported in Stats. Takes the pool only on success, so
+// that a failed create can remove its file while still holding the lock.
+Status attach(std::unique_ptr<pool::Pool>& pool, const Options& options,
               Status (*make)(const engine::Env&, std::unique_ptr<engine::Index>*),
               Clock::time_point started, std::unique_ptr<Store>* store) {
   std::unique_ptr<heap::Heap> heap;
@@ -168,7 +216,10 @@ Status attach(std::unique_ptr<pool::Pool> pool, const Options& options,
   }
   engine::Env env{pool.get(), heap.get(), options};
   std::unique_ptr<engine::Index> index;
-  if (Status s = make(env, &index); !s.ok()) return s;
+  if (Status s = start_engine(make, env, &index); !s.ok()) return s;
+  // The heap and the engine accepted the pool: only now is it marked in use
+  // (pool.h; a pool they reject is left unchanged). Before any operation.
+  pool->begin_session();
   const std::uint64_t ns = pool->was_clean() ? 0 : ns_since(started);
   *store = std::make_unique<StoreImpl>(std::move(pool), std::move(heap), std::move(index), ns);
   return Status::OK();
@@ -205,7 +256,11 @@ Status Store::create(const std::string& path, const Options& options,
   if (Status s = creation_params(options, &info, &params); !s.ok()) return s;
   std::unique_ptr<pool::Pool> pool;
   if (Status s = pool::Pool::create(path, params, &pool); !s.ok()) return s;
-  return attach(std::move(pool), options, info->create, Clock::now(), store);
+  Status s = attach(pool, options, info->create, Clock::now(), store);
+  // A failed create leaves no file behind, as when Pool::create fails. The
+  // pool still holds the file's lock, so nobody has opened it meanwhile.
+  if (!s.ok()) ::unlink(path.c_str());
+  return s;
 }
 
 Status Store::create_volatile(const Options& options, std::unique_ptr<Store>* store) {
@@ -214,7 +269,7 @@ Status Store::create_volatile(const Options& options, std::unique_ptr<Store>* st
   if (Status s = creation_params(options, &info, &params); !s.ok()) return s;
   std::unique_ptr<pool::Pool> pool;
   if (Status s = pool::Pool::create_volatile(params, &pool); !s.ok()) return s;
-  return attach(std::move(pool), options, info->create, Clock::now(), store);
+  return attach(pool, options, info->create, Clock::now(), store);
 }
 
 std::vector<std::string> Store::engines() { return engine::engine_list(); }
@@ -233,7 +288,7 @@ Status Store::open(const std::string& path, const Options& options,
                               "' (engines: " + engine::engine_names() + ")");
   }
   if (Status s = check_options(*info, options); !s.ok()) return s;
-  return attach(std::move(pool), options, info->open, Clock::now(), store);
+  return attach(pool, options, info->open, Clock::now(), store);
 }
 
 }  // namespace pmhash

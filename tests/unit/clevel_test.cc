@@ -5,14 +5,18 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
 
 #include "engine/clevel/layout.h"
 #include "engine/hash.h"
+#include "heap/layout.h"
 #include "pmhash/store.h"
 #include "pool/pool.h"
+#include "pool/pptr.h"
 
 namespace pmhash {
 namespace {
@@ -428,6 +432,160 @@ TEST_F(ClevelTest, PoolFullReturnsNoSpaceAndKeepsEverything) {
   reopen();
   EXPECT_TRUE(store_->insert("after", v).ok());
   EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+// --- damaged pools (found by tests/fuzz/pool_open_fuzzer.cc) ---------------
+// Open either rejects a damaged pool with Corruption and leaves every byte of
+// it as it was, or gives a store that check() can judge and close() can
+// close, without reading beyond what open validated.
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+class ClevelDamageTest : public ClevelPoolEditTest {
+ protected:
+  void SetUp() override {
+    ClevelPoolEditTest::SetUp();
+    options_.pool_size = pool::kMinPoolSize;  // small files to compare
+  }
+  // Closes the store, if any, and runs fn over the mapped pool.
+  template <typename Fn>
+  void edit(Fn&& fn) {
+    if (store_) {
+      ASSERT_TRUE(store_->close().ok());
+    }
+    store_.reset();
+    std::unique_ptr<pool::Pool> p;
+    ASSERT_TRUE(pool::Pool::open(path_, "clevel", &p).ok());
+    fn(*p, *reinterpret_cast<Root*>(p->root()));
+    p->region().persist_all();
+  }
+  // Expects open to fail with Corruption naming the pool and `what`, with
+  // the file byte-for-byte unchanged.
+  void expect_open_rejects(const std::string& what) {
+    const std::string before = file_bytes(path_);
+    ASSERT_FALSE(before.empty());
+    Options o = options_;
+    o.engine.clear();
+    std::unique_ptr<Store> store;
+    const Status s = Store::open(path_, o, &store);
+    EXPECT_TRUE(s.is_corruption()) << s.to_string();
+    EXPECT_EQ(store, nullptr);
+    EXPECT_NE(s.message().find(path_), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+    EXPECT_TRUE(file_bytes(path_) == before) << "a failed open changed the pool";
+  }
+  static std::atomic<std::uint64_t>& first_level_entry(const Root& root) {
+    const Ctx c{root.context.load()};
+    return const_cast<Root&>(root).levels[c.first() % engine::clevel::kRingSize];
+  }
+};
+
+TEST_F(ClevelDamageTest, LevelClaimingMoreBucketsThanItsBlockHoldsIsRejectedUnchanged) {
+  create();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  unsigned log2 = 0;
+  // Twice the buckets: more than the level's block holds.
+  edit([&](pool::Pool& p, Root& root) {
+    auto* l = p.region().at<LevelHeader>(first_level_entry(root).load());
+    log2 = l->log2;
+    ++l->log2;
+  });
+  expect_open_rejects("claims 2^" + std::to_string(log2 + 1) + " buckets");
+  // Beyond any level (the tag filter made at open, and the count close()
+  // took, used to index 2^63 buckets).
+  auto set_log2 = [&](unsigned to) {
+    edit([&](pool::Pool& p, Root& root) {
+      p.region().at<LevelHeader>(first_level_entry(root).load())->log2 = to;
+    });
+  };
+  set_log2(63);
+  expect_open_rejects("claims 2^63 buckets");
+  set_log2(log2);
+  reopen();
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  EXPECT_EQ(store_->size(), 100u);
+}
+
+TEST_F(ClevelDamageTest, RejectedPoolIsLeftByteForByteUnchanged) {
+  create();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  std::uint64_t context = 0;
+  edit([&](pool::Pool& p, Root& root) {
+    // As after a crash: the pool is not clean, the count not saved, a run
+    // half-allocated (its head without its body; open frees it), and the
+    // context not yet durable (DIRTY: open persists and clears it).
+    root.count_valid = 0;
+    const auto* h = p.region().at<heap::layout::HeapHeader>(pool::kHeapOffset);
+    auto* table = p.region().at<std::uint64_t>(h->table_offset);
+    std::uint64_t i = h->chunk_count - 1;
+    while (i > 0 && table[i] != 0) --i;
+    ASSERT_EQ(table[i], 0u);
+    table[i] = heap::layout::head_entry(2);
+    // Damage: the context names a first level that was never linked.
+    const Ctx c{root.context.load()};
+    context = c.w;
+    const auto next = static_cast<std::uint16_t>(c.first() + 1);
+    ASSERT_EQ(root.levels[next % engine::clevel::kRingSize].load(), 0u);
+    root.context.store(c.next(next, c.last(), true, false).w | engine::clevel::kCtxDirty);
+  });
+  expect_open_rejects("level " + std::to_string(Ctx{context}.first() + 1) + " is missing");
+  // Repaired, the pool opens, recovers (and frees the half-made run).
+  edit([&](pool::Pool&, Root& root) { root.context.store(context); });
+  reopen();
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  EXPECT_EQ(store_->size(), 100u);
+}
+
+TEST_F(ClevelDamageTest, GenerationBeyondTheItemStateIsRejectedUnchanged) {
+  create();
+  ASSERT_TRUE(store_->insert("k", "v").ok());
+  edit([&](pool::Pool& p, Root&) {
+    // Item states hold 61 bits of it; the next open would use 2^61.
+    p.region().at<pool::ShutdownState>(sizeof(pool::PoolHeader))->generation =
+        (std::uint64_t{1} << 61) - 1;
+  });
+  expect_open_rejects("generation " + std::to_string(std::uint64_t{1} << 61) + " does not fit");
+}
+
+TEST_F(ClevelDamageTest, StoreWhoseCheckFailsClosesWithoutReadingItsItems) {
+  create();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  edit([&](pool::Pool& p, Root& root) {
+    root.count_valid = 0;  // as after a crash: close() has no count to save
+    auto slots = slots_of(p, root, key(7), nullptr);
+    ASSERT_EQ(slots.size(), 1u);
+    // The slot points far beyond the pool (open does not read slots).
+    slots[0]->store(pool::pptr_make(std::uint64_t{1} << 46, pool::pptr_tag(slots[0]->load())));
+  });
+  reopen();
+  const Status c = store_->check();
+  EXPECT_TRUE(c.is_corruption()) << c.to_string();
+  EXPECT_NE(c.message().find("free block"), std::string::npos) << c.message();
+  // close() used to count the items to save the count: it read the slot.
+  ASSERT_TRUE(store_->close().ok());
+  store_.reset();
+  edit([&](pool::Pool&, Root& root) { EXPECT_EQ(root.count_valid, 0u); });
+}
+
+TEST_F(ClevelDamageTest, StaleRingEntryNamingALiveLevelIsClearedNotFreed) {
+  create();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  unsigned stale = 0;
+  edit([&](pool::Pool&, Root& root) {
+    // An entry outside the live range whose clearing was not durable when
+    // its level's block was freed, reused for a level, and linked.
+    const Ctx c{root.context.load()};
+    stale = (c.first() + 3u) % engine::clevel::kRingSize;
+    ASSERT_EQ(root.levels[stale].load(), 0u);
+    root.levels[stale].store(first_level_entry(root).load());
+  });
+  reopen();
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  EXPECT_EQ(store_->size(), 100u);
+  edit([&](pool::Pool&, Root& root) { EXPECT_EQ(root.levels[stale].load(), 0u); });
 }
 
 }  // namespace

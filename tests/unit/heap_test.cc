@@ -239,7 +239,7 @@ TEST_F(HeapTest, OpenRejectsADamagedChunkTableWithoutWriting) {
   EXPECT_TRUE(heap_->is_allocated(a));
 }
 
-TEST_F(HeapTest, OpenRepairsRunsACrashLeftHalfWritten) {
+TEST_F(HeapTest, OpenFreesRunsACrashLeftHalfWrittenAndRecoverRepairsThem) {
   make(8 * kMiB);
   heap_.reset();
   auto* table = region_->at<std::uint64_t>(geometry().table_offset);
@@ -248,6 +248,13 @@ TEST_F(HeapTest, OpenRepairsRunsACrashLeftHalfWritten) {
   table[1] = layout::body_entry(1);
   table[4] = layout::body_entry(2);
   reopen_clean();
+  // Open writes nothing (the engine may still reject the pool), but the
+  // chunks are free from now on.
+  EXPECT_EQ(table[0], layout::head_entry(3));
+  EXPECT_EQ(table[4], layout::body_entry(2));
+  EXPECT_EQ(heap_->used_bytes(), 0u);
+  EXPECT_FALSE(heap_->is_allocated(geometry().chunks_offset));
+  heap_->recover([](std::uint64_t) { return true; });
   EXPECT_EQ(table[0], 0u);
   EXPECT_EQ(table[1], 0u);
   EXPECT_EQ(table[4], 0u);

@@ -170,6 +170,7 @@ TEST_F(PoolTest, GenerationGrowsWithEveryOpenAndCleanFlagTracksShutdown) {
     ASSERT_TRUE(Pool::open(path_, "clevel", &p).ok());
     EXPECT_EQ(p->generation(), 2u);
     EXPECT_TRUE(p->was_clean());
+    p->begin_session();
     // Dropped without mark_clean_shutdown: a crash as far as the file knows.
   }
   {
@@ -177,12 +178,37 @@ TEST_F(PoolTest, GenerationGrowsWithEveryOpenAndCleanFlagTracksShutdown) {
     ASSERT_TRUE(Pool::open(path_, "clevel", &p).ok());
     EXPECT_EQ(p->generation(), 3u);
     EXPECT_FALSE(p->was_clean());
+    p->begin_session();
     p->mark_clean_shutdown();
   }
   std::unique_ptr<Pool> p;
   ASSERT_TRUE(Pool::open(path_, "clevel", &p).ok());
   EXPECT_EQ(p->generation(), 4u);
   EXPECT_TRUE(p->was_clean());
+}
+
+// The heap or the engine may still reject a pool that Pool::open accepted;
+// only begin_session() writes, so a rejected pool stays unchanged.
+TEST_F(PoolTest, OpenWritesNothingUntilTheSessionBegins) {
+  make_pool();
+  const std::string before = read_file(path_);
+  for (int i = 0; i < 2; ++i) {
+    std::unique_ptr<Pool> p;
+    ASSERT_TRUE(Pool::open(path_, "clevel", &p).ok());
+    EXPECT_EQ(p->generation(), 2u);  // the same every time: never persisted
+    EXPECT_TRUE(p->was_clean());
+  }
+  EXPECT_TRUE(read_file(path_) == before) << "open wrote to the pool";
+  {
+    std::unique_ptr<Pool> p;
+    ASSERT_TRUE(Pool::open(path_, "clevel", &p).ok());
+    p->begin_session();
+  }
+  EXPECT_FALSE(read_file(path_) == before);
+  std::unique_ptr<Pool> p;
+  ASSERT_TRUE(Pool::open(path_, "clevel", &p).ok());
+  EXPECT_EQ(p->generation(), 3u);
+  EXPECT_FALSE(p->was_clean());
 }
 
 TEST_F(PoolTest, PoolDroppedRightAfterCreateIsNotClean) {
@@ -334,6 +360,7 @@ TEST_F(PoolTest, APoolThatIsOpenCannotBeOpenedOrReplacedAgain) {
   make_pool();
   std::unique_ptr<Pool> holder;
   ASSERT_TRUE(Pool::open(path_, "clevel", &holder).ok());
+  holder->begin_session();
   const std::uint64_t generation = holder->generation();
 
   expect_open_rejects(path_, "", Status::Code::kBusy, {"in use"});

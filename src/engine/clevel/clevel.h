@@ -162,9 +162,15 @@
 // ---------------------------------------------------------------------------
 // Recovery (open), O(rehash threads + levels + heap threads)
 // ---------------------------------------------------------------------------
+//   0. validate, reading only (a pool that fails is rejected unchanged):
+//      the root's magic; the open generation fits the item state; the
+//      context names 1..62 levels, each linked, allocated, with its id, and
+//      in a block that holds the 2^log2 buckets its header claims. Slots
+//      and items are not read: check() validates those, in O(keys)
 //   1. clear DIRTY in the context (persisting the word)
 //   2. zero every levels[] entry outside [last, first]: a level whose
-//      expansion never reached the context
+//      expansion never reached the context (freed, unless the block is a
+//      live level by now)
 //   3. clear MOVING in the buckets named by progress[] (the only buckets a
 //      rehash thread could have been in)
 //   4. heap recovery (heap/heap.h) with keep(block): a live level -> keep;
@@ -172,8 +178,9 @@
 //      slots are cleared and it is freed; anything else -> free
 //   5. rehash threads resume the resize from min(progress[]) if one was in
 //      progress.
-//   The item count is saved by a clean close; after a crash it is recounted
-//   on first use of size() or stats() (O(keys), outside open).
+//   The item count is saved by a clean close (if it was known: close never
+//   scans the table); after a crash it is recounted on first use of size()
+//   or stats() (O(keys), outside open).
 //
 // ---------------------------------------------------------------------------
 // check() verifies

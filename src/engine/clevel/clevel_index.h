@@ -178,6 +178,9 @@ class ClevelIndex final : public Index {
   std::atomic<std::uint64_t> expansions_{0};
   std::atomic<std::uint64_t> shrinks_{0};
   std::atomic<std::uint64_t> moved_{0};
+  // format() or recover() succeeded. An index whose recovery rejected the
+  // pool writes nothing when it is destroyed (the pool stays as it was).
+  bool ready_ = false;
   bool closed_ = false;
 };
 

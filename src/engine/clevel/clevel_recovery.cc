@@ -96,29 +96,50 @@ Status ClevelIndex::format() {
   region_.persist(root_, sizeof(Root));
   tc->clear_intent(kLevelIntent);
   count_known_.store(true);
+  ready_ = true;
   return Status::OK();
 }
 
 Status ClevelIndex::recover() {
   const std::string& path = env_.pool->path();
+  // 0. Validation, reading only: a pool this rejects is left unchanged, and
+  //    everything recovery and the rehash threads look up through the root
+  //    (levels and their buckets) lies within the pool.
   if (root_->magic != kRootMagic) {
     return Status::Corruption("pool " + path + ": clevel root is not initialised");
   }
-  // 1. The context word, durable and without DIRTY.
-  Ctx c = load_ctx();
-  if (c.levels() < 1 || c.levels() > kRingSize - 2) {
-    return Status::Corruption("pool " + path + ": clevel context names " +
-                              std::to_string(c.levels()) + " levels");
+  // Item states keep the open generation in 61 bits (layout.h): one that
+  // does not fit would make this session's own items look like a crashed
+  // session's to the insert race and to writers taking ownership.
+  if (state_generation(make_state(generation_, kLive)) != generation_) {
+    return Status::Corruption("pool " + path + ": open generation " +
+                              std::to_string(generation_) +
+                              " does not fit clevel's item states (damaged shutdown state)");
   }
-  for (unsigned i = 0; i < c.levels(); ++i) {
-    const auto id = static_cast<std::uint16_t>(c.last() + i);
+  const Ctx seen{root_->context.load() & ~kCtxDirty};
+  if (seen.levels() < 1 || seen.levels() > kRingSize - 2) {
+    return Status::Corruption("pool " + path + ": clevel context names " +
+                              std::to_string(seen.levels()) + " levels");
+  }
+  for (unsigned i = 0; i < seen.levels(); ++i) {
+    const auto id = static_cast<std::uint16_t>(seen.last() + i);
     const std::uint64_t off = root_->levels[id % kRingSize].load();
     if (off == 0 || !heap_.is_allocated(off) || region_.at<LevelHeader>(off)->magic != kLevelMagic ||
         region_.at<LevelHeader>(off)->id != id) {
       return Status::Corruption("pool " + path + ": clevel level " + std::to_string(id) +
                                 " is missing or damaged");
     }
+    // Every bucket index is taken mod 2^log2: the buckets must lie in the
+    // level's block.
+    const unsigned log2 = region_.at<LevelHeader>(off)->log2;
+    if (log2 > kMaxLevelLog2 || heap_.block_size(off) < level_bytes(log2)) {
+      return Status::Corruption("pool " + path + ": clevel level " + std::to_string(id) +
+                                " claims 2^" + std::to_string(log2) + " buckets, more than its " +
+                                std::to_string(heap_.block_size(off)) + "-byte block holds");
+    }
   }
+  // 1. The context word, durable and without DIRTY.
+  const Ctx c = load_ctx();
   // 2. MOVING bits: a rehash thread can only have been inside the bucket its
   //    progress entry names.
   for (Progress& p : root_->progress) {
@@ -151,7 +172,13 @@ Status ClevelIndex::recover() {
       live |= (static_cast<std::uint16_t>(c.last() + k) % kRingSize) == i;
     }
     if (live || off == 0) continue;
-    if (heap_.is_allocated(off) && region_.at<LevelHeader>(off)->magic == kLevelMagic) {
+    // A stale entry may name a block that is a live level by now (freed
+    // and reused before the entry's clearing was durable): never free that.
+    bool in_use = false;
+    for (unsigned k = 0; k < c.levels(); ++k) {
+      in_use |= root_->levels[static_cast<std::uint16_t>(c.last() + k) % kRingSize].load() == off;
+    }
+    if (!in_use && heap_.is_allocated(off) && region_.at<LevelHeader>(off)->magic == kLevelMagic) {
       tc->free_unpublished(off);
     }
     entry.store(0);
@@ -180,6 +207,7 @@ Status ClevelIndex::recover() {
       unbuilt_filters_.emplace_back(id, f);
     }
   }
+  ready_ = true;
   return Status::OK();
 }
 
@@ -255,10 +283,21 @@ void ClevelIndex::close() {
   wake_rehash();
   for (std::thread& t : rehashers_) t.join();
   rehashers_.clear();
+  // A rejected pool is left as it was found.
+  if (!ready_) return;
+  // Only a count already known is saved. Counting here would read every
+  // item of a table nobody may have validated (a store whose check() failed
+  // is closed too); without a saved count the next open counts on first
+  // use, as after a crash.
+  if (!count_known_.load()) return;
+  // The count is durable before the flag that vouches for it: the two words
+  // share a line, but a line may reach media in part (found by the crash
+  // checker: a torn line with the flag and not the count).
   root_->item_count = size();
+  region_.persist(&root_->item_count, sizeof(std::uint64_t));
   root_->count_valid = 1;
-  // The count is durable before the pool is marked clean (Store::close).
-  region_.persist(&root_->item_count, 2 * sizeof(std::uint64_t));
+  // Both are durable before the pool is marked clean (Store::close).
+  region_.persist(&root_->count_valid, sizeof(std::uint64_t));
 }
 
 Status ClevelIndex::check() {

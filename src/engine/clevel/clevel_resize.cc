@@ -196,6 +196,16 @@ ClevelIndex::Attempt ClevelIndex::move_bucket(heap::ThreadCache* tc, Bucket* b,
   std::vector<SlotRef> refs;
   for (; copied < n; ++copied) {
     const std::uint64_t off = slot_offset(what[copied]);
+    // A resize that open resumed runs before check() has seen the table: a
+    // damaged slot, one that names no whole item, is dropped (cleared below
+    // with the copied ones), never read beyond its block.
+    const std::size_t size = heap_.block_size(off);
+    if (size < sizeof(ItemHeader) ||
+        sizeof(ItemHeader) + std::uint64_t{region_.at<ItemHeader>(off)->key_len} +
+                region_.at<ItemHeader>(off)->value_len >
+            size) {
+      continue;
+    }
     const Key key = make_key(item_key(region_.at<ItemHeader>(off)));
     Ctx c = load_ctx();
     collect(key, c, off, &refs);
