@@ -485,6 +485,10 @@ void ClevelIndex::replace_all(const Key& key, std::uint64_t off, std::uint64_t r
       if (ok) region_.flush(refs[i].slot, sizeof(std::uint64_t));
     }
     if (!ok) continue;
+    // An update's dropped copies are durable before its replacement can be:
+    // else a crash could keep a dropped copy of the old item beside the new
+    // one, two visible items with one key (found by the crash checker).
+    if (refs.size() > 1 && replacement != 0 && !replaced) region_.drain();
     std::uint64_t e = refs.back().value;
     if (!replaced) {
       if (!refs.back().slot->compare_exchange_strong(e, replacement)) continue;

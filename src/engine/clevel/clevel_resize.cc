@@ -355,11 +355,19 @@ void ClevelIndex::rehash_main(unsigned j) {
           round_done_mask_ = 0;
           round_complete_ = 0;
           // Every thread's entry names this round before any bucket moves,
-          // so resume_bucket() after a crash sees exactly this round.
+          // so resume_bucket() after a crash sees exactly this round. The
+          // next buckets are durable before the level ids that vouch for
+          // them: an entry is one line, but a line may reach media in part,
+          // and a new id beside an old `next` would skip buckets (found by
+          // the crash checker).
+          for (unsigned i = 0; i < kMaxRehashThreads; ++i) {
+            const bool member = i < rehash_threads_;
+            root_->progress[i].next.store(member ? round_start_ + i : 0);
+          }
+          region_.persist(root_->progress, sizeof(root_->progress));
           for (unsigned i = 0; i < kMaxRehashThreads; ++i) {
             const bool member = i < rehash_threads_;
             root_->progress[i].level_id.store(member ? key : 0);
-            root_->progress[i].next.store(member ? round_start_ + i : 0);
           }
           region_.persist(root_->progress, sizeof(root_->progress));
         }
