@@ -3,15 +3,22 @@
 #   make run         build release and run the main job: a 2-minute benchmark
 #                    profile (every pmhash engine, libcuckoo and LMDB on
 #                    Load/A/B/C), its figures, and a load/reopen/read-back check
-#   make test        build release, asan and tsan, run every test in each
+#   make test        build release, asan and tsan, run every test in each;
+#                    build the fuzz target and fuzz it for a minute
 # Benchmarks (results and figures: see README, "Benchmarks"):
 #   make bench-full  the paper-sized profile, every engine and peer
 #   make results     the profile behind the README's tables, into docs/results
 #   make figures     regenerate every figure in docs/results from its JSON
 #   make bench       pmhash-microbench, pmhash against libcuckoo, repeated
+# Fuzzing (README, "Fuzzing"):
+#   make fuzz        fuzz Store::open with damaged pools for FUZZ_SECONDS
+#                    (default 600; clang, ASan + UBSan, build/fuzz)
+# Crash checking (README, "Crash consistency"):
+#   make crash-long  the crash checker at length for every engine (hours;
+#                    knobs in scripts/crash-long.sh)
 
 .PHONY: run test bootstrap bootstrap-plot build-release build-asan build-tsan \
-        bench bench-full results figures clean
+        build-fuzz bench bench-full results figures crash-long fuzz clean
 
 bootstrap:
 	./scripts/bootstrap.sh
@@ -31,11 +38,19 @@ build-tsan: bootstrap
 	cmake --preset tsan >/dev/null
 	cmake --build --preset tsan
 
+build-fuzz: bootstrap
+	cmake --preset fuzz >/dev/null
+	cmake --build --preset fuzz
+
 run: build-release bootstrap-plot
 	./scripts/run.sh build/release
 
-test: build-release build-asan build-tsan
+test: build-release build-asan build-tsan build-fuzz
 	./scripts/test.sh
+
+FUZZ_SECONDS ?= 600
+fuzz: build-fuzz
+	./scripts/fuzz.sh $(FUZZ_SECONDS)
 
 bench: build-release
 	./build/release/bench/pmhash-microbench
@@ -45,6 +60,9 @@ bench-full: build-release bootstrap-plot
 
 results: build-release bootstrap-plot
 	./scripts/bench.sh results build/release
+
+crash-long: build-release
+	./scripts/crash-long.sh build/release
 
 figures: bootstrap-plot
 	.venv/bin/python bench/plot.py --out docs/results docs/results/*.json

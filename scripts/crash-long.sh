@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# make crash-long: the crash checker at length, for every registered engine.
+#
+#   scripts/crash-long.sh BUILD_DIR
+#
+# For each engine, each seed and each granularity: the crash-state explorer
+# (tests/crash_explore/explore.cc) on a one-thread and a two-thread workload,
+# every drain a crash point; then the process-kill test with CRASH_KILLS
+# kills per engine on /dev/shm (and a fifth of that on the normal disk).
+# Everything is appended to CRASH_SUMMARY (JSON lines), and a per-engine
+# table (the one in the README) is printed at the end. Reproducers of any
+# violation go to CRASH_REPRODUCERS. Exits non-zero on any violation.
+#
+# Knobs (environment), with their defaults:
+#   CRASH_SEEDS="1 2 3 4"          workload seeds
+#   CRASH_OPS=2000                 operations per thread, one-thread runs
+#                                  (two-thread runs: half, per thread)
+#   CRASH_GRANULARITIES="cache_line page byte"
+#   CRASH_EXHAUSTIVE=6             every subset up to this many dirty lines
+#   CRASH_SAMPLES=8                random subsets at larger crash points
+#   CRASH_KILLS=1000               process kills per engine (on /dev/shm)
+#   CRASH_SUMMARY=crash-long.jsonl
+#   CRASH_REPRODUCERS=crash-reproducers
+set -euo pipefail
+
+if [ $# -ne 1 ]; then
+  echo "usage: $0 BUILD_DIR   (e.g. $0 build/release)" >&2
+  exit 2
+fi
+build=$1
+explore="$build/tests/pmhash-crash-explore"
+seeds=${CRASH_SEEDS:-1 2 3 4}
+ops=${CRASH_OPS:-2000}
+granularities=${CRASH_GRANULARITIES:-cache_line page byte}
+exhaustive=${CRASH_EXHAUSTIVE:-6}
+samples=${CRASH_SAMPLES:-8}
+kills=${CRASH_KILLS:-1000}
+summary=${CRASH_SUMMARY:-crash-long.jsonl}
+reproducers=${CRASH_REPRODUCERS:-crash-reproducers}
+
+: > "$summary"
+status=0
+for engine in $("$explore" --list-engines); do
+  for granularity in $granularities; do
+    for seed in $seeds; do
+      for threads in 1 2; do
+        per_thread=$(( threads == 1 ? ops : ops / 2 ))
+        echo "=== explore: $engine $granularity seed $seed, $threads thread(s), $per_thread ops each ==="
+        if ! "$explore" --engine "$engine" --granularity "$granularity" --seed "$seed" \
+             --threads "$threads" --ops "$per_thread" --keys 300 \
+             --exhaustive "$exhaustive" --samples "$samples" \
+             --summary "$summary" --reproducers "$reproducers"; then
+          status=1
+        fi
+      done
+    done
+  done
+done
+
+echo "=== process kills: $kills per engine on /dev/shm, $(( kills / 5 )) on disk ==="
+if ! PMHASH_KILLS=$kills PMHASH_CRASH_SUMMARY=$(realpath "$summary") \
+     "$build/tests/pmhash-crash-tests" --gtest_filter='*KillTest*'; then
+  status=1
+fi
+
+python3 - "$summary" <<'PY'
+import json, sys
+rows = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    e = rows.setdefault(r["engine"], {"images": 0, "recovery_images": 0, "points": 0, "kills": 0, "violations": 0})
+    e["images"] += r.get("images", 0)
+    e["recovery_images"] += r.get("recovery_images", 0)
+    e["points"] += r.get("explored", 0)
+    e["kills"] += r.get("kills", 0)
+    e["violations"] += r.get("violations", 0)
+print("| engine | crash points explored | crash images | crashes during recovery | process kills | violations |")
+print("|---|---:|---:|---:|---:|---:|")
+for name, e in sorted(rows.items()):
+    print(f"| {name} | {e['points']:,} | {e['images']:,} | {e['recovery_images']:,} | {e['kills']:,} | {e['violations']} |")
+PY
+exit $status
