@@ -17,6 +17,8 @@
 #include <random>
 #include <string>
 
+#include "pmhash/store.h"
+
 namespace pmhash::crashtest {
 
 struct WorkloadSpec {
@@ -119,6 +121,20 @@ inline bool apply_op(const Op& op, ThreadModel* m) {
       return it != m->end();
   }
   return false;
+}
+
+// Runs operation `op` of thread `thread` on the store; a get's value goes
+// to *got.
+inline Status run_op(Store& store, unsigned thread, const Op& op, std::string* got) {
+  const std::string key = key_name(thread, op.key);
+  switch (op.kind) {
+    case Op::kInsert: return store.insert(key, op.value);
+    case Op::kUpdate: return store.update(key, op.value);
+    case Op::kUpsert: return store.upsert(key, op.value);
+    case Op::kRemove: return store.remove(key);
+    case Op::kGet: return store.get(key, got);
+  }
+  return Status::InvalidArgument("unknown operation");
 }
 
 }  // namespace pmhash::crashtest

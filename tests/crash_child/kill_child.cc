@@ -48,16 +48,8 @@ int main(int argc, char** argv) {
   auto run = [&](unsigned t) {
     for (std::uint64_t i = start[t]; i < w.ops; ++i) {
       const Op op = op_at(w, t, i);
-      const std::string key = key_name(t, op.key);
-      Status s;
       std::string value;
-      switch (op.kind) {
-        case Op::kInsert: s = store->insert(key, op.value); break;
-        case Op::kUpdate: s = store->update(key, op.value); break;
-        case Op::kUpsert: s = store->upsert(key, op.value); break;
-        case Op::kRemove: s = store->remove(key); break;
-        case Op::kGet: s = store->get(key, &value); break;
-      }
+      const Status s = run_op(*store, t, op, &value);
       if (!s.ok() && !s.is_not_found() && !s.is_already_exists()) {
         std::fprintf(stderr, "kill child: thread %u op %llu: %s\n", t, static_cast<unsigned long long>(i),
                      s.to_string().c_str());

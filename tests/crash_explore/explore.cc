@@ -616,15 +616,8 @@ bool Explorer::workload(unsigned t) {
     const Op op = op_at(c_.w, t, i);
     const std::string key = key_name(t, op.key);
     const bool changes = apply_op(op, &model);
-    Status s;
     std::string got;
-    switch (op.kind) {
-      case Op::kInsert: s = store_->insert(key, op.value); break;
-      case Op::kUpdate: s = store_->update(key, op.value); break;
-      case Op::kUpsert: s = store_->upsert(key, op.value); break;
-      case Op::kRemove: s = store_->remove(key); break;
-      case Op::kGet: s = store_->get(key, &got); break;
-    }
+    const Status s = run_op(*store_, t, op, &got);
     const bool expected = changes ? s.ok() : (s.is_not_found() || s.is_already_exists());
     if (!expected || (op.kind == Op::kGet && s.ok() && got != model[op.key])) {
       std::fprintf(stderr, "workload: thread %u op %llu on %s answered %s, expected %s\n", t,
