@@ -64,10 +64,7 @@ TEST_P(CrashExplore, EveryCrashImageRecoversToAnAcknowledgedState) {
     const char* threads;
     const char* ops;
   };
-  // Two-thread exploration runs in `make crash-long` only until the open
-  // finding in README.md ("Crash consistency") is fixed: with two threads an
-  // update can act on another thread's slot clear that is not durable yet.
-  for (const Run run : {Run{"1", "1000"}}) {
+  for (const Run run : {Run{"1", "700"}, Run{"2", "350"}}) {
     const SpawnResult r = run_program(
         kExplorer, {"--engine", GetParam(), "--seed", "1", "--threads", run.threads, "--ops", run.ops, "--keys",
                     "150", "--summary", summary_, "--reproducers", reproducers_});

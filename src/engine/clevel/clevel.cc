@@ -164,7 +164,7 @@ std::uint64_t ClevelIndex::find_visible(const Key& key, Ctx c) const {
   std::uint64_t found = 0;
   for_candidate_slots(key, c, [&](std::atomic<std::uint64_t>& s, std::uint16_t) {
     const std::uint64_t v = s.load(std::memory_order_acquire);
-    if (v == 0 || pool::pptr_tag(v) != tag) return true;
+    if (slot_empty(v) || pool::pptr_tag(v) != tag) return true;
     const std::uint64_t off = slot_offset(v);
     const auto* item = region_.at<ItemHeader>(off);
     if (!state_visible(item->state.load(std::memory_order_acquire)) || !key_equals(off, key)) {
@@ -204,14 +204,22 @@ std::uint64_t ClevelIndex::lookup(const Key& key, Ctx* seen) const {
   }
 }
 
-void ClevelIndex::collect(const Key& key, Ctx c, std::uint64_t off,
+bool ClevelIndex::collect(const Key& key, Ctx c, std::uint64_t off,
                           std::vector<SlotRef>* out) const {
   out->clear();
+  bool settled = true;
   for_candidate_slots(key, c, [&](std::atomic<std::uint64_t>& s, std::uint16_t id) {
     const std::uint64_t v = s.load(std::memory_order_seq_cst);
-    if (v != 0 && slot_offset(v) == off) out->push_back({&s, v, id});
+    if (v == kMoving) {
+      // Only the level being emptied has moved-out slots, and only for the
+      // moment between two drains; elsewhere (a damaged pool) never wait.
+      settled &= !(c.resizing() && id == c.drain_level());
+    } else if (v != 0 && slot_offset(v) == off) {
+      out->push_back({&s, v, id});
+    }
     return true;
   });
+  return settled;
 }
 
 Status ClevelIndex::get(const Key& key, std::string* value) {
@@ -303,7 +311,7 @@ ClevelIndex::Race ClevelIndex::same_key_race(const Key& key, std::uint64_t off) 
     // seq_cst: our publishing CAS and this load form the store-load pair
     // that makes two racing inserts see each other.
     const std::uint64_t v = s.load(std::memory_order_seq_cst);
-    if (v == 0 || pool::pptr_tag(v) != tag) return true;
+    if (slot_empty(v) || pool::pptr_tag(v) != tag) return true;
     const std::uint64_t other = slot_offset(v);
     if (other == off || !key_equals(other, key)) return true;
     auto& st = region_.at<ItemHeader>(other)->state;
@@ -329,7 +337,10 @@ ClevelIndex::Race ClevelIndex::same_key_race(const Key& key, std::uint64_t off) 
 void ClevelIndex::unpublish(const Key& key, std::uint64_t off) {
   std::vector<SlotRef>& refs = scratch();
   for (;;) {
-    collect(key, load_ctx(), off, &refs);
+    if (!collect(key, load_ctx(), off, &refs)) {
+      std::this_thread::yield();  // a moved-out slot's clearing: one drain
+      continue;
+    }
     if (refs.empty()) return;
     for (const SlotRef& r : refs) {
       if (r.value & kMoving) continue;  // the mover clears it; we scan again
@@ -467,14 +478,18 @@ void ClevelIndex::replace_all(const Key& key, std::uint64_t off, std::uint64_t r
   bool replaced = false;
   for (;;) {
     const Ctx c = load_ctx();
-    collect(key, c, off, &refs);
+    // A slot being moved is waited for: one item copy, then the slot is ours
+    // again. So is a moved-out source whose clearing is not durable yet: were
+    // our change to the copy durable first, a crash would bring back the old
+    // pointer beside it (found by the crash checker, two threads).
+    if (!collect(key, c, off, &refs) ||
+        std::any_of(refs.begin(), refs.end(), [](const SlotRef& r) { return r.value & kMoving; })) {
+      std::this_thread::yield();
+      continue;
+    }
     if (refs.empty()) {
       if (replaced && load_ctx() == c) return;
       continue;  // moved under a new context; scan again
-    }
-    if (std::any_of(refs.begin(), refs.end(), [](const SlotRef& r) { return r.value & kMoving; })) {
-      std::this_thread::yield();  // one item copy, then the slot is ours again
-      continue;
     }
     // Content-conscious find (paper §3.2.3): keep the copy a search meets
     // last, i.e. the one nearest to where items move; drop the others.
@@ -594,7 +609,7 @@ Status ClevelIndex::for_each(const ForEachFn& fn) {
           buckets = std::uint64_t{1} << l->log2;
           for (auto& s : level_buckets(l)[b].slot) {
             const std::uint64_t v = s.load(std::memory_order_acquire);
-            if (v == 0) continue;
+            if (slot_empty(v)) continue;
             const auto* item = region_.at<ItemHeader>(slot_offset(v));
             if (!state_visible(item->state.load(std::memory_order_acquire))) continue;
             std::string k(item_key(item));
@@ -632,7 +647,7 @@ void ClevelIndex::recount() const {
     for (std::uint64_t b = 0; b < n; ++b) {
       for (auto& s : level_buckets(l)[b].slot) {
         const std::uint64_t v = s.load(std::memory_order_acquire);
-        if (v == 0) continue;
+        if (slot_empty(v)) continue;
         const std::uint64_t off = slot_offset(v);
         if (state_visible(region_.at<ItemHeader>(off)->state.load())) items.insert(off);
       }

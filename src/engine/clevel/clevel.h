@@ -28,6 +28,8 @@
 //     0      MOVING   set by a rehash thread while it copies the slot's item
 //                     to another level; only that thread clears it
 //     0 (whole word)  empty
+//     MOVING alone    moved out: empty, but the clearing may not be durable
+//                     yet (see rehash); writers of the key wait for it
 //
 //   Candidate buckets of a key in a level of 2^n buckets: h1 mod 2^n and
 //   h2 mod 2^n (h1, h2: the two halves of the key's XXH3-128). Adjacent levels
@@ -134,7 +136,10 @@
 //      (delete). A slot marked MOVING is waited for (a microsecond: one copy)
 //      and the scan repeated, so a rehash can never resurrect an old pointer
 //      (DEPARTURE: the paper detects that race afterwards by comparing rehash
-//      progress, "rehashing-aware"; freezing the slot excludes it).
+//      progress, "rehashing-aware"; freezing the slot excludes it). So is a
+//      moved-out candidate slot of the level being emptied: our drain #2
+//      covers only our own flushes, and were the copy's new value durable
+//      before the source's clearing, a crash would keep the old pointer.
 //   4. flush the slots                                       -> drain #2
 //
 // expand (§3.1.2 steps 1-3, by the inserting worker): allocate a level of
@@ -147,8 +152,9 @@
 // rehash (§3.1.2 steps 4-5, background threads, default 1): thread j of n
 //   takes buckets start+j, start+j+n, ... of the level being emptied. Per
 //   slot: set MOVING (CAS), copy the pointer into a candidate bucket of
-//   another level (skipped if a copy is already there), persist, clear the
-//   source. After each bucket: progress[j] := next bucket, persisted. When
+//   another level (skipped if a copy is already there); drain; mark the
+//   sources moved out (MOVING alone), persist; clear them, persist. After
+//   each bucket: progress[j] := next bucket, persisted. When
 //   every thread is done, the last one retires the level (heap log, durable
 //   first) and CASes the context to drop it.
 //

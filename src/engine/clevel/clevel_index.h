@@ -82,7 +82,10 @@ class ClevelIndex final : public Index {
   static std::vector<SlotRef>& scratch();
   std::uint64_t lookup(const Key& key, Ctx* seen) const;
   // Every slot holding offset `off` (with or without MOVING), in search order.
-  void collect(const Key& key, Ctx c, std::uint64_t off, std::vector<SlotRef>* out) const;
+  // False while a candidate slot of the level being emptied is moved out but
+  // its clearing is not durable yet (move_bucket): a writer must not act on
+  // the copies until it is.
+  bool collect(const Key& key, Ctx c, std::uint64_t off, std::vector<SlotRef>* out) const;
   bool key_equals(std::uint64_t off, const Key& key) const;
 
   // --- writing ---

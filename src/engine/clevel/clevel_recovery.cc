@@ -239,7 +239,7 @@ void ClevelIndex::build_filters() {
         std::uint64_t bits = 0;
         for (auto& s : buckets[b].slot) {
           const std::uint64_t v = s.load(std::memory_order_seq_cst);
-          if (v != 0) bits |= TagFilter::bits(pool::pptr_tag(v));
+          if (!slot_empty(v)) bits |= TagFilter::bits(pool::pptr_tag(v));
         }
         if (bits != 0) f->add_bits(b, bits);
       }

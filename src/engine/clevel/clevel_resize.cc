@@ -184,13 +184,14 @@ ClevelIndex::Attempt ClevelIndex::move_bucket(heap::ThreadCache* tc, Bucket* b,
   for (auto& s : b->slot) {
     std::uint64_t v = s.load(std::memory_order_acquire);
     // Freeze: from now on we are the only writer of this slot.
-    while (v != 0 && !s.compare_exchange_weak(v, v | kMoving)) {
+    while (!slot_empty(v) && !s.compare_exchange_weak(v, v | kMoving)) {
     }
-    if (v != 0) {
+    if (!slot_empty(v)) {
       where[n] = &s;
       what[n++] = v & ~kMoving;
     }
   }
+  if (n == 0) return Attempt::kDone;
   unsigned copied = 0;
   Attempt result = Attempt::kDone;
   std::vector<SlotRef> refs;
@@ -226,15 +227,24 @@ ClevelIndex::Attempt ClevelIndex::move_bucket(heap::ThreadCache* tc, Bucket* b,
   // The copies are durable before the sources are cleared: a crash in
   // between leaves two pointers to one item, never none.
   region_.drain();
+  // A cleared source is "moved out" (MOVING alone) until the clearing is
+  // durable. Searches take it for empty, but writers wait for it: an update
+  // or delete of the copy made durable by the writer's own drain before
+  // this one would let a crash bring the old pointer back beside the new
+  // state (found by the crash checker, two threads).
   for (unsigned i = 0; i < n; ++i) {
     if (i < copied) {
-      where[i]->store(0, std::memory_order_release);
+      where[i]->store(kMoving, std::memory_order_release);
       moved_.fetch_add(1, std::memory_order_relaxed);
     } else {
       where[i]->store(what[i], std::memory_order_release);  // unfreeze: not moved
     }
   }
-  region_.flush(b, sizeof(Bucket));
+  region_.persist(b, sizeof(Bucket));
+  // Then truly empty, durably so before the progress entry moves past the
+  // bucket: recovery clears moved-out slots only in the buckets it names.
+  for (unsigned i = 0; i < copied; ++i) where[i]->store(0, std::memory_order_release);
+  region_.persist(b, sizeof(Bucket));
   return result;
 }
 
@@ -260,8 +270,7 @@ bool ClevelIndex::rehash_share(heap::ThreadCache* tc, unsigned j, Ctx c, std::ui
       }
       progress.next.store(b + rehash_threads_, std::memory_order_relaxed);
       // Progress is durable after the bucket's moves (move_bucket drained
-      // the copies; this drains the cleared sources): recovery resumes
-      // after it.
+      // the copies, then the cleared sources): recovery resumes after it.
       if (!planted::active(planted::kProgressNotPersisted)) {
         region_.persist(&progress.next, sizeof(std::uint64_t));
       }

@@ -21,11 +21,15 @@ inline constexpr unsigned kMaxLevelLog2 = 40;
 
 // --- slot -------------------------------------------------------------------
 // A rehash thread sets MOVING while it copies the slot's item elsewhere; it is
-// the only writer of a slot while the bit is set, and it clears the slot when
-// the copy is durable. Item offsets are 16-byte aligned, so bit 0 is free.
+// the only writer of a slot while the bit is set. When the copy is durable it
+// empties the slot in two steps: MOVING alone ("moved out": empty to
+// searches, waited for by writers) until that is durable, then 0. Item
+// offsets are 16-byte aligned, so bit 0 is free.
 inline constexpr std::uint64_t kMoving = 1;
 
 inline std::uint64_t slot_offset(std::uint64_t v) { return pool::pptr_offset(v) & ~kMoving; }
+// No item: empty (0) or moved out (kMoving alone).
+inline bool slot_empty(std::uint64_t v) { return slot_offset(v) == 0; }
 inline std::uint16_t key_tag(std::uint64_t h1) { return static_cast<std::uint16_t>(h1 >> 48); }
 
 struct alignas(64) Bucket {
