@@ -192,6 +192,12 @@ ClevelIndex::Attempt ClevelIndex::move_bucket(heap::ThreadCache* tc, Bucket* b,
     }
   }
   if (n == 0) return Attempt::kDone;
+  // What we copy is durable where it is before any copy is: a writer's CAS
+  // into one of these slots may not be durable yet, and a durable copy of it
+  // beside the old value still on media would be two items with one key
+  // after a crash (found by the crash checker, page granularity). Recovery
+  // clears the MOVING bits this makes durable (progress names the bucket).
+  region_.persist(b, sizeof(Bucket));
   unsigned copied = 0;
   Attempt result = Attempt::kDone;
   std::vector<SlotRef> refs;
