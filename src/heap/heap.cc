@@ -45,6 +45,8 @@
 // no log names. (Page regions flush synchronously and byte regions keep x86
 // store order, where the drain costs nothing; on cache-line regions it is
 // the one extra fence an allocation pays so that recovery needs no sweep.)
+// Unlogged allocations (epoch engines) skip the intent and every flush: the
+// engine's own sweep, not recovery, finds the blocks a crash leaks.
 //
 // Byte counters: each cache counts the slab bytes its thread allocated and
 // freed, written only by that thread (a plain load and store); frees by
@@ -92,6 +94,9 @@ using layout::ThreadLog;
 namespace {
 
 constexpr std::uint32_t kNoChunk = ~std::uint32_t{0};
+// In place of an intent slot: the block goes in no log and the allocation
+// flushes nothing but a run's table entries (allocate_unlogged).
+constexpr unsigned kNoIntent = ~0u;
 
 template <typename T>
 std::atomic_ref<T> ref(T& x) {
@@ -168,8 +173,10 @@ class alignas(64) CacheImpl final : public ThreadCache {
 
   unsigned slot() const override { return slot_; }
   Status allocate(std::size_t n, std::uint64_t* off, bool zero, unsigned intent) override;
+  Status allocate_unlogged(std::size_t n, std::uint64_t* off, const void** dirty) override;
   void clear_intent(unsigned intent) override;
   void free_unpublished(std::uint64_t off) override;
+  void free_unlogged(std::uint64_t off, const void** dirty) override;
   void reserve_retire(unsigned n) override;
   void retire(std::uint64_t off) override;
   void drain_retired() override;
@@ -178,6 +185,11 @@ class alignas(64) CacheImpl final : public ThreadCache {
   void add_bytes(std::int64_t d) {
     slab_bytes_.store(slab_bytes_.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
   }
+
+  // The slab search of both allocate() and allocate_unlogged() (intent
+  // kNoIntent); *word: the bitmap word it set.
+  Status allocate_small(std::size_t n, std::uint64_t* off, bool zero, unsigned intent,
+                        const void** word);
 
   HeapImpl* const heap_;
   const unsigned slot_;
@@ -239,8 +251,9 @@ class HeapImpl final : public Heap {
   std::uint64_t* bitmap(std::uint32_t i) const { return region_.at<std::uint64_t>(chunk_offset(i)); }
   bool activate(unsigned cls, CacheImpl::Active* a);
   void deactivate(unsigned cls, CacheImpl::Active* a);
-  Status allocate_run(CacheImpl* c, std::size_t n, std::uint64_t* off, bool zero, unsigned intent);
-  void free_block(std::uint64_t off, CacheImpl* owner);
+  Status allocate_run(CacheImpl* c, std::size_t n, std::uint64_t* off, bool zero, unsigned intent,
+                      const void** head);
+  const void* free_block(std::uint64_t off, CacheImpl* owner, bool flush);
   void free_retired(CacheImpl* c, std::uint64_t gen, std::uint64_t n, CacheImpl* owner);
   Status no_space(std::size_t n) const {
     return Status::NoSpace("pool full: cannot allocate " + num(n) + " bytes (" +
@@ -266,8 +279,9 @@ class HeapImpl final : public Heap {
   void push_partial(ClassShard& sh, std::uint32_t i);
   void unlink_partial(ClassShard& sh, std::uint32_t i);
 
-  void free_small(std::uint32_t i, unsigned cls, std::uint64_t within, CacheImpl* owner);
-  void free_run(std::uint32_t head, std::uint32_t len);
+  const void* free_small(std::uint32_t i, unsigned cls, std::uint64_t within, CacheImpl* owner,
+                         bool flush);
+  void free_run(std::uint32_t head, std::uint32_t len, bool drain);
   void deactivate_all(CacheImpl* c);
   void clear_intents(CacheImpl* c);
   void forget(CacheImpl* c);  // under caches_mu_
@@ -580,8 +594,20 @@ Status CacheImpl::allocate(std::size_t n, std::uint64_t* off, bool zero, unsigne
     return Status::InvalidArgument("heap: intent slot " + num(intent) + " out of range (" +
                                    num(kIntentSlots) + " slots)");
   }
-  if (n > kMaxSmallSize) return heap_->allocate_run(this, n, off, zero, intent);
+  const void* word = nullptr;
+  if (n > kMaxSmallSize) return heap_->allocate_run(this, n, off, zero, intent, &word);
+  return allocate_small(n, off, zero, intent, &word);
+}
 
+Status CacheImpl::allocate_unlogged(std::size_t n, std::uint64_t* off, const void** dirty) {
+  if (n == 0) return Status::InvalidArgument("heap: cannot allocate 0 bytes");
+  if (n > kMaxSmallSize) return heap_->allocate_run(this, n, off, false, kNoIntent, dirty);
+  return allocate_small(n, off, false, kNoIntent, dirty);
+}
+
+Status CacheImpl::allocate_small(std::size_t n, std::uint64_t* off, bool zero, unsigned intent,
+                                 const void** word) {
+  const bool logged = intent != kNoIntent;
   const unsigned cls = layout::class_index(n);
   const SizeClass& k = kSizeClasses[cls];
   Active& a = active_[cls];
@@ -598,22 +624,26 @@ Status CacheImpl::allocate(std::size_t n, std::uint64_t* off, bool zero, unsigne
         const int b = std::countr_zero(free);
         const std::uint64_t block =
             heap_->chunk_offset(a.chunk) + k.first + (std::uint64_t{w} * 64 + static_cast<unsigned>(b)) * k.size;
-        // Intent first, then the bit (see "Persist order" above).
-        std::uint64_t& slot = log_->alloc_intent[intent];
-        ref(slot).store(block, std::memory_order_relaxed);
-        r.flush(&slot, sizeof(slot));
-        // The intent is durable before the bit can be: on cache-line media
-        // the bit's line may otherwise be written back first, and a crash
-        // would leave an allocated block that no log names (a leak).
-        r.drain();
+        if (logged) {
+          // Intent first, then the bit (see "Persist order" above).
+          std::uint64_t& slot = log_->alloc_intent[intent];
+          ref(slot).store(block, std::memory_order_relaxed);
+          r.flush(&slot, sizeof(slot));
+          // The intent is durable before the bit can be: on cache-line media
+          // the bit's line may otherwise be written back first, and a crash
+          // would leave an allocated block that no log names (a leak).
+          r.drain();
+        }
         ref(bits[w]).fetch_or(std::uint64_t{1} << b, std::memory_order_acq_rel);
-        r.flush(&bits[w], sizeof(std::uint64_t));
+        // Unlogged, the caller's epoch fence makes the bit durable.
+        if (logged) r.flush(&bits[w], sizeof(std::uint64_t));
         ++a.allocs;
         add_bytes(k.size);
         if (zero) {
           std::memset(r.at(block), 0, k.size);
           r.flush(r.at(block), k.size);
         }
+        *word = &bits[w];
         *off = block;
         return Status::OK();
       }
@@ -624,7 +654,7 @@ Status CacheImpl::allocate(std::size_t n, std::uint64_t* off, bool zero, unsigne
 }
 
 Status HeapImpl::allocate_run(CacheImpl* c, std::size_t n, std::uint64_t* off, bool zero,
-                              unsigned intent) {
+                              unsigned intent, const void** head) {
   const std::uint64_t len = (std::uint64_t{n} + kChunkSize - 1) / kChunkSize;
   if (len > nchunks_) {
     return Status::InvalidArgument("heap: cannot allocate " + num(n) +
@@ -635,23 +665,32 @@ Status HeapImpl::allocate_run(CacheImpl* c, std::size_t n, std::uint64_t* off, b
   std::uint32_t h = 0;
   if (!take_chunks(nch, pack(State::kRun), &h)) return no_space(n);
   const std::uint64_t block = chunk_offset(h);
-  // Intent first, then the table entries (see "Persist order" above).
-  std::uint64_t& slot = c->log_->alloc_intent[intent];
-  ref(slot).store(block, std::memory_order_relaxed);
-  region_.flush(&slot, sizeof(slot));
-  // The intent is durable before the table entries can be (else a crash
-  // could leave a run that no log names: a leak).
-  region_.drain();
+  if (intent != kNoIntent) {
+    // Intent first, then the table entries (see "Persist order" above).
+    std::uint64_t& slot = c->log_->alloc_intent[intent];
+    ref(slot).store(block, std::memory_order_relaxed);
+    region_.flush(&slot, sizeof(slot));
+    // The intent is durable before the table entries can be (else a crash
+    // could leave a run that no log names: a leak).
+    region_.drain();
+  }
   for (std::uint32_t k = 1; k < nch; ++k) {
     ref(table_[h + k]).store(layout::body_entry(k), std::memory_order_relaxed);
   }
   ref(table_[h]).store(layout::head_entry(nch), std::memory_order_release);
   region_.flush(&table_[h], std::uint64_t{nch} * layout::kEntrySize);
+  // Unlogged (an epoch engine): no later drain of this thread covers these
+  // lines, so drain now. Else the head entry could reach media without its
+  // body entries, and recovery would read a run over chunks it takes for
+  // free. (A crash may still leave the run allocated and unreached: the
+  // engine's sweep returns it.)
+  if (intent == kNoIntent) region_.drain();
   run_used_.fetch_add(static_cast<std::int64_t>(len * kChunkSize));
   if (zero) {
     std::memset(region_.at(block), 0, len * kChunkSize);
     region_.flush(region_.at(block), len * kChunkSize);
   }
+  *head = &table_[h];
   *off = block;
   return Status::OK();
 }
@@ -672,35 +711,44 @@ bool HeapImpl::locate(std::uint64_t off, std::uint32_t* chunk, std::uint64_t* wi
   return true;
 }
 
-void HeapImpl::free_block(std::uint64_t off, CacheImpl* owner) {
+// Returns the word the free changed (the bitmap word, or the run's head
+// entry), or nullptr when `off` is no allocated block. Without `flush` that
+// word is left for the caller's epoch fence (free_unlogged).
+const void* HeapImpl::free_block(std::uint64_t off, CacheImpl* owner, bool flush) {
   std::uint32_t i = 0;
   std::uint64_t within = 0;
-  if (!locate(off, &i, &within)) return;
+  if (!locate(off, &i, &within)) return nullptr;
   const std::uint64_t e = load(table_[i]);
   switch (layout::entry_kind(e)) {
     case layout::kChunkSlab:
-      if (layout::entry_class(e) < kClassCount) free_small(i, layout::entry_class(e), within, owner);
-      return;
+      if (layout::entry_class(e) >= kClassCount) return nullptr;
+      return free_small(i, layout::entry_class(e), within, owner, flush);
     case layout::kChunkRunHead:
-      if (within == 0) free_run(i, static_cast<std::uint32_t>(layout::entry_length(e)));
-      return;
+      if (within != 0) return nullptr;
+      // A run's chunks are free for anyone once given back, and a new owner
+      // persists its own table entries at once: the free must be durable
+      // before that (else a crash could mix the old run's entries with the
+      // new ones). So a run is freed durably even when unlogged.
+      free_run(i, static_cast<std::uint32_t>(layout::entry_length(e)), /*drain=*/!flush);
+      return nullptr;
     default:
-      return;
+      return nullptr;
   }
 }
 
-void HeapImpl::free_small(std::uint32_t i, unsigned cls, std::uint64_t within, CacheImpl* owner) {
+const void* HeapImpl::free_small(std::uint32_t i, unsigned cls, std::uint64_t within,
+                                 CacheImpl* owner, bool flush) {
   const SizeClass& k = kSizeClasses[cls];
-  if (within < k.first || (within - k.first) % k.size != 0) return;
+  if (within < k.first || (within - k.first) % k.size != 0) return nullptr;
   const std::uint64_t b = (within - k.first) / k.size;
-  if (b >= k.blocks) return;
+  if (b >= k.blocks) return nullptr;
   std::uint64_t* word = bitmap(i) + b / 64;
   const std::uint64_t mask = std::uint64_t{1} << (b % 64);
   // Release: the freeing thread's last writes to the block happen before the
   // next owner's acquire load that sees the bit clear.
   const std::uint64_t prev = ref(*word).fetch_and(~mask, std::memory_order_acq_rel);
-  if ((prev & mask) == 0) return;  // not allocated: a repeated free changes nothing
-  region_.flush(word, sizeof(*word));
+  if ((prev & mask) == 0) return nullptr;  // not allocated: a repeated free changes nothing
+  if (flush) region_.flush(word, sizeof(*word));
   if (owner != nullptr) {
     owner->add_bytes(-std::int64_t{k.size});
   } else {
@@ -712,24 +760,31 @@ void HeapImpl::free_small(std::uint32_t i, unsigned cls, std::uint64_t within, C
     std::lock_guard lock(sh.mu);
     settle(sh, i, cls);
   }
+  return word;
 }
 
-void HeapImpl::free_run(std::uint32_t head, std::uint32_t len) {
+void HeapImpl::free_run(std::uint32_t head, std::uint32_t len, bool drain) {
   if (len == 0 || head + std::uint64_t{len} > nchunks_) return;
   ref(table_[head]).store(0, std::memory_order_release);
   for (std::uint32_t k = 1; k < len; ++k) ref(table_[head + k]).store(0, std::memory_order_relaxed);
   region_.flush(&table_[head], std::uint64_t{len} * layout::kEntrySize);
+  // With `drain`, the free is durable before the chunks can change hands.
+  if (drain) region_.drain();
   run_used_.fetch_sub(static_cast<std::int64_t>(std::uint64_t{len} * kChunkSize));
   give_chunks(head, len);
 }
 
 void CacheImpl::free_unpublished(std::uint64_t off) {
-  heap_->free_block(off, this);
+  heap_->free_block(off, this, true);
   // The free is durable before this thread's intent slot, which may still
   // name the block, is overwritten by its next allocation: else the new
   // intent could reach media first, and a crash would leave the block
   // allocated with no log naming it (a leak; found by the crash checker).
   heap_->region().drain();
+}
+
+void CacheImpl::free_unlogged(std::uint64_t off, const void** dirty) {
+  *dirty = heap_->free_block(off, this, false);
 }
 
 // ---------------------------------------------------------------------------
@@ -773,7 +828,7 @@ void HeapImpl::free_retired(CacheImpl* c, std::uint64_t gen, std::uint64_t n, Ca
   std::lock_guard lock(c->log_mu_);
   ThreadLog* log = c->log_;
   if (c->log_gen_ != gen || load(log->retired_count) != n) return;
-  for (std::uint64_t j = 0; j < n; ++j) free_block(load(log->retired[j]), owner);
+  for (std::uint64_t j = 0; j < n; ++j) free_block(load(log->retired[j]), owner, true);
   // The frees are durable before the log forgets the blocks: else a crash in
   // between leaks them.
   region_.drain();
@@ -828,7 +883,7 @@ void HeapImpl::recover(const std::function<bool(std::uint64_t off)>& keep) {
   repairs_.clear();
   bool dirty = false;
   auto judge = [&](std::uint64_t off) {
-    if (off != 0 && is_allocated(off) && !keep(off)) free_block(off, nullptr);
+    if (off != 0 && is_allocated(off) && !keep(off)) free_block(off, nullptr, true);
   };
   for (unsigned s = 0; s < kMaxThreads; ++s) {
     const ThreadLog& log = logs_[s];

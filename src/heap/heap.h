@@ -32,7 +32,8 @@
 // rebuilt in DRAM by open(), in O(chunks).
 //
 // Crash rule: every block is either reachable from the index or named in
-// some thread's log. The protocol an engine follows:
+// some thread's log, except under the third protocol below. The protocols an
+// engine follows:
 //
 //   insert:  allocate()          alloc_intent persisted, then the bitmap
 //                                 bit set and flushed
@@ -48,12 +49,29 @@
 //            ... the block is freed after a grace period, when the log fills
 //            or the thread exits or the heap closes.
 //
+//   epoch engines (periodic persistence, e.g. Dali) issue no flush or fence
+//   inside an operation, so a log entry would cost them the fence they avoid:
+//            allocate_unlogged()  bit set; no log, no flush, no fence (a
+//                                 run > kMaxSmallSize persists its table
+//                                 entries, with a fence: rare)
+//            free_unlogged()      bit cleared; likewise (a run is freed
+//                                 durably before its chunks change hands)
+//                                 (both report the word they changed: the
+//                                 engine adds it to its epoch's dirty set)
+//            global fence         Region::persist_all, or flush every dirty
+//                                 word and drain: the epoch is durable
+//            A crash may leave blocks allocated that nothing reaches; the
+//            engine's own sweep reclaims them, recover() knows nothing of
+//            them. A free may reach media before the fence, so such an
+//            engine frees only blocks its durable state no longer reaches.
+//
 // recover(keep) runs once at open, before any operation: for every block
 // named by any log (either intent, or a retired entry) that is still allocated, it asks the engine keep(off)
 // ("is this block reachable from the index?") and frees the block when the
 // answer is no. Then every log is emptied. That is O(threads x 127) calls.
 //
-// Pool full: allocate() returns Status::NoSpace and changes nothing.
+// Pool full: allocate() and allocate_unlogged() return Status::NoSpace and
+// change nothing.
 #pragma once
 
 #include <cstddef>
@@ -96,6 +114,23 @@ class ThreadCache {
   // n == 0 or n beyond the heap.
   virtual Status allocate(std::size_t n, std::uint64_t* off, bool zero = false,
                           unsigned intent = 0) = 0;
+
+  // For engines that persist by epochs: like allocate(), but names the block in
+  // no log and issues no flush or fence. The allocation bit reaches media with
+  // the caller's next global fence, or before it in any order; the caller makes
+  // the word at *dirty durable with its epoch (it records it for its fence).
+  // A crash may leave such a block allocated and unreachable: the engine must
+  // reclaim those itself. Blocks larger than kMaxSmallSize (runs) persist their
+  // chunk-table entries at once, with a fence (rare; *dirty is then the head
+  // entry, already durable).
+  virtual Status allocate_unlogged(std::size_t n, std::uint64_t* off, const void** dirty) = 0;
+
+  // Frees a block allocated either way, without flush or fence; *dirty as above
+  // (nullptr if nothing changed, e.g. the block was not allocated). A run is
+  // freed durably, with a fence, before its chunks can change hands (*dirty is
+  // then nullptr). The caller guarantees no thread can still reach the block
+  // and no crash can make it reachable again.
+  virtual void free_unlogged(std::uint64_t off, const void** dirty) = 0;
 
   // The block in intent slot `intent` is published or freed; forget it.
   virtual void clear_intent(unsigned intent = 0) = 0;

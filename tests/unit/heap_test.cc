@@ -122,6 +122,26 @@ class HeapTest : public ::testing::Test {
   const layout::ThreadLog& log(unsigned slot) const {
     return region_->at<layout::ThreadLog>(geometry().logs_offset)[slot];
   }
+  // The word that says whether the block at `off` is allocated, and the bits
+  // of it that do: its bit in the slab bitmap, or the run's head entry.
+  std::pair<const std::uint64_t*, std::uint64_t> state_bits(std::uint64_t off) const {
+    const layout::Layout g = geometry();
+    const std::uint64_t chunk = (off - g.chunks_offset) / kChunkSize;
+    const std::uint64_t within = (off - g.chunks_offset) % kChunkSize;
+    const auto* entry = region_->at<std::uint64_t>(g.table_offset) + chunk;
+    if (layout::entry_kind(*entry) != layout::kChunkSlab) return {entry, ~std::uint64_t{0}};
+    const layout::SizeClass& k = layout::kSizeClasses[layout::entry_class(*entry)];
+    const std::uint64_t b = (within - k.first) / k.size;
+    const auto* bits = region_->at<std::uint64_t>(g.chunks_offset + chunk * kChunkSize);
+    return {bits + b / 64, std::uint64_t{1} << (b % 64)};
+  }
+  // Whether p is an 8-byte word of the heap area.
+  bool in_heap(const void* p) const {
+    if (p == nullptr) return false;
+    const std::uint64_t at = region_->offset_of(p);
+    return at >= kHeapOff && at + 8 <= kHeapOff + heap_size() && at % 8 == 0;
+  }
+
   bool all_logs_empty() const {
     for (unsigned s = 0; s < kMaxThreads; ++s) {
       const layout::ThreadLog& l = log(s);
@@ -461,6 +481,221 @@ TEST_F(HeapTest, ForEachAllocatedVisitsEachBlockOnce) {
     EXPECT_TRUE(got.emplace(off, size).second) << off;
   });
   EXPECT_EQ(got, want);
+}
+
+// ---------------------------------------------------------------------------
+// Unlogged allocation (epoch engines).
+
+TEST_F(HeapTest, UnloggedAllocateThenFreeRoundTrip) {
+  make();
+  ThreadCache* c = tc();
+  struct Block {
+    std::uint64_t off;
+    std::size_t usable;
+    std::pair<const std::uint64_t*, std::uint64_t> state;
+  };
+  std::vector<Block> blocks;
+  std::set<std::uint64_t> seen;
+  std::uint64_t sum = 0;
+  for (std::size_t n : {std::size_t{1}, std::size_t{16}, std::size_t{100}, std::size_t{100},
+                        std::size_t{4096}, kMaxSmallSize, kMaxSmallSize + 1, 3 * kChunkSize}) {
+    SCOPED_TRACE(n);
+    std::uint64_t off = 0;
+    const void* dirty = nullptr;
+    const media::Counters before = media::counters();
+    Status s = c->allocate_unlogged(n, &off, &dirty);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    // A run's table entries are durable, head and body together, before the
+    // call returns.
+    if (n > kMaxSmallSize) {
+      EXPECT_GT(media::counters().fences, before.fences);
+    }
+    ASSERT_TRUE(seen.insert(off).second) << "block " << off << " handed out twice";
+    ASSERT_TRUE(heap_->is_allocated(off));
+    const std::size_t usable = heap_->block_size(off);
+    if (n > kMaxSmallSize) {
+      EXPECT_EQ(usable, (n + kChunkSize - 1) / kChunkSize * kChunkSize);
+    } else {
+      EXPECT_EQ(usable, layout::kSizeClasses[layout::class_index(n)].size);
+    }
+    // *dirty is the word the allocation changed: the block's bitmap word,
+    // or the run's head entry.
+    const auto state = state_bits(off);
+    EXPECT_TRUE(in_heap(dirty));
+    EXPECT_EQ(dirty, state.first);
+    EXPECT_NE(*state.first & state.second, 0u);
+    if (n > kMaxSmallSize) {
+      EXPECT_EQ(*state.first, layout::head_entry(usable / kChunkSize));
+    }
+    fill(region_->at(off), usable, off);
+    blocks.push_back({off, usable, state});
+    sum += usable;
+  }
+  for (const Block& b : blocks) {
+    EXPECT_TRUE(intact(region_->at(b.off), b.usable, b.off)) << "block " << b.off << " was overwritten";
+  }
+  EXPECT_EQ(heap_->used_bytes(), sum);
+  EXPECT_TRUE(all_logs_empty());
+  expect_consistent();
+
+  for (const Block& b : blocks) {
+    const void* dirty = nullptr;
+    const media::Counters before = media::counters();
+    c->free_unlogged(b.off, &dirty);
+    const media::Counters after = media::counters();
+    if (b.usable > kMaxSmallSize) {
+      // A run is freed durably before its chunks change hands: nothing is
+      // left for the caller's fence.
+      EXPECT_EQ(dirty, nullptr) << b.off;
+      EXPECT_GT(after.fences, before.fences) << b.off;
+    } else {
+      EXPECT_EQ(dirty, b.state.first) << b.off;
+      EXPECT_EQ(after.fences, before.fences) << b.off;
+    }
+    EXPECT_EQ(*b.state.first & b.state.second, 0u) << b.off;
+    EXPECT_FALSE(heap_->is_allocated(b.off));
+  }
+  EXPECT_EQ(heap_->used_bytes(), 0u);
+  expect_consistent();
+  // A repeated free changes nothing, and says so.
+  const void* dirty = &sum;
+  c->free_unlogged(blocks[0].off, &dirty);
+  EXPECT_EQ(dirty, nullptr);
+  c->free_unlogged(blocks.back().off, &dirty);
+  EXPECT_EQ(dirty, nullptr);
+  EXPECT_EQ(heap_->used_bytes(), 0u);
+
+  // Blocks from allocate() are freed the same way.
+  const std::uint64_t logged = alloc(200);
+  c->clear_intent();
+  const auto state = state_bits(logged);
+  c->free_unlogged(logged, &dirty);
+  EXPECT_EQ(dirty, state.first);
+  EXPECT_FALSE(heap_->is_allocated(logged));
+  EXPECT_EQ(heap_->used_bytes(), 0u);
+  expect_consistent();
+}
+
+TEST_F(HeapTest, UnloggedAllocationNamesTheBlockInNoLog) {
+  make();
+  ThreadCache* c = tc();
+  const layout::ThreadLog& l = log(c->slot());
+  std::vector<std::uint64_t> blocks;
+  for (std::size_t n : {std::size_t{48}, std::size_t{3000}, kMiB}) {
+    std::uint64_t off = 0;
+    const void* dirty = nullptr;
+    ASSERT_TRUE(c->allocate_unlogged(n, &off, &dirty).ok());
+    blocks.push_back(off);
+    EXPECT_EQ(l.alloc_intent[0], 0u) << n;
+    EXPECT_EQ(l.alloc_intent[1], 0u) << n;
+    EXPECT_EQ(l.retired_count, 0u) << n;
+  }
+  EXPECT_TRUE(all_logs_empty());
+  // Nor does it replace a logged allocation's intent.
+  const std::uint64_t logged = alloc(100, 1);
+  std::uint64_t off = 0;
+  const void* dirty = nullptr;
+  ASSERT_TRUE(c->allocate_unlogged(100, &off, &dirty).ok());
+  blocks.push_back(off);
+  EXPECT_EQ(l.alloc_intent[0], 0u);
+  EXPECT_EQ(l.alloc_intent[1], logged);
+  c->clear_intent(1);
+  c->free_unlogged(logged, &dirty);
+  EXPECT_TRUE(all_logs_empty());
+  expect_consistent();
+  // After a crash, recovery knows nothing of them: they stay allocated for
+  // the engine's own sweep.
+  crash_and_open();
+  std::vector<std::uint64_t> asked;
+  heap_->recover([&](std::uint64_t b) {
+    asked.push_back(b);
+    return false;
+  });
+  EXPECT_TRUE(asked.empty());
+  for (std::uint64_t b : blocks) EXPECT_TRUE(heap_->is_allocated(b)) << b;
+  expect_consistent();
+}
+
+TEST_F(HeapTest, UnloggedSmallBlocksIssueNoFlushAndNoFence) {
+  make();
+  ThreadCache* c = tc();
+  // The first block activates a chunk, which persists its table entry.
+  std::uint64_t first = 0;
+  const void* dirty = nullptr;
+  ASSERT_TRUE(c->allocate_unlogged(48, &first, &dirty).ok());
+  ASSERT_GT(layout::kSizeClasses[layout::class_index(48)].blocks, 1001u)
+      << "the blocks below must come from the same chunk";
+  std::vector<std::uint64_t> blocks(1000);
+  const media::Counters before = media::counters();
+  for (std::uint64_t& b : blocks) {
+    ASSERT_TRUE(c->allocate_unlogged(48, &b, &dirty).ok());
+  }
+  for (std::uint64_t b : blocks) {
+    c->free_unlogged(b, &dirty);
+    ASSERT_NE(dirty, nullptr);
+  }
+  const media::Counters after = media::counters();
+  EXPECT_EQ(after.flushes, before.flushes);
+  EXPECT_EQ(after.fences, before.fences);
+  // The logged path on the same chunk does both: the counters see this heap.
+  const std::uint64_t logged = alloc(48);
+  const media::Counters then = media::counters();
+  EXPECT_GT(then.flushes, after.flushes);
+  EXPECT_GT(then.fences, after.fences);
+  c->clear_intent();
+  EXPECT_TRUE(heap_->is_allocated(first));
+  EXPECT_TRUE(heap_->is_allocated(logged));
+  EXPECT_EQ(heap_->used_bytes(), 2u * 48);
+  expect_consistent();
+}
+
+TEST_F(HeapTest, UnloggedAllocationOnAFullHeapReturnsNoSpaceAndChangesNothing) {
+  make(4 * kMiB);
+  ThreadCache* c = tc();
+  std::vector<std::uint64_t> blocks;
+  Status s;
+  for (;;) {
+    std::uint64_t off = 0;
+    const void* dirty = nullptr;
+    s = c->allocate_unlogged(1024, &off, &dirty);
+    if (!s.ok()) break;
+    fill(region_->at(off), 1024, off);
+    blocks.push_back(off);
+  }
+  EXPECT_TRUE(s.is_no_space()) << s.to_string();
+  EXPECT_TRUE(contains(s.message(), "pool full: cannot allocate 1024 bytes")) << s.message();
+  const std::size_t per_chunk = layout::kSizeClasses[layout::class_index(1024)].blocks;
+  EXPECT_EQ(blocks.size(), per_chunk * geometry().chunk_count);
+  const std::uint64_t used = heap_->used_bytes();
+  const std::uint64_t free = heap_->free_bytes();
+  EXPECT_EQ(used, blocks.size() * 1024);
+  // A failed allocation changes nothing, its outputs included.
+  std::uint64_t off = 1;
+  const void* dirty = &off;
+  for (std::size_t n : {std::size_t{1024}, std::size_t{16}, kMiB}) {
+    s = c->allocate_unlogged(n, &off, &dirty);
+    EXPECT_TRUE(s.is_no_space()) << n << ": " << s.to_string();
+  }
+  EXPECT_TRUE(c->allocate_unlogged(0, &off, &dirty).is_invalid_argument());
+  EXPECT_TRUE(c->allocate_unlogged(5 * kMiB, &off, &dirty).is_invalid_argument());
+  EXPECT_EQ(off, 1u);
+  EXPECT_EQ(dirty, &off);
+  EXPECT_EQ(heap_->used_bytes(), used);
+  EXPECT_EQ(heap_->free_bytes(), free);
+  for (std::uint64_t b : blocks) {
+    ASSERT_TRUE(heap_->is_allocated(b));
+    ASSERT_TRUE(intact(region_->at(b), 1024, b)) << b;
+  }
+  EXPECT_TRUE(all_logs_empty());
+  expect_consistent();
+  // One free makes room for exactly one more.
+  c->free_unlogged(blocks[blocks.size() / 2], &dirty);
+  EXPECT_NE(dirty, nullptr);
+  ASSERT_TRUE(c->allocate_unlogged(1000, &off, &dirty).ok());
+  EXPECT_EQ(off, blocks[blocks.size() / 2]);
+  EXPECT_TRUE(c->allocate_unlogged(1000, &off, &dirty).is_no_space());
+  EXPECT_EQ(heap_->used_bytes(), used);
+  expect_consistent();
 }
 
 // ---------------------------------------------------------------------------
@@ -871,6 +1106,114 @@ TEST_F(HeapTest, ConcurrentAllocateFreeAndRetireNeverShareABlock) {
   // The same after a clean reopen.
   reopen_clean();
   EXPECT_EQ(heap_->used_bytes(), sum);
+  expect_consistent();
+}
+
+// Unlogged allocations and frees of mixed sizes; a quarter of the frees go
+// to another thread, which then clears bits in chunks their owners are still
+// allocating from. Each block carries its owner's pattern, checked before it
+// is freed: a block handed out twice, or overlapping another, is overwritten.
+TEST_F(HeapTest, ConcurrentUnloggedAllocateAndFreeNeverShareABlock) {
+  make(128 * kMiB);
+  constexpr int kThreads = 4;
+  constexpr int kOps = 10000;
+  struct Live {
+    std::uint64_t off = 0;
+    std::size_t n = 0;
+    std::uint64_t tag = 0;
+  };
+  std::mutex handoff_mu;
+  std::vector<Live> handoff;
+  std::atomic<int> corrupt{0};
+  std::atomic<int> failures{0};
+  std::atomic<int> bad_dirty{0};
+  std::vector<std::vector<Live>> kept(kThreads);
+  std::barrier start(kThreads);
+
+  auto stamp_size = [](std::size_t n) { return std::min<std::size_t>(n, 512); };
+  auto worker = [&](int id) {
+    std::mt19937_64 rng(static_cast<std::uint64_t>(id) + 7);
+    ThreadCache* c = heap_->thread();
+    auto& mine = kept[static_cast<std::size_t>(id)];
+    auto release = [&](const Live& b) {
+      if (!intact(region_->at(b.off), stamp_size(b.n), b.tag)) corrupt.fetch_add(1);
+      const void* dirty = nullptr;
+      c->free_unlogged(b.off, &dirty);
+      // A run is freed durably (nothing left for a fence); a slab block
+      // names its bitmap word.
+      if (b.n > kMaxSmallSize ? dirty != nullptr : !in_heap(dirty)) bad_dirty.fetch_add(1);
+    };
+    start.arrive_and_wait();
+    for (int i = 0; i < kOps; ++i) {
+      Live b;
+      b.n = (rng() % 200 == 0) ? kChunkSize + rng() % kChunkSize
+                               : 1 + rng() % ((rng() % 10 == 0) ? 8192 : 300);
+      const void* dirty = nullptr;
+      if (!c->allocate_unlogged(b.n, &b.off, &dirty).ok()) {
+        failures.fetch_add(1);
+        continue;
+      }
+      if (!in_heap(dirty)) bad_dirty.fetch_add(1);
+      b.tag = (static_cast<std::uint64_t>(id) << 56) | b.off;
+      fill(region_->at(b.off), stamp_size(b.n), b.tag);
+      mine.push_back(b);
+      if (mine.size() < 64 && rng() % 2 == 0) continue;
+      const std::size_t victim = rng() % mine.size();
+      const Live v = mine[victim];
+      mine[victim] = mine.back();
+      mine.pop_back();
+      if (rng() % 4 == 0) {
+        std::lock_guard lock(handoff_mu);
+        handoff.push_back(v);
+      } else {
+        release(v);
+      }
+      Live theirs;
+      {
+        std::lock_guard lock(handoff_mu);
+        if (!handoff.empty()) {
+          theirs = handoff.back();
+          handoff.pop_back();
+        }
+      }
+      if (theirs.off != 0) release(theirs);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) threads.emplace_back(worker, i);
+  for (std::thread& t : threads) t.join();
+
+  EXPECT_EQ(corrupt.load(), 0);
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(bad_dirty.load(), 0);
+  std::map<std::uint64_t, Live> live;
+  for (const auto& v : kept) {
+    for (const Live& b : v) EXPECT_TRUE(live.emplace(b.off, b).second) << "block " << b.off << " owned twice";
+  }
+  for (const Live& b : handoff) EXPECT_TRUE(live.emplace(b.off, b).second) << b.off;
+  std::uint64_t sum = 0;
+  std::uint64_t end = 0;
+  for (const auto& [off, b] : live) {
+    ASSERT_TRUE(heap_->is_allocated(off)) << off;
+    EXPECT_TRUE(intact(region_->at(off), stamp_size(b.n), b.tag)) << off;
+    EXPECT_GE(off, end) << "block " << off << " overlaps its predecessor";
+    end = off + heap_->block_size(off);
+    sum += heap_->block_size(off);
+  }
+  EXPECT_EQ(heap_->used_bytes(), sum);
+  std::size_t count = 0;
+  heap_->for_each_allocated([&](std::uint64_t, std::size_t) { ++count; });
+  EXPECT_EQ(count, live.size());
+  EXPECT_TRUE(all_logs_empty());
+  expect_consistent();
+  // Freeing the rest empties every slab chunk back into the free set.
+  for (const auto& [off, b] : live) {
+    const void* dirty = nullptr;
+    tc()->free_unlogged(off, &dirty);
+    EXPECT_NE(dirty, nullptr) << off;
+  }
+  EXPECT_EQ(heap_->used_bytes(), 0u);
+  EXPECT_EQ(heap_->free_bytes(), geometry().chunk_count * kChunkSize);
   expect_consistent();
 }
 
