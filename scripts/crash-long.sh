@@ -12,6 +12,7 @@
 # violation go to CRASH_REPRODUCERS. Exits non-zero on any violation.
 #
 # Knobs (environment), with their defaults:
+#   CRASH_ENGINES=all              engines to explore (names, space-separated)
 #   CRASH_SEEDS="1 2 3 4"          workload seeds
 #   CRASH_OPS=2000                 operations per thread, one-thread runs
 #                                  (two-thread runs: half, per thread)
@@ -29,6 +30,7 @@ if [ $# -ne 1 ]; then
 fi
 build=$1
 explore="$build/tests/pmhash-crash-explore"
+engines=${CRASH_ENGINES:-$("$explore" --list-engines)}
 seeds=${CRASH_SEEDS:-1 2 3 4}
 ops=${CRASH_OPS:-2000}
 granularities=${CRASH_GRANULARITIES:-cache_line page byte}
@@ -40,7 +42,7 @@ reproducers=${CRASH_REPRODUCERS:-crash-reproducers}
 
 : > "$summary"
 status=0
-for engine in $("$explore" --list-engines); do
+for engine in $engines; do
   for granularity in $granularities; do
     for seed in $seeds; do
       for threads in 1 2; do
@@ -57,9 +59,11 @@ for engine in $("$explore" --list-engines); do
   done
 done
 
+kill_filter=""
+for engine in $engines; do kill_filter="$kill_filter${kill_filter:+:}*KillTest*/${engine}_*"; done
 echo "=== process kills: $kills per engine on /dev/shm, $(( kills / 5 )) on disk ==="
 if ! PMHASH_KILLS=$kills PMHASH_CRASH_SUMMARY=$(realpath "$summary") \
-     "$build/tests/pmhash-crash-tests" --gtest_filter='*KillTest*'; then
+     "$build/tests/pmhash-crash-tests" --gtest_filter="$kill_filter"; then
   status=1
 fi
 

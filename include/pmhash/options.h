@@ -20,6 +20,17 @@ enum class Durability : unsigned char {
   kEpoch,
 };
 
+// How Store::get reads.
+struct ReadOptions {
+  // Read the latest state that is already durable, without taking locks:
+  // what the store would recover to after a crash now. For dali with
+  // Durability::kEpoch that is the state as of two epochs ago (a write
+  // acknowledged in the last ~2 epochs may not be seen yet; serializable,
+  // not strictly); engines whose writes are durable when they return read
+  // the latest state either way.
+  bool snapshot = false;
+};
+
 struct Options {
   // Engine to create the pool with. On open, empty means "whatever the pool
   // holds"; a name that differs from the pool's is refused.
@@ -33,6 +44,10 @@ struct Options {
   bool force = false;
 
   Durability durability = Durability::kStrict;
+  // Length of an epoch in milliseconds, for engines that persist by epochs
+  // (dali): with kEpoch, at most about two epochs of acknowledged work are
+  // lost in a crash. 1 .. 60000.
+  unsigned epoch_ms = 10;
 
   // --- clevel ---------------------------------------------------------
   // Buckets of the first level of a new table, as a power of two: the table
@@ -48,6 +63,16 @@ struct Options {
   // so that searches skip buckets that cannot hold the key; rebuilt in the
   // background after open. Costs one atomic OR per insert.
   bool clevel_tag_filter = true;
+
+  // --- dali -----------------------------------------------------------
+  // Buckets of a new table, as a power of two (32 bytes each). The table
+  // grows online, one bucket split at a time (linear hashing), and never
+  // below this; it is also the number of bucket locks (at most 2^16).
+  unsigned dali_initial_log2 = 12;
+  // Longest wait of a single get, insert, update, upsert, remove or
+  // for_each for a bucket lock an open transaction holds, before it returns
+  // Busy. 1 .. 60000.
+  unsigned dali_lock_timeout_ms = 1000;
 };
 
 }  // namespace pmhash

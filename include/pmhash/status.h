@@ -23,6 +23,8 @@ class Status {
     kIOError,          // the operating system refused a file operation
     kBusy,             // too many threads, or the store is closed
     kNotSupported,     // the engine does not offer this operation
+    kAborted,          // a transaction was aborted (a lock wait timed out:
+                       // a possible deadlock); none of its writes applied
   };
 
   Status() = default;
@@ -36,6 +38,7 @@ class Status {
   static Status IOError(std::string msg) { return {Code::kIOError, std::move(msg)}; }
   static Status Busy(std::string msg) { return {Code::kBusy, std::move(msg)}; }
   static Status NotSupported(std::string msg) { return {Code::kNotSupported, std::move(msg)}; }
+  static Status Aborted(std::string msg) { return {Code::kAborted, std::move(msg)}; }
 
   bool ok() const { return code_ == Code::kOk; }
   bool is_not_found() const { return code_ == Code::kNotFound; }
@@ -45,6 +48,8 @@ class Status {
   bool is_corruption() const { return code_ == Code::kCorruption; }
   bool is_io_error() const { return code_ == Code::kIOError; }
   bool is_busy() const { return code_ == Code::kBusy; }
+  bool is_not_supported() const { return code_ == Code::kNotSupported; }
+  bool is_aborted() const { return code_ == Code::kAborted; }
 
   Code code() const { return code_; }
   const std::string& message() const { return msg_; }

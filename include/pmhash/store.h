@@ -26,6 +26,7 @@
 
 #include "pmhash/options.h"
 #include "pmhash/status.h"
+#include "pmhash/transaction.h"
 
 namespace pmhash {
 
@@ -50,6 +51,12 @@ struct Stats {
   std::uint64_t items_moved = 0; // items moved by resizing since open
   std::uint64_t dram_bytes = 0;  // DRAM the index keeps beside the pool
                                  // (clevel: tag filters, 1/8 of the buckets)
+  // Engines that persist by epochs (dali); 0 / empty otherwise.
+  std::uint64_t epoch = 0;          // the epoch operations run in now
+  std::uint64_t durable_epoch = 0;  // every operation of an epoch <= this is durable
+  std::vector<std::uint64_t> failed_epochs;  // epochs lost to crashes
+  std::uint64_t epoch_fences = 0;   // global fences since open
+  bool swept = true;                // false until the post-crash heap sweep ends
   std::uint64_t flushes = 0;     // cache-line flushes issued since open
   std::uint64_t fences = 0;      // drains (store fences) issued since open
 };
@@ -79,7 +86,8 @@ class Store {
   // Errors: InvalidArgument as for create; IOError when the mapping fails.
   static Status create_volatile(const Options& options, std::unique_ptr<Store>* store);
 
-  // The engines this build offers, by name (Options::engine).
+  // The finished engines this build offers, by name (Options::engine). An
+  // engine still being built may be created by name without being listed.
   static std::vector<std::string> engines();
 
   // Opens an existing pool. Runs crash recovery when the pool was not closed
@@ -99,12 +107,19 @@ class Store {
                      std::unique_ptr<Store>* store);
 
   // Copies the value of `key` into *value.
-  // Errors: NotFound; InvalidArgument for an oversized key.
+  // Errors: NotFound; InvalidArgument for an oversized key; Busy (dali) when
+  // an open transaction holds the key's bucket lock longer than
+  // Options::dali_lock_timeout_ms.
   virtual Status get(std::string_view key, std::string* value) const = 0;
+  // The same, reading as `options` say (ReadOptions::snapshot: lock-free,
+  // the latest durable state).
+  virtual Status get(std::string_view key, std::string* value,
+                     const ReadOptions& options) const = 0;
 
   // Adds `key` -> `value` if `key` is absent.
   // Errors: AlreadyExists (nothing changed); InvalidArgument for an
   // oversized key or value; NoSpace when the pool is full (nothing changed).
+  // Every write may also return Busy under dali, as get does.
   virtual Status insert(std::string_view key, std::string_view value) = 0;
 
   // Replaces the value of an existing `key`.
@@ -118,6 +133,7 @@ class Store {
   virtual Status remove(std::string_view key) = 0;
 
   // Calls fn(key, value) for every key; stops early when fn returns false.
+  // (Busy under dali as for get.)
   // Each key present for the whole iteration is visited exactly once, also
   // while the index resizes; keys inserted or removed meanwhile may or may
   // not be visited. fn runs outside any internal lock and may call back into
@@ -125,11 +141,21 @@ class Store {
   virtual Status for_each(
       const std::function<bool(std::string_view key, std::string_view value)>& fn) const = 0;
 
+  // Starts a transaction (pmhash/transaction.h).
+  // Errors: NotSupported when the engine has no transactions (only dali
+  // has); InvalidArgument for a lock timeout outside 1 .. 60000 ms; Busy
+  // when the store is closed.
+  virtual Status transaction(const TransactionOptions& options,
+                             std::unique_ptr<Transaction>* txn) = 0;
+  Status transaction(std::unique_ptr<Transaction>* txn) { return transaction({}, txn); }
+
   // Number of keys. Exact when no mutation runs concurrently.
   virtual std::uint64_t size() const = 0;
 
   // Returns once everything acknowledged so far is durable. With kStrict
-  // that is already true; it also persists counters kept for Stats.
+  // that is already true; it also persists counters kept for Stats. With
+  // kEpoch it waits for the current epoch and the next to end (dali: two
+  // global fences, shared with every concurrent caller).
   virtual Status sync() = 0;
 
   // Verifies every invariant of the engine and the heap (O(keys)); returns

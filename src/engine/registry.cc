@@ -2,13 +2,14 @@
 #include <array>
 
 #include "engine/clevel/clevel.h"
+#include "engine/dali/dali.h"
 #include "engine/index.h"
 
 namespace pmhash::engine {
 namespace {
 
-const std::array<const EngineInfo*, 1>& engines() {
-  static const std::array<const EngineInfo*, 1> all = {&clevel::kEngineInfo};
+const std::array<const EngineInfo*, 2>& engines() {
+  static const std::array<const EngineInfo*, 2> all = {&clevel::kEngineInfo, &dali::kEngineInfo};
   return all;
 }
 
@@ -32,7 +33,9 @@ std::string engine_names() {
 
 std::vector<std::string> engine_list() {
   std::vector<std::string> out;
-  for (const EngineInfo* e : engines()) out.emplace_back(e->name);
+  for (const EngineInfo* e : engines()) {
+    if (!e->in_progress) out.emplace_back(e->name);
+  }
   return out;
 }
 

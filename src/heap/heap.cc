@@ -173,7 +173,8 @@ class alignas(64) CacheImpl final : public ThreadCache {
 
   unsigned slot() const override { return slot_; }
   Status allocate(std::size_t n, std::uint64_t* off, bool zero, unsigned intent) override;
-  Status allocate_unlogged(std::size_t n, std::uint64_t* off, const void** dirty) override;
+  Status allocate_unlogged(std::size_t n, std::uint64_t* off, const void** dirty,
+                           bool use_reserve) override;
   void clear_intent(unsigned intent) override;
   void free_unpublished(std::uint64_t off) override;
   void free_unlogged(std::uint64_t off, const void** dirty) override;
@@ -189,7 +190,7 @@ class alignas(64) CacheImpl final : public ThreadCache {
   // The slab search of both allocate() and allocate_unlogged() (intent
   // kNoIntent); *word: the bitmap word it set.
   Status allocate_small(std::size_t n, std::uint64_t* off, bool zero, unsigned intent,
-                        const void** word);
+                        const void** word, bool use_reserve);
 
   HeapImpl* const heap_;
   const unsigned slot_;
@@ -241,6 +242,8 @@ class HeapImpl final : public Heap {
   void for_each_allocated(
       const std::function<void(std::uint64_t off, std::size_t size)>& fn) const override;
   std::uint64_t used_bytes() const override;
+  void set_reserve(std::uint32_t chunks) override { reserve_.store(chunks); }
+  std::uint32_t chunk_count() const override { return nchunks_; }
   std::uint64_t free_bytes() const override;
   void drain_all() override;
   Status check() const override;
@@ -249,10 +252,10 @@ class HeapImpl final : public Heap {
   media::Region& region() { return region_; }
   std::uint64_t chunk_offset(std::uint32_t i) const { return chunks_off_ + std::uint64_t{i} * kChunkSize; }
   std::uint64_t* bitmap(std::uint32_t i) const { return region_.at<std::uint64_t>(chunk_offset(i)); }
-  bool activate(unsigned cls, CacheImpl::Active* a);
+  bool activate(unsigned cls, CacheImpl::Active* a, bool use_reserve);
   void deactivate(unsigned cls, CacheImpl::Active* a);
   Status allocate_run(CacheImpl* c, std::size_t n, std::uint64_t* off, bool zero, unsigned intent,
-                      const void** head);
+                      const void** head, bool use_reserve);
   const void* free_block(std::uint64_t off, CacheImpl* owner, bool flush);
   void free_retired(CacheImpl* c, std::uint64_t gen, std::uint64_t n, CacheImpl* owner);
   Status no_space(std::size_t n) const {
@@ -269,7 +272,8 @@ class HeapImpl final : public Heap {
   // Free set, under free_mu_.
   std::uint32_t next_free(std::uint32_t i) const;
   std::uint32_t next_taken(std::uint32_t i) const;
-  bool take_chunks(std::uint32_t n, std::uint32_t state, std::uint32_t* first);
+  // use_reserve: may take the last reserve_ free chunks too.
+  bool take_chunks(std::uint32_t n, std::uint32_t state, std::uint32_t* first, bool use_reserve);
   void give_chunks(std::uint32_t first, std::uint32_t n);
 
   // Slabs, under the class mutex.
@@ -300,6 +304,7 @@ class HeapImpl final : public Heap {
   std::vector<std::uint64_t> free_bits_;  // bit i set: chunk i is free
   std::uint32_t free_hint_ = 0;           // no free chunk below word free_hint_
   std::atomic<std::uint64_t> free_chunks_{0};
+  std::atomic<std::uint32_t> reserve_{0};  // set_reserve()
 
   std::atomic<std::int64_t> slab_used_base_{0};  // slab bytes counted outside live caches
   std::atomic<std::int64_t> slab_capacity_{0};   // block bytes of all slab chunks
@@ -468,8 +473,12 @@ std::uint32_t HeapImpl::next_taken(std::uint32_t i) const {
   return std::min(nchunks_, static_cast<std::uint32_t>(w * 64 + std::countr_zero(v)));
 }
 
-bool HeapImpl::take_chunks(std::uint32_t n, std::uint32_t state, std::uint32_t* first) {
+bool HeapImpl::take_chunks(std::uint32_t n, std::uint32_t state, std::uint32_t* first,
+                           bool use_reserve) {
   std::lock_guard lock(free_mu_);
+  if (!use_reserve && free_chunks_.load() < std::uint64_t{n} + reserve_.load(std::memory_order_relaxed)) {
+    return false;
+  }
   std::uint32_t i = next_free(free_hint_ * 64);
   free_hint_ = std::min<std::uint32_t>(i, nchunks_ - 1) / 64;
   while (i < nchunks_) {
@@ -532,7 +541,7 @@ void HeapImpl::format_slab(std::uint32_t i, unsigned cls) {
   slab_capacity_.fetch_add(std::int64_t{k.blocks} * k.size);
 }
 
-bool HeapImpl::activate(unsigned cls, CacheImpl::Active* a) {
+bool HeapImpl::activate(unsigned cls, CacheImpl::Active* a, bool use_reserve) {
   {
     ClassShard& sh = classes_[cls];
     std::lock_guard lock(sh.mu);
@@ -545,7 +554,7 @@ bool HeapImpl::activate(unsigned cls, CacheImpl::Active* a) {
     }
   }
   std::uint32_t i = 0;
-  if (!take_chunks(1, pack(State::kActive, cls), &i)) return false;
+  if (!take_chunks(1, pack(State::kActive, cls), &i, use_reserve)) return false;
   format_slab(i, cls);
   *a = CacheImpl::Active{i, 0, 0};
   return true;
@@ -595,18 +604,19 @@ Status CacheImpl::allocate(std::size_t n, std::uint64_t* off, bool zero, unsigne
                                    num(kIntentSlots) + " slots)");
   }
   const void* word = nullptr;
-  if (n > kMaxSmallSize) return heap_->allocate_run(this, n, off, zero, intent, &word);
-  return allocate_small(n, off, zero, intent, &word);
+  if (n > kMaxSmallSize) return heap_->allocate_run(this, n, off, zero, intent, &word, false);
+  return allocate_small(n, off, zero, intent, &word, false);
 }
 
-Status CacheImpl::allocate_unlogged(std::size_t n, std::uint64_t* off, const void** dirty) {
+Status CacheImpl::allocate_unlogged(std::size_t n, std::uint64_t* off, const void** dirty,
+                                    bool use_reserve) {
   if (n == 0) return Status::InvalidArgument("heap: cannot allocate 0 bytes");
-  if (n > kMaxSmallSize) return heap_->allocate_run(this, n, off, false, kNoIntent, dirty);
-  return allocate_small(n, off, false, kNoIntent, dirty);
+  if (n > kMaxSmallSize) return heap_->allocate_run(this, n, off, false, kNoIntent, dirty, use_reserve);
+  return allocate_small(n, off, false, kNoIntent, dirty, use_reserve);
 }
 
 Status CacheImpl::allocate_small(std::size_t n, std::uint64_t* off, bool zero, unsigned intent,
-                                 const void** word) {
+                                 const void** word, bool use_reserve) {
   const bool logged = intent != kNoIntent;
   const unsigned cls = layout::class_index(n);
   const SizeClass& k = kSizeClasses[cls];
@@ -649,12 +659,12 @@ Status CacheImpl::allocate_small(std::size_t n, std::uint64_t* off, bool zero, u
       }
       heap_->deactivate(cls, &a);
     }
-    if (!heap_->activate(cls, &a)) return heap_->no_space(n);
+    if (!heap_->activate(cls, &a, use_reserve)) return heap_->no_space(n);
   }
 }
 
 Status HeapImpl::allocate_run(CacheImpl* c, std::size_t n, std::uint64_t* off, bool zero,
-                              unsigned intent, const void** head) {
+                              unsigned intent, const void** head, bool use_reserve) {
   const std::uint64_t len = (std::uint64_t{n} + kChunkSize - 1) / kChunkSize;
   if (len > nchunks_) {
     return Status::InvalidArgument("heap: cannot allocate " + num(n) +
@@ -663,7 +673,7 @@ Status HeapImpl::allocate_run(CacheImpl* c, std::size_t n, std::uint64_t* off, b
   }
   const auto nch = static_cast<std::uint32_t>(len);
   std::uint32_t h = 0;
-  if (!take_chunks(nch, pack(State::kRun), &h)) return no_space(n);
+  if (!take_chunks(nch, pack(State::kRun), &h, use_reserve)) return no_space(n);
   const std::uint64_t block = chunk_offset(h);
   if (intent != kNoIntent) {
     // Intent first, then the table entries (see "Persist order" above).

@@ -71,7 +71,8 @@
 // answer is no. Then every log is emptied. That is O(threads x 127) calls.
 //
 // Pool full: allocate() and allocate_unlogged() return Status::NoSpace and
-// change nothing.
+// change nothing. An engine may keep some free chunks back (set_reserve) for
+// the allocations it must not refuse.
 #pragma once
 
 #include <cstddef>
@@ -123,7 +124,10 @@ class ThreadCache {
   // reclaim those itself. Blocks larger than kMaxSmallSize (runs) persist their
   // chunk-table entries at once, with a fence (rare; *dirty is then the head
   // entry, already durable).
-  virtual Status allocate_unlogged(std::size_t n, std::uint64_t* off, const void** dirty) = 0;
+  // use_reserve: the allocation may take the free chunks set_reserve() keeps
+  // back (an epoch engine's removes, which must succeed in a full pool).
+  virtual Status allocate_unlogged(std::size_t n, std::uint64_t* off, const void** dirty,
+                                   bool use_reserve = false) = 0;
 
   // Frees a block allocated either way, without flush or fence; *dirty as above
   // (nullptr if nothing changed, e.g. the block was not allocated). A run is
@@ -189,6 +193,11 @@ class Heap {
       const std::function<void(std::uint64_t off, std::size_t size)>& fn) const = 0;
 
   virtual std::uint64_t used_bytes() const = 0;  // sum of allocated block sizes
+  // Keeps the last `chunks` free chunks for allocate_unlogged(use_reserve):
+  // every other allocation that would need a new chunk gets NoSpace while no
+  // more are free. DRAM only (0 at open).
+  virtual void set_reserve(std::uint32_t chunks) = 0;
+  virtual std::uint32_t chunk_count() const = 0;
   virtual std::uint64_t free_bytes() const = 0;  // bytes in free chunks and free slab blocks
 
   // Waits for a grace period and frees every thread's retired blocks. Only

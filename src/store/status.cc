@@ -23,6 +23,8 @@ std::string_view Status::code_name(Code code) {
       return "Busy";
     case Code::kNotSupported:
       return "NotSupported";
+    case Code::kAborted:
+      return "Aborted";
   }
   return "Unknown";
 }

@@ -44,6 +44,53 @@ Status check_options(const engine::EngineInfo& info, const Options& options) {
   return Status::OK();
 }
 
+// The public Transaction over an engine's: checks sizes, hashes keys, and
+// refuses everything once the store is closed.
+class TransactionImpl final : public Transaction {
+ public:
+  TransactionImpl(std::unique_ptr<engine::Txn> txn, const std::atomic<bool>* store_closed)
+      : txn_(std::move(txn)), store_closed_(store_closed) {}
+  ~TransactionImpl() override { abort(); }
+
+  Status get(std::string_view key, std::string* value) override {
+    if (Status s = check(key, {}); !s.ok()) return s;
+    return txn_->get(engine::make_key(key), value);
+  }
+  Status insert(std::string_view key, std::string_view value) override {
+    if (Status s = check(key, value); !s.ok()) return s;
+    return txn_->insert(engine::make_key(key), value);
+  }
+  Status update(std::string_view key, std::string_view value) override {
+    if (Status s = check(key, value); !s.ok()) return s;
+    return txn_->update(engine::make_key(key), value);
+  }
+  Status upsert(std::string_view key, std::string_view value) override {
+    if (Status s = check(key, value); !s.ok()) return s;
+    return txn_->upsert(engine::make_key(key), value);
+  }
+  Status remove(std::string_view key) override {
+    if (Status s = check(key, {}); !s.ok()) return s;
+    return txn_->remove(engine::make_key(key));
+  }
+  Status commit() override {
+    if (store_closed_->load(std::memory_order_relaxed)) return Status::Busy("store is closed");
+    return txn_->commit();
+  }
+  void abort() override {
+    if (!store_closed_->load(std::memory_order_relaxed)) txn_->abort();
+  }
+
+ private:
+  Status check(std::string_view key, std::string_view value) const {
+    if (store_closed_->load(std::memory_order_relaxed)) return Status::Busy("store is closed");
+    if (Status s = check_key(key); !s.ok()) return s;
+    return check_value(value);
+  }
+
+  std::unique_ptr<engine::Txn> txn_;
+  const std::atomic<bool>* store_closed_;
+};
+
 class StoreImpl final : public Store {
  public:
   StoreImpl(std::unique_ptr<pool::Pool> pool, std::unique_ptr<heap::Heap> heap,
@@ -60,6 +107,31 @@ class StoreImpl final : public Store {
     if (Status s = check_open(); !s.ok()) return s;
     if (Status s = check_key(key); !s.ok()) return s;
     return index_->get(engine::make_key(key), value);
+  }
+
+  Status get(std::string_view key, std::string* value, const ReadOptions& options) const override {
+    if (!options.snapshot) return get(key, value);
+    if (Status s = check_open(); !s.ok()) return s;
+    if (Status s = check_key(key); !s.ok()) return s;
+    return index_->snapshot_get(engine::make_key(key), value);
+  }
+
+  Status transaction(const TransactionOptions& options,
+                     std::unique_ptr<Transaction>* txn) override {
+    if (Status s = check_open(); !s.ok()) return s;
+    if (options.lock_timeout_ms < 1 || options.lock_timeout_ms > 60000) {
+      return Status::InvalidArgument("transaction lock timeout must be 1 .. 60000 ms, got " +
+                                     std::to_string(options.lock_timeout_ms));
+    }
+    std::unique_ptr<engine::Txn> t;
+    Status s = index_->begin(options, &t);
+    if (s.is_not_supported()) {
+      return Status::NotSupported("engine " + pool_->engine() +
+                                  " has no transactions (create the pool with engine dali)");
+    }
+    if (!s.ok()) return s;
+    *txn = std::make_unique<TransactionImpl>(std::move(t), &closed_);
+    return Status::OK();
   }
 
   Status insert(std::string_view key, std::string_view value) override {
@@ -229,6 +301,7 @@ Status attach(std::unique_ptr<pool::Pool>& pool, const Options& options,
 }  // namespace
 
 Store::~Store() = default;
+Transaction::~Transaction() = default;
 
 namespace {
 

@@ -10,7 +10,9 @@
 //   pmhash check POOL                  print "ok" when Store::check() passes
 //
 // Every command but create takes --engine E: the engine the pool must hold
-// (empty, the default, accepts whatever it holds).
+// (empty, the default, accepts whatever it holds). Every command takes
+// --durability strict|epoch and --epoch-ms N (Options::durability and
+// Options::epoch_ms; epoch needs an engine that persists by epochs, dali).
 //
 // Exit codes and errors. 0: success. 1: the store refused (the message is its
 // Status message, naming the pool), a key was not found, check() failed or
@@ -193,10 +195,8 @@ int close_store(const std::string& path, Store& store, int rc) {
 }
 
 // Opens the pool at `path`, runs `body` on it and closes it.
-int with_pool(const std::string& path, const std::string& engine,
+int with_pool(const std::string& path, const pmhash::Options& options,
               const std::function<int(Store&)>& body) {
-  pmhash::Options options;
-  options.engine = engine;
   std::unique_ptr<Store> store;
   if (Status s = Store::open(path, options, &store); !s.ok()) return store_error(path, s);
   const int rc = body(*store);
@@ -226,14 +226,25 @@ struct Args {
   std::size_t key_size = 16;
   std::size_t value_size = 16;
   std::uint64_t seed = 0;
+  // durability
+  std::string durability = "strict";
+  unsigned epoch_ms = pmhash::Options{}.epoch_ms;
 };
+
+pmhash::Options store_options(const Args& a, const std::string& engine) {
+  pmhash::Options options;
+  options.engine = engine;
+  options.durability =
+      a.durability == "epoch" ? pmhash::Durability::kEpoch : pmhash::Durability::kStrict;
+  options.epoch_ms = a.epoch_ms;
+  return options;
+}
 
 // ---------------------------------------------------------------------------
 // create, put, get, del, scan, check
 
 int cmd_create(const Args& a) {
-  pmhash::Options options;
-  options.engine = a.create_engine;
+  pmhash::Options options = store_options(a, a.create_engine);
   options.pool_size = a.size;
   options.force = a.force;
   std::unique_ptr<Store> store;
@@ -242,14 +253,14 @@ int cmd_create(const Args& a) {
 }
 
 int cmd_put(const Args& a) {
-  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
     if (Status s = store.upsert(a.key, a.value); !s.ok()) return store_error(a.pool, s);
     return kExitOk;
   });
 }
 
 int cmd_get(const Args& a) {
-  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
     std::string value;
     Status s = store.get(a.key, &value);
     if (s.is_not_found()) return key_not_found(a.key);
@@ -261,7 +272,7 @@ int cmd_get(const Args& a) {
 }
 
 int cmd_del(const Args& a) {
-  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
     Status s = store.remove(a.key);
     if (s.is_not_found()) return key_not_found(a.key);
     if (!s.ok()) return store_error(a.pool, s);
@@ -270,7 +281,7 @@ int cmd_del(const Args& a) {
 }
 
 int cmd_scan(const Args& a) {
-  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
     std::string line;
     Status s = store.for_each([&](std::string_view key, std::string_view value) {
       line.assign(key);
@@ -285,7 +296,7 @@ int cmd_scan(const Args& a) {
 }
 
 int cmd_check(const Args& a) {
-  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
     if (Status s = store.check(); !s.ok()) return store_error(a.pool, s);
     write_out("ok\n");
     return finish_output(kExitOk);
@@ -331,8 +342,17 @@ std::string info_text(const pmhash::Stats& st) {
       {"resizing", st.resizing ? "yes" : "no"},
       {"shutdown", shutdown},
   };
+  std::vector<std::pair<const char*, std::string>> all(std::begin(rows), std::end(rows));
+  if (st.epoch != 0) {
+    std::string failed;
+    for (std::uint64_t e : st.failed_epochs) failed += (failed.empty() ? "" : ", ") + std::to_string(e);
+    all.emplace_back("epoch", std::to_string(st.epoch));
+    all.emplace_back("durable", "epochs <= " + std::to_string(st.durable_epoch));
+    all.emplace_back("failed", failed.empty() ? "none" : failed);
+    all.emplace_back("swept", st.swept ? "yes" : "no (sweep after a crash in progress)");
+  }
   std::string out;
-  for (const auto& [label, value] : rows) {
+  for (const auto& [label, value] : all) {
     out += label;
     out += ':';
     out.append(13 - std::strlen(label), ' ');
@@ -357,11 +377,17 @@ std::string info_json(const pmhash::Stats& st) {
   j["resizing"] = st.resizing;
   j["clean_shutdown"] = st.clean_shutdown;
   j["recovery_ns"] = st.recovery_ns;
+  if (st.epoch != 0) {
+    j["epoch"] = st.epoch;
+    j["durable_epoch"] = st.durable_epoch;
+    j["failed_epochs"] = st.failed_epochs;
+    j["swept"] = st.swept;
+  }
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 int cmd_info(const Args& a) {
-  return with_pool(a.pool, a.open_engine, [&](Store& store) {
+  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
     const pmhash::Stats st = store.stats();
     write_out(a.json ? info_json(st) : info_text(st));
     return finish_output(kExitOk);
@@ -626,7 +652,7 @@ int cmd_load(const Args& a) {
                        std::to_string(a.key_size) + "-byte keys (at most " +
                        std::to_string(space) + "); raise --key-size");
   }
-  return with_pool(a.pool, a.open_engine, [&](Store& store) { return load_into(a, store); });
+  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) { return load_into(a, store); });
 }
 
 // ---------------------------------------------------------------------------
@@ -641,6 +667,14 @@ CLI::App* add_command(CLI::App& app, const char* name, const char* description, 
                       bool opens_pool) {
   CLI::App* sub = app.add_subcommand(name, description);
   sub->add_option("POOL", a.pool, "pool file")->required();
+  sub->add_option("--durability", a.durability,
+                  "strict: every write durable when it returns; epoch: durable when its "
+                  "epoch is (dali)")
+      ->check(CLI::IsMember({"strict", "epoch"}))
+      ->capture_default_str();
+  sub->add_option("--epoch-ms", a.epoch_ms, "epoch length in milliseconds (dali)")
+      ->check(number_in(1, 60000))
+      ->capture_default_str();
   if (opens_pool) {
     sub->add_option("--engine", a.open_engine,
                     "engine the pool must hold (default: whatever it holds)");

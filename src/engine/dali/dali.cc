@@ -1,0 +1,550 @@
+// engine/dali/dali.cc - locks, reads, updates and garbage collection (design
+// in dali.h).
+#include "engine/dali/dali.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <thread>
+
+#include "engine/dali/dali_index.h"
+
+namespace pmhash::engine::dali {
+
+namespace {
+// Paper §3.4: garbage collection runs "occasionally" at the end of an
+// update, on the bucket it wrote: at least every kGcEvery-th write of a
+// thread (see write()).
+constexpr unsigned kGcEvery = 8;
+}  // namespace
+
+DaliIndex::DaliIndex(const Env& env)
+    : env_(env),
+      region_(env.pool->region()),
+      heap_(*env.heap),
+      root_(reinterpret_cast<Root*>(env.pool->root())),
+      lock_timeout_(env.options.dali_lock_timeout_ms),
+      strict_(env.options.durability == Durability::kStrict),
+      counts_(new Counter[kMaxThreads]),
+      retired_(new RetireList[kMaxThreads]) {}
+
+DaliIndex::~DaliIndex() { close(); }
+
+// ---------------------------------------------------------------------------
+// Stripe locks
+// ---------------------------------------------------------------------------
+
+bool DaliIndex::try_lock(std::uint32_t stripe) {
+  std::atomic<std::uint32_t>& l = locks_[stripe];
+  std::uint32_t w = l.load(std::memory_order_relaxed);
+  return (w & kLocked) == 0 && l.compare_exchange_strong(w, w | kLocked, std::memory_order_acquire);
+}
+
+bool DaliIndex::lock_until(std::uint32_t stripe, Deadline deadline) {
+  for (unsigned spins = 0;; ++spins) {
+    if (try_lock(stripe)) return true;
+    if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+}
+
+void DaliIndex::lock(std::uint32_t stripe) {
+  while (!try_lock(stripe)) std::this_thread::yield();
+}
+
+void DaliIndex::unlock(std::uint32_t stripe) {
+  locks_[stripe].fetch_and(~kLocked, std::memory_order_release);
+}
+
+DaliIndex::Deadline DaliIndex::op_deadline() const {
+  return std::chrono::steady_clock::now() + lock_timeout_;
+}
+
+Status DaliIndex::lock_timeout() const {
+  return Status::Busy("dali: waited " + std::to_string(lock_timeout_.count()) +
+                      " ms for a bucket lock an open transaction holds "
+                      "(Options::dali_lock_timeout_ms)");
+}
+
+// ---------------------------------------------------------------------------
+// Buckets and lists
+// ---------------------------------------------------------------------------
+
+Bucket* DaliIndex::bucket(std::uint64_t index) const {
+  const std::uint64_t first = std::uint64_t{1} << initial_log2_;
+  if (index < first) return segments_[0].load(std::memory_order_relaxed) + index;
+  // Segment j >= 1 holds [2^(L0+j-1), 2^(L0+j)).
+  const unsigned width = static_cast<unsigned>(std::bit_width(index));
+  const unsigned j = width - initial_log2_;
+  return segments_[j].load(std::memory_order_acquire) + (index - (std::uint64_t{1} << (width - 1)));
+}
+
+bool DaliIndex::failed(std::uint64_t epoch) const {
+  return std::binary_search(failed_.begin(), failed_.end(), epoch);
+}
+
+std::uint64_t DaliIndex::valid_head(const Bucket& b) const {
+  const Stat s = Stat::decode(b.status.load(std::memory_order_acquire));
+  if (!failed(s.ss)) return b.ptr[s.a].load(std::memory_order_acquire);
+  if (s.f != kNoRole && !failed(s.ss - 1)) return b.ptr[s.f].load(std::memory_order_acquire);
+  return b.ptr[s.c].load(std::memory_order_acquire);
+}
+
+bool DaliIndex::key_equals(const RecordHeader* r, const Key& key) const {
+  return r->key_len == key.bytes.size() &&
+         std::memcmp(r + 1, key.bytes.data(), key.bytes.size()) == 0;
+}
+
+std::uint64_t DaliIndex::find(std::uint64_t head, const Key& key) const {
+  for (std::uint64_t r = head; r != 0; r = rec(r)->next.load(std::memory_order_acquire)) {
+    if (key_equals(rec(r), key)) return r;
+  }
+  return 0;
+}
+
+std::uint64_t DaliIndex::find_as_of(std::uint64_t head, const Key& key,
+                                    std::uint64_t snapshot) const {
+  // Versions of one key decrease along a list: the first one at or below
+  // the snapshot is the newest as of it. Records above it may be rewritten
+  // in place meanwhile, but only their value and meta, which we skip.
+  for (std::uint64_t r = head; r != 0; r = rec(r)->next.load(std::memory_order_acquire)) {
+    const RecordHeader* h = rec(r);
+    if (h->version <= snapshot && key_equals(h, key)) return r;
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Reads
+// ---------------------------------------------------------------------------
+
+Status DaliIndex::get(const Key& key, std::string* value) {
+  // A locking read of the newest state (linearizable, paper Fig. 4). It
+  // writes nothing and frees nothing, so it needs no epoch: records leave a
+  // list only under this lock.
+  const std::uint32_t stripe = stripe_of(key.h1);
+  if (!lock_until(stripe, op_deadline())) return lock_timeout();
+  const Probe p = probe(key);
+  if (p.present) value->assign(record_value(rec(p.found)));
+  unlock(stripe);
+  return p.present ? Status::OK() : Status::NotFound();
+}
+
+Status DaliIndex::snapshot_get(const Key& key, std::string* value) {
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  // With kStrict every acknowledged write is durable, so the state two
+  // epochs back holds all of them.
+  return read_as_of(tc->slot(), key, kTwoEpochsBack, value);
+}
+
+Status DaliIndex::read_as_of(unsigned t, const Key& key, std::uint64_t snapshot,
+                             std::string* value) {
+  std::atomic<std::uint32_t>& l = locks_[stripe_of(key.h1)];
+  // Inside an epoch: no record we may reach is freed before we leave, and
+  // garbage collection keeps every version at or below e-2 visible.
+  const std::uint64_t e = epochs_->enter(t);
+  if (snapshot == kTwoEpochsBack) snapshot = e - 2;
+  for (;;) {
+    const std::uint32_t w1 = l.load(std::memory_order_acquire);
+    if (w1 & kSplitting) {  // a split moves this stripe's lists: wait it out
+      std::this_thread::yield();
+      continue;
+    }
+    const std::uint64_t r = find_as_of(valid_head(*bucket_of(key.h1, shape())), key, snapshot);
+    const bool present = r != 0 && !record_absent(rec(r));
+    if (present) value->assign(record_value(rec(r)));
+    // Seqlock check: no split of the stripe began or ended since w1, so
+    // the bucket we read was the key's for the whole read.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (((l.load(std::memory_order_relaxed) ^ w1) & ~kLocked) != 0) continue;
+    epochs_->exit(t);
+    return present ? Status::OK() : Status::NotFound();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Updates
+// ---------------------------------------------------------------------------
+
+DaliIndex::Probe DaliIndex::probe(const Key& key) const {
+  Probe p;
+  p.bucket = bucket_of(key.h1, shape());
+  p.found = find(valid_head(*p.bucket), key);
+  p.present = p.found != 0 && !record_absent(rec(p.found));
+  return p;
+}
+
+Status DaliIndex::judge(Op op, const Probe& p) {
+  if (op == Op::kInsert && p.present) return Status::AlreadyExists("key exists");
+  if ((op == Op::kUpdate || op == Op::kRemove) && !p.present) return Status::NotFound();
+  return Status::OK();
+}
+
+Status DaliIndex::allocate_record(heap::ThreadCache* tc, unsigned t, std::size_t n, bool absent,
+                                  std::uint64_t* off) {
+  const void* bit = nullptr;
+  // A full pool still takes removes: their "absent" records may use the
+  // heap's reserve (dali.h, "Garbage collection").
+  if (Status s = tc->allocate_unlogged(n, off, &bit, /*use_reserve=*/absent); !s.ok()) return s;
+  // The allocation bit reaches media with the record, by the epoch's fence.
+  epochs_->dirty(t, bit, sizeof(std::uint64_t));
+  return Status::OK();
+}
+
+void DaliIndex::make_room(heap::ThreadCache* tc, unsigned t) {
+  // (Outside any epoch and lock.) One thread at a time; the others wait
+  // here and then retry their allocation.
+  std::lock_guard guard(room_mu_);
+  // 1. Three epochs on: every write so far is durable and at or below the
+  //    horizon, so garbage collection may drop whatever it supersedes.
+  epochs_->wait_durable(epochs_->current() + 1);
+  // 2. Garbage collection of every bucket (paper §3.4 runs it occasionally;
+  //    a full pool runs it everywhere). A stripe a transaction holds past
+  //    the lock timeout is left alone.
+  for (std::uint32_t stripe = 0; stripe <= stripe_mask_; ++stripe) {
+    if (!lock_until(stripe, op_deadline())) continue;
+    const std::uint64_t e = epochs_->enter(t);
+    for_stripe_buckets(stripe, shape(), [&](Bucket* b) { collect_garbage(t, e, b); });
+    epochs_->exit(t);
+    unlock(stripe);
+  }
+  // 3. Two more fences, then everything retired is freed.
+  reclaim_all(tc, t);
+}
+
+void DaliIndex::free_record(heap::ThreadCache* tc, unsigned t, std::uint64_t off) {
+  // Out of the crash's noted set first: else the sweep could free the
+  // block again after a new record took it.
+  if (noted_) noted_->take(off);
+  const void* bit = nullptr;
+  tc->free_unlogged(off, &bit);
+  if (bit != nullptr) epochs_->dirty(t, bit, sizeof(std::uint64_t));
+}
+
+bool DaliIndex::fits_in_place(std::uint64_t found, std::uint64_t e, std::size_t key_len,
+                              std::size_t value_len) const {
+  // Paper §3.4: the newest record of the key carries a write of this very
+  // epoch. No crash exposes it without exposing its rewrite too (both reach
+  // media by e's fence or neither counts), no snapshot reader reads its
+  // value (snapshots are older than e), and locking readers wait for us.
+  return found != 0 && rec(found)->version == e &&
+         heap_.block_size(found) >= record_size(key_len, value_len);
+}
+
+void DaliIndex::write_in_place(unsigned t, std::uint64_t e, std::uint64_t found,
+                               std::string_view value, bool absent) {
+  RecordHeader* r = rec(found);
+  r->meta.store(record_meta(e, absent), std::memory_order_relaxed);
+  r->value_len = static_cast<std::uint32_t>(value.size());
+  if (!value.empty()) std::memcpy(reinterpret_cast<char*>(r + 1) + r->key_len, value.data(), value.size());
+  epochs_->dirty(t, r, record_size(r->key_len, value.size()));
+}
+
+void DaliIndex::prepend(unsigned t, std::uint64_t e, Bucket* b, std::uint64_t off,
+                        std::string_view key, std::string_view value, bool absent,
+                        std::uint64_t version) {
+  RecordHeader* r = rec(off);
+  r->next.store(valid_head(*b), std::memory_order_relaxed);
+  r->meta.store(record_meta(e, absent), std::memory_order_relaxed);
+  r->version = version;
+  r->key_len = static_cast<std::uint32_t>(key.size());
+  r->value_len = static_cast<std::uint32_t>(value.size());
+  std::memcpy(reinterpret_cast<char*>(r + 1), key.data(), key.size());
+  if (!value.empty()) std::memcpy(reinterpret_cast<char*>(r + 1) + key.size(), value.data(), value.size());
+  // No flush: the record, its allocation bit and the bucket reach media in
+  // any order, all by the fence of e (dali.h, "Why any order is safe").
+  epochs_->dirty(t, r, record_size(key.size(), value.size()));
+  retarget(t, e, b, off);
+}
+
+void DaliIndex::retarget(unsigned t, std::uint64_t e, Bucket* b, std::uint64_t head) {
+  const Stat s = Stat::decode(b->status.load(std::memory_order_relaxed));
+  const Stat n = next_roles(s, e, failed(s.ss), s.f == kNoRole || failed(s.ss - 1));
+  // Release, both: a lock-free reader that sees the pointer or the status
+  // sees the record behind it complete.
+  b->ptr[n.a].store(head, std::memory_order_release);
+  b->status.store(n.encode(), std::memory_order_release);
+  epochs_->dirty(t, b, sizeof(Bucket));
+}
+
+Status DaliIndex::insert(const Key& key, std::string_view value) { return write(Op::kInsert, key, value); }
+Status DaliIndex::update(const Key& key, std::string_view value) { return write(Op::kUpdate, key, value); }
+Status DaliIndex::upsert(const Key& key, std::string_view value) { return write(Op::kUpsert, key, value); }
+Status DaliIndex::remove(const Key& key) { return write(Op::kRemove, key, {}); }
+
+Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  const unsigned t = tc->slot();
+  const std::uint32_t stripe = stripe_of(key.h1);
+  const bool absent = op == Op::kRemove;
+  const std::size_t n = record_size(key.bytes.size(), value.size());
+  for (int attempt = 0;; ++attempt) {
+    // Lock before the epoch: a thread waiting for a lock must not hold up
+    // the end of an epoch (the worker waits for every thread inside one),
+    // and a bucket's updates then run in non-decreasing epochs.
+    if (!lock_until(stripe, op_deadline())) return lock_timeout();
+    const std::uint64_t e = epochs_->enter(t);
+    reclaim(tc, t);
+    const Probe p = probe(key);
+    s = judge(op, p);
+    if (s.ok()) {
+      if (fits_in_place(p.found, e, key.bytes.size(), value.size())) {
+        write_in_place(t, e, p.found, value, absent);
+      } else {
+        std::uint64_t off = 0;
+        s = allocate_record(tc, t, n, absent, &off);
+        if (s.ok()) prepend(t, e, p.bucket, off, key.bytes, value, absent, e);
+      }
+    }
+    if (s.ok()) {
+      if (absent || !p.present) add_count(t, stripe, absent ? -1 : 1);
+      // Paper §3.4: "occasionally" at the end of an update. Here: whenever
+      // the write superseded a version with more records behind it (older
+      // versions of the key, or of others, may have become garbage), and
+      // every kGcEvery-th write.
+      const bool behind = p.found != 0 && rec(p.found)->next.load(std::memory_order_relaxed) != 0;
+      if (behind || ++retired_[t].writes % kGcEvery == 0) collect_garbage(t, e, p.bucket);
+    }
+    epochs_->exit(t);
+    unlock(stripe);
+    if (s.is_no_space() && attempt == 0) {
+      make_room(tc, t);
+      continue;
+    }
+    if (!s.ok()) return s;
+    if (!p.present && !absent) maybe_grow(tc, t);
+    if (strict_) epochs_->wait_durable(e);
+    return s;
+  }
+}
+
+void DaliIndex::add_count(unsigned t, std::uint32_t stripe, std::int64_t delta) {
+  // (Stripe locked.) While a recount after a crash has not reached this
+  // stripe yet, it will count this change itself.
+  if (!count_known_.load(std::memory_order_acquire) &&
+      !counted_[stripe].load(std::memory_order_relaxed)) {
+    return;
+  }
+  Counter& c = counts_[t];
+  c.v.store(c.v.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  // The growth trigger reads one shared approximate counter, fed in batches.
+  c.unflushed += delta;
+  if (c.unflushed >= 64 || c.unflushed <= -64) {
+    approx_items_.fetch_add(c.unflushed, std::memory_order_relaxed);
+    c.unflushed = 0;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Garbage collection (paper §3.4)
+// ---------------------------------------------------------------------------
+
+std::uint64_t DaliIndex::horizon(std::uint64_t e) const {
+  // A lock-free reader in epoch E reads as of E-2, and runs while the
+  // writers are in E or E+1: versions at or below e-3 are visible to it.
+  // An open read-only transaction may hold an older snapshot.
+  const std::uint64_t h = e >= 3 ? e - 3 : 0;
+  return std::min(h, oldest_snapshot_.load(std::memory_order_acquire));
+}
+
+void DaliIndex::obsolete(const std::vector<std::uint64_t>& list, std::uint64_t e, bool for_split,
+                         std::vector<char>* drop) const {
+  // For each key, its anchor is the newest record that every snapshot
+  // reader sees (version <= horizon) and, for garbage collection, that
+  // survives every crash (written <= e-2: its epoch can no longer fail).
+  // Every older record of the key is obsolete; so is the anchor itself when
+  // it says "absent" and nothing older is kept: the list then reads the
+  // same without them, for every reader, before and after any crash.
+  const std::uint64_t h = horizon(e);
+  const std::size_t n = list.size();
+  drop->assign(n, 0);
+  std::vector<char> done(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (done[i]) continue;
+    const RecordHeader* ri = rec(list[i]);
+    std::size_t anchor = n;
+    for (std::size_t j = i; j < n; ++j) {
+      const RecordHeader* rj = rec(list[j]);
+      if (j != i && (done[j] || record_key(rj) != record_key(ri))) continue;
+      done[j] = 1;
+      if (anchor != n) {
+        (*drop)[j] = 1;
+      } else if (rj->version <= h && (for_split || record_written(rj) + 2 <= e)) {
+        anchor = j;
+      }
+    }
+    if (anchor == n || !record_absent(rec(list[anchor]))) continue;
+    bool older_kept = false;
+    for (std::size_t j = anchor + 1; j < n && !older_kept; ++j) {
+      older_kept = (*drop)[j] == 0 && record_key(rec(list[j])) == record_key(ri);
+    }
+    if (!older_kept) (*drop)[anchor] = 1;
+  }
+}
+
+void DaliIndex::collect_garbage(unsigned t, std::uint64_t e, Bucket* b) {
+  thread_local std::vector<std::uint64_t> list;
+  thread_local std::vector<char> drop;
+  list.clear();
+  for (std::uint64_t r = valid_head(*b); r != 0; r = rec(r)->next.load(std::memory_order_relaxed)) {
+    list.push_back(r);
+  }
+  if (list.size() < 2) return;
+  obsolete(list, e, /*for_split=*/false, &drop);
+  // The head is never unlinked (the bucket's active pointer names it). A
+  // snapshot reader on an unlinked record still finds the rest of the list
+  // through its unchanged next; the record is freed once no one can be on
+  // it (retire). Another bucket pointer may still name an unlinked record:
+  // it never becomes a valid head again (dali.h, "Garbage collection").
+  RecordHeader* kept = rec(list[0]);
+  for (std::size_t i = 1; i < list.size(); ++i) {
+    if (!drop[i]) {
+      kept = rec(list[i]);
+      continue;
+    }
+    kept->next.store(rec(list[i])->next.load(std::memory_order_relaxed), std::memory_order_release);
+    epochs_->dirty(t, &kept->next, sizeof(std::uint64_t));
+    retire(t, e, list[i]);
+    collected_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void DaliIndex::retire(unsigned t, std::uint64_t e, std::uint64_t off) {
+  // The sweep after a crash must not take it for garbage of the crash.
+  if (marked_ && !swept_.load(std::memory_order_acquire)) marked_->add(off);
+  RetireList& mine = retired_[t];
+  std::lock_guard guard(mine.mu);
+  mine.list.push_back({e, off});
+}
+
+void DaliIndex::reclaim(heap::ThreadCache* tc, unsigned t) {
+  // (Inside an epoch: the frees' bitmap words go to its fence.) An unlink of
+  // epoch u is durable, and no one can be on the record, once quiescent()
+  // >= u+1 (epochs.h, "Reclamation").
+  RetireList& mine = retired_[t];
+  if (mine.list.empty()) return;
+  const std::uint64_t q = epochs_->quiescent();
+  std::lock_guard guard(mine.mu);
+  std::size_t kept = 0;
+  for (const Retired& r : mine.list) {
+    if (r.epoch + 1 <= q) {
+      free_record(tc, t, r.off);
+    } else {
+      mine.list[kept++] = r;
+    }
+  }
+  mine.list.resize(kept);
+}
+
+void DaliIndex::reclaim_all(heap::ThreadCache* tc, unsigned t) {
+  // Two fences: every unlink so far is durable and everyone has moved on.
+  epochs_->wait_durable(epochs_->current());
+  epochs_->enter(t);
+  const std::uint64_t q = epochs_->quiescent();
+  for (unsigned i = 0; i < kMaxThreads; ++i) {
+    RetireList& list = retired_[i];
+    std::lock_guard guard(list.mu);
+    std::size_t kept = 0;
+    for (const Retired& r : list.list) {
+      if (r.epoch + 1 <= q) {
+        free_record(tc, t, r.off);
+      } else {
+        list.list[kept++] = r;
+      }
+    }
+    list.list.resize(kept);
+  }
+  epochs_->exit(t);
+}
+
+// ---------------------------------------------------------------------------
+// Snapshots of read-only transactions
+// ---------------------------------------------------------------------------
+
+std::uint64_t DaliIndex::register_snapshot(unsigned t) {
+  // Registered from inside an epoch E: garbage collection running in E or
+  // E+1 keeps E-2 visible anyway (horizon), and any later one reads the
+  // registration (the epoch worker's wait for us orders it).
+  const std::uint64_t e = epochs_->enter(t);
+  const std::uint64_t snap = e - 2;
+  {
+    std::lock_guard guard(snap_mu_);
+    snapshots_.insert(snap);
+    oldest_snapshot_.store(*snapshots_.begin(), std::memory_order_release);
+  }
+  epochs_->exit(t);
+  return snap;
+}
+
+void DaliIndex::release_snapshot(std::uint64_t snapshot) {
+  std::lock_guard guard(snap_mu_);
+  snapshots_.erase(snapshots_.find(snapshot));
+  oldest_snapshot_.store(snapshots_.empty() ? ~std::uint64_t{0} : *snapshots_.begin(),
+                         std::memory_order_release);
+}
+
+// ---------------------------------------------------------------------------
+// Iteration and counting
+// ---------------------------------------------------------------------------
+
+Status DaliIndex::for_each(const ForEachFn& fn) {
+  // Stripe by stripe under its lock; the callback runs outside it. Splits
+  // move keys only within a stripe, so each key present throughout is met
+  // exactly once.
+  std::vector<std::pair<std::string, std::string>> batch;
+  std::vector<std::string_view> seen;
+  for (std::uint32_t stripe = 0; stripe <= stripe_mask_; ++stripe) {
+    batch.clear();
+    if (!lock_until(stripe, op_deadline())) return lock_timeout();
+    for_stripe_buckets(stripe, shape(), [&](const Bucket* b) {
+      seen.clear();
+      for (std::uint64_t r = valid_head(*b); r != 0; r = rec(r)->next.load(std::memory_order_relaxed)) {
+        const RecordHeader* h = rec(r);
+        const std::string_view k = record_key(h);
+        if (std::find(seen.begin(), seen.end(), k) != seen.end()) continue;
+        seen.push_back(k);
+        if (!record_absent(h)) batch.emplace_back(std::string(k), std::string(record_value(h)));
+      }
+    });
+    unlock(stripe);
+    for (const auto& [k, v] : batch) {
+      if (!fn(k, v)) return Status::OK();
+    }
+  }
+  return Status::OK();
+}
+
+std::uint64_t DaliIndex::size() const {
+  if (!count_known_.load(std::memory_order_acquire)) const_cast<DaliIndex*>(this)->recount();
+  std::int64_t n = count_base_.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < kMaxThreads; ++i) n += counts_[i].v.load(std::memory_order_relaxed);
+  return n < 0 ? 0 : static_cast<std::uint64_t>(n);
+}
+
+Status DaliIndex::sync() {
+  // Everything acknowledged so far ran in an epoch <= the current one.
+  epochs_->wait_durable(epochs_->current());
+  return Status::OK();
+}
+
+void DaliIndex::fill_stats(Stats* st) const {
+  const Shape sh = shape();
+  st->items = size();
+  st->slots = sh.buckets();
+  st->load_factor = static_cast<double>(st->items) / static_cast<double>(st->slots);
+  st->levels = sh.level;
+  st->expansions = splits_.load(std::memory_order_relaxed);
+  st->items_moved = copied_.load(std::memory_order_relaxed);
+  st->dram_bytes = (stripe_mask_ + 1) * sizeof(std::uint32_t);
+  st->epoch = epochs_->current();
+  st->durable_epoch = epochs_->durable_through();
+  st->failed_epochs = failed_;
+  st->epoch_fences = epochs_->fences();
+  st->swept = swept_.load();
+}
+
+}  // namespace pmhash::engine::dali

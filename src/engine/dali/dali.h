@@ -1,0 +1,251 @@
+// engine/dali/dali.h - Dalí: a periodically persistent, transactional hash
+// map.
+//
+// Follows "Dalí: A Periodically Persistent Hash Map" (Nawab, Izraelevitz,
+// Kelly, Morrey, Chakrabarti, Scott; DISC'17), §3, with the changes marked
+// DEPARTURE below. No update issues a flush or a fence: its stores may reach
+// media in any order, and a periodic global fence (epochs.h) makes a whole
+// epoch durable at once. On an ordinary file (page granularity) that is one
+// msync per epoch instead of one per write.
+//
+// ---------------------------------------------------------------------------
+// On-media layout (every field: layout.h)
+// ---------------------------------------------------------------------------
+//
+//   pool root (Root)
+//   +------------------------------------------------------------------+
+//   | magic, L0 (initial table 2^L0 buckets), stripe count              |
+//   | epoch          the global epoch counter (own line)                |
+//   | shape          the table shape (L, p), versioned like a bucket    |
+//   | item_count, count_valid      saved by a clean close               |
+//   | sweep_pending  a crash's leaked blocks are still to be swept      |
+//   | segments[37]   offsets of the bucket segments                     |
+//   | failed_count, failed[1000]   the failure list, sorted            |
+//   +------------------------------------------------------------------+
+//
+//   segment j (one heap block)            bucket (32 bytes, paper Fig. 2-3)
+//   +---------------+----------+-----     +--------+--------+--------+--------+
+//   | SegmentHeader | bucket 0 | ...      | status | ptr[0] | ptr[1] | ptr[2] |
+//   +---------------+----------+-----     +--------+--------+--------+--------+
+//     segment 0: buckets [0, 2^L0); segment j >= 1: [2^(L0+j-1), 2^(L0+j)).
+//     status = <a, f, c, ss>: the roles of the three pointers (2 bits each,
+//     f may be ⊥) and the epoch ss of the bucket's latest update (58 bits).
+//
+//   record (one heap block): next | written, absent | version | key_len |
+//     value_len | key | value. A bucket's records form a list, newest
+//     first; several records may hold one key, the newest counts; a delete
+//     adds an "absent" record (paper §2).
+//
+// ---------------------------------------------------------------------------
+// Pointer roles (paper §3.1), for a bucket whose status says ss:
+//   active (a)     the head of the newest list (written in ss);
+//   in-flight (f)  the head as of the end of ss-1, or ⊥ if ss-1 changed
+//                  nothing;
+//   committed (c)  the head as of the end of the newest epoch <= ss-2 that
+//                  did not fail.
+// The valid head (paper Fig. 4): a if ss did not fail; else f if ss-1 did
+// not fail and f is not ⊥; else c. Every read and update starts there, so
+// records of failed epochs are never seen again.
+//
+// update (paper Fig. 5; insert, update, upsert and remove are all one),
+// under the bucket's lock, inside epoch E:
+//   1. find the valid head;
+//   2. the newest record of the key carries a write of E (its version is E)
+//      -> rewrite it in place (paper §3.4 "In-place updates") if the new
+//      value fits its block; done;
+//   3. else write a new record whose next is the valid head (absent for a
+//      remove), version = written = E;
+//   4. new roles from the lookup table (paper Fig. 6, next_roles() in
+//      layout.h), with curr_fail = ss failed, prev_fail = ss-1 failed or
+//      f = ⊥;
+//   5. ptr[new a] := the record; status := <new roles, ss = E> (one store).
+// The record, the pointer, the status word and the heap's allocation bit are
+// written with plain stores and recorded for the epoch's fence.
+//
+// Why any order is safe (paper §4, Lemma 3): the pointer an update
+// retargets is, under both the old and the new status, never a valid head
+// for any crash that could expose the change; and no crash exposes either
+// store unless the counter moved two epochs past E, by which time the fence
+// of E made both durable together with the record. If E or E-1 fails, the
+// next update finds the valid head of the last good state through f or c.
+//
+// ---------------------------------------------------------------------------
+// Epochs and durability (epochs.h)
+// ---------------------------------------------------------------------------
+// The counter is persisted under a sequence lock before an epoch begins; a
+// worker ends the epoch every Options::epoch_ms (default 10), waits for the
+// threads still in it, then fences it. An update of epoch e is durable once
+// the persisted counter is e+2. With Durability::kEpoch a call returns at
+// once and sync() waits for that; with kStrict every mutating call waits
+// for it (the worker is asked to move on at once, so concurrent callers
+// share one fence).
+//
+// ---------------------------------------------------------------------------
+// Locks (paper §3: a mutex per bucket)
+// ---------------------------------------------------------------------------
+// DEPARTURE: the mutexes are DRAM words, one per stripe of buckets (bucket
+// index mod 2^min(L0, 16)), not fields of the bucket: a lock in the pool
+// would dirty a line on every read and need resetting after a crash. The
+// stripe of a key is h mod 2^s with s <= L0 <= L, so it never changes as
+// the table grows, and a split's two buckets share it. An operation locks
+// before it enters its epoch, so updates of a bucket run in non-decreasing
+// epochs and no thread holds up an epoch while it waits for a lock. The
+// lock word also carries a split generation and a "splitting" bit, the
+// sequence lock of snapshot readers (Growth).
+//
+// ---------------------------------------------------------------------------
+// Growth (DEPARTURE: the paper's bucket array is fixed)
+// ---------------------------------------------------------------------------
+// Linear hashing: the table has 2^L + p buckets; a key with hash h lives in
+// bucket h mod 2^L, or h mod 2^(L+1) when that is below the split pointer p.
+// When present keys exceed 2 per bucket, the inserting thread splits bucket
+// p into p and q = p + 2^L (one split per insert at most, none while
+// another thread splits):
+//   - the segment holding q is allocated and named by the root first, with
+//     incremental persistence (logged allocation, persisted header and root
+//     entry): once per doubling;
+//   - under the stripe's lock, inside epoch E: the valid list of p is copied
+//     into two new lists (each key to the bucket its bit L names, in the old
+//     order, leaving out what garbage collection would drop; copies keep
+//     their version and are written in E);
+//   - p gets its new list by an update of the role table whose new active
+//     pointer names the copy list (instead of a new record linked to the
+//     old head): an update like any other as far as crashes go;
+//   - q is written whole: status <a 0, f ⊥, c 1, ss E>, ptr[0] = its list;
+//   - the shape (L, p+1), or (L+1, 0) at the end of a round, is stored in
+//     the root's shape "bucket", whose three pointers hold shapes, by the
+//     same role table;
+//   - the old list of p is retired (freed once unreachable).
+// Why any order is safe: everything the split writes is written in E and
+// recorded for E's fence. If E does not fail, all of it is durable. If it
+// fails, the root's shape reverts to the one before (its valid value, like
+// a bucket's valid head), under which q is not part of the table and p's
+// valid head is its old list (f or c); so whatever part of the split
+// reached media is never read. A thread that uses the new shape runs in E
+// or later (it takes the stripe's lock after the split released it, and
+// epochs only grow), so its writes fail whenever the split does. A failed
+// split leaves q with any contents: a later split of p writes q whole
+// again, never reading it. Segments are never freed (no shrinking); when
+// the pool has no room for a segment or for the copies, growth pauses
+// until the next epoch and the lists simply get longer.
+//
+// ---------------------------------------------------------------------------
+// Snapshot reads (paper §3.4 "Multiversioning")
+// ---------------------------------------------------------------------------
+// A read-only operation (ReadOptions::snapshot) or transaction reads without
+// locks, as of two epochs before it began: what a crash would keep. It
+// announces its epoch E like an update (so nothing it may reach is freed
+// under it), reads the bucket's valid head and takes the first record of
+// the key whose version <= E-2. Updates only add records above the valid
+// list of E-2, and rewrite in place only records whose version is the
+// current epoch (> E-2), so the list below is stable. Splits are the one
+// change that moves a key: the reader checks the stripe's split generation
+// before and after (a sequence lock) and reads again if it changed.
+// Garbage collection and splits keep, for each key, every version newer
+// than the horizon (the oldest open snapshot, and E-3 for the epoch E they
+// run in) and the newest one at or below it, so every snapshot still finds
+// its version. Serializable: every update of an epoch <= E-2 ended before
+// the reader began (the epoch boundary is a consistent cut) and a
+// transaction's writes share one epoch. Not strictly serializable.
+//
+// ---------------------------------------------------------------------------
+// Transactions (paper §3.4)
+// ---------------------------------------------------------------------------
+// Strong strict two-phase locking over the stripe locks: a transaction
+// locks the stripe of each key it touches, on first touch, and keeps every
+// lock until it commits or aborts; a lock wait longer than its timeout
+// aborts it (deadlock detection by timeout). Writes are buffered in DRAM; at
+// commit the records are allocated (the one step that can fail: NoSpace
+// then frees them and applies nothing), and every write is applied as above
+// inside one epoch. DEPARTURE: the paper runs the whole transaction in one
+// epoch; here only the commit is, so that a transaction waiting on its
+// caller cannot hold up the global fence. Reads before commit are made
+// under the locks, which keep what they read unchanged until commit.
+// All-or-nothing across crashes: the writes share one epoch, and an epoch
+// fails or survives as a whole.
+//
+// ---------------------------------------------------------------------------
+// Garbage collection (paper §3.4) and reclamation
+// ---------------------------------------------------------------------------
+// At the end of a write that superseded a version with records behind it,
+// and of every 8th write of a thread, still under the bucket's lock, the
+// writer walks that bucket's valid list. For each key, its anchor is the newest record that
+// every snapshot reader sees (version <= horizon) and that survives every
+// crash (written <= E-2); every older record of the key is obsolete, and so
+// is an "absent" anchor with nothing older kept. Obsolete records other
+// than the head are unlinked (one pointer store each, any order: the list
+// reads the same with or without them, before and after any crash). A
+// bucket pointer other than the valid head may still name an unlinked
+// record: it never becomes a valid head again, since the valid head after
+// any crash is the list of the last update that survived (paper Lemma 3),
+// which holds the record's anchor above it (the anchor survives every
+// crash). An unlinked record (and a split's old list) is retired in DRAM
+// and freed once Epochs::quiescent() passes its epoch: the unlink is then
+// durable and no reader can be on it.
+//
+// A full pool (NoSpace) makes room before it answers: three epochs on,
+// garbage collection of every bucket, two fences, every retired record
+// freed; then the write is tried once more. A remove needs a record too:
+// the heap keeps 1/64 of its chunks (at least one) free for the "absent"
+// records of removes (Heap::set_reserve), so that a pool that refuses
+// inserts still takes removes, whose garbage then makes room.
+//
+// Heap: records are allocated with ThreadCache::allocate_unlogged (no log,
+// no flush); the allocation bit is recorded for the fence like any other
+// store. A crash can leave a block allocated that no valid list reaches (a
+// record of a failed epoch, a retired record not freed yet, a failed
+// split's copies): the sweep below returns those.
+//
+// ---------------------------------------------------------------------------
+// Recovery (open)
+// ---------------------------------------------------------------------------
+//   0. validate, reading only: root, failure list sorted and within
+//      capacity, counter above every failed epoch, the shape (valid value
+//      under the failure list this open will have) in range, and every
+//      segment the shape needs allocated, sized and labelled.
+//   After a crash (pool not closed cleanly), with F = the counter:
+//   1. before serving, the blocks allocated at the crash are noted in a DRAM
+//      bitmap (one bit per 16 bytes of pool; O(allocated blocks), the one
+//      part of open that grows with the data), sweep_pending is persisted,
+//      F-1 and F are appended to the failure list (entries, then the count,
+//      persisted), then the counter := F+1, persisted (paper §3.4). Nothing
+//      else happens before the store serves: buckets are repaired by the
+//      updates that touch them (paper Fig. 7c).
+//   2. DEPARTURE (paper: "a sweep of the heap that reclaims any node not
+//      found on a bucket list", details left open): a background thread
+//      recounts the keys, then marks every record on a valid list and frees
+//      every noted block that is neither marked nor a segment. A block
+//      retired or freed by anyone meanwhile is marked or leaves the noted
+//      set first (test-and-clear), so it is freed once and a reallocated
+//      block is never taken for garbage. When the frees are durable,
+//      sweep_pending is cleared; a close before that leaves it set, and the
+//      next open sweeps. check() reports leaks only once the sweep ended.
+//   A clean close fences twice, so the counter vouches for everything, and
+//   open starts in the counter's epoch without failing any.
+//
+// Failure list capacity: 1000 entries (500 crashes). DEPARTURE: the paper
+// keeps the list forever. When it is full, recovery first rewrites every
+// bucket, and the shape, so that its valid value is reached through epochs
+// that did not fail (an update to its own valid head, in the new epoch),
+// fences, and empties the list; that one open is O(buckets).
+//
+// ---------------------------------------------------------------------------
+// check() verifies
+// ---------------------------------------------------------------------------
+//   the root's shape is the one in use and every segment it needs is
+//   allocated, sized and labelled; every status word well formed with ss
+//   not above the counter; along every valid list: records allocated and
+//   well formed, written epochs non-increasing and none failed, versions
+//   not above the written epoch and strictly decreasing per key, each key in
+//   the bucket the shape gives it, no record on two lists, the list finite;
+//   the item count; once the sweep has run, every allocated block is a
+//   segment, a record on a valid list or a retired record (no leak).
+#pragma once
+
+#include "engine/index.h"
+
+namespace pmhash::engine::dali {
+
+extern const EngineInfo kEngineInfo;
+
+}  // namespace pmhash::engine::dali

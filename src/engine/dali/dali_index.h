@@ -1,0 +1,255 @@
+// engine/dali/dali_index.h - the Dalí Index (internal; the design is in
+// dali.h).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "engine/dali/epochs.h"
+#include "engine/dali/layout.h"
+#include "engine/index.h"
+#include "heap/heap.h"
+#include "media/region.h"
+
+namespace pmhash::engine::dali {
+
+// A set of pool offsets (16-byte granules) in DRAM, filled concurrently.
+class BlockSet {
+ public:
+  explicit BlockSet(std::uint64_t pool_size);
+  ~BlockSet();
+  void add(std::uint64_t off);
+  bool contains(std::uint64_t off) const;
+  // Removes `off`; true if it was there (exactly one caller wins).
+  bool take(std::uint64_t off);
+  // Calls fn(off) for every member (no concurrent add).
+  template <typename Fn>
+  void for_each(Fn&& fn) const;
+
+ private:
+  static constexpr unsigned kGranuleShift = 4;
+  static constexpr unsigned kPageShift = 18;  // offsets per lazily made page
+  static constexpr std::uint64_t kWordsPerPage =
+      (std::uint64_t{1} << (kPageShift - kGranuleShift)) / 64;
+  std::atomic<std::uint64_t>* page(std::uint64_t off, bool make) const;
+  std::vector<std::atomic<std::atomic<std::uint64_t>*>> pages_;
+};
+
+class DaliTxn;
+
+class DaliIndex final : public Index {
+ public:
+  explicit DaliIndex(const Env& env);
+  ~DaliIndex() override;
+
+  // Writes an empty table into the pool root (create).
+  Status format();
+  // Validates the root and runs recovery (open).
+  Status recover();
+  // Starts the epoch worker and, after a crash, the sweep.
+  Status start();
+
+  Status get(const Key& key, std::string* value) override;
+  Status snapshot_get(const Key& key, std::string* value) override;
+  Status insert(const Key& key, std::string_view value) override;
+  Status update(const Key& key, std::string_view value) override;
+  Status upsert(const Key& key, std::string_view value) override;
+  Status remove(const Key& key) override;
+  Status begin(const TransactionOptions& options, std::unique_ptr<Txn>* txn) override;
+  Status for_each(const ForEachFn& fn) override;
+  std::uint64_t size() const override;
+  Status sync() override;
+  Status check() override;
+  void fill_stats(Stats* stats) const override;
+  void close() override;
+
+ private:
+  friend class DaliTxn;
+
+  enum class Op : unsigned char { kInsert, kUpdate, kUpsert, kRemove };
+
+  // --- stripe locks (DRAM; dali.h "Locks") ---
+  //   bit 0      locked
+  //   bit 1      a split of one of the stripe's buckets is under way
+  //   bits 31..2 split generation: +1 by every split of the stripe
+  static constexpr std::uint32_t kLocked = 1;
+  static constexpr std::uint32_t kSplitting = 2;
+  static constexpr std::uint32_t kGeneration = 4;
+  using Deadline = std::chrono::steady_clock::time_point;
+  std::uint32_t stripe_of(std::uint64_t h) const {
+    return static_cast<std::uint32_t>(h & stripe_mask_);
+  }
+  bool try_lock(std::uint32_t stripe);
+  // False when `deadline` passed first.
+  bool lock_until(std::uint32_t stripe, Deadline deadline);
+  void lock(std::uint32_t stripe);  // no deadline: maintenance only
+  void unlock(std::uint32_t stripe);
+  Deadline op_deadline() const;
+  Status lock_timeout() const;
+
+  // --- table (dali.h "Growth") ---
+  Shape shape() const { return Shape::decode(shape_.load(std::memory_order_acquire)); }
+  Bucket* bucket(std::uint64_t index) const;
+  // The bucket of hash h in shape `sh` (stripe locked, or a snapshot read
+  // that checks the stripe's generation).
+  Bucket* bucket_of(std::uint64_t h, Shape sh) const { return bucket(sh.bucket_of(h)); }
+  // Calls fn(bucket) for every bucket of the stripe in shape `sh`.
+  template <typename Fn>
+  void for_stripe_buckets(std::uint32_t stripe, Shape sh, Fn&& fn) const {
+    for (std::uint64_t b = stripe; b < sh.buckets(); b += stripe_mask_ + 1) fn(bucket(b));
+  }
+
+  // --- lists ---
+  RecordHeader* rec(std::uint64_t off) const { return region_.at<RecordHeader>(off); }
+  bool failed(std::uint64_t epoch) const;
+  // The head of the bucket's valid list (paper Fig. 4).
+  std::uint64_t valid_head(const Bucket& b) const;
+  // The newest record of `key` on the list from `head`; 0 if none.
+  std::uint64_t find(std::uint64_t head, const Key& key) const;
+  bool key_equals(const RecordHeader* r, const Key& key) const;
+  // The newest version <= `snapshot` of `key`; 0 if none (lock-free).
+  std::uint64_t find_as_of(std::uint64_t head, const Key& key, std::uint64_t snapshot) const;
+  // Copies the value of `key` as of `snapshot` (kTwoEpochsBack: two epochs
+  // before the one the read runs in), lock-free (dali.h "Snapshot reads").
+  // NotFound when absent then.
+  static constexpr std::uint64_t kTwoEpochsBack = ~std::uint64_t{0};
+  Status read_as_of(unsigned t, const Key& key, std::uint64_t snapshot, std::string* value);
+
+  // --- updates (stripe locked, inside epoch e) ---
+  // What a write of `key` finds, and whether it changes the store.
+  struct Probe {
+    Bucket* bucket = nullptr;
+    std::uint64_t found = 0;  // newest record of the key, 0 if none
+    bool present = false;     // found and not absent
+  };
+  Probe probe(const Key& key) const;
+  // The answer of `op` given the probe: OK when it changes the store.
+  static Status judge(Op op, const Probe& p);
+  // A record of `n` bytes (allocate_unlogged; its bitmap word is recorded);
+  // an `absent` one may use the heap's reserve.
+  Status allocate_record(heap::ThreadCache* tc, unsigned t, std::size_t n, bool absent,
+                         std::uint64_t* off);
+  // NoSpace: collects every bucket after three epochs and frees what is
+  // retired (outside any epoch and lock).
+  void make_room(heap::ThreadCache* tc, unsigned t);
+  // Frees a record no durable state reaches (its bitmap word is recorded).
+  void free_record(heap::ThreadCache* tc, unsigned t, std::uint64_t off);
+  // True when the newest record of the key can be rewritten in place.
+  bool fits_in_place(std::uint64_t found, std::uint64_t e, std::size_t key_len,
+                     std::size_t value_len) const;
+  void write_in_place(unsigned t, std::uint64_t e, std::uint64_t found, std::string_view value,
+                      bool absent);
+  // Fills the record at `off` and prepends it to the bucket (paper Fig. 5).
+  void prepend(unsigned t, std::uint64_t e, Bucket* b, std::uint64_t off, std::string_view key,
+               std::string_view value, bool absent, std::uint64_t version);
+  // Points the new active pointer at `head` with the roles of Fig. 6.
+  void retarget(unsigned t, std::uint64_t e, Bucket* b, std::uint64_t head);
+  Status write(Op op, const Key& key, std::string_view value);
+  void add_count(unsigned t, std::uint32_t stripe, std::int64_t delta);
+
+  // --- garbage collection (paper §3.4) ---
+  // Versions older than this need not stay visible to a snapshot reader.
+  std::uint64_t horizon(std::uint64_t e) const;
+  // Marks in *drop the records of `list` (newest first) that no crash and
+  // no snapshot reader needs; with `keep_head`, never the first.
+  void obsolete(const std::vector<std::uint64_t>& list, std::uint64_t e, bool for_split,
+                std::vector<char>* drop) const;
+  void collect_garbage(unsigned t, std::uint64_t e, Bucket* b);
+  void retire(unsigned t, std::uint64_t e, std::uint64_t off);
+  // Frees thread t's retired records that no one can reach any more.
+  void reclaim(heap::ThreadCache* tc, unsigned t);
+  // Pool full: ends two epochs and frees every thread's retirees.
+  void reclaim_all(heap::ThreadCache* tc, unsigned t);
+
+  // --- growth (growth.cc) ---
+  void maybe_grow(heap::ThreadCache* tc, unsigned t);
+  void split_one(heap::ThreadCache* tc, unsigned t);
+  Status ensure_segment(heap::ThreadCache* tc, unsigned j);
+
+  // --- snapshots of read-only transactions ---
+  std::uint64_t register_snapshot(unsigned t);
+  void release_snapshot(std::uint64_t snapshot);
+
+  // --- recovery (dali_recovery.cc) ---
+  Status validate_segments(const Shape& sh) const;
+  Status append_failures(std::uint64_t f);
+  void normalize_all(std::uint64_t e);
+  void sweep();
+  // Counts the present keys after a crash, stripe by stripe (exact: see
+  // add_count). Idempotent.
+  void recount();
+
+  Env env_;
+  media::Region& region_;
+  heap::Heap& heap_;
+  Root* root_;
+  unsigned initial_log2_ = 0;
+  std::uint64_t stripe_mask_ = 0;
+  std::chrono::milliseconds lock_timeout_;
+  std::unique_ptr<std::atomic<std::uint32_t>[]> locks_;
+  std::atomic<std::uint64_t> shape_{0};
+  std::atomic<Bucket*> segments_[kMaxSegments] = {};
+  std::vector<std::uint64_t> failed_;  // sorted; fixed after open
+  std::unique_ptr<Epochs> epochs_;
+  bool strict_;
+
+  // Item count: per thread slot, plus a base; see add_count and recount.
+  struct alignas(64) Counter {
+    std::atomic<std::int64_t> v{0};
+    std::int64_t unflushed = 0;  // owner only: not yet in approx_items_
+  };
+  std::unique_ptr<Counter[]> counts_;
+  std::atomic<std::int64_t> count_base_{0};
+  std::atomic<bool> count_known_{true};
+  std::atomic<std::int64_t> approx_items_{0};  // for growth decisions
+  std::unique_ptr<std::atomic<bool>[]> counted_;  // stripes recounted (after a crash)
+  std::atomic<bool> recounting_{false};
+  std::mutex recount_mu_;
+
+  // Records unlinked by garbage collection or a split, per thread slot,
+  // freed once no one can reach them (Epochs::quiescent).
+  struct Retired {
+    std::uint64_t epoch;
+    std::uint64_t off;
+  };
+  struct alignas(64) RetireList {
+    std::mutex mu;
+    std::vector<Retired> list;
+    unsigned writes = 0;  // owner only: paces garbage collection
+  };
+  std::unique_ptr<RetireList[]> retired_;
+  std::atomic<std::uint64_t> collected_{0};
+
+  std::mutex room_mu_;  // one make_room at a time
+
+  // Growth.
+  std::mutex split_mu_;
+  std::atomic<std::uint64_t> grow_blocked_epoch_{0};  // NoSpace: retry next epoch
+  std::atomic<std::uint64_t> splits_{0};
+  std::atomic<std::uint64_t> copied_{0};
+
+  // Snapshots of open read-only transactions (dali.h "Snapshot reads").
+  mutable std::mutex snap_mu_;
+  std::multiset<std::uint64_t> snapshots_;
+  std::atomic<std::uint64_t> oldest_snapshot_{~std::uint64_t{0}};
+
+  // The sweep after a crash (dali.h, Recovery 2).
+  std::unique_ptr<BlockSet> noted_;  // allocated at the crash, not yet freed
+  // Records on a valid list since the sweep began: what it marks, and what
+  // garbage collection and splits unlink meanwhile (so it never frees those).
+  std::unique_ptr<BlockSet> marked_;
+  std::atomic<bool> swept_{true};     // false from a crash until the sweep ends
+  std::atomic<bool> stop_{false};
+  std::thread sweeper_;
+  std::atomic<std::uint64_t> swept_blocks_{0};
+
+  bool ready_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace pmhash::engine::dali

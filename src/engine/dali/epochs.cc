@@ -1,0 +1,181 @@
+// engine/dali/epochs.cc - epochs and the global fence (see epochs.h).
+#include "engine/dali/epochs.h"
+
+#include <algorithm>
+#include <system_error>
+
+namespace pmhash::engine::dali {
+
+Epochs::Epochs(media::Region& region, std::atomic<std::uint64_t>* counter,
+               std::chrono::milliseconds interval)
+    : region_(region),
+      counter_(counter),
+      interval_(interval),
+      track_lines_(region.granularity() == media::Granularity::kCacheLine),
+      slots_(new Slot[kMaxThreads]) {
+  const std::uint64_t e = counter_->load(std::memory_order_acquire);
+  current_.store(e);
+  quiescent_.store(e - 1);
+  persisted_ = e;
+}
+
+Epochs::~Epochs() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status Epochs::start() {
+  try {
+    thread_ = std::thread([this] { worker(); });
+  } catch (const std::system_error& e) {
+    return Status::IOError(std::string("dali: cannot start the epoch thread: ") + e.what());
+  }
+  return Status::OK();
+}
+
+void Epochs::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // The current epoch's fence, then the next one's: the counter then says
+  // that every operation so far survives a crash.
+  advance_now();
+  advance_now();
+}
+
+std::uint64_t Epochs::enter(unsigned t) {
+  Slot& s = slots_[t];
+  for (;;) {
+    const std::uint64_t seq = seq_.load(std::memory_order_seq_cst);
+    if (seq & 1) {  // the counter is being advanced and persisted
+      std::this_thread::yield();
+      continue;
+    }
+    // Acquire: an epoch seen here was persisted before it was published.
+    const std::uint64_t e = current_.load(std::memory_order_acquire);
+    s.active.store(e, std::memory_order_seq_cst);
+    // An advance that began after our first read of seq must see this
+    // announcement or make us see it: we announce again.
+    if (seq_.load(std::memory_order_seq_cst) == seq) return e;
+  }
+}
+
+void Epochs::exit(unsigned t) {
+  // Release: our writes and dirty-range appends happen before the worker's
+  // acquire load that sees the slot free.
+  slots_[t].active.store(0, std::memory_order_release);
+}
+
+void Epochs::dirty(unsigned t, const void* p, std::size_t n) {
+  if (!track_lines_ || n == 0) return;
+  Slot& s = slots_[t];
+  std::vector<Range>& list = s.dirty[s.active.load(std::memory_order_relaxed) & 1];
+  const std::uint64_t off = region_.offset_of(p);
+  // Consecutive writes often touch the same lines (a record, then the
+  // bucket beside the last one): merge a range that extends the last.
+  if (!list.empty()) {
+    Range& last = list.back();
+    if (off >= last.off && off <= last.off + last.len) {
+      last.len = std::max(last.len, off + n - last.off);
+      return;
+    }
+  }
+  list.push_back({off, n});
+}
+
+std::uint64_t Epochs::durable_through() const {
+  std::lock_guard lock(mu_);
+  return persisted_ >= 2 ? persisted_ - 2 : 0;
+}
+
+void Epochs::wait_durable(std::uint64_t e) {
+  std::unique_lock lock(mu_);
+  if (persisted_ >= e + 2) return;
+  if (!stop_) {
+    wanted_ = std::max(wanted_, e + 2);
+    wake_.notify_all();
+    advanced_.wait(lock, [&] { return persisted_ >= e + 2 || stop_; });
+    if (persisted_ >= e + 2) return;
+  }
+  // No worker (stopping): advance in this thread.
+  lock.unlock();
+  while (durable_through() < e) advance_now();
+}
+
+void Epochs::advance_now() {
+  std::lock_guard lock(advance_mu_);
+  advance();
+}
+
+void Epochs::worker() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    // The interval bounds the work a crash can lose; a waiter cuts it short.
+    wake_.wait_for(lock, interval_, [&] { return stop_ || wanted_ > persisted_; });
+    if (stop_) return;
+    lock.unlock();
+    advance_now();
+    lock.lock();
+  }
+}
+
+void Epochs::advance() {
+  const std::uint64_t e = current_.load(std::memory_order_relaxed);
+  // 1. Under the sequence lock: the new counter is durable before anything
+  //    runs in it. A crash in e+1 must find e+1 on media, or recovery would
+  //    trust e+1's writes (and e's, whose fence has not run).
+  seq_.fetch_add(1, std::memory_order_seq_cst);
+  counter_->store(e + 1, std::memory_order_release);
+  region_.persist(counter_, sizeof(std::uint64_t));
+  current_.store(e + 1, std::memory_order_release);
+  seq_.fetch_add(1, std::memory_order_seq_cst);
+  // 2. Wait for the threads still in e (or in an earlier epoch: a thread
+  //    announces the value it read, which may be older than e only if it
+  //    read it before the last advance, whose wait covered it).
+  for (unsigned t = 0; t < kMaxThreads; ++t) {
+    for (;;) {
+      const std::uint64_t a = slots_[t].active.load(std::memory_order_seq_cst);
+      if (a == 0 || a > e) break;
+      std::this_thread::yield();
+    }
+  }
+  quiescent_.store(e, std::memory_order_release);
+  // 3. Everything written in e reaches media.
+  fence(e);
+  {
+    std::lock_guard lock(mu_);
+    persisted_ = e + 1;
+  }
+  advanced_.notify_all();
+}
+
+void Epochs::fence(std::uint64_t e) {
+  fences_.fetch_add(1, std::memory_order_relaxed);
+  switch (region_.granularity()) {
+    case media::Granularity::kPage:
+      region_.persist_all();
+      return;
+    case media::Granularity::kCacheLine:
+      for (unsigned t = 0; t < kMaxThreads; ++t) {
+        std::vector<Range>& list = slots_[t].dirty[e & 1];
+        for (const Range& r : list) region_.flush(region_.at(r.off), r.len);
+        list.clear();
+      }
+      region_.drain();
+      return;
+    case media::Granularity::kByte:
+      region_.drain();
+      return;
+    case media::Granularity::kNone:
+      return;
+  }
+}
+
+}  // namespace pmhash::engine::dali

@@ -1,0 +1,132 @@
+// engine/dali/epochs.h - epochs and the global fence (Dalí paper §3.1, §3.4).
+//
+// Time is divided into epochs numbered by a persistent counter that only
+// grows, also across crashes. Every update runs inside one epoch, and so
+// does every lock-free (snapshot) read:
+//
+//   enter(t)  waits while the sequence lock is held (the counter is being
+//             advanced), reads the epoch E, announces "thread t works in E"
+//             in its slot (paper: the global array indexed by thread), and
+//             re-reads the sequence: if an advance began meanwhile it
+//             announces again. seq_cst on both sides (Dekker): either the
+//             worker sees the announcement, or the thread sees the advance.
+//   exit(t)   clears the announcement.
+//
+// A worker thread ends epoch E every interval (or sooner when a caller
+// waits for durability):
+//
+//   1. under the sequence lock: counter := E+1 and persisted, then E+1
+//      published. No operation runs in E+1 before recovery would count E+1
+//      (and E) as failed after a crash (paper: "increments and persists the
+//      global epoch counter under protection of a sequence lock").
+//   2. waits until no thread still works in E: the epoch boundary is a
+//      consistent cut (paper Lemma 2). quiescent() becomes E.
+//   3. the global fence for E:
+//        page        persist_all (msync of the whole mapping)
+//        cache_line  user space has no WBINVD: flush every line the threads
+//                    recorded as dirtied in E (dirty()), then one drain
+//        byte        a drain
+//        none        nothing
+//
+// The fence of E completes before the counter can reach E+2. Recovery marks
+// the counter's value F and F-1 as failed, so an operation of epoch e
+// survives every crash once the persisted counter is >= e+2:
+// durable_through() = counter - 2. wait_durable(e) asks the worker to move
+// on at once and waits for that (group commit: one fence serves every
+// waiter).
+//
+// Reclamation: a block unlinked in epoch u may be freed once quiescent() >=
+// u+1. Then the counter u+2 is durable (the unlink survives every crash),
+// and every thread that could have reached the block before its unlink
+// (those in u-1, u and u+1) has left.
+//
+// Dirty-line buffers (cache_line only): each thread slot keeps two lists of
+// ranges, one per epoch parity. A thread appends to the list of the epoch it
+// entered; the worker flushes and clears the list of E after step 2, when no
+// thread appends to it any more, and before any thread can enter E+2, the
+// next epoch with that parity.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "media/region.h"
+#include "pmhash/store.h"
+
+namespace pmhash::engine::dali {
+
+class Epochs {
+ public:
+  // `counter`: the persistent epoch counter in the pool, already durable.
+  Epochs(media::Region& region, std::atomic<std::uint64_t>* counter,
+         std::chrono::milliseconds interval);
+  ~Epochs();
+  Epochs(const Epochs&) = delete;
+  Epochs& operator=(const Epochs&) = delete;
+
+  // Starts the worker.
+  Status start();
+  // Stops the worker, then ends the current epoch and the next, making every
+  // operation so far durable. No operation may run concurrently.
+  void stop();
+
+  std::uint64_t enter(unsigned t);
+  void exit(unsigned t);
+  // Thread t (between enter and exit) wrote [p, p+n) of the pool.
+  void dirty(unsigned t, const void* p, std::size_t n);
+
+  std::uint64_t current() const { return current_.load(std::memory_order_acquire); }
+  // No thread works in this epoch or an earlier one any more.
+  std::uint64_t quiescent() const { return quiescent_.load(std::memory_order_acquire); }
+  // Every operation of an epoch <= this survives any crash.
+  std::uint64_t durable_through() const;
+  // Returns once every operation of epoch e survives any crash. The caller
+  // must not be inside an epoch.
+  void wait_durable(std::uint64_t e);
+  // Ends the current epoch now, in the calling thread (not inside an epoch).
+  void advance_now();
+
+  std::uint64_t fences() const { return fences_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Range {
+    std::uint64_t off;
+    std::uint64_t len;
+  };
+  struct alignas(64) Slot {
+    std::atomic<std::uint64_t> active{0};  // epoch worked in, 0: none
+    std::vector<Range> dirty[2];           // by epoch parity
+  };
+
+  void worker();
+  void advance();  // under advance_mu_
+  void fence(std::uint64_t e);
+
+  media::Region& region_;
+  std::atomic<std::uint64_t>* const counter_;
+  const std::chrono::milliseconds interval_;
+  const bool track_lines_;
+  std::unique_ptr<Slot[]> slots_;
+  std::atomic<std::uint64_t> seq_{0};  // odd while the counter advances
+  std::atomic<std::uint64_t> current_{0};
+  std::atomic<std::uint64_t> quiescent_{0};
+  std::atomic<std::uint64_t> fences_{0};
+
+  std::mutex advance_mu_;  // one advance at a time (worker, stop, advance_now)
+  mutable std::mutex mu_;  // the fields below
+  std::condition_variable wake_;      // the worker: stop or a waiter
+  std::condition_variable advanced_;  // waiters: the counter moved
+  std::uint64_t persisted_ = 0;       // durable counter value whose fence ran
+  std::uint64_t wanted_ = 0;          // a waiter needs persisted_ >= wanted_
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace pmhash::engine::dali

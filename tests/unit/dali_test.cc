@@ -1,0 +1,811 @@
+// Unit tests of the dali engine: the role table of the paper's Fig. 6, the
+// operations through the public Store API, epochs and durability modes, and
+// recovery after a process crash (a child that exits without closing).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "engine/dali/layout.h"
+#include "pmhash/store.h"
+#include "pmhash/transaction.h"
+#include "pool/pool.h"
+
+namespace pmhash {
+namespace {
+
+using engine::dali::kNoRole;
+using engine::dali::next_roles;
+using engine::dali::Stat;
+
+// --- the role table ------------------------------------------------------------
+
+// Every well-formed status word.
+std::vector<Stat> all_roles(std::uint64_t ss) {
+  std::vector<Stat> out;
+  for (unsigned a = 0; a < 3; ++a) {
+    for (unsigned c = 0; c < 3; ++c) {
+      for (unsigned f : {0u, 1u, 2u, kNoRole}) {
+        const Stat s{a, f, c, ss};
+        if (s.well_formed()) out.push_back(s);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(DaliRoles, FollowTheRowsOfFigure6) {
+  const std::uint64_t e = 10;
+  const Stat s{0, 1, 2, 9};  // a = 0, f = 1, c = 2
+  EXPECT_EQ(next_roles(Stat{0, 1, 2, 10}, e, false, false), (Stat{0, 1, 2, 10}));  // row 1
+  EXPECT_EQ(next_roles(s, e, false, false), (Stat{2, 0, 1, e}));                   // row 2
+  EXPECT_EQ(next_roles(s, e, false, true), (Stat{1, 0, 2, e}));                    // row 3
+  EXPECT_EQ(next_roles(Stat{0, kNoRole, 2, 9}, e, false, true), (Stat{1, 0, 2, e}));
+  EXPECT_EQ(next_roles(s, e, true, true), (Stat{0, kNoRole, 2, e}));               // row 4
+  const Stat old{0, 1, 2, 7};
+  EXPECT_EQ(next_roles(old, e, false, false), (Stat{2, kNoRole, 0, e}));           // row 5
+  EXPECT_EQ(next_roles(old, e, true, false), (Stat{0, kNoRole, 1, e}));            // row 6
+  EXPECT_EQ(next_roles(old, e, true, true), (Stat{0, kNoRole, 2, e}));             // row 7
+}
+
+TEST(DaliRoles, AlwaysWellFormedAndEncodeRoundTrips) {
+  for (std::uint64_t ss : {0ull, 5ull, 8ull, 9ull, 10ull}) {
+    for (const Stat& s : all_roles(ss)) {
+      EXPECT_EQ(Stat::decode(s.encode()), s);
+      for (bool cf : {false, true}) {
+        for (bool pf : {false, true}) {
+          if (!pf && s.f == kNoRole) continue;  // prev_fail holds when f = ⊥
+          const Stat n = next_roles(s, 10, cf, pf);
+          EXPECT_TRUE(n.well_formed()) << "ss " << ss << " a" << s.a << " f" << s.f << " c" << s.c;
+          EXPECT_EQ(n.ss, 10u);
+        }
+      }
+    }
+  }
+}
+
+// The pointer a prepend retargets never holds the bucket's valid head,
+// neither under the old roles (for the failures the new epoch knows) nor under
+// the new roles if the new epoch itself fails later (paper §3.3, rule 2).
+TEST(DaliRoles, RetargetedPointerIsNeverAValidHead) {
+  const std::uint64_t e = 10;
+  for (std::uint64_t ss : {4ull, 8ull, 9ull, 10ull}) {
+    for (const Stat& s : all_roles(ss)) {
+      for (bool cf : {false, true}) {
+        for (bool pf : {false, true}) {
+          if (!pf && s.f == kNoRole) continue;
+          if (ss == e && cf) continue;  // the current epoch has not failed
+          if (ss + 1 == e && cf && !pf) continue;  // impossible (row 4 note)
+          const unsigned old_head = !cf ? s.a : !pf ? s.f : s.c;
+          const Stat n = next_roles(s, e, cf, pf);
+          if (ss == e) {
+            EXPECT_EQ(n.a, old_head);  // row 1: the active pointer moves on
+            continue;
+          }
+          EXPECT_NE(n.a, old_head) << "ss " << ss << " cf " << cf << " pf " << pf;
+          // If e fails, the valid head under the new roles is the old one.
+          const bool new_prev_fail = n.f == kNoRole || cf;
+          const unsigned head_if_e_fails = !new_prev_fail ? n.f : n.c;
+          EXPECT_EQ(head_if_e_fails, old_head) << "ss " << ss << " cf " << cf << " pf " << pf;
+        }
+      }
+    }
+  }
+}
+
+// --- the engine -------------------------------------------------------------------
+
+class DaliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = "/dev/shm/pmhash-dali-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".pool";
+    ::unlink(path_.c_str());
+    options_.engine = "dali";
+    options_.pool_size = 64u << 20;
+    options_.dali_initial_log2 = 3;
+  }
+  void TearDown() override {
+    store_.reset();
+    ::unlink(path_.c_str());
+  }
+
+  void create() {
+    Status s = Store::create(path_, options_, &store_);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  void reopen() {
+    if (store_) {
+      ASSERT_TRUE(store_->close().ok());
+    }
+    store_.reset();
+    Status s = Store::open(path_, options_, &store_);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  // Runs `body` in a child that then exits without closing the store: a
+  // process crash. On /dev/shm everything the child stored is in the file.
+  template <typename Fn>
+  void crash_after(Fn&& body) {
+    store_.reset();
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      std::unique_ptr<Store> s;
+      if (!Store::open(path_, options_, &s).ok()) _exit(3);
+      _exit(body(*s) ? 0 : 4);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+  }
+  void wait_swept() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!store_->stats().swept) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the sweep never ended";
+      std::this_thread::yield();
+    }
+  }
+  static std::string key(int i) { return "key-" + std::to_string(i); }
+  static std::string value(int i, int version = 0) {
+    return "value-" + std::to_string(i) + "-" + std::to_string(version) + std::string(i % 37, 'x');
+  }
+
+  std::string path_;
+  Options options_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(DaliTest, InsertGetUpdateUpsertRemoveRoundTrip) {
+  for (Durability d : {Durability::kStrict, Durability::kEpoch}) {
+    options_.durability = d;
+    options_.force = true;
+    create();
+    std::string v;
+    EXPECT_TRUE(store_->get("a", &v).is_not_found());
+    ASSERT_TRUE(store_->insert("a", "1").ok());
+    EXPECT_TRUE(store_->insert("a", "2").is_already_exists());
+    ASSERT_TRUE(store_->get("a", &v).ok());
+    EXPECT_EQ(v, "1");
+    EXPECT_TRUE(store_->update("b", "x").is_not_found());
+    ASSERT_TRUE(store_->update("a", "3").ok());
+    ASSERT_TRUE(store_->get("a", &v).ok());
+    EXPECT_EQ(v, "3");
+    ASSERT_TRUE(store_->upsert("b", "4").ok());
+    ASSERT_TRUE(store_->upsert("a", "5").ok());
+    EXPECT_EQ(store_->size(), 2u);
+    ASSERT_TRUE(store_->remove("a").ok());
+    EXPECT_TRUE(store_->remove("a").is_not_found());
+    EXPECT_TRUE(store_->get("a", &v).is_not_found());
+    ASSERT_TRUE(store_->insert("a", "6").ok());  // after a delete record
+    ASSERT_TRUE(store_->get("a", &v).ok());
+    EXPECT_EQ(v, "6");
+    EXPECT_EQ(store_->size(), 2u);
+    EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+    store_.reset();
+  }
+}
+
+TEST_F(DaliTest, ManyKeysSurviveReopenAndIterateOnce) {
+  options_.durability = Durability::kEpoch;
+  create();
+  std::map<std::string, std::string> model;
+  for (int i = 0; i < 3000; ++i) {
+    ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+    model[key(i)] = value(i);
+  }
+  for (int i = 0; i < 3000; i += 3) {
+    ASSERT_TRUE(store_->update(key(i), value(i, 1)).ok());
+    model[key(i)] = value(i, 1);
+  }
+  for (int i = 1; i < 3000; i += 7) {
+    ASSERT_TRUE(store_->remove(key(i)).ok());
+    model.erase(key(i));
+  }
+  reopen();
+  EXPECT_EQ(store_->size(), model.size());
+  std::map<std::string, std::string> seen;
+  ASSERT_TRUE(store_->for_each([&](std::string_view k, std::string_view v) {
+    EXPECT_TRUE(seen.emplace(std::string(k), std::string(v)).second) << "twice: " << k;
+    return true;
+  }).ok());
+  EXPECT_EQ(seen, model);
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  EXPECT_TRUE(store_->stats().failed_epochs.empty());
+}
+
+TEST_F(DaliTest, UpdatesWithinOneEpochRewriteTheRecordInPlace) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;  // no epoch ends unless asked
+  create();
+  ASSERT_TRUE(store_->insert("k", std::string(100, 'a')).ok());
+  const std::uint64_t used = store_->stats().heap_used;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(store_->update("k", std::string(100 - i % 50, static_cast<char>('b' + i % 20))).ok());
+  }
+  EXPECT_EQ(store_->stats().heap_used, used) << "an update in the same epoch allocated";
+  // In a later epoch an update prepends a new record.
+  ASSERT_TRUE(store_->sync().ok());
+  ASSERT_TRUE(store_->update("k", "new").ok());
+  EXPECT_GT(store_->stats().heap_used, used);
+  std::string v;
+  ASSERT_TRUE(store_->get("k", &v).ok());
+  EXPECT_EQ(v, "new");
+}
+
+TEST_F(DaliTest, SyncMakesTheCurrentEpochDurable) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;
+  create();
+  const std::uint64_t e = store_->stats().epoch;
+  ASSERT_TRUE(store_->insert("a", "1").ok());
+  EXPECT_LT(store_->stats().durable_epoch, e);
+  ASSERT_TRUE(store_->sync().ok());
+  EXPECT_GE(store_->stats().durable_epoch, e);
+  EXPECT_GE(store_->stats().epoch, e + 2);
+}
+
+TEST_F(DaliTest, EpochsAdvanceOnTheirOwn) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 1;
+  create();
+  const std::uint64_t e = store_->stats().epoch;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (store_->stats().epoch < e + 3) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the epoch worker is stuck";
+    std::this_thread::yield();
+  }
+  EXPECT_GE(store_->stats().epoch_fences, 3u);
+}
+
+TEST_F(DaliTest, CrashLosesExactlyTheUnsyncedEpochs) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;
+  create();
+  ASSERT_TRUE(store_->close().ok());
+  crash_after([&](Store& s) {
+    for (int i = 0; i < 200; ++i) {
+      if (!s.insert(key(i), value(i)).ok()) return false;
+    }
+    if (!s.sync().ok()) return false;
+    // Written to the file, but in an epoch the crash fails.
+    for (int i = 200; i < 400; ++i) {
+      if (!s.insert(key(i), value(i)).ok()) return false;
+    }
+    for (int i = 0; i < 50; ++i) {
+      if (!s.update(key(i), value(i, 1)).ok()) return false;
+    }
+    for (int i = 50; i < 60; ++i) {
+      if (!s.remove(key(i)).ok()) return false;
+    }
+    return true;
+  });
+  reopen();
+  const Stats st = store_->stats();
+  EXPECT_FALSE(st.clean_shutdown);
+  EXPECT_EQ(st.failed_epochs.size(), 2u);
+  std::string v;
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(store_->get(key(i), &v).ok()) << key(i);
+    EXPECT_EQ(v, value(i)) << "an update of a failed epoch is visible";
+  }
+  for (int i = 200; i < 400; ++i) {
+    EXPECT_TRUE(store_->get(key(i), &v).is_not_found()) << "a record of a failed epoch: " << key(i);
+  }
+  EXPECT_EQ(store_->size(), 200u);
+  // The store goes on: new writes bypass the failed records (paper Fig. 7c).
+  for (int i = 0; i < 400; ++i) ASSERT_TRUE(store_->upsert(key(i), value(i, 2)).ok());
+  for (int i = 0; i < 400; ++i) {
+    ASSERT_TRUE(store_->get(key(i), &v).ok());
+    EXPECT_EQ(v, value(i, 2));
+  }
+  wait_swept();
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+TEST_F(DaliTest, SweepReturnsTheBlocksOfFailedEpochs) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;
+  options_.dali_initial_log2 = 10;  // no growth: segments stay allocated
+  create();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  ASSERT_TRUE(store_->close().ok());
+  store_.reset();
+  {
+    std::unique_ptr<Store> s;
+    ASSERT_TRUE(Store::open(path_, options_, &s).ok());
+    const std::uint64_t before = s->stats().heap_used;
+    s.reset();
+    crash_after([&](Store& st) {
+      for (int i = 100; i < 1100; ++i) {
+        if (!st.insert(key(i), std::string(500, 'v')).ok()) return false;
+      }
+      return true;
+    });
+    reopen();
+    wait_swept();
+    EXPECT_EQ(store_->stats().heap_used, before) << "blocks of the failed epochs leaked";
+  }
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  EXPECT_EQ(store_->size(), 100u);
+}
+
+TEST_F(DaliTest, StrictCallsAreDurableWhenTheyReturn) {
+  options_.durability = Durability::kStrict;
+  options_.epoch_ms = 60000;  // a strict call must not wait for the interval
+  create();
+  ASSERT_TRUE(store_->close().ok());
+  const auto start = std::chrono::steady_clock::now();
+  crash_after([&](Store& s) {
+    for (int i = 0; i < 100; ++i) {
+      if (!s.insert(key(i), value(i)).ok()) return false;
+    }
+    return s.remove(key(7)).ok();
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(50));
+  reopen();
+  std::string v;
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(store_->get(key(i), &v).ok(), i != 7) << key(i);
+  }
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+TEST_F(DaliTest, RepeatedCrashesKeepTheFailureListSortedAndTheDataIntact) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;
+  create();
+  ASSERT_TRUE(store_->close().ok());
+  for (int round = 0; round < 5; ++round) {
+    crash_after([&](Store& s) {
+      if (!s.upsert(key(round), value(round)).ok() || !s.sync().ok()) return false;
+      // The sweep of the last crash ends with two fences of its own; after
+      // it no epoch ends (60 s) and the next write is lost for sure.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!s.stats().swept) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::yield();
+      }
+      return s.upsert(key(round + 100), value(round)).ok();  // lost
+    });
+  }
+  reopen();
+  const std::vector<std::uint64_t> failed = store_->stats().failed_epochs;
+  EXPECT_GE(failed.size(), 6u);
+  EXPECT_TRUE(std::is_sorted(failed.begin(), failed.end()));
+  std::string v;
+  for (int round = 0; round < 5; ++round) {
+    EXPECT_TRUE(store_->get(key(round), &v).ok()) << round;
+    EXPECT_TRUE(store_->get(key(round + 100), &v).is_not_found()) << round;
+  }
+}
+
+TEST_F(DaliTest, GarbageCollectionKeepsUpdatedKeysInBoundedSpace) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;
+  create();
+  for (int k = 0; k < 10; ++k) ASSERT_TRUE(store_->insert(key(k), value(k)).ok());
+  std::uint64_t peak_after_warmup = 0;
+  for (int round = 0; round < 300; ++round) {
+    // A new epoch per round: every update prepends a new version.
+    ASSERT_TRUE(store_->sync().ok());
+    for (int k = 0; k < 10; ++k) ASSERT_TRUE(store_->update(key(k), value(k, round)).ok());
+    if (round == 20) peak_after_warmup = store_->stats().heap_used;
+  }
+  // Without collection 300 versions of 10 records would be held.
+  EXPECT_LE(store_->stats().heap_used, peak_after_warmup * 2);
+  std::string v;
+  for (int k = 0; k < 10; ++k) {
+    ASSERT_TRUE(store_->get(key(k), &v).ok());
+    EXPECT_EQ(v, value(k, 299));
+  }
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  reopen();
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  for (int k = 0; k < 10; ++k) {
+    ASSERT_TRUE(store_->get(key(k), &v).ok());
+    EXPECT_EQ(v, value(k, 299));
+  }
+}
+
+TEST_F(DaliTest, RemovedKeysStayRemovedAfterCollectionAndCrash) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;
+  create();
+  for (int k = 0; k < 200; ++k) ASSERT_TRUE(store_->insert(key(k), value(k)).ok());
+  ASSERT_TRUE(store_->sync().ok());
+  for (int k = 0; k < 200; k += 2) ASSERT_TRUE(store_->remove(key(k)).ok());
+  for (int round = 0; round < 5; ++round) {
+    ASSERT_TRUE(store_->sync().ok());
+    for (int k = 1; k < 200; k += 2) ASSERT_TRUE(store_->update(key(k), value(k, round)).ok());
+  }
+  ASSERT_TRUE(store_->sync().ok());
+  ASSERT_TRUE(store_->close().ok());
+  crash_after([&](Store& s) {
+    // Updates in an epoch the crash fails; collection runs meanwhile.
+    for (int round = 5; round < 9; ++round) {
+      for (int k = 1; k < 200; k += 2) {
+        if (!s.update(key(k), value(k, round)).ok()) return false;
+      }
+    }
+    return true;
+  });
+  reopen();
+  std::string v;
+  for (int k = 0; k < 200; ++k) {
+    if (k % 2 == 0) {
+      EXPECT_TRUE(store_->get(key(k), &v).is_not_found()) << key(k);
+    } else {
+      ASSERT_TRUE(store_->get(key(k), &v).ok()) << key(k);
+      EXPECT_EQ(v, value(k, 4));
+    }
+  }
+  wait_swept();
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+// --- growth ---------------------------------------------------------------------
+
+TEST(DaliShape, LinearHashingAddressesAndSplitOrder) {
+  using engine::dali::Shape;
+  Shape sh{3, 0};
+  EXPECT_EQ(sh.buckets(), 8u);
+  EXPECT_EQ(sh.bucket_of(13), 5u);
+  sh = sh.next();  // bucket 0 split into 0 and 8
+  EXPECT_EQ(sh, (Shape{3, 1}));
+  EXPECT_EQ(sh.buckets(), 9u);
+  EXPECT_EQ(sh.bucket_of(8), 8u);
+  EXPECT_EQ(sh.bucket_of(16), 0u);
+  EXPECT_EQ(sh.bucket_of(13), 5u);
+  for (int i = 0; i < 7; ++i) sh = sh.next();
+  EXPECT_EQ(sh, (Shape{4, 0}));  // a round ends: every bucket split once
+  EXPECT_EQ(sh.bucket_of(13), 13u);
+  EXPECT_EQ(Shape::decode(sh.encode()), sh);
+  EXPECT_EQ(Shape::decode(Shape{36, 12345}.encode()), (Shape{36, 12345}));
+}
+
+TEST_F(DaliTest, TheTableGrowsOnlineAndKeepsEveryKey) {
+  options_.durability = Durability::kEpoch;
+  options_.dali_initial_log2 = 2;
+  create();
+  std::map<std::string, std::string> model;
+  for (int i = 0; i < 20000; ++i) {
+    ASSERT_TRUE(store_->insert(key(i), value(i)).ok()) << i;
+    model[key(i)] = value(i);
+    if (i % 3 == 0 && i > 0) {
+      ASSERT_TRUE(store_->update(key(i / 2), value(i / 2, 1)).ok());
+      model[key(i / 2)] = value(i / 2, 1);
+    }
+  }
+  const Stats st = store_->stats();
+  EXPECT_GE(st.slots, 20000u / 2 / 2) << "the table did not grow";
+  EXPECT_GT(st.expansions, 1000u);
+  EXPECT_LE(st.load_factor, 2.5);
+  std::string v;
+  for (const auto& [k, want] : model) {
+    ASSERT_TRUE(store_->get(k, &v).ok()) << k;
+    ASSERT_EQ(v, want) << k;
+  }
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  reopen();
+  EXPECT_EQ(store_->stats().slots, st.slots);
+  std::map<std::string, std::string> seen;
+  ASSERT_TRUE(store_->for_each([&](std::string_view k, std::string_view val) {
+    EXPECT_TRUE(seen.emplace(std::string(k), std::string(val)).second) << "twice: " << k;
+    return true;
+  }).ok());
+  EXPECT_EQ(seen, model);
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+TEST_F(DaliTest, ACrashDuringGrowthKeepsTheSyncedKeysAndAConsistentTable) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;
+  options_.dali_initial_log2 = 2;
+  create();
+  ASSERT_TRUE(store_->close().ok());
+  crash_after([&](Store& s) {
+    for (int i = 0; i < 3000; ++i) {
+      if (!s.insert(key(i), value(i)).ok()) return false;
+    }
+    if (!s.sync().ok()) return false;
+    // Splits of an epoch the crash fails: the shape and bucket writes of
+    // each may or may not have reached the file; recovery must not care.
+    for (int i = 3000; i < 6000; ++i) {
+      if (!s.insert(key(i), value(i)).ok()) return false;
+    }
+    return true;
+  });
+  reopen();
+  std::string v;
+  for (int i = 0; i < 3000; ++i) {
+    ASSERT_TRUE(store_->get(key(i), &v).ok()) << key(i);
+    EXPECT_EQ(v, value(i));
+  }
+  for (int i = 3000; i < 6000; ++i) EXPECT_TRUE(store_->get(key(i), &v).is_not_found()) << key(i);
+  EXPECT_EQ(store_->size(), 3000u);
+  wait_swept();
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  // It grows on from the recovered shape.
+  for (int i = 3000; i < 8000; ++i) ASSERT_TRUE(store_->insert(key(i), value(i, 2)).ok()) << i;
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+// --- snapshot reads -----------------------------------------------------------------
+
+TEST_F(DaliTest, SnapshotReadsSeeTheDurableStateOnly) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;
+  create();
+  ASSERT_TRUE(store_->insert("a", "old").ok());
+  ASSERT_TRUE(store_->sync().ok());
+  ASSERT_TRUE(store_->update("a", "new").ok());
+  ASSERT_TRUE(store_->insert("b", "fresh").ok());
+  std::string v;
+  const ReadOptions snapshot{.snapshot = true};
+  ASSERT_TRUE(store_->get("a", &v, snapshot).ok());
+  EXPECT_EQ(v, "old") << "a snapshot read saw a write that is not durable";
+  EXPECT_TRUE(store_->get("b", &v, snapshot).is_not_found());
+  ASSERT_TRUE(store_->get("a", &v).ok());  // the locking read sees the newest
+  EXPECT_EQ(v, "new");
+  ASSERT_TRUE(store_->sync().ok());
+  ASSERT_TRUE(store_->get("a", &v, snapshot).ok());
+  EXPECT_EQ(v, "new");
+  ASSERT_TRUE(store_->get("b", &v, snapshot).ok());
+  EXPECT_EQ(v, "fresh");
+  ASSERT_TRUE(store_->remove("b").ok());
+  ASSERT_TRUE(store_->get("b", &v, snapshot).ok()) << "a snapshot read saw a remove that is not durable";
+}
+
+TEST_F(DaliTest, SnapshotReadsUnderStrictDurabilitySeeEveryAcknowledgedWrite) {
+  options_.durability = Durability::kStrict;
+  create();
+  std::string v;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(store_->upsert("k", value(i)).ok());
+    ASSERT_TRUE(store_->get("k", &v, ReadOptions{.snapshot = true}).ok());
+    EXPECT_EQ(v, value(i));
+  }
+}
+
+TEST_F(DaliTest, ReadOnlyTransactionsKeepTheirSnapshotWhileOthersWriteAndCollect) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;
+  create();
+  for (int k = 0; k < 50; ++k) ASSERT_TRUE(store_->insert(key(k), value(k, 0)).ok());
+  ASSERT_TRUE(store_->sync().ok());
+  std::unique_ptr<Transaction> ro;
+  ASSERT_TRUE(store_->transaction({.read_only = true}, &ro).ok());
+  // Many epochs of updates, removes and collection: the snapshot stays.
+  for (int round = 1; round <= 10; ++round) {
+    for (int k = 0; k < 50; ++k) {
+      if (k % 10 == 0 && round == 1) {
+        ASSERT_TRUE(store_->remove(key(k)).ok());
+      } else if (k % 10 != 0) {
+        ASSERT_TRUE(store_->update(key(k), value(k, round)).ok());
+      }
+    }
+    ASSERT_TRUE(store_->sync().ok());
+  }
+  std::string v;
+  for (int k = 0; k < 50; ++k) {
+    ASSERT_TRUE(ro->get(key(k), &v).ok()) << key(k);
+    EXPECT_EQ(v, value(k, 0)) << key(k);
+  }
+  EXPECT_TRUE(ro->insert("x", "y").is_invalid_argument());
+  ASSERT_TRUE(ro->commit().ok());
+  // Released: collection now drops the old versions.
+  for (int k = 0; k < 50; ++k) {
+    ASSERT_EQ(store_->get(key(k), &v).ok(), k % 10 != 0) << key(k);
+  }
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+// --- transactions --------------------------------------------------------------------
+
+TEST_F(DaliTest, ATransactionSeesItsOwnWritesAndAppliesThemAtCommit) {
+  options_.durability = Durability::kEpoch;
+  create();
+  ASSERT_TRUE(store_->insert("a", "1").ok());
+  ASSERT_TRUE(store_->insert("b", "2").ok());
+  std::unique_ptr<Transaction> txn;
+  ASSERT_TRUE(store_->transaction(&txn).ok());
+  std::string v;
+  ASSERT_TRUE(txn->get("a", &v).ok());
+  EXPECT_EQ(v, "1");
+  ASSERT_TRUE(txn->update("a", "10").ok());
+  EXPECT_TRUE(txn->insert("b", "x").is_already_exists());
+  ASSERT_TRUE(txn->remove("b").ok());
+  EXPECT_TRUE(txn->remove("b").is_not_found());
+  EXPECT_TRUE(txn->update("c", "x").is_not_found());
+  ASSERT_TRUE(txn->insert("c", "3").ok());
+  ASSERT_TRUE(txn->upsert("c", "30").ok());
+  ASSERT_TRUE(txn->get("a", &v).ok());
+  EXPECT_EQ(v, "10");
+  EXPECT_TRUE(txn->get("b", &v).is_not_found());
+  ASSERT_TRUE(txn->get("c", &v).ok());
+  EXPECT_EQ(v, "30");
+  ASSERT_TRUE(txn->commit().ok());
+  EXPECT_TRUE(txn->commit().is_invalid_argument());
+  ASSERT_TRUE(store_->get("a", &v).ok());
+  EXPECT_EQ(v, "10");
+  EXPECT_TRUE(store_->get("b", &v).is_not_found());
+  ASSERT_TRUE(store_->get("c", &v).ok());
+  EXPECT_EQ(v, "30");
+  EXPECT_EQ(store_->size(), 2u);
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+TEST_F(DaliTest, AnAbortedTransactionChangesNothing) {
+  options_.durability = Durability::kEpoch;
+  create();
+  ASSERT_TRUE(store_->insert("a", "1").ok());
+  {
+    std::unique_ptr<Transaction> txn;
+    ASSERT_TRUE(store_->transaction(&txn).ok());
+    ASSERT_TRUE(txn->update("a", "2").ok());
+    ASSERT_TRUE(txn->insert("b", "2").ok());
+    txn->abort();
+    EXPECT_TRUE(txn->commit().is_aborted());
+    EXPECT_TRUE(txn->get("a", nullptr).is_aborted());
+  }
+  {
+    std::unique_ptr<Transaction> txn;  // destroyed without commit: aborted
+    ASSERT_TRUE(store_->transaction(&txn).ok());
+    ASSERT_TRUE(txn->remove("a").ok());
+  }
+  std::string v;
+  ASSERT_TRUE(store_->get("a", &v).ok());  // and its lock was released
+  EXPECT_EQ(v, "1");
+  EXPECT_TRUE(store_->get("b", &v).is_not_found());
+  EXPECT_EQ(store_->size(), 1u);
+}
+
+TEST_F(DaliTest, ADeadlockIsBrokenByTheLockTimeout) {
+  options_.durability = Durability::kEpoch;
+  options_.dali_initial_log2 = 10;
+  create();
+  ASSERT_TRUE(store_->insert("x", "0").ok());
+  ASSERT_TRUE(store_->insert("y", "0").ok());
+  std::unique_ptr<Transaction> t1, t2;
+  ASSERT_TRUE(store_->transaction({.lock_timeout_ms = 50}, &t1).ok());
+  ASSERT_TRUE(store_->transaction({.lock_timeout_ms = 50}, &t2).ok());
+  ASSERT_TRUE(t1->update("x", "1").ok());
+  ASSERT_TRUE(t2->update("y", "2").ok());
+  Status s1, s2;
+  std::thread a([&] { s1 = t1->update("y", "1"); });
+  std::thread b([&] { s2 = t2->update("x", "2"); });
+  a.join();
+  b.join();
+  // At least one waited out its timeout and aborted (releasing its locks);
+  // if one got through, it commits.
+  EXPECT_TRUE(s1.is_aborted() || s2.is_aborted()) << s1.to_string() << " / " << s2.to_string();
+  const Status c1 = t1->commit();
+  const Status c2 = t2->commit();
+  EXPECT_EQ(c1.ok(), s1.ok());
+  EXPECT_EQ(c2.ok(), s2.ok());
+  std::string x, y;
+  ASSERT_TRUE(store_->get("x", &x).ok());
+  ASSERT_TRUE(store_->get("y", &y).ok());
+  // Serializable: t1 wrote both, or t2 did, or neither.
+  const std::string want = c1.ok() ? "1" : c2.ok() ? "2" : "0";
+  EXPECT_FALSE(c1.ok() && c2.ok());
+  EXPECT_EQ(x, want);
+  EXPECT_EQ(y, want);
+}
+
+TEST_F(DaliTest, AStoreCallWaitingForATransactionsLockTimesOutWithBusy) {
+  options_.durability = Durability::kEpoch;
+  options_.dali_lock_timeout_ms = 30;
+  create();
+  ASSERT_TRUE(store_->insert("k", "1").ok());
+  std::unique_ptr<Transaction> txn;
+  ASSERT_TRUE(store_->transaction(&txn).ok());
+  std::string v;
+  ASSERT_TRUE(txn->get("k", &v).ok());
+  EXPECT_TRUE(store_->update("k", "2").is_busy());
+  EXPECT_TRUE(store_->get("k", &v).is_busy());
+  // A snapshot read takes no lock.
+  EXPECT_TRUE(store_->get("k", &v, ReadOptions{.snapshot = true}).ok());
+  ASSERT_TRUE(txn->commit().ok());
+  EXPECT_TRUE(store_->update("k", "2").ok());
+}
+
+TEST_F(DaliTest, TransactionsSurviveACrashWholeOrNotAtAll) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;
+  create();
+  for (int k = 0; k < 100; ++k) ASSERT_TRUE(store_->insert(key(k), "0").ok());
+  ASSERT_TRUE(store_->close().ok());
+  crash_after([&](Store& s) {
+    // Committed and synced: must survive.
+    for (int t = 0; t < 10; ++t) {
+      std::unique_ptr<Transaction> txn;
+      if (!s.transaction(&txn).ok()) return false;
+      for (int k = t * 10; k < t * 10 + 10; ++k) {
+        if (!txn->update(key(k), "1").ok()) return false;
+      }
+      if (!txn->commit().ok()) return false;
+    }
+    if (!s.sync().ok()) return false;
+    // Committed in an epoch the crash fails: all lost together.
+    std::unique_ptr<Transaction> txn;
+    if (!s.transaction(&txn).ok()) return false;
+    for (int k = 0; k < 100; ++k) {
+      if (!txn->update(key(k), "2").ok()) return false;
+    }
+    return txn->commit().ok();
+  });
+  reopen();
+  std::string v;
+  int ones = 0, twos = 0;
+  for (int k = 0; k < 100; ++k) {
+    ASSERT_TRUE(store_->get(key(k), &v).ok());
+    ones += v == "1";
+    twos += v == "2";
+  }
+  EXPECT_TRUE(ones == 100 || twos == 100) << ones << " ones, " << twos << " twos: a torn transaction";
+}
+
+TEST_F(DaliTest, EnginesWithoutTransactionsSaySo) {
+  Options o = options_;
+  o.engine = "clevel";
+  ASSERT_TRUE(Store::create(path_, o, &store_).ok());
+  std::unique_ptr<Transaction> txn;
+  const Status s = store_->transaction(&txn);
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.to_string();
+  EXPECT_NE(s.message().find("dali"), std::string::npos) << s.to_string();
+  EXPECT_TRUE(store_->transaction({.lock_timeout_ms = 0}, &txn).is_invalid_argument());
+}
+
+// --- a full pool ------------------------------------------------------------------------
+
+TEST_F(DaliTest, RemovesSucceedInAFullPoolAndTheirRoomIsUsedAgain) {
+  options_.durability = Durability::kEpoch;
+  options_.pool_size = 4u << 20;
+  create();
+  int n = 0;
+  Status s;
+  while ((s = store_->insert(key(n), std::string(200, 'v'))).ok()) ++n;
+  ASSERT_TRUE(s.is_no_space()) << s.to_string();
+  ASSERT_GT(n, 1000);
+  for (int k = 0; k < n; k += 2) {
+    s = store_->remove(key(k));
+    ASSERT_TRUE(s.ok()) << "remove " << k << " of " << n << " in a full pool: " << s.to_string();
+  }
+  for (int k = 0; k < n / 2; k += 2) {
+    s = store_->insert(key(k), std::string(200, 'w'));
+    ASSERT_TRUE(s.ok()) << "insert " << k << " after the removes: " << s.to_string();
+  }
+  std::string v;
+  for (int k = 0; k < n; ++k) {
+    const bool present = k % 2 == 1 || k < n / 2;  // kept, or removed and inserted again
+    ASSERT_EQ(store_->get(key(k), &v).ok(), present) << key(k);
+  }
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+TEST_F(DaliTest, RefusesBadOptions) {
+  Options o = options_;
+  o.epoch_ms = 0;
+  EXPECT_TRUE(Store::create(path_, o, &store_).is_invalid_argument());
+  o = options_;
+  o.dali_lock_timeout_ms = 60001;
+  EXPECT_TRUE(Store::create(path_, o, &store_).is_invalid_argument());
+  o = options_;
+  o.dali_initial_log2 = 0;
+  EXPECT_TRUE(Store::create(path_, o, &store_).is_invalid_argument());
+  o = options_;
+  o.dali_initial_log2 = 31;
+  EXPECT_TRUE(Store::create(path_, o, &store_).is_invalid_argument());
+  EXPECT_NE(::access(path_.c_str(), F_OK), 0) << "a refused create left a file";
+}
+
+}  // namespace
+}  // namespace pmhash
