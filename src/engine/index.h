@@ -61,6 +61,8 @@ class Index {
   virtual Status sync() = 0;
   virtual Status check() = 0;
   virtual void fill_stats(Stats* stats) const = 0;
+  // Epoch engines: the epoch operations run in now (tests); 0 otherwise.
+  virtual std::uint64_t current_epoch() const { return 0; }
   // Stops background threads and leaves the index quiescent and durable.
   virtual void close() = 0;
 };

@@ -19,6 +19,12 @@ enum Bug : unsigned {
   // The rehash progress index is advanced but never persisted, so recovery
   // looks for half-moved slots in the wrong bucket.
   kProgressNotPersisted = 1u << 2,
+  // dali: recovery adds only the counter's epoch F to the failure list, not
+  // F-1, whose global fence may not have finished.
+  kDaliOnlyOneEpochFails = 1u << 3,
+  // dali: an update does not record its bucket's line for the epoch's
+  // fence (cache_line granularity), so the fence may leave it behind.
+  kDaliBucketNotFenced = 1u << 4,
 };
 
 // The planted bugs (a mask of Bug), process-wide.

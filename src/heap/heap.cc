@@ -305,6 +305,7 @@ class HeapImpl final : public Heap {
   std::uint32_t free_hint_ = 0;           // no free chunk below word free_hint_
   std::atomic<std::uint64_t> free_chunks_{0};
   std::atomic<std::uint32_t> reserve_{0};  // set_reserve()
+  bool reserve_armed_ = true;              // under free_mu_
 
   std::atomic<std::int64_t> slab_used_base_{0};  // slab bytes counted outside live caches
   std::atomic<std::int64_t> slab_capacity_{0};   // block bytes of all slab chunks
@@ -476,8 +477,14 @@ std::uint32_t HeapImpl::next_taken(std::uint32_t i) const {
 bool HeapImpl::take_chunks(std::uint32_t n, std::uint32_t state, std::uint32_t* first,
                            bool use_reserve) {
   std::lock_guard lock(free_mu_);
-  if (!use_reserve && free_chunks_.load() < std::uint64_t{n} + reserve_.load(std::memory_order_relaxed)) {
-    return false;
+  // The reserve (set_reserve): while armed, only use_reserve takes the last
+  // reserve_ free chunks, and taking one disarms it, so that what removes
+  // free next is there for everyone; give_chunks arms it again once there
+  // is room for it twice over.
+  const std::uint64_t reserve = reserve_.load(std::memory_order_relaxed);
+  if (reserve_armed_ && free_chunks_.load() < std::uint64_t{n} + reserve) {
+    if (!use_reserve) return false;
+    reserve_armed_ = false;
   }
   std::uint32_t i = next_free(free_hint_ * 64);
   free_hint_ = std::min<std::uint32_t>(i, nchunks_ - 1) / 64;
@@ -506,6 +513,7 @@ void HeapImpl::give_chunks(std::uint32_t first, std::uint32_t n) {
   }
   free_hint_ = std::min(free_hint_, first / 64);
   free_chunks_.fetch_add(n);
+  if (!reserve_armed_ && free_chunks_.load() >= 2 * std::uint64_t{reserve_.load()} + 1) reserve_armed_ = true;
 }
 
 // ---------------------------------------------------------------------------

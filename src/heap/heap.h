@@ -195,7 +195,9 @@ class Heap {
   virtual std::uint64_t used_bytes() const = 0;  // sum of allocated block sizes
   // Keeps the last `chunks` free chunks for allocate_unlogged(use_reserve):
   // every other allocation that would need a new chunk gets NoSpace while no
-  // more are free. DRAM only (0 at open).
+  // more are free. Once a use_reserve allocation takes one of them, the
+  // reserve is off (what it frees next is for everyone) until 2 x chunks + 1
+  // chunks are free again. DRAM only (0 at open).
   virtual void set_reserve(std::uint32_t chunks) = 0;
   virtual std::uint32_t chunk_count() const = 0;
   virtual std::uint64_t free_bytes() const = 0;  // bytes in free chunks and free slab blocks

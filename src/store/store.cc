@@ -179,6 +179,9 @@ class StoreImpl final : public Store {
   }
 
   media::Region& region() const { return pool_->region(); }
+  // (Also while close() runs in the calling thread: the crash checker asks
+  // from inside the drains of a close.)
+  std::uint64_t epoch() const { return index_ ? index_->current_epoch() : 0; }
 
   Stats stats() const override {
     Stats st;
@@ -349,6 +352,10 @@ std::vector<std::string> Store::engines() { return engine::engine_list(); }
 
 media::Region& store_testing::region(Store& store) {
   return static_cast<StoreImpl&>(store).region();
+}
+
+std::uint64_t store_testing::epoch(const Store& store) {
+  return static_cast<const StoreImpl&>(store).epoch();
 }
 
 Status Store::open(const std::string& path, const Options& options,

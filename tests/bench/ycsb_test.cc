@@ -54,7 +54,7 @@ std::set<std::string> loaded_keys(const KeySpace& space, std::uint64_t records) 
 
 TEST(Workloads, EveryDocumentedNameParses) {
   for (const char* name : {"load", "a", "b", "c", "d", "f", "insert", "read", "read-neg", "update",
-                           "delete", "mixed:40/20/30/10", "mixed:0/0/0/100"}) {
+                           "delete", "mixed:40/20/30/10", "mixed:0/0/0/100", "txn"}) {
     std::string error;
     const auto spec = parse_workload(name, &error);
     ASSERT_TRUE(spec.has_value()) << name << ": " << error;
@@ -188,6 +188,93 @@ TEST(Streams, MixesWithDeletesPromiseNothingButInserts) {
   const KeySpace space(16, 16, 1);
   for (const Op& op : flatten(streams_for("mixed:40/20/20/20", 1000, 5000, 2, 1, space), 16)) {
     EXPECT_EQ(op.must, op.type == OpType::kInsert);
+  }
+}
+
+TEST(Workloads, TxnIsTransactionsOfUniformKeysAsInTheDaliPaper) {
+  std::string error;
+  const auto txn = parse_workload("txn", &error);
+  ASSERT_TRUE(txn.has_value()) << error;
+  EXPECT_DOUBLE_EQ(txn->mix[OpType::kTxn], 1.0);
+  EXPECT_EQ(txn->distribution, Distribution::kUniform);
+  EXPECT_FALSE(txn->distribution_fixed);  // --distribution applies
+  EXPECT_TRUE(txn->run_phase);
+  EXPECT_EQ(kTxnKeys, kTxnReads + kTxnWrites);
+}
+
+// Each transaction of a txn stream carries kTxnKeys distinct loaded keys
+// inline and must commit; streams are dealt round-robin like the others.
+TEST(Streams, TxnOperationsCarryDistinctLoadedKeysAndMustCommit) {
+  const KeySpace space(16, 16, 1);
+  const auto loaded = loaded_keys(space, 50);
+  for (const char* distribution : {"uniform", "zipfian"}) {
+    std::string error;
+    const WorkloadSpec spec = *parse_workload("txn", &error);
+    StreamParams p;
+    p.records = 50;
+    p.ops = 3001;
+    p.threads = 2;
+    p.distribution = *parse_distribution(distribution);
+    const std::vector<OpStream> streams = generate_streams(spec, space, p);
+    ASSERT_EQ(streams.size(), 2u);
+    EXPECT_EQ(streams[0].size() + streams[1].size(), 3001u);
+    std::set<std::string> touched;
+    for (const OpStream& s : streams) {
+      EXPECT_EQ(s.keys_per_op, kTxnKeys);
+      ASSERT_EQ(s.keys.size(), s.size() * kTxnKeys * 16);
+      for (std::size_t i = 0; i < s.size(); ++i) {
+        EXPECT_EQ(static_cast<OpType>(s.ops[i] & OpStream::kTypeMask), OpType::kTxn);
+        EXPECT_NE(s.ops[i] & OpStream::kMustSucceed, 0);
+        std::set<std::string> mine;
+        for (std::size_t k = 0; k < kTxnKeys; ++k) {
+          const std::string key(s.keys.data() + (i * kTxnKeys + k) * 16, 16);
+          EXPECT_TRUE(loaded.count(key)) << distribution;
+          mine.insert(key);
+          touched.insert(key);
+        }
+        EXPECT_EQ(mine.size(), kTxnKeys) << distribution << ": keys repeat in one transaction";
+      }
+    }
+    // 12,000 uniform draws over 50 records reach every one (scrambled
+    // zipfian ranks may collide and leave some records out).
+    if (p.distribution == Distribution::kUniform) {
+      EXPECT_EQ(touched.size(), 50u);
+    }
+  }
+}
+
+TEST(Streams, TxnStreamsAreDeterministicBySeed) {
+  const KeySpace space(16, 16, 1);
+  const auto first = streams_for("txn", 1000, 500, 2, 7, space);
+  const auto again = streams_for("txn", 1000, 500, 2, 7, space);
+  const auto other = streams_for("txn", 1000, 500, 2, 8, space);
+  EXPECT_EQ(first[0].keys, again[0].keys);
+  EXPECT_EQ(first[1].keys, again[1].keys);
+  EXPECT_NE(first[0].keys, other[0].keys);
+}
+
+TEST(Streams, TxnNeedsAtLeastAsManyRecordsAsKeysPerTransaction) {
+  const KeySpace space(16, 16, 1);
+  std::string error;
+  const WorkloadSpec spec = *parse_workload("txn", &error);
+  StreamParams p;
+  p.records = kTxnKeys - 1;
+  p.ops = 10;
+  EXPECT_THROW(generate_streams(spec, space, p), Failure);
+  // Exactly enough: every transaction takes them all, under every
+  // distribution (scrambled zipfian ranks collide on so few records).
+  p.records = kTxnKeys;
+  for (Distribution d : {Distribution::kUniform, Distribution::kZipfian, Distribution::kLatest}) {
+    p.distribution = d;
+    const std::vector<OpStream> streams = generate_streams(spec, space, p);
+    ASSERT_EQ(streams[0].size(), 10u) << distribution_name(d);
+    for (std::size_t i = 0; i < streams[0].size(); ++i) {
+      std::set<std::string> keys;
+      for (std::size_t k = 0; k < kTxnKeys; ++k) {
+        keys.insert(std::string(streams[0].keys.data() + (i * kTxnKeys + k) * 16, 16));
+      }
+      EXPECT_EQ(keys.size(), kTxnKeys) << distribution_name(d);
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // Process-kill test: a child process (tests/crash_child/kill_child.cc) runs
-// the crash checker's workload (crash/workload.h) with strict durability on
-// a real pool file, one or two threads, and reports each acknowledged
-// operation through a pipe; the parent SIGKILLs it at a random instant,
+// the crash checker's workload (crash/workload.h) on a real pool file, one
+// or two threads, with strict durability and, for engines that persist by
+// epochs, with epoch durability too, and reports each acknowledged operation
+// (with the epoch it ran in) through a pipe; the parent SIGKILLs it at a random instant,
 // reopens the pool (crash recovery) and verifies it with the checker's
 // oracle (crash/oracle.h): everything acknowledged is there, each operation
 // in flight wholly or not at all, check() passes. The next child continues
@@ -35,14 +36,17 @@ extern char** environ;
 namespace pmhash::crashtest {
 namespace {
 
-using Param = std::tuple<std::string, std::string>;  // engine, directory
+using Param = std::tuple<std::string, std::string, std::string>;  // engine, directory, durability
 
 class KillTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(KillTest, AcknowledgedWritesSurviveSigkillAtRandomInstants) {
-  const auto& [engine, dir] = GetParam();
+  const auto& [engine, dir, durability] = GetParam();
+  const bool epochs = durability == "epoch";
   const bool on_disk = dir != "/dev/shm";
-  const std::string path = dir + "/pmhash-kill-" + engine + "-" + std::to_string(getpid()) + ".pool";
+  const std::string path =
+      dir + "/pmhash-kill-" + engine + "-" + durability + "-" + std::to_string(getpid()) + ".pool";
+  bool transactions = false;
   ::unlink(path.c_str());
   // On /dev/shm exercise the cache-line flush path; on disk, page (msync).
   setenv("PMEM2_FORCE_GRANULARITY", on_disk ? "page" : "cache_line", 1);
@@ -56,9 +60,11 @@ TEST_P(KillTest, AcknowledgedWritesSurviveSigkillAtRandomInstants) {
     o.clevel_initial_level_log2 = 3;  // small: the children resize all the time
     o.clevel_min_level_log2 = 2;
     o.clevel_shrink_threshold = 0.1;
+    o.dali_initial_log2 = 3;
     std::unique_ptr<Store> store;
     Status created = Store::create(path, o, &store);
     ASSERT_TRUE(created.ok()) << created.to_string();
+    transactions = has_transactions(*store);
     ASSERT_TRUE(store->close().ok());
   }
   std::mt19937_64 rng(42);
@@ -72,6 +78,9 @@ TEST_P(KillTest, AcknowledgedWritesSurviveSigkillAtRandomInstants) {
   w.keys = 600;
   w.period = 3000;  // grow, churn, empty, again
   w.ops = std::uint64_t{1} << 40;
+  w.transactions = transactions;
+  // Epochs of 2 ms: a round of a few thousand operations spans several.
+  const unsigned epoch_ms = 2;
   Oracle oracle(w);
   std::vector<std::uint64_t> next(w.threads, 0);
   std::uint64_t acked_total = 0;
@@ -92,6 +101,9 @@ TEST_P(KillTest, AcknowledgedWritesSurviveSigkillAtRandomInstants) {
                                      std::to_string(w.ops),
                                      std::to_string(w.keys),
                                      std::to_string(w.period),
+                                     transactions ? "1" : "0",
+                                     durability,
+                                     std::to_string(epoch_ms),
                                      starts};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -106,17 +118,34 @@ TEST_P(KillTest, AcknowledgedWritesSurviveSigkillAtRandomInstants) {
     const std::uint64_t max_acks = on_disk ? 300 : 3000;
     const std::uint64_t kill_after = rng() % 10 == 0 ? 0 : 1 + rng() % max_acks;
     FILE* in = fdopen(fds[0], "r");
+    // What the round starts from is durable (the last verification closed
+    // the pool); with epochs, each acknowledgement adds (its epoch, count).
     std::vector<Window> windows(w.threads);
-    for (unsigned t = 0; t < w.threads; ++t) windows[t].done = windows[t].seen = next[t];
+    for (unsigned t = 0; t < w.threads; ++t) {
+      windows[t].done = windows[t].seen = windows[t].synced = next[t];
+      if (epochs) windows[t].by_epoch.emplace_back(0, next[t]);
+    }
     std::uint64_t acks = 0;
     auto read_ack = [&]() -> bool {
       unsigned t = 0;
-      unsigned long long i = 0;
-      if (fscanf(in, "%u %llu", &t, &i) != 2) return false;
+      unsigned long long i = 0, e = 0;
+      if (fscanf(in, "%u %llu %llu", &t, &i, &e) != 3) return false;
       EXPECT_LT(t, threads);
       if (t < w.threads) {
-        EXPECT_EQ(i, windows[t].done) << "thread " << t << " acknowledged out of order";
-        windows[t].done = windows[t].seen = i + 1;
+        Window& win = windows[t];
+        EXPECT_EQ(i, win.seen) << "thread " << t << " acknowledged out of order";
+        win.done = win.seen = i + 1;
+        if (op_at(w, t, i).kind == Op::kSync) win.synced = i;
+        if (epochs) {
+          // The first epoch of the window must be one this crash cannot
+          // fail: the one before this round's first acknowledgement.
+          if (win.by_epoch.size() == 1 && win.by_epoch[0].first == 0) win.by_epoch[0].first = e - 1;
+          if (win.by_epoch.back().first == e) {
+            win.by_epoch.back().second = i + 1;
+          } else {
+            win.by_epoch.emplace_back(e, i + 1);
+          }
+        }
       }
       ++acks;
       return true;
@@ -144,7 +173,7 @@ TEST_P(KillTest, AcknowledgedWritesSurviveSigkillAtRandomInstants) {
     ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.to_string();
     std::vector<std::uint64_t> matched;
     const std::string violation = oracle.verify(*store, windows, /*further=*/false, &matched);
-    ASSERT_EQ(violation, "") << "round " << round << " (" << threads << " threads, " << acks
+    ASSERT_EQ(violation, "") << "round " << round << " (" << durability << ", " << threads << " threads, " << acks
                              << " acks, acknowledged per thread " << windows[0].done << ","
                              << windows[1].done << ")";
     next = matched;
@@ -155,20 +184,34 @@ TEST_P(KillTest, AcknowledgedWritesSurviveSigkillAtRandomInstants) {
   // make crash-long collects what every run explored.
   if (const char* summary = std::getenv("PMHASH_CRASH_SUMMARY")) {
     if (FILE* f = std::fopen(summary, "a")) {
-      std::fprintf(f, "{\"engine\":\"%s\",\"kills\":%d,\"media\":\"%s\",\"acks\":%llu,\"violations\":0}\n",
-                   engine.c_str(), kills, on_disk ? "disk-page" : "shm-cache_line",
+      std::fprintf(f,
+                   "{\"engine\":\"%s\",\"kills\":%d,\"media\":\"%s\",\"durability\":\"%s\",\"acks\":%llu,"
+                   "\"violations\":0}\n",
+                   engine.c_str(), kills, on_disk ? "disk-page" : "shm-cache_line", durability.c_str(),
                    static_cast<unsigned long long>(acked_total));
       std::fclose(f);
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EnginesAndMedia, KillTest,
-                         ::testing::Combine(::testing::ValuesIn(Store::engines()),
-                                            ::testing::Values("/dev/shm", "/var/tmp")),
+// Every engine on both media with strict durability, and with epoch
+// durability where the engine accepts it.
+std::vector<Param> kill_params() {
+  std::vector<Param> out;
+  for (const std::string& engine : Store::engines()) {
+    for (const char* durability : {"strict", "epoch"}) {
+      if (std::string(durability) == "epoch" && !accepts_epoch_durability(engine)) continue;
+      for (const char* dir : {"/dev/shm", "/var/tmp"}) out.emplace_back(engine, dir, durability);
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(EnginesAndMedia, KillTest, ::testing::ValuesIn(kill_params()),
                          [](const auto& info) {
                            return std::get<0>(info.param) +
-                                  (std::get<1>(info.param) == "/dev/shm" ? "_ShmCacheLine" : "_DiskPage");
+                                  (std::get<1>(info.param) == "/dev/shm" ? "_ShmCacheLine" : "_DiskPage") +
+                                  (std::get<2>(info.param) == "epoch" ? "_Epoch" : "");
                          });
 
 }  // namespace

@@ -9,15 +9,24 @@
 // after some prefix of its operations. The operation mix moves through three
 // phases so that a table grows, churns and empties again: with a small
 // initial table it expands and, where the engine shrinks, shrinks.
+//
+// Two more kinds of operation: sync (Store::sync, 2 % of operations: every
+// operation of the thread before it is durable once it returns), and, for
+// engines with transactions (WorkloadSpec::transactions), transactions of 2
+// to 4 writes and reads on the thread's keys (10 %): all of them or none
+// must survive a crash.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "pmhash/store.h"
+#include "pmhash/transaction.h"
 
 namespace pmhash::crashtest {
 
@@ -29,13 +38,16 @@ struct WorkloadSpec {
   // 0: the phases below span all `ops`; else they repeat every `period`
   // operations (long runs that crash and continue many times).
   std::uint64_t period = 0;
+  // The engine has transactions: some operations are transactions.
+  bool transactions = false;
 };
 
 struct Op {
-  enum Kind : unsigned char { kInsert, kUpdate, kUpsert, kRemove, kGet };
+  enum Kind : unsigned char { kInsert, kUpdate, kUpsert, kRemove, kGet, kSync, kTxn };
   Kind kind = kGet;
   std::uint64_t key = 0;  // index into the thread's keys
   std::string value;      // insert, update, upsert
+  std::vector<Op> steps;  // kTxn: its operations, in order
 };
 
 inline std::string key_name(unsigned thread, std::uint64_t key) {
@@ -58,18 +70,12 @@ inline std::optional<std::pair<unsigned, std::uint64_t>> parse_key(const std::st
   return std::make_pair(static_cast<unsigned>(thread), key);
 }
 
-// Operation i of thread t. Values carry the operation's identity and vary
-// in length (a torn or stale value never equals an expected one); one in
-// four spans several cache lines. (Long values come in two lengths only, so
-// that a small pool does not run out of chunks for one slab per size class
-// and thread.)
-inline Op op_at(const WorkloadSpec& w, unsigned thread, std::uint64_t i) {
-  std::mt19937_64 rng(w.seed * 0x9e3779b97f4a7c15ull + thread * 0x100000001b3ull + i);
-  // Grow for the first 45 %, churn for 25 %, then empty.
-  const std::uint64_t permille = w.period != 0 ? i % w.period * 1000 / w.period
-                                : w.ops == 0     ? 0
-                                                 : i * 1000 / w.ops;
-  const unsigned phase = permille < 450 ? 0 : permille < 700 ? 1 : 2;
+namespace detail {
+
+// A write or read of the phase's mix; `salt` tells apart the steps of one
+// transaction.
+inline Op simple_op(const WorkloadSpec& w, unsigned thread, std::uint64_t i, unsigned phase,
+                    std::mt19937_64& rng, unsigned salt) {
   static constexpr unsigned kShares[3][4] = {
       // insert, update, upsert, remove (the rest: get)
       {70, 10, 10, 5},
@@ -88,17 +94,49 @@ inline Op op_at(const WorkloadSpec& w, unsigned thread, std::uint64_t i) {
   if (op.kind != Op::kRemove && op.kind != Op::kGet) {
     op.value.append("v").append(std::to_string(w.seed)).append(".").append(std::to_string(thread));
     op.value.append(".").append(std::to_string(i)).append(".");
+    if (salt != 0) op.value.append("s").append(std::to_string(salt)).append(".");
     const std::size_t pad = rng() % 4 == 0 ? 100 + 100 * (rng() % 2) : rng() % 24;
     op.value.append(pad, static_cast<char>('a' + i % 26));
   }
   return op;
 }
 
+}  // namespace detail
+
+// Operation i of thread t. Values carry the operation's identity and vary
+// in length (a torn or stale value never equals an expected one); one in
+// four spans several cache lines. (Long values come in two lengths only, so
+// that a small pool does not run out of chunks for one slab per size class
+// and thread.)
+inline Op op_at(const WorkloadSpec& w, unsigned thread, std::uint64_t i) {
+  std::mt19937_64 rng(w.seed * 0x9e3779b97f4a7c15ull + thread * 0x100000001b3ull + i);
+  // Grow for the first 45 %, churn for 25 %, then empty.
+  const std::uint64_t permille = w.period != 0 ? i % w.period * 1000 / w.period
+                                : w.ops == 0     ? 0
+                                                 : i * 1000 / w.ops;
+  const unsigned phase = permille < 450 ? 0 : permille < 700 ? 1 : 2;
+  const unsigned r = static_cast<unsigned>(rng() % 100);
+  if (r < 2) {
+    Op sync;
+    sync.kind = Op::kSync;
+    return sync;
+  }
+  if (w.transactions && r < 12) {
+    Op txn;
+    txn.kind = Op::kTxn;
+    const unsigned n = 2 + static_cast<unsigned>(rng() % 3);
+    for (unsigned k = 0; k < n; ++k) txn.steps.push_back(detail::simple_op(w, thread, i, phase, rng, k + 1));
+    return txn;
+  }
+  return detail::simple_op(w, thread, i, phase, rng, 0);
+}
+
 // One thread's part of the store: key index -> value.
 using ThreadModel = std::map<std::uint64_t, std::string>;
 
 // Applies `op` to the model; returns whether the store changes (what the
-// store answers OK to; the others answer NotFound or AlreadyExists).
+// store answers OK to; the others answer NotFound or AlreadyExists). A
+// transaction applies its steps in order and always commits.
 inline bool apply_op(const Op& op, ThreadModel* m) {
   const auto it = m->find(op.key);
   switch (op.kind) {
@@ -119,22 +157,118 @@ inline bool apply_op(const Op& op, ThreadModel* m) {
       return true;
     case Op::kGet:
       return it != m->end();
+    case Op::kSync:
+      return true;
+    case Op::kTxn:
+      for (const Op& step : op.steps) apply_op(step, m);
+      return true;
   }
   return false;
 }
 
-// Runs operation `op` of thread `thread` on the store; a get's value goes
-// to *got.
-inline Status run_op(Store& store, unsigned thread, const Op& op, std::string* got) {
-  const std::string key = key_name(thread, op.key);
+namespace detail {
+
+inline Status run_simple(Store& store, const std::string& key, const Op& op, std::string* got) {
   switch (op.kind) {
     case Op::kInsert: return store.insert(key, op.value);
     case Op::kUpdate: return store.update(key, op.value);
     case Op::kUpsert: return store.upsert(key, op.value);
     case Op::kRemove: return store.remove(key);
     case Op::kGet: return store.get(key, got);
+    default: return Status::InvalidArgument("not a single-key operation");
   }
-  return Status::InvalidArgument("unknown operation");
+}
+
+inline Status run_step(Transaction& txn, const std::string& key, const Op& op, std::string* got) {
+  switch (op.kind) {
+    case Op::kInsert: return txn.insert(key, op.value);
+    case Op::kUpdate: return txn.update(key, op.value);
+    case Op::kUpsert: return txn.upsert(key, op.value);
+    case Op::kRemove: return txn.remove(key);
+    case Op::kGet: return txn.get(key, got);
+    default: return Status::InvalidArgument("not a transaction step");
+  }
+}
+
+}  // namespace detail
+
+// Runs operation `op` of thread `thread` on the store. A get's value goes to
+// *got; a transaction's steps' answers and values go to *steps and
+// *step_values (when given), and an aborted transaction (a lock wait timed
+// out: other threads' keys share its lock stripes) is run again.
+inline Status run_op(Store& store, unsigned thread, const Op& op, std::string* got,
+                     std::vector<Status>* steps = nullptr,
+                     std::vector<std::string>* step_values = nullptr) {
+  if (op.kind == Op::kSync) return store.sync();
+  if (op.kind != Op::kTxn) return detail::run_simple(store, key_name(thread, op.key), op, got);
+  for (;;) {
+    std::unique_ptr<Transaction> txn;
+    if (Status s = store.transaction(&txn); !s.ok()) return s;
+    std::vector<Status> answers;
+    std::vector<std::string> values;
+    Status s;
+    for (const Op& step : op.steps) {
+      std::string value;
+      s = detail::run_step(*txn, key_name(thread, step.key), step, &value);
+      if (s.is_aborted()) break;
+      answers.push_back(s);
+      values.push_back(value);
+    }
+    if (!s.is_aborted()) s = txn->commit();
+    if (s.is_aborted()) continue;
+    if (steps != nullptr) *steps = std::move(answers);
+    if (step_values != nullptr) *step_values = std::move(values);
+    return s;
+  }
+}
+
+// Runs `op` and checks every answer against the model of the thread's keys,
+// which it advances; "" when all agree, else what differs.
+inline std::string run_checked(Store& store, unsigned thread, const Op& op, ThreadModel* model) {
+  auto expect = [&](const Op& o, const Status& s, const std::string& got) -> std::string {
+    const auto it = model->find(o.key);
+    const std::string before = it == model->end() ? std::string() : it->second;
+    const bool changes = apply_op(o, model);
+    const bool ok = changes ? s.ok() : (s.is_not_found() || s.is_already_exists());
+    if (!ok) {
+      return key_name(thread, o.key) + " answered " + s.to_string() + ", expected " +
+             (changes ? "OK" : "NotFound or AlreadyExists");
+    }
+    if (o.kind == Op::kGet && s.ok() && got != before) {
+      return "get(" + key_name(thread, o.key) + ") returned a wrong value";
+    }
+    return "";
+  };
+  std::string got;
+  std::vector<Status> steps;
+  std::vector<std::string> values;
+  const Status s = run_op(store, thread, op, &got, &steps, &values);
+  if (op.kind == Op::kSync) return s.ok() ? "" : "sync answered " + s.to_string();
+  if (op.kind != Op::kTxn) return expect(op, s, got);
+  if (!s.ok()) return "a transaction's commit answered " + s.to_string();
+  if (steps.size() != op.steps.size()) return "a transaction ran only part of its steps";
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    if (std::string e = expect(op.steps[k], steps[k], values[k]); !e.empty()) {
+      return "in a transaction, " + e;
+    }
+  }
+  return "";
+}
+
+// The engine accepts Durability::kEpoch (it persists by epochs).
+inline bool accepts_epoch_durability(const std::string& engine) {
+  Options o;
+  o.engine = engine;
+  o.durability = Durability::kEpoch;
+  o.pool_size = 16u << 20;
+  std::unique_ptr<Store> store;
+  return Store::create_volatile(o, &store).ok();
+}
+
+// The engine of `store` has transactions (Store::transaction works).
+inline bool has_transactions(Store& store) {
+  std::unique_ptr<Transaction> txn;
+  return store.transaction(&txn).ok();
 }
 
 }  // namespace pmhash::crashtest

@@ -2,14 +2,17 @@
 //
 //   pmhash-crash-explore [--engine NAME] [--seed N] [--threads N] [--ops N]
 //                        [--keys N] [--granularity cache_line|page|byte]
+//                        [--durability strict|epoch] [--epoch-ms N]
+//                        [--ops-per-epoch N]
 //                        [--exhaustive N] [--samples N] [--every N]
 //                        [--verifiers N] [--recovery-crash-every N]
 //                        [--plant BUG] [--reproducers DIR] [--summary FILE]
 //   pmhash-crash-explore --replay FILE [--attempts N]
 //   pmhash-crash-explore --list-engines
 //
-// Runs the workload of crash/workload.h on a fresh pool watched by the
-// persistence simulator (crash/persistence_sim.h). Every drain is a crash
+// Runs the workload of crash/workload.h (with transactions when the engine
+// has them) on a fresh pool watched by the persistence simulator
+// (crash/persistence_sim.h). Every drain is a crash
 // point; at every --every'th one it builds crash images from the lines not
 // yet durable: every subset when there are at most --exhaustive of them,
 // else nothing, everything and --samples random subsets (with a torn line
@@ -17,7 +20,15 @@
 // (this program with --verify-server; a child, so recovery never runs inside
 // the workload's persistence hook, and a crash in recovery is a finding, not
 // the end of the run): it opens the image (running recovery) and checks it
-// against the oracle (crash/oracle.h). One image in --recovery-crash-every
+// against the oracle (crash/oracle.h).
+//
+// With --durability epoch (engines that persist by epochs) every thread
+// records the epoch each acknowledged operation ran in, and the oracle
+// expects exactly the operations of epochs the recovery did not fail (and
+// those before an acknowledged sync). The epoch worker's drains are then the
+// only crash points, and the workload would outrun them: each thread waits
+// for the epoch to end after every --ops-per-epoch operations, so that the
+// crash points fall among the operations. One image in --recovery-crash-every
 // is also crashed *during* its recovery, at a random drain of it, and that
 // second image is recovered and verified too (recovery must be restartable).
 //
@@ -41,7 +52,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -69,6 +82,9 @@ struct Config {
   std::string engine = "clevel";
   WorkloadSpec w;
   std::string granularity = "cache_line";
+  std::string durability = "strict";
+  unsigned epoch_ms = 1;
+  std::uint64_t ops_per_epoch = 4;
   std::size_t exhaustive = 4;
   std::size_t samples = 4;
   std::size_t singles = 16;
@@ -110,8 +126,11 @@ unsigned plant_mask(const std::string& name) {
   if (name == "slot-before-item") return kSlotBeforeItemDurable;
   if (name == "no-fence-before-context-swap") return kNoFenceBeforeContextSwap;
   if (name == "progress-not-persisted") return kProgressNotPersisted;
+  if (name == "dali-only-one-epoch-fails") return kDaliOnlyOneEpochFails;
+  if (name == "dali-bucket-not-fenced") return kDaliBucketNotFenced;
   usage("unknown --plant '" + name +
-        "' (slot-before-item, no-fence-before-context-swap, progress-not-persisted)");
+        "' (slot-before-item, no-fence-before-context-swap, progress-not-persisted, "
+        "dali-only-one-epoch-fails, dali-bucket-not-fenced)");
 }
 
 Config parse(int argc, char** argv) {
@@ -128,6 +147,10 @@ Config parse(int argc, char** argv) {
     else if (flag == "--ops") c.w.ops = number(flag, value());
     else if (flag == "--keys") c.w.keys = number(flag, value());
     else if (flag == "--granularity") c.granularity = value();
+    else if (flag == "--durability") c.durability = value();
+    else if (flag == "--epoch-ms") c.epoch_ms = static_cast<unsigned>(number(flag, value()));
+    else if (flag == "--ops-per-epoch") c.ops_per_epoch = number(flag, value());
+    else if (flag == "--transactions") c.w.transactions = number(flag, value()) != 0;
     else if (flag == "--exhaustive") c.exhaustive = number(flag, value());
     else if (flag == "--samples") c.samples = number(flag, value());
     else if (flag == "--singles") c.singles = number(flag, value());
@@ -166,14 +189,24 @@ Config parse(int argc, char** argv) {
   if (c.granularity != "cache_line" && c.granularity != "page" && c.granularity != "byte") {
     usage("--granularity must be cache_line, page or byte");
   }
+  if (c.durability != "strict" && c.durability != "epoch") usage("--durability must be strict or epoch");
+  if (c.epoch_ms == 0 || c.epoch_ms > 60000) usage("--epoch-ms must be 1..60000");
+  if (c.ops_per_epoch == 0) usage("--ops-per-epoch must be positive");
   (void)plant_mask(c.plant);
   return c;
 }
 
+// Per thread "done:seen:synced", then for epoch durability "@e=n/e=n...";
+// threads separated by commas.
 std::string windows_text(const std::vector<Window>& ws) {
   std::string out;
   for (std::size_t i = 0; i < ws.size(); ++i) {
-    out += (i ? "," : "") + std::to_string(ws[i].done) + ":" + std::to_string(ws[i].seen);
+    out += (i ? "," : "") + std::to_string(ws[i].done) + ":" + std::to_string(ws[i].seen) + ":" +
+           std::to_string(ws[i].synced);
+    for (std::size_t k = 0; k < ws[i].by_epoch.size(); ++k) {
+      out += (k ? "/" : "@") + std::to_string(ws[i].by_epoch[k].first) + "=" +
+             std::to_string(ws[i].by_epoch[k].second);
+    }
   }
   return out;
 }
@@ -183,9 +216,25 @@ std::vector<Window> parse_windows(const std::string& text) {
   std::stringstream in(text);
   std::string part;
   while (std::getline(in, part, ',')) {
-    const std::size_t colon = part.find(':');
-    if (colon == std::string::npos) return {};
-    ws.push_back({std::stoull(part.substr(0, colon)), std::stoull(part.substr(colon + 1))});
+    Window w;
+    const std::size_t at = part.find('@');
+    std::stringstream counts(part.substr(0, at));
+    std::string n;
+    std::vector<std::uint64_t> v;
+    while (std::getline(counts, n, ':')) v.push_back(std::stoull(n));
+    if (v.size() != 3) return {};
+    w.done = v[0];
+    w.seen = v[1];
+    w.synced = v[2];
+    if (at != std::string::npos) {
+      std::stringstream epochs(part.substr(at + 1));
+      while (std::getline(epochs, n, '/')) {
+        const std::size_t eq = n.find('=');
+        if (eq == std::string::npos) return {};
+        w.by_epoch.emplace_back(std::stoull(n.substr(0, eq)), std::stoull(n.substr(eq + 1)));
+      }
+    }
+    ws.push_back(std::move(w));
   }
   return ws;
 }
@@ -366,10 +415,22 @@ class Explorer {
   bool workload(unsigned t);
   bool stopping() const { return c_.stop_after != 0 && violations_ >= c_.stop_after; }
 
+  // What a thread has acknowledged, read by the crash points (another
+  // thread): how many operations, how many before its last sync, and (epoch
+  // durability) how many by the end of each recent epoch.
+  struct Acks {
+    std::mutex mu;
+    std::uint64_t count = 0;
+    std::uint64_t synced = 0;
+    std::map<std::uint64_t, std::uint64_t> by_epoch;  // epoch -> count
+  };
+  Window window_of(unsigned t, std::uint64_t epoch_now);
+  bool epoch_mode() const { return c_.durability == "epoch"; }
+
   Config c_;
   std::string self_;
   std::unique_ptr<Store> store_;
-  std::vector<std::unique_ptr<std::atomic<std::uint64_t>>> acked_;
+  std::vector<std::unique_ptr<Acks>> acked_;
   std::vector<Child> verifiers_;
   std::mt19937_64 rng_;
   std::atomic<bool> workload_failed_{false};
@@ -394,7 +455,13 @@ void Explorer::spawn(Child* v, unsigned index) {
                                    "--threads", std::to_string(c_.w.threads),
                                    "--ops", std::to_string(c_.w.ops),
                                    "--keys", std::to_string(c_.w.keys),
+                                   "--transactions", c_.w.transactions ? "1" : "0",
                                    "--granularity", c_.granularity};
+  // A bug planted in recovery must be there when the verifier recovers.
+  if (!c_.plant.empty()) {
+    args.push_back("--plant");
+    args.push_back(c_.plant);
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -520,8 +587,10 @@ void Explorer::at_crash_point(const PersistenceSim& sim) {
   const std::uint64_t point = sim.crash_points();
   if (point % c_.every != 0 || point < c_.first_point || point > c_.last_point || stopping()) return;
   ++points_explored_;
+  // The epoch now bounds the counter any crash image of this point holds.
+  const std::uint64_t epoch_now = epoch_mode() ? store_testing::epoch(*store_) : 0;
   std::vector<Window> windows(c_.w.threads);
-  for (unsigned t = 0; t < c_.w.threads; ++t) windows[t].done = acked_[t]->load(std::memory_order_acquire);
+  for (unsigned t = 0; t < c_.w.threads; ++t) windows[t] = window_of(t, epoch_now);
   const std::vector<std::uint64_t> dirty = sim.dirty_units();
   largest_dirty_ = std::max<std::uint64_t>(largest_dirty_, dirty.size());
   // With byte granularity (eADR, CXL with global persistent flush) stores
@@ -541,7 +610,10 @@ void Explorer::at_crash_point(const PersistenceSim& sim) {
     sim.crash_image_into(choice, &p.image);
     // Operations acknowledged while the image was copied may be in it.
     p.windows = windows;
-    for (unsigned t = 0; t < c_.w.threads; ++t) p.windows[t].seen = acked_[t]->load(std::memory_order_acquire);
+    for (unsigned t = 0; t < c_.w.threads; ++t) {
+      std::lock_guard lock(acked_[t]->mu);
+      p.windows[t].seen = acked_[t]->count;
+    }
     p.choice = std::move(choice);
     p.dirty = dirty;
     const bool crash_recovery = c_.recovery_crash_every != 0 && rng_() % c_.recovery_crash_every == 0;
@@ -556,7 +628,9 @@ std::string Explorer::rerun_command(std::uint64_t point) const {
   const std::uint64_t from = point > 20 ? point - 20 : 0;
   std::string cmd = self_ + " --engine " + c_.engine + " --seed " + std::to_string(c_.w.seed) + " --threads " +
                     std::to_string(c_.w.threads) + " --ops " + std::to_string(c_.w.ops) + " --keys " +
-                    std::to_string(c_.w.keys) + " --granularity " + c_.granularity + " --exhaustive " +
+                    std::to_string(c_.w.keys) + " --granularity " + c_.granularity + " --durability " +
+                    c_.durability + " --epoch-ms " + std::to_string(c_.epoch_ms) + " --ops-per-epoch " +
+                    std::to_string(c_.ops_per_epoch) + " --exhaustive " +
                     std::to_string(c_.exhaustive) + " --samples " + std::to_string(c_.samples) + " --singles " +
                     std::to_string(c_.singles) + " --points " +
                     std::to_string(from) + "-" + std::to_string(point + 20);
@@ -587,6 +661,8 @@ void Explorer::report(const Pending& p, const std::string& what, const std::vect
   r.fields["ops"] = std::to_string(c_.w.ops);
   r.fields["keys"] = std::to_string(c_.w.keys);
   r.fields["granularity"] = c_.granularity;
+  r.fields["durability"] = c_.durability;
+  r.fields["transactions"] = c_.w.transactions ? "1" : "0";
   r.fields["windows"] = windows_text(p.windows);
   r.fields["crash_point"] = std::to_string(p.crash_point);
   r.fields["choice"] = p.choice.describe();
@@ -596,37 +672,66 @@ void Explorer::report(const Pending& p, const std::string& what, const std::vect
   r.image = *image;
   const bool saved = write_reproducer(file, r);
   std::printf(
-      "VIOLATION engine %s seed %llu threads %u ops %llu%s\n"
+      "VIOLATION engine %s seed %llu threads %u ops %llu durability %s%s\n"
       "  crash point %llu (a drain in thread %s), acknowledged per thread %s\n"
       "  lines %s; dropped %s\n"
       "  %s\n"
       "  replay: %s --replay %s%s\n"
       "  rerun:  %s\n",
       c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
-      static_cast<unsigned long long>(c_.w.ops), c_.plant.empty() ? "" : (" planted " + c_.plant).c_str(),
+      static_cast<unsigned long long>(c_.w.ops), c_.durability.c_str(),
+      c_.plant.empty() ? "" : (" planted " + c_.plant).c_str(),
       static_cast<unsigned long long>(p.crash_point), p.thread.c_str(), windows_text(p.windows).c_str(),
       p.choice.describe().c_str(), dropped.empty() ? "-" : dropped.c_str(), what.c_str(), self_.c_str(),
       file.c_str(), saved ? "" : " (COULD NOT SAVE)", rerun_command(p.crash_point).c_str());
   std::fflush(stdout);
 }
 
+Window Explorer::window_of(unsigned t, std::uint64_t epoch_now) {
+  Acks& a = *acked_[t];
+  std::lock_guard lock(a.mu);
+  Window w;
+  w.done = w.seen = a.count;
+  w.synced = a.synced;
+  if (!epoch_mode()) return w;
+  // The counter in a crash image of this point is the epoch now or the next
+  // (at the drain that persists it); recovery fails it and the one before
+  // (and a crash of that recovery the next ones): no crash of this point
+  // fails now-2, the first epoch of the window.
+  for (std::uint64_t e = epoch_now >= 2 ? epoch_now - 2 : 0; e <= epoch_now + 2; ++e) {
+    auto it = a.by_epoch.upper_bound(e);
+    w.by_epoch.emplace_back(e, it == a.by_epoch.begin() ? 0 : std::prev(it)->second);
+  }
+  return w;
+}
+
 bool Explorer::workload(unsigned t) {
   ThreadModel model;
+  Acks& acks = *acked_[t];
   for (std::uint64_t i = 0; i < c_.w.ops && !stopping(); ++i) {
     const Op op = op_at(c_.w, t, i);
-    const std::string key = key_name(t, op.key);
-    const bool changes = apply_op(op, &model);
-    std::string got;
-    const Status s = run_op(*store_, t, op, &got);
-    const bool expected = changes ? s.ok() : (s.is_not_found() || s.is_already_exists());
-    if (!expected || (op.kind == Op::kGet && s.ok() && got != model[op.key])) {
-      std::fprintf(stderr, "workload: thread %u op %llu on %s answered %s, expected %s\n", t,
-                   static_cast<unsigned long long>(i), key.c_str(), s.to_string().c_str(),
-                   changes ? "OK" : "NotFound or AlreadyExists");
+    if (std::string e = run_checked(*store_, t, op, &model); !e.empty()) {
+      std::fprintf(stderr, "workload: thread %u op %llu: %s\n", t, static_cast<unsigned long long>(i), e.c_str());
       workload_failed_ = true;
       return false;
     }
-    acked_[t]->store(i + 1, std::memory_order_release);
+    // The operation ran in this epoch or an earlier one.
+    const std::uint64_t epoch = epoch_mode() ? store_testing::epoch(*store_) : 0;
+    {
+      std::lock_guard lock(acks.mu);
+      acks.count = i + 1;
+      if (op.kind == Op::kSync) acks.synced = i;  // the ones before it
+      if (epoch_mode()) {
+        acks.by_epoch[epoch] = i + 1;
+        while (acks.by_epoch.size() > 16) acks.by_epoch.erase(acks.by_epoch.begin());
+      }
+    }
+    if (epoch_mode() && (i + 1) % c_.ops_per_epoch == 0) {
+      // Let the epoch end (and its drains, the crash points, happen) before
+      // going on: a pace, not a promise.
+      const std::uint64_t e = store_testing::epoch(*store_);
+      while (store_testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
+    }
   }
   return true;
 }
@@ -643,11 +748,19 @@ int Explorer::run() {
   o.clevel_initial_level_log2 = 2;  // tiny: the workload expands and shrinks the table
   o.clevel_min_level_log2 = 2;
   o.clevel_shrink_threshold = 0.15;
+  o.dali_initial_log2 = 2;  // tiny: the workload grows the table all the time
+  // A crash point stops the epoch worker while it dispatches images, and
+  // every thread entering an epoch waits for it meanwhile, locks held: no
+  // lock wait of a single operation may time out for that.
+  o.dali_lock_timeout_ms = 60000;
+  o.durability = epoch_mode() ? Durability::kEpoch : Durability::kStrict;
+  o.epoch_ms = c_.epoch_ms;
   if (Status s = Store::create(pool, o, &store_); !s.ok()) usage("cannot create " + pool + ": " + s.to_string());
+  c_.w.transactions = has_transactions(*store_);
 
   verifiers_.resize(c_.verifiers);
   for (unsigned i = 0; i < c_.verifiers; ++i) spawn(&verifiers_[i], i);
-  for (unsigned t = 0; t < c_.w.threads; ++t) acked_.push_back(std::make_unique<std::atomic<std::uint64_t>>(0));
+  for (unsigned t = 0; t < c_.w.threads; ++t) acked_.push_back(std::make_unique<Acks>());
 
   const auto start = std::chrono::steady_clock::now();
   std::uint64_t crash_points = 0;
@@ -673,10 +786,10 @@ int Explorer::run() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::printf(
-      "engine %s seed %llu threads %u ops %llu granularity %s%s: %llu crash points, %llu explored, "
+      "engine %s seed %llu threads %u ops %llu granularity %s durability %s%s: %llu crash points, %llu explored, "
       "%llu crash images, %llu crashes during recovery, %llu violations, largest dirty set %llu, %.1f s\n",
       c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
-      static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(),
+      static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.durability.c_str(),
       c_.plant.empty() ? "" : (" planted " + c_.plant).c_str(), static_cast<unsigned long long>(crash_points),
       static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
       static_cast<unsigned long long>(recovery_images_), static_cast<unsigned long long>(violations_.load()),
@@ -685,10 +798,12 @@ int Explorer::run() {
     if (FILE* f = std::fopen(c_.summary.c_str(), "a")) {
       std::fprintf(f,
                    "{\"engine\":\"%s\",\"seed\":%llu,\"threads\":%u,\"ops\":%llu,\"granularity\":\"%s\","
+                   "\"durability\":\"%s\","
                    "\"planted\":\"%s\",\"crash_points\":%llu,\"explored\":%llu,\"images\":%llu,"
                    "\"recovery_images\":%llu,\"violations\":%llu,\"seconds\":%.1f}\n",
                    c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
-                   static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.plant.c_str(),
+                   static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.durability.c_str(),
+                   c_.plant.c_str(),
                    static_cast<unsigned long long>(crash_points),
                    static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
                    static_cast<unsigned long long>(recovery_images_),
@@ -709,6 +824,9 @@ int replay(const Config& c) {
   w.threads = static_cast<unsigned>(std::stoul(r.field("threads")));
   w.ops = std::stoull(r.field("ops"));
   w.keys = std::stoull(r.field("keys"));
+  w.transactions = r.field("transactions") == "1";
+  // A bug planted in recovery replays only with it planted again.
+  engine::planted::bugs.store(plant_mask(r.field("planted") == "-" ? "" : r.field("planted")));
   ::setenv("PMEM2_FORCE_GRANULARITY", r.field("granularity").c_str(), 1);
   const std::string path = c.dir + "/pmhash-replay-" + std::to_string(::getpid()) + ".pool";
   std::printf("replaying %s: engine %s seed %s threads %s, crash point %s, %s\n", c.replay.c_str(),
@@ -753,6 +871,7 @@ int main(int argc, char** argv) {
   if (!c.replay.empty()) return replay(c);
   if (c.verify_server) {
     ::setenv("PMEM2_FORCE_GRANULARITY", c.granularity.c_str(), 1);
+    pmhash::engine::planted::bugs.store(plant_mask(c.plant));
     return verify_server(c);
   }
   char self[4096];

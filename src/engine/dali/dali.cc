@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/dali/dali_index.h"
+#include "engine/planted.h"
 
 namespace pmhash::engine::dali {
 
@@ -182,12 +183,18 @@ Status DaliIndex::judge(Op op, const Probe& p) {
   return Status::OK();
 }
 
-Status DaliIndex::allocate_record(heap::ThreadCache* tc, unsigned t, std::size_t n, bool absent,
-                                  std::uint64_t* off) {
+Status DaliIndex::allocate_record(heap::ThreadCache* tc, unsigned t, std::size_t n,
+                                  std::uint64_t superseded, std::uint64_t* off) {
   const void* bit = nullptr;
-  // A full pool still takes removes: their "absent" records may use the
-  // heap's reserve (dali.h, "Garbage collection").
-  if (Status s = tc->allocate_unlogged(n, off, &bit, /*use_reserve=*/absent); !s.ok()) return s;
+  Status s = tc->allocate_unlogged(n, off, &bit);
+  // A full pool still takes removes (dali.h, "Garbage collection"): their
+  // "absent" records may use the heap's reserve, or a block of the size the
+  // removed record has (garbage collection frees those).
+  if (s.is_no_space() && superseded != 0) {
+    s = tc->allocate_unlogged(n, off, &bit, /*use_reserve=*/true);
+    if (s.is_no_space()) s = tc->allocate_unlogged(heap_.block_size(superseded), off, &bit, true);
+  }
+  if (!s.ok()) return s;
   // The allocation bit reaches media with the record, by the epoch's fence.
   epochs_->dirty(t, bit, sizeof(std::uint64_t));
   return Status::OK();
@@ -206,7 +213,7 @@ void DaliIndex::make_room(heap::ThreadCache* tc, unsigned t) {
   for (std::uint32_t stripe = 0; stripe <= stripe_mask_; ++stripe) {
     if (!lock_until(stripe, op_deadline())) continue;
     const std::uint64_t e = epochs_->enter(t);
-    for_stripe_buckets(stripe, shape(), [&](Bucket* b) { collect_garbage(t, e, b); });
+    for_stripe_buckets(stripe, shape(), [&](Bucket* b) { collect_garbage(t, e, stripe, b); });
     epochs_->exit(t);
     unlock(stripe);
   }
@@ -266,6 +273,7 @@ void DaliIndex::retarget(unsigned t, std::uint64_t e, Bucket* b, std::uint64_t h
   // sees the record behind it complete.
   b->ptr[n.a].store(head, std::memory_order_release);
   b->status.store(n.encode(), std::memory_order_release);
+  if (planted::active(planted::kDaliBucketNotFenced)) return;
   epochs_->dirty(t, b, sizeof(Bucket));
 }
 
@@ -296,7 +304,7 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
         write_in_place(t, e, p.found, value, absent);
       } else {
         std::uint64_t off = 0;
-        s = allocate_record(tc, t, n, absent, &off);
+        s = allocate_record(tc, t, n, absent ? p.found : 0, &off);
         if (s.ok()) prepend(t, e, p.bucket, off, key.bytes, value, absent, e);
       }
     }
@@ -307,7 +315,7 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
       // versions of the key, or of others, may have become garbage), and
       // every kGcEvery-th write.
       const bool behind = p.found != 0 && rec(p.found)->next.load(std::memory_order_relaxed) != 0;
-      if (behind || ++retired_[t].writes % kGcEvery == 0) collect_garbage(t, e, p.bucket);
+      if (behind || ++retired_[t].writes % kGcEvery == 0) collect_garbage(t, e, stripe, p.bucket);
     }
     epochs_->exit(t);
     unlock(stripe);
@@ -352,13 +360,18 @@ std::uint64_t DaliIndex::horizon(std::uint64_t e) const {
 }
 
 void DaliIndex::obsolete(const std::vector<std::uint64_t>& list, std::uint64_t e, bool for_split,
-                         std::vector<char>* drop) const {
+                         bool absent_ok, std::vector<char>* drop) const {
   // For each key, its anchor is the newest record that every snapshot
   // reader sees (version <= horizon) and, for garbage collection, that
   // survives every crash (written <= e-2: its epoch can no longer fail).
-  // Every older record of the key is obsolete; so is the anchor itself when
-  // it says "absent" and nothing older is kept: the list then reads the
-  // same without them, for every reader, before and after any crash.
+  // Every older record of the key is obsolete: unlinking any of them alone
+  // leaves the anchor in front. An anchor that says "absent" is obsolete
+  // too once nothing older of its key is left, but unlinking it is safe only
+  // if no older version can come back: a split drops it together with them
+  // (the new list replaces the old at once); garbage collection only when
+  // no older version is on the list any more and every unlink before was
+  // durable (`absent_ok`). (Unlinked in place together, the anchor's unlink
+  // could reach media without an older version's, and the key come back.)
   const std::uint64_t h = horizon(e);
   const std::size_t n = list.size();
   drop->assign(n, 0);
@@ -378,15 +391,15 @@ void DaliIndex::obsolete(const std::vector<std::uint64_t>& list, std::uint64_t e
       }
     }
     if (anchor == n || !record_absent(rec(list[anchor]))) continue;
-    bool older_kept = false;
-    for (std::size_t j = anchor + 1; j < n && !older_kept; ++j) {
-      older_kept = (*drop)[j] == 0 && record_key(rec(list[j])) == record_key(ri);
+    bool older = false;
+    for (std::size_t j = anchor + 1; j < n && !older; ++j) {
+      older = (for_split ? (*drop)[j] == 0 : true) && record_key(rec(list[j])) == record_key(ri);
     }
-    if (!older_kept) (*drop)[anchor] = 1;
+    if (!older && (for_split || absent_ok)) (*drop)[anchor] = 1;
   }
 }
 
-void DaliIndex::collect_garbage(unsigned t, std::uint64_t e, Bucket* b) {
+void DaliIndex::collect_garbage(unsigned t, std::uint64_t e, std::uint32_t stripe, Bucket* b) {
   thread_local std::vector<std::uint64_t> list;
   thread_local std::vector<char> drop;
   list.clear();
@@ -394,22 +407,31 @@ void DaliIndex::collect_garbage(unsigned t, std::uint64_t e, Bucket* b) {
     list.push_back(r);
   }
   if (list.size() < 2) return;
-  obsolete(list, e, /*for_split=*/false, &drop);
+  std::atomic<std::uint64_t>& last_unlink = unlinked_at_[stripe];
+  obsolete(list, e, /*for_split=*/false, last_unlink.load(std::memory_order_relaxed) + 2 <= e, &drop);
   // The head is never unlinked (the bucket's active pointer names it). A
   // snapshot reader on an unlinked record still finds the rest of the list
   // through its unchanged next; the record is freed once no one can be on
   // it (retire). Another bucket pointer may still name an unlinked record:
   // it never becomes a valid head again (dali.h, "Garbage collection").
-  RecordHeader* kept = rec(list[0]);
-  for (std::size_t i = 1; i < list.size(); ++i) {
+  // Each run of dropped records goes with one store to the next of the kept
+  // record before it: every value that store can leave on media is a list
+  // that reads right.
+  for (std::size_t i = 1; i < list.size();) {
     if (!drop[i]) {
-      kept = rec(list[i]);
+      ++i;
       continue;
     }
-    kept->next.store(rec(list[i])->next.load(std::memory_order_relaxed), std::memory_order_release);
+    std::size_t end = i;
+    while (end < list.size() && drop[end]) ++end;
+    RecordHeader* kept = rec(list[i - 1]);
+    kept->next.store(rec(list[end - 1])->next.load(std::memory_order_relaxed), std::memory_order_release);
     epochs_->dirty(t, &kept->next, sizeof(std::uint64_t));
-    retire(t, e, list[i]);
-    collected_.fetch_add(1, std::memory_order_relaxed);
+    for (; i < end; ++i) {
+      retire(t, e, list[i]);
+      collected_.fetch_add(1, std::memory_order_relaxed);
+    }
+    last_unlink.store(e, std::memory_order_relaxed);
   }
 }
 

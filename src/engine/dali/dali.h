@@ -169,13 +169,18 @@
 // ---------------------------------------------------------------------------
 // At the end of a write that superseded a version with records behind it,
 // and of every 8th write of a thread, still under the bucket's lock, the
-// writer walks that bucket's valid list. For each key, its anchor is the newest record that
-// every snapshot reader sees (version <= horizon) and that survives every
-// crash (written <= E-2); every older record of the key is obsolete, and so
-// is an "absent" anchor with nothing older kept. Obsolete records other
-// than the head are unlinked (one pointer store each, any order: the list
-// reads the same with or without them, before and after any crash). A
-// bucket pointer other than the valid head may still name an unlinked
+// writer walks that bucket's valid list. For each key, its anchor is the
+// newest record that every snapshot reader sees (version <= horizon) and
+// that survives every crash (written <= E-2); every older record of the key
+// is obsolete. Each run of obsolete records (never the head) is unlinked
+// with one pointer store in the record before it; every such store may
+// reach media alone, in any order, as it leaves the anchors in front of
+// what it unlinks. An "absent" anchor is obsolete too once nothing older of
+// its key is left, but it goes only when no older version of its key is on
+// the list any more and the stripe's last unlink is two epochs old
+// (durable): else a crash could keep its unlink and lose an older
+// version's, and the key would come back (found by the crash checker).
+// A bucket pointer other than the valid head may still name an unlinked
 // record: it never becomes a valid head again, since the valid head after
 // any crash is the list of the last update that survived (paper Lemma 3),
 // which holds the record's anchor above it (the anchor survives every
@@ -188,7 +193,9 @@
 // freed; then the write is tried once more. A remove needs a record too:
 // the heap keeps 1/64 of its chunks (at least one) free for the "absent"
 // records of removes (Heap::set_reserve), so that a pool that refuses
-// inserts still takes removes, whose garbage then makes room.
+// inserts still takes removes, whose garbage then makes room; and a remove
+// that still finds no room takes a block of the size of the record it
+// removes, the size its garbage frees.
 //
 // Heap: records are allocated with ThreadCache::allocate_unlogged (no log,
 // no flush); the allocation bit is recorded for the fence like any other

@@ -66,6 +66,7 @@ class DaliIndex final : public Index {
   Status sync() override;
   Status check() override;
   void fill_stats(Stats* stats) const override;
+  std::uint64_t current_epoch() const override { return epochs_->current(); }
   void close() override;
 
  private:
@@ -130,9 +131,10 @@ class DaliIndex final : public Index {
   Probe probe(const Key& key) const;
   // The answer of `op` given the probe: OK when it changes the store.
   static Status judge(Op op, const Probe& p);
-  // A record of `n` bytes (allocate_unlogged; its bitmap word is recorded);
-  // an `absent` one may use the heap's reserve.
-  Status allocate_record(heap::ThreadCache* tc, unsigned t, std::size_t n, bool absent,
+  // A record of `n` bytes (allocate_unlogged; its bitmap word is recorded).
+  // The "absent" record of a remove names the record it `superseded`: in a
+  // full pool it may use the heap's reserve or a block of that one's size.
+  Status allocate_record(heap::ThreadCache* tc, unsigned t, std::size_t n, std::uint64_t superseded,
                          std::uint64_t* off);
   // NoSpace: collects every bucket after three epochs and frees what is
   // retired (outside any epoch and lock).
@@ -156,10 +158,10 @@ class DaliIndex final : public Index {
   // Versions older than this need not stay visible to a snapshot reader.
   std::uint64_t horizon(std::uint64_t e) const;
   // Marks in *drop the records of `list` (newest first) that no crash and
-  // no snapshot reader needs; with `keep_head`, never the first.
+  // no snapshot reader needs (see the definition).
   void obsolete(const std::vector<std::uint64_t>& list, std::uint64_t e, bool for_split,
-                std::vector<char>* drop) const;
-  void collect_garbage(unsigned t, std::uint64_t e, Bucket* b);
+                bool absent_ok, std::vector<char>* drop) const;
+  void collect_garbage(unsigned t, std::uint64_t e, std::uint32_t stripe, Bucket* b);
   void retire(unsigned t, std::uint64_t e, std::uint64_t off);
   // Frees thread t's retired records that no one can reach any more.
   void reclaim(heap::ThreadCache* tc, unsigned t);
@@ -223,6 +225,9 @@ class DaliIndex final : public Index {
     unsigned writes = 0;  // owner only: paces garbage collection
   };
   std::unique_ptr<RetireList[]> retired_;
+  // Per stripe: the epoch of its last unlink (stripe locked); at open, the
+  // open's epoch (earlier unlinks may not be durable).
+  std::unique_ptr<std::atomic<std::uint64_t>[]> unlinked_at_;
   std::atomic<std::uint64_t> collected_{0};
 
   std::mutex room_mu_;  // one make_room at a time

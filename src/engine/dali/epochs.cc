@@ -98,13 +98,13 @@ std::uint64_t Epochs::durable_through() const {
 void Epochs::wait_durable(std::uint64_t e) {
   std::unique_lock lock(mu_);
   if (persisted_ >= e + 2) return;
-  if (!stop_) {
+  if (!stop_ && thread_.joinable()) {
     wanted_ = std::max(wanted_, e + 2);
     wake_.notify_all();
     advanced_.wait(lock, [&] { return persisted_ >= e + 2 || stop_; });
     if (persisted_ >= e + 2) return;
   }
-  // No worker (stopping): advance in this thread.
+  // No worker (stopping, or it never started): advance in this thread.
   lock.unlock();
   while (durable_through() < e) advance_now();
 }

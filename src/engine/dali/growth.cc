@@ -79,13 +79,13 @@ void DaliIndex::split_one(heap::ThreadCache* tc, unsigned t) {
   }
   // The copies leave out what garbage collection would drop (they need not
   // be durable first: the whole split counts only once e is).
-  obsolete(list, e, /*for_split=*/true, &drop);
+  obsolete(list, e, /*for_split=*/true, /*absent_ok=*/true, &drop);
   copies.assign(list.size(), 0);
   bool room = true;
   for (std::size_t i = 0; i < list.size() && room; ++i) {
     if (drop[i]) continue;
     const RecordHeader* r = rec(list[i]);
-    room = allocate_record(tc, t, record_size(r->key_len, r->value_len), false, &copies[i]).ok();
+    room = allocate_record(tc, t, record_size(r->key_len, r->value_len), 0, &copies[i]).ok();
   }
   if (!room) {
     for (std::uint64_t c : copies) {

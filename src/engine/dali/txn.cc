@@ -173,8 +173,9 @@ Status DaliTxn::commit() {
       const Key k{key, w.h1, w.h2};
       Plan plan{&key, &w, ix_.probe(k)};
       if (!ix_.fits_in_place(plan.p.found, e, key.size(), w.value.size())) {
-        room = room && ix_.allocate_record(tc, t, record_size(key.size(), w.value.size()), w.absent,
-                                                    &plan.off).ok();
+        room = room && ix_.allocate_record(tc, t, record_size(key.size(), w.value.size()),
+                                           w.absent ? plan.p.found : 0, &plan.off)
+                           .ok();
       }
       plans.push_back(plan);
     }
