@@ -8,6 +8,11 @@
 # Benchmarks (results and figures: see README, "Benchmarks"):
 #   make bench-full  the paper-sized profile, every engine and peer
 #   make results     the profile behind the README's tables, into docs/results
+#   make bench-dali  dali (epochs) against LMDB and RocksDB on a disk file
+#                    (page granularity) and against clevel in /dev/shm, YCSB
+#                    load/A/B/C and transactions (3 reads + 1 update), into
+#                    docs/results/dali (about 14 minutes; DALI_RECORDS,
+#                    DALI_SECONDS, POOL_DIR: scripts/bench.sh)
 #   make figures     regenerate every figure in docs/results from its JSON
 #   make bench       pmhash-microbench, pmhash against libcuckoo, repeated
 # Fuzzing (README, "Fuzzing"):
@@ -18,7 +23,7 @@
 #                    knobs in scripts/crash-long.sh)
 
 .PHONY: run test bootstrap bootstrap-plot build-release build-asan build-tsan \
-        build-fuzz bench bench-full results figures crash-long fuzz clean
+        build-fuzz bench bench-full bench-dali results figures crash-long fuzz clean
 
 bootstrap:
 	./scripts/bootstrap.sh
@@ -61,11 +66,19 @@ bench-full: build-release bootstrap-plot
 results: build-release bootstrap-plot
 	./scripts/bench.sh results build/release
 
+bench-dali: build-release bootstrap-plot
+	./scripts/bench.sh dali build/release
+
 crash-long: build-release
 	./scripts/crash-long.sh build/release
 
 figures: bootstrap-plot
 	.venv/bin/python bench/plot.py --out docs/results docs/results/*.json
+	for part in disk shm; do \
+	  if [ -f docs/results/dali/$$part.json ]; then \
+	    .venv/bin/python bench/plot.py --out docs/results/dali/$$part docs/results/dali/$$part.json; \
+	  fi; \
+	done
 
 clean:
 	rm -rf build

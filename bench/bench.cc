@@ -22,6 +22,17 @@
 // Before the runs, the driver measures this machine's ceilings on the same
 // kind of region as the pool (ceilings.h), once per thread count, so that each
 // result is also shown as a fraction of what the hardware allows.
+//
+// Engines. --engine takes peers, the finished pmhash engines
+// (Store::engines()), and any other name Store::create accepts, such as an
+// engine still in progress (asked by creating a small store in DRAM). A
+// name may carry its own durability, NAME:strict or NAME:epoch, overriding
+// --durability for that engine, so that one run can compare an engine in
+// both modes.
+//
+// The txn workload (ycsb.h) runs only on tables with transactions
+// (Table::transactions_supported); any other engine is skipped for it, with
+// a row saying why in the table and an entry in the JSON's "skipped".
 #include <malloc.h>
 #include <unistd.h>
 
@@ -66,6 +77,7 @@ struct Config {
   std::string granularity = "cache_line";
   std::string durability = "strict";
   unsigned epoch_ms = 10;
+  unsigned lock_timeout_ms = 100;
   std::uint64_t seed = 1;
   std::string json_path;
   std::string csv_path;
@@ -119,36 +131,81 @@ std::vector<std::string> all_engines() {
   return names;
 }
 
-bool is_pmhash_engine(const std::string& name) {
-  const std::vector<std::string> engines = Store::engines();
-  return std::find(engines.begin(), engines.end(), name) != engines.end();
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-std::vector<std::string> resolve_engines(const std::vector<std::string>& requested) {
+// One --engine entry: a table, and the durability it runs with when the
+// entry names one (NAME:strict, NAME:epoch); else --durability's.
+struct EngineSpec {
+  std::string name;
+  bool pmhash = false;  // a pmhash engine, not a peer
+  std::optional<Durability> durability;
+
+  std::string label() const {
+    if (!durability) return name;
+    return name + (*durability == Durability::kEpoch ? ":epoch" : ":strict");
+  }
+};
+
+// Whether Store::create accepts `name` (an engine not in Store::engines(),
+// such as one still in progress): creates and closes a small store in DRAM.
+// Throws Failure for an unknown name or a store that cannot be made.
+void probe_pmhash_engine(const std::string& name, const std::string& known) {
+  Options options;
+  options.engine = name;
+  options.pool_size = std::uint64_t{64} << 20;
+  std::unique_ptr<Store> store;
+  const Status s = Store::create_volatile(options, &store);
+  if (s.is_invalid_argument()) {
+    throw Failure("--engine: unknown engine '" + name + "' (engines: " + known +
+                  "; or pmhash, peers, all; pmhash says: " + s.message() + ")");
+  }
+  if (!s.ok()) {
+    throw Failure("--engine " + name + ": cannot create a " + name + " store in DRAM: " +
+                  s.to_string());
+  }
+  store->close();
+}
+
+std::vector<EngineSpec> resolve_engines(const std::vector<std::string>& requested) {
+  const std::vector<std::string> finished = Store::engines();
   const std::vector<std::string> known = all_engines();
-  std::vector<std::string> out;
-  for (const std::string& name : requested) {
-    if (name == "all") {
-      for (const std::string& k : known) out.push_back(k);
-      continue;
+  std::string known_list;
+  for (const std::string& k : known) known_list += (known_list.empty() ? "" : ", ") + k;
+  std::vector<EngineSpec> out;
+  for (const std::string& entry : requested) {
+    const std::size_t colon = entry.find(':');
+    const std::string name = entry.substr(0, colon);
+    std::optional<Durability> durability;
+    if (colon != std::string::npos) {
+      const std::string mode = entry.substr(colon + 1);
+      if (mode != "strict" && mode != "epoch") {
+        throw Failure("--engine " + entry + ": the durability after ':' must be strict or epoch");
+      }
+      durability = mode == "epoch" ? Durability::kEpoch : Durability::kStrict;
     }
-    if (name == "pmhash" || name == "peers") {
-      for (const std::string& k : name == "pmhash" ? Store::engines() : peer_names()) {
-        out.push_back(k);
+    if (name == "all" || name == "pmhash" || name == "peers") {
+      if (name != "peers") {
+        for (const std::string& e : finished) out.push_back({e, true, durability});
+      }
+      if (name != "pmhash") {
+        for (const std::string& p : peer_names()) out.push_back({p, false, durability});
       }
       continue;
     }
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      std::string list;
-      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-      throw Failure("--engine: unknown engine '" + name + "' (engines: " + list +
-                    "; or pmhash, peers, all)");
+    if (contains(peer_names(), name)) {
+      out.push_back({name, false, durability});
+      continue;
     }
-    out.push_back(name);
+    if (!contains(finished, name)) probe_pmhash_engine(name, known_list);
+    out.push_back({name, true, durability});
   }
-  std::vector<std::string> unique;
-  for (const std::string& name : out) {
-    if (std::find(unique.begin(), unique.end(), name) == unique.end()) unique.push_back(name);
+  std::vector<EngineSpec> unique;
+  for (const EngineSpec& e : out) {
+    const bool seen = std::any_of(unique.begin(), unique.end(),
+                                  [&](const EngineSpec& u) { return u.label() == e.label(); });
+    if (!seen) unique.push_back(e);
   }
   return unique;
 }
@@ -178,6 +235,10 @@ void validate(const Config& config) {
   if (config.distribution && !parse_distribution(*config.distribution)) {
     throw Failure("--distribution must be zipfian, uniform or latest");
   }
+  if (contains(config.workloads, "txn") && config.records < kTxnKeys) {
+    throw Failure("--workload txn: each transaction touches " + std::to_string(kTxnKeys) +
+                  " distinct records; --records must be at least " + std::to_string(kTxnKeys));
+  }
 }
 
 // --- runs ---------------------------------------------------------------------
@@ -191,7 +252,7 @@ std::uint64_t malloc_in_use() {
 
 class Driver {
  public:
-  Driver(Config config, std::vector<std::string> engines, std::vector<WorkloadSpec> specs)
+  Driver(Config config, std::vector<EngineSpec> engines, std::vector<WorkloadSpec> specs)
       : config_(std::move(config)),
         engines_(std::move(engines)),
         specs_(std::move(specs)),
@@ -225,9 +286,14 @@ class Driver {
         params.zipf = config_.zipf;
         params.seed = config_.seed;
         const std::vector<OpStream> streams = generate_streams(spec, space_, params);
-        for (const std::string& engine : engines_) {
-          runs_.push_back(run_one(engine, threads, spec, load_keys, streams));
-          print_row(std::cout, runs_.back());
+        for (const EngineSpec& engine : engines_) {
+          std::optional<RunResult> r = run_one(engine, threads, spec, load_keys, streams);
+          if (r) {
+            runs_.push_back(std::move(*r));
+            print_row(std::cout, runs_.back());
+          } else {
+            print_skipped_row(std::cout, skipped_.back());
+          }
           std::cout.flush();
         }
       }
@@ -270,6 +336,15 @@ class Driver {
     }
     s << "; keys " << config_.key_size << " B, values " << config_.value_size << " B; "
       << config_.granularity << " in " << paths_.dir << "; durability " << config_.durability;
+    if (config_.durability == "epoch" ||
+        std::any_of(engines_.begin(), engines_.end(), [](const EngineSpec& e) {
+          return e.durability == Durability::kEpoch;
+        })) {
+      s << ", epochs " << config_.epoch_ms << " ms";
+    }
+    if (spec.mix.has(OpType::kTxn)) {
+      s << "; run M/s counts transactions; lock timeout " << config_.lock_timeout_ms << " ms";
+    }
     return s.str();
   }
 
@@ -277,25 +352,30 @@ class Driver {
     std::set<std::string> seen;
     std::cout << "   durability:";
     for (const RunResult& r : runs_) {
-      if (r.workload.name != spec.name || !seen.insert(r.engine).second) continue;
+      if (r.workload.name != spec.name || !seen.insert(r.engine + r.durability).second) continue;
       std::cout << "\n     " << r.engine << ": " << r.durability;
     }
     std::cout << "\n";
   }
 
-  std::unique_ptr<Table> make_table(const std::string& engine, unsigned threads) const {
+  std::unique_ptr<Table> make_table(const EngineSpec& spec, unsigned threads,
+                                    bool transactions) const {
+    const std::string& engine = spec.name;
     TableConfig tc;
     tc.pool_path = paths_.pool_file;
     tc.files_dir = paths_.dir + "/pmhash-bench-" + std::to_string(::getpid()) + "-" + engine;
     tc.granularity = config_.granularity;
-    tc.durability = config_.durability == "epoch" ? Durability::kEpoch : Durability::kStrict;
+    tc.durability = spec.durability.value_or(
+        config_.durability == "epoch" ? Durability::kEpoch : Durability::kStrict);
     tc.epoch_interval = std::chrono::milliseconds(config_.epoch_ms);
+    tc.transactions = transactions;
+    tc.lock_timeout_ms = config_.lock_timeout_ms;
     tc.capacity_hint = config_.records + config_.ops.value_or(config_.records);
     tc.key_size = config_.key_size;
     tc.value_size = config_.value_size;
     tc.threads = threads;
     try {
-      if (is_pmhash_engine(engine)) return std::make_unique<PmhashTable>(engine, tc);
+      if (spec.pmhash) return std::make_unique<PmhashTable>(engine, tc);
       return make_peer(engine, tc);
     } catch (const Failure&) {
       throw;
@@ -331,13 +411,23 @@ class Driver {
     }
   }
 
-  RunResult run_one(const std::string& engine, unsigned threads, const WorkloadSpec& spec,
-                    const LoadKeys& load_keys, const std::vector<OpStream>& streams) {
-    const std::string label = engine + " t=" + std::to_string(threads) + " " + spec.name;
+  // One run; nullopt (and an entry in skipped_) when the table cannot run
+  // the workload: the txn workload on a table without transactions.
+  std::optional<RunResult> run_one(const EngineSpec& engine, unsigned threads,
+                                   const WorkloadSpec& spec, const LoadKeys& load_keys,
+                                   const std::vector<OpStream>& streams) {
+    const std::string label = engine.label() + " t=" + std::to_string(threads) + " " + spec.name;
     const std::uint64_t dram_before = malloc_in_use();
-    std::unique_ptr<Table> table = make_table(engine, threads);
+    const bool transactions = spec.mix.has(OpType::kTxn);
+    std::unique_ptr<Table> table = make_table(engine, threads, transactions);
+    if (transactions) {
+      if (const Status s = table->transactions_supported(); !s.ok()) {
+        skipped_.push_back({engine.name, table->kind(), threads, spec.name, s.message()});
+        return std::nullopt;
+      }
+    }
     RunResult r;
-    r.engine = engine;
+    r.engine = engine.name;
     r.kind = table->kind();
     r.durability = table->durability();
     r.threads = threads;
@@ -413,27 +503,37 @@ class Driver {
         {"granularity", config_.granularity},
         {"durability", config_.durability},
         {"epoch_ms", config_.epoch_ms},
+        {"lock_timeout_ms", config_.lock_timeout_ms},
         {"seed", config_.seed},
         {"threads", config_.threads},
-        {"engines", engines_},
+        {"engines", engine_labels()},
         {"check", config_.check}};
     doc["ceilings"] = nlohmann::json::array();
     for (const Ceilings& c : ceilings_) doc["ceilings"].push_back(ceilings_json(c));
     doc["runs"] = nlohmann::json::array();
     for (const RunResult& r : runs_) doc["runs"].push_back(run_json(r));
+    doc["skipped"] = nlohmann::json::array();
+    for (const SkippedRun& s : skipped_) doc["skipped"].push_back(skipped_json(s));
     std::ofstream out(config_.json_path);
     out << doc.dump() << "\n";  // compact: histograms make indented output 4x larger
     out.close();
     if (!out) throw Failure("cannot write " + config_.json_path);
   }
 
+  std::vector<std::string> engine_labels() const {
+    std::vector<std::string> labels;
+    for (const EngineSpec& e : engines_) labels.push_back(e.label());
+    return labels;
+  }
+
   Config config_;
-  std::vector<std::string> engines_;
+  std::vector<EngineSpec> engines_;
   std::vector<WorkloadSpec> specs_;
   Paths paths_;
   KeySpace space_;
   std::vector<Ceilings> ceilings_;
   std::vector<RunResult> runs_;
+  std::vector<SkippedRun> skipped_;
   std::string started_at_ = utc_now();
   // Taken when the run starts: the tree the binary was built from, not
   // whatever was edited while it ran.
@@ -452,19 +552,21 @@ std::string shell_quote(const std::string& arg) {
 
 void add_options(CLI::App& app, Config& config) {
   app.add_option("--engine", config.engines,
-                 "engines and peers, comma-separated; pmhash = every pmhash engine, peers = "
-                 "every peer, all = both (pmhash engines: " +
+                 "engines and peers, comma-separated; pmhash = every finished pmhash engine, "
+                 "peers = every peer, all = both (pmhash engines: " +
                      [] {
                        std::string s;
                        for (const auto& e : Store::engines()) s += (s.empty() ? "" : ", ") + e;
                        return s;
                      }() +
-                     "; peers: libcuckoo, tbb, std, lmdb, rocksdb)")
+                     ", or any other engine Store::create accepts, such as one in progress, by "
+                     "name; peers: libcuckoo, tbb, std, lmdb, rocksdb); NAME:strict or NAME:epoch "
+                     "overrides --durability for one")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--workload", config.workloads,
-                 "load, a, b, c, d, f, insert, read, read-neg, update, delete, mixed:R/I/U/D; "
-                 "comma-separated")
+                 "load, a, b, c, d, f, insert, read, read-neg, update, delete, mixed:R/I/U/D, "
+                 "txn (transactions of 3 reads + 1 update); comma-separated")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--records", config.records, "records inserted by the load phase")
@@ -493,6 +595,11 @@ void add_options(CLI::App& app, Config& config) {
       ->check(CLI::IsMember({"strict", "epoch"}))
       ->capture_default_str();
   app.add_option("--epoch-ms", config.epoch_ms, "epoch interval of epoch durability, ms")
+      ->check(CLI::Range(1u, 60'000u))
+      ->capture_default_str();
+  app.add_option("--lock-timeout-ms", config.lock_timeout_ms,
+                 "txn workload: longest wait of a transaction for one lock before it aborts "
+                 "and is retried (pmhash engines, rocksdb)")
       ->check(CLI::Range(1u, 60'000u))
       ->capture_default_str();
   app.add_option("--seed", config.seed, "seed of keys and operation streams")
@@ -532,7 +639,7 @@ int run(int argc, char** argv) {
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i == 0 ? "" : " ") + shell_quote(argv[i]);
 
-  std::vector<std::string> engines;
+  std::vector<EngineSpec> engines;
   std::vector<WorkloadSpec> specs;
   try {
     validate(config);

@@ -20,6 +20,17 @@
 // key up first under one of 1024 striped mutexes picked by the key's hash:
 // concurrent inserts of one key see exactly one success.
 //
+// Transactions (the txn workload, table.h). LMDB: one write transaction
+// (mdb_txn_begin, mdb_get per read, mdb_put, mdb_txn_commit), synced at
+// commit when strict; LMDB runs one writer at a time, so nothing ever
+// aborts. RocksDB: opened as a pessimistic TransactionDB when
+// TableConfig::transactions is set; each transaction locks what it reads
+// (GetForUpdate, exclusive) and writes (Put) until Commit, which writes and
+// in strict mode syncs the WAL; a lock wait beyond the lock timeout
+// (TimedOut), or Busy / TryAgain, aborts the attempt and it is retried.
+// Neither checks that the updated key exists (the workload only updates
+// loaded records and never deletes); pmhash's update does, under its lock.
+//
 // LMDB lookups use read transactions that are reset between lookups and
 // renewed for each (MDB_NOTLS ties a read transaction to its object, not to
 // a thread): a thread takes one from the table's pool in thread_begin() and
@@ -29,6 +40,8 @@
 #include <lmdb.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/utilities/transaction.h>
+#include <rocksdb/utilities/transaction_db.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -312,6 +325,30 @@ class LmdbPeer final : public Table {
     });
   }
 
+  Status transactions_supported() const override { return Status::OK(); }
+
+  // Never aborts (one writer at a time): *aborts stays as it is.
+  Status transact(const TxnRequest& request, std::string* buffer, std::uint64_t*) override {
+    std::string_view missing;
+    const Status s = write("transaction", "mdb_get/mdb_put", [&](MDB_txn* txn) {
+      for (std::string_view key : request.reads) {
+        MDB_val k = lmdb_val(key), v;
+        if (const int rc = mdb_get(txn, dbi_, &k, &v); rc != 0) {
+          missing = key;
+          return rc;
+        }
+        buffer->assign(static_cast<const char*>(v.mv_data), v.mv_size);
+      }
+      MDB_val k = lmdb_val(request.write_key), v = lmdb_val(request.value);
+      return mdb_put(txn, dbi_, &k, &v, 0);
+    });
+    if (s.is_not_found()) {
+      return Status::NotFound("lmdb " + dir_.path() + ": transaction get '" +
+                              std::string(missing) + "': not found");
+    }
+    return s;
+  }
+
   Status get(std::string_view key, std::string* value) override {
     if (MDB_txn* txn = bound_reader(); txn != nullptr) return read(txn, key, value);
     // A thread that did not call thread_begin() borrows one for this call.
@@ -449,24 +486,45 @@ struct alignas(64) Stripe {
 
 rocksdb::Slice rocks_slice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
 
-std::unique_ptr<rocksdb::DB> open_rocksdb(const TableConfig& config, const std::string& dir) {
+// The database, and the same object as a TransactionDB when
+// config.transactions asks for one (else txn_db is null).
+struct RocksHandles {
+  std::unique_ptr<rocksdb::DB> db;
+  rocksdb::TransactionDB* txn_db = nullptr;
+};
+
+RocksHandles open_rocksdb(const TableConfig& config, const std::string& dir) {
   rocksdb::Options options;
   options.create_if_missing = true;
   options.error_if_exists = true;
   // Background flush and compaction threads to match the client threads;
   // memtables keep RocksDB's default size (64 MiB).
   options.IncreaseParallelism(static_cast<int>(std::max(2u, config.threads)));
+  RocksHandles out;
+  if (config.transactions) {
+    rocksdb::TransactionDBOptions txn_options;
+    txn_options.transaction_lock_timeout = config.lock_timeout_ms;
+    // Plain writes (the load phase) wait as long for a transaction's lock.
+    txn_options.default_lock_timeout = config.lock_timeout_ms;
+    const rocksdb::Status s =
+        rocksdb::TransactionDB::Open(options, txn_options, dir, &out.txn_db);
+    if (!s.ok()) throw std::runtime_error("rocksdb " + dir + ": TransactionDB::Open: " + s.ToString());
+    out.db.reset(out.txn_db);
+    return out;
+  }
   rocksdb::DB* db = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
   if (!s.ok()) throw std::runtime_error("rocksdb " + dir + ": DB::Open: " + s.ToString());
-  return std::unique_ptr<rocksdb::DB>(db);
+  out.db.reset(db);
+  return out;
 }
 
 class RocksPeer final : public Table {
  public:
   explicit RocksPeer(const TableConfig& config)
       : dir_("rocksdb", config.files_dir),
-        db_(open_rocksdb(config, dir_.path())),
+        handles_(open_rocksdb(config, dir_.path())),
+        db_(handles_.db.get()),
         stripes_(std::make_unique<Stripe[]>(kRocksStripes)),
         syncer_(start_epochs(config, [this] { return sync(); })) {
     write_options_.sync = config.durability == Durability::kStrict;
@@ -499,6 +557,18 @@ class RocksPeer final : public Table {
   }
   Status get(std::string_view key, std::string* value) override {
     return status("get", "Get", db_->Get(rocksdb::ReadOptions(), rocks_slice(key), value));
+  }
+
+  Status transactions_supported() const override {
+    if (handles_.txn_db != nullptr) return Status::OK();
+    return Status::NotSupported("rocksdb: opened without a TransactionDB (set TableConfig::transactions)");
+  }
+
+  Status transact(const TxnRequest& request, std::string* buffer,
+                  std::uint64_t* aborts) override {
+    if (Status s = transactions_supported(); !s.ok()) return s;
+    if (Status health = epoch_health(syncer_); !health.ok()) return health;
+    return retry_aborted([&] { return attempt(request, buffer); }, aborts);
   }
 
   // items: RocksDB's estimate (memtable and SST entry counts less
@@ -561,6 +631,35 @@ class RocksPeer final : public Table {
 
   Status sync() { return status("epoch sync", "SyncWAL", db_->SyncWAL()); }
 
+  // One attempt; an attempt that is not committed is rolled back when the
+  // Transaction is deleted.
+  Status attempt(const TxnRequest& request, std::string* buffer) {
+    const std::unique_ptr<rocksdb::Transaction> txn(
+        handles_.txn_db->BeginTransaction(write_options_));
+    const rocksdb::ReadOptions read_options;
+    for (std::string_view key : request.reads) {
+      const rocksdb::Status s = txn->GetForUpdate(read_options, rocks_slice(key), buffer);
+      if (!s.ok()) return txn_status("GetForUpdate", key, s);
+    }
+    rocksdb::Status s = txn->Put(rocks_slice(request.write_key), rocks_slice(request.value));
+    if (!s.ok()) return txn_status("Put", request.write_key, s);
+    s = txn->Commit();
+    return s.ok() ? Status::OK() : txn_status("Commit", request.write_key, s);
+  }
+
+  // Lock timeouts and conflicts abort the attempt (retried); NotFound names
+  // the key.
+  Status txn_status(const char* call, std::string_view key, const rocksdb::Status& s) const {
+    if (s.IsTimedOut() || s.IsBusy() || s.IsTryAgain()) {
+      return Status::Aborted(std::string("rocksdb transaction: ") + call + ": " + s.ToString());
+    }
+    if (s.IsNotFound()) {
+      return Status::NotFound("rocksdb " + dir_.path() + ": transaction " + call + " '" +
+                              std::string(key) + "': not found");
+    }
+    return status("transaction", call, s);
+  }
+
   Status status(const char* op, const char* call, const rocksdb::Status& s) const {
     if (s.ok()) return Status::OK();
     if (s.IsNotFound()) return Status::NotFound();
@@ -572,7 +671,8 @@ class RocksPeer final : public Table {
   // Destroyed bottom-up: the epoch thread stops, the database closes, and
   // then the directory is removed.
   FilesDir dir_;
-  std::unique_ptr<rocksdb::DB> db_;
+  RocksHandles handles_;
+  rocksdb::DB* const db_;  // handles_.db
   std::unique_ptr<Stripe[]> stripes_;
   rocksdb::WriteOptions write_options_;
   std::string durability_;

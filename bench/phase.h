@@ -30,6 +30,13 @@
 // (ycsb.h, "Expected outcomes"); the first unexpected outcome of each worker
 // is kept, and the driver fails the run if there was any: a benchmark of a
 // broken table is not a result.
+//
+// Transactions (txn workload). A transaction is one operation: one call of
+// Table::transact, timed from the previous operation's end to its commit,
+// retries included. Its outcome is OK only if every read found its record
+// and the update committed; the attempts the table aborted and retried are
+// counted (txn_aborts), as are the transactions that needed a retry
+// (txn_retried).
 #pragma once
 
 #include <unistd.h>
@@ -64,6 +71,8 @@ struct PhaseOutcome {
   std::uint64_t already_exists = 0;
   std::uint64_t unexpected = 0;
   std::string first_unexpected;
+  std::uint64_t txn_aborts = 0;   // attempts aborted and retried
+  std::uint64_t txn_retried = 0;  // transactions with at least one retry
   double interval_s = 0.1;
   std::vector<double> timeseries;    // ops/s of each interval
   std::vector<double> timeseries_t;  // end of each interval, s since the start
@@ -98,6 +107,8 @@ struct alignas(64) Worker {
   std::uint64_t ok = 0;
   std::uint64_t not_found = 0;
   std::uint64_t already_exists = 0;
+  std::uint64_t txn_aborts = 0;
+  std::uint64_t txn_retried = 0;
   Tally tally;
   bool exhausted = false;
   std::chrono::steady_clock::time_point start;
@@ -120,6 +131,12 @@ inline std::string quoted(std::string_view key) { return "'" + std::string(key) 
 // inserted, NotFound is the only right answer.
 inline void classify(Worker& w, const Status& s, bool must, bool expect_absent, OpType type,
                      std::string_view key) {
+  if (type == OpType::kTxn && !s.ok()) {
+    // Every transaction must commit; the table's message names the key.
+    if (s.is_not_found()) ++w.not_found;
+    w.tally.fail("txn (first key " + quoted(key) + "): " + s.to_string());
+    return;
+  }
   if (s.ok()) {
     ++w.ok;
     if (expect_absent) w.tally.fail(std::string(kOpNames[static_cast<int>(type)]) + " " +
@@ -142,6 +159,21 @@ inline void classify(Worker& w, const Status& s, bool must, bool expect_absent, 
   }
 }
 
+// One transaction of the txn workload; `keys` holds kTxnKeys keys of
+// key_size bytes, the reads first.
+inline Status execute_txn(Table& table, const char* keys, std::size_t key_size,
+                          std::string_view value, std::string& buffer, Worker& w) {
+  std::string_view reads[kTxnReads];
+  for (std::size_t k = 0; k < kTxnReads; ++k) reads[k] = {keys + k * key_size, key_size};
+  static_assert(kTxnWrites == 1, "TxnRequest carries one write");
+  const TxnRequest request{reads, {keys + kTxnReads * key_size, key_size}, value};
+  std::uint64_t aborts = 0;
+  const Status s = table.transact(request, &buffer, &aborts);
+  w.txn_aborts += aborts;
+  w.txn_retried += aborts != 0 ? 1 : 0;
+  return s;
+}
+
 inline Status execute(Table& table, OpType type, std::string_view key, std::string_view value,
                       std::string& buffer) {
   switch (type) {
@@ -154,6 +186,7 @@ inline Status execute(Table& table, OpType type, std::string_view key, std::stri
       if (!s.ok()) return s;
       return table.update(key, value);
     }
+    case OpType::kTxn: break;  // execute_txn
   }
   return Status::InvalidArgument("unknown operation");
 }
@@ -194,6 +227,7 @@ inline void run_stream(Table& table, const PhaseWork& work, unsigned t, unsigned
   const TickClock& clock = TickClock::get();
   const OpStream& stream = (*work.streams)[t];
   const std::size_t key_size = work.space->key_size();
+  const std::size_t stride = stream.keys_per_op * key_size;
   const std::uint64_t n = stream.size();
   if (n == 0) return;
   const bool timed = work.duration.has_value();
@@ -213,9 +247,12 @@ inline void run_stream(Table& table, const PhaseWork& work, unsigned t, unsigned
     }
     const std::uint8_t op = stream.ops[i];
     const auto type = static_cast<OpType>(op & OpStream::kTypeMask);
-    const std::string_view key(stream.keys.data() + i * key_size, key_size);
-    const Status s =
-        execute(table, type, key, work.space->value(i * threads + stream.first_op), buffer);
+    const char* keys = stream.keys.data() + i * stride;
+    const std::string_view key(keys, key_size);
+    const std::string_view value = work.space->value(i * threads + stream.first_op);
+    const Status s = type == OpType::kTxn
+                         ? execute_txn(table, keys, key_size, value, buffer, w)
+                         : execute(table, type, key, value, buffer);
     classify(w, s, (op & OpStream::kMustSucceed) != 0, work.negative_reads, type, key);
     const std::uint64_t now = clock.ticks();
     w.by_type[static_cast<int>(type)].record(clock.to_ns(now - last));
@@ -326,6 +363,8 @@ inline PhaseOutcome run_phase(Table& table, const PhaseWork& work, unsigned thre
     out.ok += w->ok;
     out.not_found += w->not_found;
     out.already_exists += w->already_exists;
+    out.txn_aborts += w->txn_aborts;
+    out.txn_retried += w->txn_retried;
     out.unexpected += w->tally.unexpected;
     if (out.first_unexpected.empty()) out.first_unexpected = w->tally.first_error;
     out.stream_exhausted = out.stream_exhausted || w->exhausted;

@@ -33,8 +33,12 @@ Figures (written into DIR, default <repo>/docs/results; each path printed)
                        the last one ending with the phase.
   load_factor.png      load factor against keys inserted during the load,
                        one line per engine that reported a curve.
-Workloads are ordered load, a, b, c, d, f, insert, read, read-neg, update,
-delete, then mixed:* and any other name in order of appearance.  Engines keep
+Workloads are ordered load, a, b, c, d, f, txn, insert, read, read-neg,
+update, delete, then mixed:* and any other name in order of appearance.
+The txn workload's throughput counts transactions (Mtxn/s), each of 3 reads
+and 1 update; its axes and tables say so.  Runs a file lists under
+"skipped" (an engine without transactions under txn) are named in the
+--markdown output with their reason; figures leave them out.  Engines keep
 their order of appearance and one colour in every figure; an engine found
 under several durability texts becomes one series per text.  Titles give the
 workload parameters; a footer gives revision and machine.
@@ -61,8 +65,10 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "docs" / "results"
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 
-WORKLOAD_ORDER = ["load", "a", "b", "c", "d", "f", "insert", "read",
+WORKLOAD_ORDER = ["load", "a", "b", "c", "d", "f", "txn", "insert", "read",
                   "read-neg", "update", "delete"]
+# Workloads whose operations are transactions (pmhash-bench: "txn").
+TXN_WORKLOADS = {"txn"}
 
 
 class InputError(Exception):
@@ -461,10 +467,12 @@ def distribution_text(config):
 
 
 def amount_text(config):
+    """The run phases' length: --duration bounds them when given (ops is
+    then the length of the replayed streams), else ops."""
+    if config["duration_s"] is not None:
+        return f"{config['duration_s']:g} s run phases"
     if config["ops"] is not None:
         return f"{human(config['ops'])} ops"
-    if config["duration_s"] is not None:
-        return f"{config['duration_s']:g} s"
     return "ops as recorded"
 
 
@@ -664,8 +672,15 @@ def plot_throughput(canvas):
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
         if ax.get_subplotspec().is_first_col():
-            ax.set_ylabel("throughput (Mops/s)")
+            ax.set_ylabel(throughput_unit(workloads))
     return canvas.finish(fig, "Throughput of the measured phase", names)
+
+
+def throughput_unit(workloads):
+    """The y-axis label: Mops/s, and what it means for transactions."""
+    if any(w in TXN_WORKLOADS for w in workloads):
+        return "throughput (Mops/s; txn: M transactions/s)"
+    return "throughput (Mops/s)"
 
 
 def plot_scaling(canvas):
@@ -689,7 +704,7 @@ def plot_scaling(canvas):
         ax.set_xticks(threads, [str(t) for t in threads])
         ax.minorticks_off()
         ax.set_xlabel("threads")
-        ax.set_ylabel("Mops/s")
+        ax.set_ylabel("M transactions/s" if workload in TXN_WORKLOADS else "Mops/s")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     return canvas.finish(fig, "Thread scaling of the measured phase",
@@ -733,7 +748,8 @@ def plot_latency_cdf(canvas):
                      fontsize=10)
         ax.set_xscale("log")
         ax.set_xlabel("latency (ns)")
-        ax.set_ylabel("fraction of ops ≤ x")
+        ax.set_ylabel("fraction of transactions ≤ x" if workload in TXN_WORKLOADS
+                      else "fraction of ops ≤ x")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
         ax.grid(alpha=0.1, which="minor")
@@ -863,6 +879,8 @@ def markdown_tables(docs):
             text = next(r["durability"] for r in runs if r["series"] == name)
             lines.append(f"- {name}: {text}")
         lines.append("")
+        lines.extend(transaction_lines(runs))
+    lines.extend(skipped_lines(docs))
     ceilings = [c for d in docs for c in d["ceilings"]]
     if ceilings:
         c0 = ceilings[0]
@@ -879,6 +897,37 @@ def markdown_tables(docs):
                          f"{c['seq_write_bytes_per_s'] / 1e9:.1f} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def transaction_lines(runs):
+    """For the transactional workloads: Mops/s there counts transactions;
+    and the attempts each series had aborted and retried."""
+    txn_runs = [r for r in runs if r["workload"] in TXN_WORKLOADS
+                and r["run"] is not None and r["run"].get("transactions")]
+    if not txn_runs:
+        return []
+    lines = ["Transactions (txn: 3 reads + 1 update each; its Mops/s above are "
+             "millions of transactions/s), attempts aborted and retried:", ""]
+    for name in series_names(txn_runs):
+        parts = [f"{thread_word(r['threads'])}: {r['run']['transactions']['aborts']}"
+                 for r in txn_runs if r["series"] == name]
+        lines.append(f"- {name}: " + ", ".join(parts))
+    lines.append("")
+    return lines
+
+
+def skipped_lines(docs):
+    """The runs the files list as skipped, once per engine, workload and
+    reason."""
+    seen = unique((s["engine"], s["workload"], s["reason"])
+                  for d in docs for s in d.get("skipped", []))
+    if not seen:
+        return []
+    lines = ["Skipped:", ""]
+    lines += [f"- {engine}, workload {workload}: {reason}"
+              for engine, workload, reason in seen]
+    lines.append("")
+    return lines
 
 
 def quantize_png(path):

@@ -8,7 +8,13 @@
 //
 // Durability: engines that only persist synchronously (clevel) refuse
 // Durability::kEpoch; the table then runs them strict, which is stronger,
-// and says so in durability().
+// and says so in durability(). Epochs last config.epoch_interval
+// (Options::epoch_ms).
+//
+// Transactions: Store::transaction, one per attempt, with the configured
+// lock timeout; an attempt that returns Aborted (a lock wait timed out) is
+// retried. Whether the engine has transactions is asked once, at creation
+// (Store::transaction returns NotSupported for engines without them).
 #pragma once
 
 #include <chrono>
@@ -21,6 +27,7 @@
 #include "pmhash/options.h"
 #include "pmhash/status.h"
 #include "pmhash/store.h"
+#include "pmhash/transaction.h"
 #include "table.h"
 
 namespace pmhash::bench {
@@ -33,6 +40,7 @@ class PmhashTable final : public Table {
     options.engine = engine;
     options.force = true;
     options.durability = config.durability;
+    options.epoch_ms = static_cast<unsigned>(config.epoch_interval.count());
     options.pool_size = config.pool_size != 0 ? config.pool_size : default_pool_size(config);
     Status s = create(options);
     if (s.is_invalid_argument() && config.durability == Durability::kEpoch) {
@@ -46,6 +54,10 @@ class PmhashTable final : public Table {
                                s.to_string());
     }
     durability_ = options.durability;
+    epoch_ms_ = options.epoch_ms;
+    txn_options_.lock_timeout_ms = config.lock_timeout_ms;
+    std::unique_ptr<Transaction> probe;
+    txn_support_ = store_->transaction(txn_options_, &probe);
     at_start_ = store_->stats();
   }
 
@@ -73,7 +85,9 @@ class PmhashTable final : public Table {
 
   std::string durability() const override {
     if (path_.empty()) return "none (volatile DRAM, granularity none)";
-    if (durability_ == Durability::kEpoch) return "epoch: durable when its epoch is";
+    if (durability_ == Durability::kEpoch) {
+      return "epoch: durable when its epoch is (" + std::to_string(epoch_ms_) + " ms epochs)";
+    }
     std::string text = "strict: every call durable when it returns";
     if (fell_back_to_strict_) text += " (the engine has no epoch mode)";
     return text;
@@ -87,6 +101,14 @@ class PmhashTable final : public Table {
     return store_->update(key, value);
   }
   Status remove(std::string_view key) override { return store_->remove(key); }
+
+  Status transactions_supported() const override { return txn_support_; }
+
+  Status transact(const TxnRequest& request, std::string* buffer,
+                  std::uint64_t* aborts) override {
+    if (!txn_support_.ok()) return txn_support_;
+    return retry_aborted([&] { return attempt(request, buffer); }, aborts);
+  }
 
   TableStats stats() const override {
     const Stats now = store_->stats();
@@ -118,6 +140,26 @@ class PmhashTable final : public Table {
   Status check() const { return store_->check(); }
 
  private:
+  // One attempt; the Transaction aborts itself when destroyed uncommitted.
+  Status attempt(const TxnRequest& request, std::string* buffer) {
+    std::unique_ptr<Transaction> txn;
+    if (Status s = store_->transaction(txn_options_, &txn); !s.ok()) return s;
+    for (std::string_view key : request.reads) {
+      if (Status s = txn->get(key, buffer); !s.ok()) return named(s, "get", key);
+    }
+    if (Status s = txn->update(request.write_key, request.value); !s.ok()) {
+      return named(s, "update", request.write_key);
+    }
+    return txn->commit();
+  }
+
+  // NotFound naming the key (other statuses say enough already).
+  static Status named(const Status& s, const char* op, std::string_view key) {
+    if (!s.is_not_found()) return s;
+    return Status::NotFound(std::string("transaction ") + op + " '" + std::string(key) +
+                            "': not found");
+  }
+
   Status create(const Options& options) {
     if (path_.empty()) return Store::create_volatile(options, &store_);
     return Store::create(path_, options, &store_);
@@ -127,6 +169,9 @@ class PmhashTable final : public Table {
   std::string path_;  // empty: a volatile store
   Durability durability_ = Durability::kStrict;
   bool fell_back_to_strict_ = false;
+  unsigned epoch_ms_ = 0;
+  TransactionOptions txn_options_;
+  Status txn_support_;  // what Store::transaction said at creation
   std::unique_ptr<Store> store_;
   Stats at_start_;
 };

@@ -84,6 +84,14 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
   if (expansions && moved && *expansions > 0) {
     moved_per_resize = static_cast<double>(*moved) / static_cast<double>(*expansions);
   }
+  json transactions = nullptr;
+  if (mix.has(OpType::kTxn)) {
+    transactions = {{"committed", p.ok},
+                    {"aborts", p.txn_aborts},
+                    {"retried", p.txn_retried},
+                    {"reads_per_txn", kTxnReads},
+                    {"writes_per_txn", kTxnWrites}};
+  }
   return {
       {"ops", p.ops},
       {"seconds", p.seconds},
@@ -93,6 +101,7 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
       {"mix", std::move(mix_json)},
       {"outcomes",
        {{"ok", p.ok}, {"not_found", p.not_found}, {"already_exists", p.already_exists}}},
+      {"transactions", std::move(transactions)},
       {"latency_ns", std::move(latency)},
       {"timeseries",
        {{"interval_s", p.interval_s}, {"t_s", p.timeseries_t}, {"ops_per_s", p.timeseries}}},
@@ -157,6 +166,16 @@ std::string durability_word(const std::string& text) {
   return trim(text.substr(0, end));
 }
 
+// The last column of a row: the durability word, and for transactions the
+// attempts that aborted and were retried.
+std::string durability_text(const RunResult& r, const PhaseOutcome& m) {
+  std::string text = durability_word(r.durability);
+  if (&m != &r.load && r.workload.mix.has(OpType::kTxn)) {
+    text += ", " + std::to_string(m.txn_aborts) + " aborts";
+  }
+  return text;
+}
+
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string out = "\"";
@@ -183,7 +202,8 @@ std::optional<double> ceiling_ops_per_s(const Mix& mix, const Ceilings& c) {
   const double write = 1.0 / c.persists_per_s;
   const double cost = mix[OpType::kRead] * read +
                       (mix[OpType::kUpdate] + mix[OpType::kInsert] + mix[OpType::kDelete]) * write +
-                      mix[OpType::kRmw] * (read + write);
+                      mix[OpType::kRmw] * (read + write) +
+                      mix[OpType::kTxn] * (kTxnReads * read + kTxnWrites * write);
   if (cost <= 0) return std::nullopt;
   return 1.0 / cost;
 }
@@ -250,6 +270,14 @@ nlohmann::json run_json(const RunResult& r) {
           {"run", r.run ? phase_json(r, *r.run, r.dram_after_run) : json(nullptr)}};
 }
 
+nlohmann::json skipped_json(const SkippedRun& s) {
+  return {{"engine", s.engine},
+          {"kind", s.kind},
+          {"threads", s.threads},
+          {"workload", s.workload},
+          {"reason", s.reason}};
+}
+
 void print_workload_header(std::ostream& out, const WorkloadSpec& spec, const std::string& params) {
   out << "\n== workload " << spec.name << ": " << spec.description << "\n   " << params << "\n";
 }
@@ -282,7 +310,14 @@ void print_row(std::ostream& out, const RunResult& r) {
                 compact_ns(m.all.percentile(0.5)).c_str(), compact_ns(m.all.percentile(0.99)).c_str(),
                 compact_ns(m.all.percentile(0.999)).c_str(), compact_ns(m.all.max()).c_str(),
                 flush ? fixed(*flush, 2).c_str() : "-", fence ? fixed(*fence, 2).c_str() : "-",
-                bpk ? fixed(*bpk, 0).c_str() : "-", durability_word(r.durability).c_str());
+                bpk ? fixed(*bpk, 0).c_str() : "-", durability_text(r, m).c_str());
+  out << line;
+}
+
+void print_skipped_row(std::ostream& out, const SkippedRun& s) {
+  char line[512];
+  std::snprintf(line, sizeof(line), "%-10s %3u  skipped: %s\n", s.engine.c_str(), s.threads,
+                s.reason.c_str());
   out << line;
 }
 
@@ -310,7 +345,7 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
   out << "engine,kind,durability,threads,workload,distribution,load_ops,load_seconds,"
          "load_ops_per_s,run_ops,run_seconds,run_ops_per_s,ceiling_fraction,p50_ns,p90_ns,"
          "p99_ns,p999_ns,max_ns,flushes_per_op,fences_per_op,bytes_per_key,bytes_kind,"
-         "items_moved_per_resize\n";
+         "items_moved_per_resize,txn_aborts\n";
   for (const RunResult& r : runs) {
     const json j = run_json(r);
     const json& m = r.run ? j["run"] : j["load"];
@@ -332,7 +367,9 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
         << num(lat["p999"]) << ',' << num(lat["max"]) << ',' << num(m["flushes_per_op"]) << ','
         << num(m["fences_per_op"]) << ',' << num(m["bytes_per_key"]) << ','
         << (m["bytes_kind"].is_null() ? "" : m["bytes_kind"].get<std::string>()) << ','
-        << num(m["items_moved_per_resize"]) << '\n';
+        << num(m["items_moved_per_resize"]) << ','
+        << (m["transactions"].is_null() ? "" : std::to_string(m["transactions"]["aborts"].get<std::uint64_t>()))
+        << '\n';
   }
 }
 

@@ -14,11 +14,17 @@
 //                     seq_write_bytes_per_s } ],
 //     "runs": [ { engine, kind, durability, durability_mode (strict, epoch or
 //                 none), threads, workload, distribution,
-//                 load: PHASE, run: PHASE or null } ] }
+//                 load: PHASE, run: PHASE or null } ],
+//     "skipped": [ { engine, kind, threads, workload, reason } ] }
+//                 (runs not made: an engine without transactions under the
+//                 txn workload; reason is the table's one-line note)
 //
 //   PHASE: ops, seconds, ops_per_s, ceiling_ops_per_s, ceiling_fraction,
-//     mix {read, update, insert, delete, rmw}, outcomes {ok, not_found,
-//     already_exists}, latency_ns {all, <op type>...: {count, mean, p50, p90,
+//     mix {read, update, insert, delete, rmw, txn}, outcomes {ok, not_found,
+//     already_exists}, transactions (txn workload's run phase, else null:
+//     {committed, aborts: attempts aborted and retried, retried: transactions
+//     retried at least once, reads_per_txn, writes_per_txn}; ops and
+//     ops_per_s then count transactions), latency_ns {all, <op type>...: {count, mean, p50, p90,
 //     p99, p999, max, histogram: [[upper bound ns, count]...]}},
 //     timeseries {interval_s, t_s: [end of each interval, s], ops_per_s: [...]}
 //     (the last interval may be shorter), load_factor [[ops, lf]...],
@@ -28,8 +34,9 @@
 //
 // The ceiling of a phase (bench --limits, ceilings.h) charges each read one
 // random line read (independent_reads_per_s), each insert, update or delete
-// one random 8-byte persist (persists_per_s) and each rmw both; the
-// ceiling in ops/s is 1 / sum(share x cost). ceiling_fraction is the
+// one random 8-byte persist (persists_per_s), each rmw both and each
+// transaction its reads and writes; the ceiling in ops/s is
+// 1 / sum(share x cost). ceiling_fraction is the
 // phase's throughput divided by it.
 #pragma once
 
@@ -63,6 +70,15 @@ struct RunResult {
   const PhaseOutcome& measured() const { return run ? *run : load; }
 };
 
+// A run the driver did not make, and why (one line).
+struct SkippedRun {
+  std::string engine;
+  std::string kind;
+  unsigned threads = 0;
+  std::string workload;
+  std::string reason;
+};
+
 // Ops/s a phase of this mix could reach if each operation cost exactly one
 // random line read or one random persist; nullopt without ceilings.
 std::optional<double> ceiling_ops_per_s(const Mix& mix, const Ceilings& c);
@@ -75,11 +91,13 @@ std::string utc_now();
 
 nlohmann::json run_json(const RunResult& r);
 nlohmann::json ceilings_json(const Ceilings& c);
+nlohmann::json skipped_json(const SkippedRun& s);
 
 // The human-readable table: a header per workload, a row per run.
 void print_workload_header(std::ostream& out, const WorkloadSpec& spec, const std::string& params);
 void print_row_header(std::ostream& out);
 void print_row(std::ostream& out, const RunResult& r);
+void print_skipped_row(std::ostream& out, const SkippedRun& s);
 void print_ceilings(std::ostream& out, const std::vector<Ceilings>& ceilings);
 
 // One CSV line per run, with a header line.

@@ -14,14 +14,30 @@
 // Each table states what an acknowledged call guarantees (durability()), so
 // that a result table never compares a volatile map with a durable index
 // without saying so.
+//
+// Transactions (the txn workload, ycsb.h). A table with multi-key
+// transactions runs one TxnRequest per transact() call: it reads every key
+// of `reads`, then updates `write_key` to `value`, atomically (all or
+// nothing, also across a crash) and serializably, with the table's
+// durability. An attempt the table aborts (a lock wait timed out, a
+// conflict) is retried by transact() itself through retry_aborted(), up to
+// kTxnMaxAttempts attempts, and counted in *aborts. Results: OK (committed);
+// NotFound (a key was absent: the transaction did not commit); Aborted
+// (every attempt aborted); anything else an error. Tables without
+// transactions say so in transactions_supported() (NotSupported and why)
+// and the driver skips them for that workload.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <random>
+#include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "pmhash/options.h"
@@ -50,7 +66,50 @@ struct TableConfig {
   unsigned threads = 1;
   // pmhash only: bytes of the pool file (0: derived from the hints).
   std::uint64_t pool_size = 0;
+  // The run will call transact() (RocksDB then opens a TransactionDB,
+  // which its plain writes also go through).
+  bool transactions = false;
+  // Longest wait of a transaction for one lock before the attempt aborts
+  // (tables whose transactions lock: pmhash engines, RocksDB).
+  unsigned lock_timeout_ms = 100;
 };
+
+// One transaction of the txn workload.
+struct TxnRequest {
+  std::span<const std::string_view> reads;
+  std::string_view write_key;
+  std::string_view value;
+};
+
+// Attempts of one transact() call before it gives up with Aborted.
+inline constexpr unsigned kTxnMaxAttempts = 100;
+// Longest backoff before a retry, microseconds (a power of two).
+inline constexpr unsigned kTxnMaxBackoffUs = 1024;
+
+// Runs attempt() until it returns anything but Aborted, at most
+// kTxnMaxAttempts times; adds the aborted attempts to *aborts. After the
+// k-th abort in a row it waits a random time below 2^(k+4) microseconds (at
+// most kTxnMaxBackoffUs) before the next attempt: two transactions that timed
+// out on each other's locks would otherwise start again together and meet
+// again, and a lock holder descheduled on a busy machine gets time to
+// finish.
+template <typename Attempt>
+Status retry_aborted(Attempt attempt, std::uint64_t* aborts) {
+  thread_local std::minstd_rand rng(
+      static_cast<std::uint32_t>(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+  Status last;
+  for (unsigned i = 0; i < kTxnMaxAttempts; ++i) {
+    if (i != 0) {
+      const unsigned ceiling = std::min(kTxnMaxBackoffUs, 16u << std::min(i, 10u));
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % ceiling));
+    }
+    last = attempt();
+    if (!last.is_aborted()) return last;
+    ++*aborts;
+  }
+  return Status::Aborted("aborted " + std::to_string(kTxnMaxAttempts) +
+                         " times in a row, last: " + last.message());
+}
 
 // What a table can report about itself; absent fields do not apply.
 struct TableStats {
@@ -85,6 +144,19 @@ class Table {
 
   virtual void thread_begin() {}
   virtual void thread_end() {}
+
+  // OK if transact() works; else NotSupported saying why.
+  virtual Status transactions_supported() const {
+    return Status::NotSupported(name() + " has no multi-key transactions");
+  }
+  // One transaction (see the top of the file); *buffer receives the reads.
+  virtual Status transact(const TxnRequest& request, std::string* buffer,
+                          std::uint64_t* aborts) {
+    (void)request;
+    (void)buffer;
+    (void)aborts;
+    return transactions_supported();
+  }
 
   // Cheap enough to call every millisecond while a phase runs.
   virtual TableStats stats() const = 0;

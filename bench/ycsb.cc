@@ -1,19 +1,21 @@
 // bench/ycsb.cc - workload table, key space and stream generation (ycsb.h).
 #include "ycsb.h"
 
+#include <algorithm>
 #include <charconv>
 #include <numeric>
 
 namespace pmhash::bench {
 namespace {
 
-Mix mix_of(double read, double update, double insert, double del, double rmw) {
+Mix mix_of(double read, double update, double insert, double del, double rmw, double txn = 0) {
   Mix m;
   m.share[static_cast<std::size_t>(OpType::kRead)] = read;
   m.share[static_cast<std::size_t>(OpType::kUpdate)] = update;
   m.share[static_cast<std::size_t>(OpType::kInsert)] = insert;
   m.share[static_cast<std::size_t>(OpType::kDelete)] = del;
   m.share[static_cast<std::size_t>(OpType::kRmw)] = rmw;
+  m.share[static_cast<std::size_t>(OpType::kTxn)] = txn;
   return m;
 }
 
@@ -105,11 +107,17 @@ std::optional<WorkloadSpec> parse_workload(std::string_view name, std::string* e
     spec.description = "100% delete, each record once";
     return spec;
   }
+  if (name == "txn") {
+    WorkloadSpec spec = make("txn", mix_of(0, 0, 0, 0, 0, 1), D::kUniform);
+    spec.description = "transactions of " + std::to_string(kTxnReads) + " reads + " +
+                       std::to_string(kTxnWrites) + " update (YCSB+T, Dali paper sec. 5)";
+    return spec;
+  }
   constexpr std::string_view kMixed = "mixed:";
   if (name.starts_with(kMixed)) return parse_mixed(name, name.substr(kMixed.size()), error);
   *error = "unknown workload '" + std::string(name) +
            "' (workloads: load, a, b, c, d, f, insert, read, read-neg, update, delete, "
-           "mixed:R/I/U/D)";
+           "mixed:R/I/U/D, txn)";
   return std::nullopt;
 }
 
@@ -149,6 +157,39 @@ std::uint64_t workload_salt(std::string_view name) {
   return h;
 }
 
+// The txn workload's streams: per transaction kTxnKeys distinct loaded
+// records from the chooser, reads first, then the updates. A record already
+// in the transaction is drawn again, up to kRedraws times; then the next
+// record not in it is taken (on a tiny table scrambled zipfian ranks collide,
+// and fewer than kTxnKeys records may be reachable at all; there are at
+// least kTxnKeys records, so this ends).
+std::vector<OpStream> generate_txn_streams(const KeySpace& space, const StreamParams& params,
+                                           std::uint64_t n, std::vector<OpStream> streams) {
+  const unsigned threads = static_cast<unsigned>(streams.size());
+  const std::size_t key_size = space.key_size();
+  std::mt19937_64 rng(mix(params.seed) ^ workload_salt("txn"));
+  KeyChooser chooser(params.distribution, params.records, params.zipf);
+  for (std::uint64_t j = 0; j < n; ++j) {
+    constexpr unsigned kRedraws = 64;
+    std::uint64_t records[kTxnKeys];
+    for (std::size_t k = 0; k < kTxnKeys; ++k) {
+      const auto taken = [&](std::uint64_t r) {
+        return std::find(records, records + k, r) != records + k;
+      };
+      std::uint64_t r = chooser.next(rng);
+      for (unsigned tries = 1; taken(r) && tries < kRedraws; ++tries) r = chooser.next(rng);
+      while (taken(r)) r = (r + 1) % params.records;
+      records[k] = r;
+    }
+    OpStream& s = streams[j % threads];
+    char* out = s.keys.data() + s.ops.size() * kTxnKeys * key_size;
+    for (std::size_t k = 0; k < kTxnKeys; ++k) space.key(records[k], out + k * key_size);
+    s.ops.push_back(static_cast<std::uint8_t>(static_cast<std::uint8_t>(OpType::kTxn) |
+                                              OpStream::kMustSucceed));
+  }
+  return streams;
+}
+
 }  // namespace
 
 std::vector<OpStream> generate_streams(const WorkloadSpec& spec, const KeySpace& space,
@@ -156,14 +197,23 @@ std::vector<OpStream> generate_streams(const WorkloadSpec& spec, const KeySpace&
   const unsigned threads = params.threads == 0 ? 1 : params.threads;
   const std::uint64_t n = run_ops(spec, params.records, params.ops);
   const std::size_t key_size = space.key_size();
+  const bool txn = spec.mix.has(OpType::kTxn);
+  if (txn && params.records < kTxnKeys) {
+    throw Failure("workload txn: each transaction touches " + std::to_string(kTxnKeys) +
+                  " distinct records, but only " + std::to_string(params.records) +
+                  " are loaded (use --records " + std::to_string(kTxnKeys) + " or more)");
+  }
+  const std::size_t keys_per_op = txn ? kTxnKeys : 1;
   std::vector<OpStream> streams(threads);
   for (unsigned t = 0; t < threads; ++t) {
     const std::uint64_t share = n / threads + (t < n % threads ? 1 : 0);
     streams[t].ops.reserve(share);
-    streams[t].keys.resize(share * key_size);
+    streams[t].keys.resize(share * keys_per_op * key_size);
+    streams[t].keys_per_op = keys_per_op;
     streams[t].first_op = t;
   }
   if (n == 0) return streams;
+  if (txn) return generate_txn_streams(space, params, n, std::move(streams));
 
   std::mt19937_64 rng(mix(params.seed) ^ workload_salt(spec.name));
   KeyChooser chooser(spec.distribution, params.records, params.zipf);

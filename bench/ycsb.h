@@ -18,9 +18,19 @@
 //   update           100                        uniform
 //   delete                         100          each record once, shuffled
 //   mixed:R/I/U/D  R% read, I% insert, U% update, D% delete    uniform
+//   txn        transactions of 3 reads + 1 update               uniform   YCSB+T
 //
 // rmw (YCSB's read-modify-write) is a get followed by an update of the same
 // key, timed as one operation. YCSB E (scans) does not apply to a hash index.
+//
+// txn is the workload of the Dalí paper's evaluation (§5; YCSB+T, Dey et
+// al., ICDEW'14): every operation of the run phase is one transaction that
+// reads kTxnReads records and then updates kTxnWrites other records to a
+// new value, all of them distinct loaded records drawn by the workload's
+// distribution (uniform, as in the paper, unless --distribution says
+// otherwise). A transaction is timed and counted as one operation, retries
+// after an abort included; tables without multi-key transactions are
+// skipped (table.h, Table::transactions_supported).
 // --distribution overrides the default of every workload except read-neg,
 // insert and delete, whose keys are fixed by what they measure.
 //
@@ -43,6 +53,8 @@
 // of the delete micro-benchmark, a negative read (must be NotFound). Reads of
 // records inserted during the run may find them not yet inserted by another
 // thread (NotFound is allowed); with deletes in the mix any NotFound is.
+// Every transaction must commit (after retries) with every read finding its
+// record and the update finding its own.
 #pragma once
 
 #include <cstdint>
@@ -57,9 +69,16 @@
 
 namespace pmhash::bench {
 
-enum class OpType : std::uint8_t { kRead, kUpdate, kInsert, kDelete, kRmw };
-inline constexpr std::size_t kOpTypes = 5;
-inline constexpr const char* kOpNames[kOpTypes] = {"read", "update", "insert", "delete", "rmw"};
+enum class OpType : std::uint8_t { kRead, kUpdate, kInsert, kDelete, kRmw, kTxn };
+inline constexpr std::size_t kOpTypes = 6;
+inline constexpr const char* kOpNames[kOpTypes] = {"read",   "update", "insert",
+                                                   "delete", "rmw",    "txn"};
+
+// The shape of one transaction of the txn workload: kTxnReads reads, then
+// kTxnWrites updates, of kTxnKeys distinct records.
+inline constexpr std::size_t kTxnReads = 3;
+inline constexpr std::size_t kTxnWrites = 1;
+inline constexpr std::size_t kTxnKeys = kTxnReads + kTxnWrites;
 
 // Fractions of the run phase's operations, summing to 1.
 struct Mix {
@@ -152,7 +171,8 @@ struct OpStream {
   static constexpr std::uint8_t kTypeMask = 0x07;
 
   std::vector<std::uint8_t> ops;
-  std::vector<char> keys;  // ops.size() * key_size
+  std::vector<char> keys;  // ops.size() * keys_per_op * key_size
+  std::size_t keys_per_op = 1;  // kTxnKeys in a txn stream
   std::uint64_t first_op = 0;  // global index of ops[0] (values: j mod pool)
 
   std::size_t size() const { return ops.size(); }
@@ -168,7 +188,7 @@ struct StreamParams {
 };
 
 // The run phase's streams, one per thread. For the delete workload, ops is
-// capped at records.
+// capped at records; the txn workload needs at least kTxnKeys records.
 std::vector<OpStream> generate_streams(const WorkloadSpec& spec, const KeySpace& space,
                                        const StreamParams& params);
 

@@ -3,10 +3,12 @@
 #
 #   scripts/crash-long.sh BUILD_DIR
 #
-# For each engine, each seed and each granularity: the crash-state explorer
-# (tests/crash_explore/explore.cc) on a one-thread and a two-thread workload,
-# every drain a crash point; then the process-kill test with CRASH_KILLS
-# kills per engine on /dev/shm (and a fifth of that on the normal disk).
+# For each engine, each seed, each granularity and each durability the
+# engine accepts (strict; epoch for engines that persist by epochs): the
+# crash-state explorer (tests/crash_explore/explore.cc) on a one-thread and a
+# two-thread workload, every drain a crash point; then the process-kill test
+# with CRASH_KILLS kills per engine and durability on /dev/shm (and a fifth
+# of that on the normal disk).
 # Everything is appended to CRASH_SUMMARY (JSON lines), and a per-engine
 # table (the one in the README) is printed at the end. Reproducers of any
 # violation go to CRASH_REPRODUCERS. Exits non-zero on any violation.
@@ -43,17 +45,19 @@ reproducers=${CRASH_REPRODUCERS:-crash-reproducers}
 : > "$summary"
 status=0
 for engine in $engines; do
-  for granularity in $granularities; do
-    for seed in $seeds; do
-      for threads in 1 2; do
-        per_thread=$(( threads == 1 ? ops : ops / 2 ))
-        echo "=== explore: $engine $granularity seed $seed, $threads thread(s), $per_thread ops each ==="
-        if ! "$explore" --engine "$engine" --granularity "$granularity" --seed "$seed" \
-             --threads "$threads" --ops "$per_thread" --keys 300 \
-             --exhaustive "$exhaustive" --samples "$samples" \
-             --summary "$summary" --reproducers "$reproducers"; then
-          status=1
-        fi
+  for durability in $("$explore" --durabilities "$engine"); do
+    for granularity in $granularities; do
+      for seed in $seeds; do
+        for threads in 1 2; do
+          per_thread=$(( threads == 1 ? ops : ops / 2 ))
+          echo "=== explore: $engine $durability $granularity seed $seed, $threads thread(s), $per_thread ops each ==="
+          if ! "$explore" --engine "$engine" --durability "$durability" --granularity "$granularity" \
+               --seed "$seed" --threads "$threads" --ops "$per_thread" --keys 300 \
+               --exhaustive "$exhaustive" --samples "$samples" \
+               --summary "$summary" --reproducers "$reproducers"; then
+            status=1
+          fi
+        done
       done
     done
   done
@@ -72,13 +76,14 @@ import json, sys
 rows = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    e = rows.setdefault(r["engine"], {"images": 0, "recovery_images": 0, "points": 0, "kills": 0, "violations": 0})
+    name = r["engine"] + " (" + r.get("durability", "strict") + ")"
+    e = rows.setdefault(name, {"images": 0, "recovery_images": 0, "points": 0, "kills": 0, "violations": 0})
     e["images"] += r.get("images", 0)
     e["recovery_images"] += r.get("recovery_images", 0)
     e["points"] += r.get("explored", 0)
     e["kills"] += r.get("kills", 0)
     e["violations"] += r.get("violations", 0)
-print("| engine | crash points explored | crash images | crashes during recovery | process kills | violations |")
+print("| engine (durability) | crash points explored | crash images | crashes during recovery | process kills | violations |")
 print("|---|---:|---:|---:|---:|---:|")
 for name, e in sorted(rows.items()):
     print(f"| {name} | {e['points']:,} | {e['images']:,} | {e['recovery_images']:,} | {e['kills']:,} | {e['violations']} |")

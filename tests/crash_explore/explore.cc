@@ -9,6 +9,7 @@
 //                        [--plant BUG] [--reproducers DIR] [--summary FILE]
 //   pmhash-crash-explore --replay FILE [--attempts N]
 //   pmhash-crash-explore --list-engines
+//   pmhash-crash-explore --durabilities ENGINE
 //
 // Runs the workload of crash/workload.h (with transactions when the engine
 // has them) on a fresh pool watched by the persistence simulator
@@ -176,6 +177,11 @@ Config parse(int argc, char** argv) {
     else if (flag == "--verify-server") c.verify_server = true;
     else if (flag == "--list-engines") {
       for (const std::string& e : Store::engines()) std::printf("%s\n", e.c_str());
+      std::exit(0);
+    }
+    else if (flag == "--durabilities") {
+      const std::string engine = value();
+      std::printf("strict%s\n", accepts_epoch_durability(engine) ? " epoch" : "");
       std::exit(0);
     }
     else usage("unknown flag " + flag);

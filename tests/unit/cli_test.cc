@@ -226,6 +226,37 @@ TEST_F(CliTest, InfoJsonReportsEngineAndItems) {
   EXPECT_NE(text.find("clean shutdown"), std::string::npos) << text;
 }
 
+TEST_F(CliTest, DaliPoolsTakeEpochDurabilityAndInfoShowsTheEpochs) {
+  ok({"create", pool_, "--engine", "dali", "--size", "16M", "--durability", "epoch", "--epoch-ms", "5"});
+  ok({"put", pool_, "a", "1", "--durability", "epoch", "--epoch-ms", "2"});
+  ok({"put", pool_, "b", "2"});  // strict
+  EXPECT_EQ(ok({"get", pool_, "a", "--durability", "epoch"}), "1\n");
+  EXPECT_EQ(ok({"check", pool_}), "ok\n");
+  const nlohmann::json j = info_json(pool_);
+  EXPECT_EQ(j.value("engine", ""), "dali");
+  EXPECT_EQ(j.value("items", std::uint64_t{0}), 2u);
+  // Each command closed the pool cleanly: epochs went on, none failed.
+  EXPECT_GT(j.value("epoch", std::uint64_t{0}), 2u);
+  EXPECT_GE(j.value("durable_epoch", std::uint64_t{0}) + 2, j.value("epoch", std::uint64_t{0}));
+  ASSERT_TRUE(j.contains("failed_epochs"));
+  EXPECT_TRUE(j["failed_epochs"].empty());
+  EXPECT_TRUE(j.value("swept", false));
+  const std::string text = ok({"info", pool_});
+  EXPECT_NE(text.find("epoch:"), std::string::npos) << text;
+  EXPECT_NE(text.find("failed:"), std::string::npos) << text;
+  EXPECT_NE(text.find("none"), std::string::npos) << text;
+}
+
+TEST_F(CliTest, EpochDurabilityOnAnEngineWithoutEpochsIsRefusedAndSaysWhy) {
+  create_pool(pool_);  // clevel
+  const std::vector<std::string> args = {"put", pool_, "k", "v", "--durability", "epoch"};
+  const Result r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 1) << describe(args, r);
+  EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+  EXPECT_NE(r.err.find("strict"), std::string::npos) << describe(args, r);
+  EXPECT_EQ(run_cli({"get", pool_, "k"}).exit_code, 1);  // nothing was written
+}
+
 TEST_F(CliTest, LoadInsertsRecordsAndCheckPasses) {
   create_pool(pool_);
   const std::vector<std::string> args = {"load", pool_, "--records", "20000", "--threads", "2"};
@@ -308,6 +339,10 @@ TEST_F(CliTest, UsageErrorsPrintOneLineAndExitTwo) {
       {"create", pool, "--size", "0"},
       {"create", pool, "--size", "99999999999T"},
       {"create", pool, "--size", ""},
+      {"create", pool, "--durability", "eventually"},
+      {"create", pool, "--engine", "dali", "--epoch-ms", "0"},
+      {"create", pool, "--engine", "dali", "--epoch-ms", "60001"},
+      {"put", pool, "k", "v", "--epoch-ms", "x"},
   };
   for (const std::vector<std::string>& args : cases) {
     const Result r = run_cli(args);

@@ -243,7 +243,7 @@
 //   allocated, sized and labelled; every status word well formed with ss
 //   not above the counter; along every valid list: records allocated and
 //   well formed, written epochs non-increasing and none failed, versions
-//   not above the written epoch and strictly decreasing per key, each key in
+//   not above the written epoch and non-increasing per key, each key in
 //   the bucket the shape gives it, no record on two lists, the list finite;
 //   the item count; once the sweep has run, every allocated block is a
 //   segment, a record on a valid list or a retired record (no leak).

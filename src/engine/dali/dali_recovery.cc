@@ -566,8 +566,9 @@ Status DaliIndex::check() {
         if (same == versions.end()) {
           versions.emplace_back(record_key(h), h->version);
           items += record_absent(h) ? 0 : 1;
-        } else if (h->version >= same->second) {
-          problem = at + " holds a version of its key no older than a newer record's";
+        } else if (h->version > same->second) {
+          // (Equal versions: a rewrite that did not fit in place.)
+          problem = at + " holds a version of its key newer than a newer record's";
         } else {
           same->second = h->version;
         }

@@ -1,0 +1,349 @@
+// Stress tests of the dali engine: threads of mixed operations, transactions
+// and lock-free snapshot readers while epochs end every millisecond, the
+// table grows by splits and garbage collection unlinks and frees records.
+//
+// Each writer owns the keys k with k % writers == its index, so a
+// thread-local map is an exact model of them: a lost insert or update, or
+// a resurrected remove, is a mismatch. Transactions move money between
+// accounts: any interleaving that is not serializable shows up as a total
+// that is not the one the accounts started with, in the end or in a
+// snapshot a reader took.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <barrier>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "pmhash/store.h"
+#include "pmhash/transaction.h"
+
+namespace pmhash {
+namespace {
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kScale = 1;  // sanitizers run the same test, smaller
+#else
+constexpr int kScale = 4;
+#endif
+
+std::string key_of(std::uint64_t k) { return "k" + std::to_string(k); }
+std::string value_of(std::uint64_t k, std::uint64_t version) {
+  return std::to_string(k) + ":" + std::to_string(version) + std::string(k % 23, '.');
+}
+
+// Gathers failures from worker threads (gtest assertions belong to the
+// main thread).
+class Failures {
+ public:
+  void add(std::string what) {
+    std::lock_guard lock(mu_);
+    if (list_.size() < 10) list_.push_back(std::move(what));
+  }
+  std::string text() const {
+    std::lock_guard lock(mu_);
+    std::string out;
+    for (const std::string& f : list_) out += f + "\n";
+    return out;
+  }
+  bool empty() const {
+    std::lock_guard lock(mu_);
+    return list_.empty();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> list_;
+};
+
+class DaliStress : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = "/dev/shm/pmhash-dali-stress-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".pool";
+    ::unlink(path_.c_str());
+  }
+  void TearDown() override {
+    store_.reset();
+    ::unlink(path_.c_str());
+  }
+  // Tiny table (4 buckets, 4 lock stripes), epochs of 1 ms: splits, lock
+  // collisions, epoch ends and garbage collection all the time.
+  void create(Durability durability = Durability::kEpoch, unsigned initial_log2 = 2) {
+    Options o;
+    o.engine = "dali";
+    o.pool_size = 256u << 20;
+    o.durability = durability;
+    o.epoch_ms = 1;
+    o.dali_initial_log2 = initial_log2;
+    o.dali_lock_timeout_ms = 60000;
+    Status created = Store::create(path_, o, &store_);
+    ASSERT_TRUE(created.ok()) << created.to_string();
+  }
+
+  std::string path_;
+  std::unique_ptr<Store> store_;
+  Failures failures_;
+};
+
+TEST_F(DaliStress, MixedOperationsMatchPerThreadModelsWhileTheTableGrows) {
+  ASSERT_NO_FATAL_FAILURE(create());
+  constexpr unsigned kWriters = 3;
+  const int ops = 20000 * kScale;
+  const std::uint64_t keys = 3000 * kScale;
+  // Keys k >= keys stay present from the start: the readers must always
+  // find them, however the table splits meanwhile.
+  const std::uint64_t stable = 200;
+  for (std::uint64_t k = keys; k < keys + stable; ++k) {
+    ASSERT_TRUE(store_->insert(key_of(k), value_of(k, 0)).ok());
+  }
+  ASSERT_TRUE(store_->sync().ok());  // durable: snapshot readers see them
+  std::vector<std::unordered_map<std::uint64_t, std::string>> models(kWriters);
+  std::atomic<bool> done{false};
+  std::barrier start(kWriters + 2);
+  std::vector<std::thread> threads;
+  for (unsigned w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937_64 rng(w + 1);
+      auto& model = models[w];
+      start.arrive_and_wait();
+      for (int i = 0; i < ops; ++i) {
+        const std::uint64_t k = (rng() % (keys / kWriters)) * kWriters + w;
+        const std::string key = key_of(k);
+        const std::string value = value_of(k, static_cast<std::uint64_t>(i));
+        const bool present = model.contains(k);
+        const unsigned r = static_cast<unsigned>(rng() % 100);
+        Status s;
+        if (r < 35) {
+          s = store_->insert(key, value);
+          if (present ? !s.is_already_exists() : !s.ok()) failures_.add("insert " + key + ": " + s.to_string());
+          if (!present) model[k] = value;
+        } else if (r < 50) {
+          s = store_->update(key, value);
+          if (present ? !s.ok() : !s.is_not_found()) failures_.add("update " + key + ": " + s.to_string());
+          if (present) model[k] = value;
+        } else if (r < 60) {
+          s = store_->upsert(key, value);
+          if (!s.ok()) failures_.add("upsert " + key + ": " + s.to_string());
+          model[k] = value;
+        } else if (r < 80) {
+          s = store_->remove(key);
+          if (present ? !s.ok() : !s.is_not_found()) failures_.add("remove " + key + ": " + s.to_string());
+          model.erase(k);
+        } else {
+          std::string got;
+          s = store_->get(key, &got);
+          if (present ? !(s.ok() && got == model[k]) : !s.is_not_found()) {
+            failures_.add("get " + key + ": " + s.to_string());
+          }
+        }
+      }
+    });
+  }
+  // A snapshot reader: every stable key, always, with its one value.
+  threads.emplace_back([&] {
+    start.arrive_and_wait();
+    std::mt19937_64 rng(99);
+    while (!done.load()) {
+      const std::uint64_t k = keys + rng() % stable;
+      std::string got;
+      const Status s = store_->get(key_of(k), &got, ReadOptions{.snapshot = true});
+      if (!s.ok() || got != value_of(k, 0)) failures_.add("snapshot get " + key_of(k) + ": " + s.to_string());
+    }
+  });
+  // An iterator: each stable key exactly once per pass.
+  threads.emplace_back([&] {
+    start.arrive_and_wait();
+    while (!done.load()) {
+      std::vector<int> seen(stable, 0);
+      const Status s = store_->for_each([&](std::string_view key, std::string_view) {
+        const std::uint64_t k = std::stoull(std::string(key.substr(1)));
+        if (k >= keys) ++seen[k - keys];
+        return true;
+      });
+      if (!s.ok()) failures_.add("for_each: " + s.to_string());
+      for (std::uint64_t i = 0; i < stable; ++i) {
+        if (seen[i] != 1) failures_.add("for_each saw " + key_of(keys + i) + " " + std::to_string(seen[i]) + " times");
+      }
+    }
+  });
+  for (unsigned w = 0; w < kWriters; ++w) threads[w].join();
+  done.store(true);
+  for (std::size_t i = kWriters; i < threads.size(); ++i) threads[i].join();
+  EXPECT_TRUE(failures_.empty()) << failures_.text();
+
+  std::size_t expected = stable;
+  for (const auto& model : models) {
+    expected += model.size();
+    for (const auto& [k, v] : model) {
+      std::string got;
+      ASSERT_TRUE(store_->get(key_of(k), &got).ok()) << key_of(k);
+      EXPECT_EQ(got, v) << key_of(k);
+    }
+  }
+  EXPECT_EQ(store_->size(), expected);
+  EXPECT_GT(store_->stats().expansions, 100u) << "the table did not grow under the writers";
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  ASSERT_TRUE(store_->close().ok());
+  Options o;
+  o.engine = "dali";
+  ASSERT_TRUE(Store::open(path_, o, &store_).ok());
+  EXPECT_EQ(store_->size(), expected);
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+TEST_F(DaliStress, ConcurrentInsertsOfOneKeyHaveExactlyOneWinner) {
+  ASSERT_NO_FATAL_FAILURE(create());
+  constexpr unsigned kThreads = 4;
+  const int rounds = 300 * kScale;
+  std::vector<std::atomic<int>> winners(static_cast<std::size_t>(rounds));
+  std::barrier start(kThreads);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int r = 0; r < rounds; ++r) {
+        const Status s = store_->insert("shared" + std::to_string(r), std::to_string(t));
+        if (s.ok()) {
+          winners[static_cast<std::size_t>(r)].fetch_add(1);
+        } else if (!s.is_already_exists()) {
+          failures_.add(s.to_string());
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_TRUE(failures_.empty()) << failures_.text();
+  for (int r = 0; r < rounds; ++r) EXPECT_EQ(winners[static_cast<std::size_t>(r)].load(), 1) << r;
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(rounds));
+}
+
+// Bank transfers: serializable transactions keep the total, in the end and
+// in every snapshot, and deadlocks (two transfers locking the same two
+// accounts in opposite order) are broken by the lock timeout, not hung.
+TEST_F(DaliStress, TransfersBetweenAccountsKeepTheTotalInEverySnapshot) {
+  // 256 lock stripes: transfers mostly lock different ones, and collide
+  // with the locking auditor, which locks all of them.
+  ASSERT_NO_FATAL_FAILURE(create(Durability::kEpoch, 8));
+  constexpr int kAccounts = 64;
+  constexpr long kStart = 1000;
+  for (int a = 0; a < kAccounts; ++a) ASSERT_TRUE(store_->insert(key_of(a), std::to_string(kStart)).ok());
+  ASSERT_TRUE(store_->sync().ok());
+  constexpr unsigned kMovers = 3;
+  const int transfers = 500 * kScale;
+  std::atomic<bool> done{false};
+  std::atomic<long> committed{0}, aborted{0};
+  std::barrier start(kMovers + 2);
+  std::vector<std::thread> threads;
+  for (unsigned m = 0; m < kMovers; ++m) {
+    threads.emplace_back([&, m] {
+      std::mt19937_64 rng(m + 7);
+      start.arrive_and_wait();
+      for (int i = 0; i < transfers; ++i) {
+        const int from = static_cast<int>(rng() % kAccounts);
+        int to = static_cast<int>(rng() % (kAccounts - 1));
+        if (to >= from) ++to;
+        const long amount = static_cast<long>(rng() % 50);
+        for (;;) {
+          std::unique_ptr<Transaction> txn;
+          if (Status s = store_->transaction({.lock_timeout_ms = 20}, &txn); !s.ok()) {
+            failures_.add("begin: " + s.to_string());
+            return;
+          }
+          std::string a, b;
+          Status s = txn->get(key_of(from), &a);
+          if (s.ok()) s = txn->get(key_of(to), &b);
+          if (s.ok()) s = txn->update(key_of(from), std::to_string(std::stol(a) - amount));
+          if (s.ok()) s = txn->update(key_of(to), std::to_string(std::stol(b) + amount));
+          if (s.ok()) s = txn->commit();
+          if (s.ok()) {
+            committed.fetch_add(1);
+            break;
+          }
+          if (!s.is_aborted()) {
+            failures_.add("transfer: " + s.to_string());
+            return;
+          }
+          aborted.fetch_add(1);
+        }
+      }
+    });
+  }
+  // A snapshot auditor (lock-free) and a locking auditor: the total holds
+  // in every state they see.
+  for (const bool read_only : {true, false}) {
+    threads.emplace_back([&, read_only] {
+      start.arrive_and_wait();
+      while (!done.load()) {
+        if (!read_only) std::this_thread::yield();  // let the movers through between audits
+        std::unique_ptr<Transaction> txn;
+        if (Status s = store_->transaction({.read_only = read_only, .lock_timeout_ms = 20}, &txn); !s.ok()) {
+          failures_.add("audit begin: " + s.to_string());
+          return;
+        }
+        long total = 0;
+        Status s;
+        for (int a = 0; a < kAccounts && s.ok(); ++a) {
+          std::string v;
+          s = txn->get(key_of(a), &v);
+          if (s.ok()) total += std::stol(v);
+        }
+        if (s.is_aborted()) continue;
+        if (s.ok()) s = txn->commit();
+        if (!s.ok()) {
+          failures_.add("audit: " + s.to_string());
+        } else if (total != kAccounts * kStart) {
+          failures_.add(std::string(read_only ? "snapshot" : "locking") + " audit saw a total of " +
+                        std::to_string(total));
+        }
+      }
+    });
+  }
+  for (unsigned m = 0; m < kMovers; ++m) threads[m].join();
+  done.store(true);
+  for (std::size_t i = kMovers; i < threads.size(); ++i) threads[i].join();
+  EXPECT_TRUE(failures_.empty()) << failures_.text();
+  EXPECT_EQ(committed.load(), static_cast<long>(kMovers) * transfers);
+  long total = 0;
+  for (int a = 0; a < kAccounts; ++a) {
+    std::string v;
+    ASSERT_TRUE(store_->get(key_of(a), &v).ok());
+    total += std::stol(v);
+  }
+  EXPECT_EQ(total, kAccounts * kStart);
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+// Strict durability: a write is durable when it returns, so a snapshot
+// read (which reads only the durable state) right after it finds it, while
+// other writers keep the epochs moving.
+TEST_F(DaliStress, StrictWritesAreInTheDurableStateWhenTheyReturn) {
+  ASSERT_NO_FATAL_FAILURE(create(Durability::kStrict));
+  constexpr unsigned kThreads = 4;
+  const int ops = 300 * kScale;
+  std::barrier start(kThreads);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < ops; ++i) {
+        const std::uint64_t k = static_cast<std::uint64_t>(i) * kThreads + t;
+        if (Status s = store_->insert(key_of(k), value_of(k, 1)); !s.ok()) failures_.add(s.to_string());
+        std::string got;
+        const Status s = store_->get(key_of(k), &got, ReadOptions{.snapshot = true});
+        if (!s.ok() || got != value_of(k, 1)) failures_.add("not durable on return: " + key_of(k));
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_TRUE(failures_.empty()) << failures_.text();
+  EXPECT_EQ(store_->size(), std::uint64_t{kThreads} * ops);
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+}  // namespace
+}  // namespace pmhash
