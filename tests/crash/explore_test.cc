@@ -74,10 +74,10 @@ std::vector<Exploration> runs_of(const std::string& engine) {
     return {{"1", "700", "strict", "cache_line"}, {"2", "350", "strict", "cache_line"}};
   }
   // Strict durability costs two global fences per write: fewer operations.
-  return {{"1", "200", "strict", "cache_line"},
-          {"1", "400", "epoch", "cache_line"},
-          {"2", "300", "epoch", "cache_line"},
-          {"2", "300", "epoch", "page"}};
+  return {{"1", "250", "strict", "cache_line"},
+          {"1", "500", "epoch", "cache_line"},
+          {"2", "350", "epoch", "cache_line"},
+          {"2", "350", "epoch", "page"}};
 }
 
 TEST_P(CrashExplore, EveryCrashImageRecoversToAPromisedState) {

@@ -700,7 +700,7 @@ TEST_F(DaliTest, ADeadlockIsBrokenByTheLockTimeout) {
   EXPECT_EQ(y, want);
 }
 
-TEST_F(DaliTest, AStoreCallWaitingForATransactionsLockTimesOutWithBusy) {
+TEST_F(DaliTest, AStoreWriteWaitingForATransactionsLockTimesOutWithBusy) {
   options_.durability = Durability::kEpoch;
   options_.dali_lock_timeout_ms = 30;
   create();
@@ -709,11 +709,18 @@ TEST_F(DaliTest, AStoreCallWaitingForATransactionsLockTimesOutWithBusy) {
   ASSERT_TRUE(store_->transaction(&txn).ok());
   std::string v;
   ASSERT_TRUE(txn->get("k", &v).ok());
+  ASSERT_TRUE(txn->update("k", "3").ok());
   EXPECT_TRUE(store_->update("k", "2").is_busy());
-  EXPECT_TRUE(store_->get("k", &v).is_busy());
-  // A snapshot read takes no lock.
-  EXPECT_TRUE(store_->get("k", &v, ReadOptions{.snapshot = true}).ok());
+  EXPECT_TRUE(store_->remove("k").is_busy());
+  // Reads take no lock: they see the newest committed value, not the
+  // transaction's buffered write.
+  ASSERT_TRUE(store_->get("k", &v).ok());
+  EXPECT_EQ(v, "1");
+  ASSERT_TRUE(store_->get("k", &v, ReadOptions{.snapshot = true}).ok());
+  EXPECT_EQ(v, "1");
   ASSERT_TRUE(txn->commit().ok());
+  ASSERT_TRUE(store_->get("k", &v).ok());
+  EXPECT_EQ(v, "3");
   EXPECT_TRUE(store_->update("k", "2").ok());
 }
 

@@ -36,12 +36,15 @@ DaliIndex::~DaliIndex() { close(); }
 // ---------------------------------------------------------------------------
 
 bool DaliIndex::try_lock(std::uint32_t stripe) {
-  std::atomic<std::uint32_t>& l = locks_[stripe];
-  std::uint32_t w = l.load(std::memory_order_relaxed);
+  std::atomic<LockWord>& l = locks_[stripe];
+  LockWord w = l.load(std::memory_order_relaxed);
   return (w & kLocked) == 0 && l.compare_exchange_strong(w, w | kLocked, std::memory_order_acquire);
 }
 
-bool DaliIndex::lock_until(std::uint32_t stripe, Deadline deadline) {
+bool DaliIndex::lock_until(std::uint32_t stripe, std::chrono::milliseconds timeout) {
+  if (try_lock(stripe)) return true;
+  // Contended: only now is the clock read.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (unsigned spins = 0;; ++spins) {
     if (try_lock(stripe)) return true;
     if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) return false;
@@ -57,8 +60,18 @@ void DaliIndex::unlock(std::uint32_t stripe) {
   locks_[stripe].fetch_and(~kLocked, std::memory_order_release);
 }
 
-DaliIndex::Deadline DaliIndex::op_deadline() const {
-  return std::chrono::steady_clock::now() + lock_timeout_;
+void DaliIndex::begin_write(std::uint32_t stripe) {
+  // Seqlock writer (we hold the lock: nobody else changes the word). The
+  // release fence orders the flag before every store of the change.
+  std::atomic<LockWord>& l = locks_[stripe];
+  l.store(l.load(std::memory_order_relaxed) | kWriting, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+void DaliIndex::end_write_and_unlock(std::uint32_t stripe) {
+  std::atomic<LockWord>& l = locks_[stripe];
+  const LockWord w = l.load(std::memory_order_relaxed);
+  l.store((w + kWriteGeneration) & ~(kWriting | kLocked), std::memory_order_release);
 }
 
 Status DaliIndex::lock_timeout() const {
@@ -120,15 +133,37 @@ std::uint64_t DaliIndex::find_as_of(std::uint64_t head, const Key& key,
 // ---------------------------------------------------------------------------
 
 Status DaliIndex::get(const Key& key, std::string* value) {
-  // A locking read of the newest state (linearizable, paper Fig. 4). It
-  // writes nothing and frees nothing, so it needs no epoch: records leave a
-  // list only under this lock.
-  const std::uint32_t stripe = stripe_of(key.h1);
-  if (!lock_until(stripe, op_deadline())) return lock_timeout();
-  const Probe p = probe(key);
-  if (p.present) value->assign(record_value(rec(p.found)));
-  unlock(stripe);
-  return p.present ? Status::OK() : Status::NotFound();
+  // The newest state (linearizable, paper Fig. 4), read optimistically
+  // instead of under the bucket's lock (dali.h, "Locks"): a change of the
+  // stripe meanwhile makes us read again. Inside an epoch, so that nothing
+  // we may reach is freed under us.
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  const unsigned t = tc->slot();
+  std::atomic<LockWord>& l = locks_[stripe_of(key.h1)];
+  epochs_->enter(t);
+  for (;;) {
+    const LockWord w1 = l.load(std::memory_order_acquire);
+    if (w1 & (kWriting | kSplitting)) {  // a change is under way: wait it out
+      std::this_thread::yield();
+      continue;
+    }
+    const Probe p = probe(key);
+    bool present = p.present;
+    if (present) {
+      const RecordHeader* r = rec(p.found);
+      const std::uint32_t n = record_value_len(r);
+      // A rewrite in place may shrink the value meanwhile; the block holds
+      // the larger of the two, and the check below discards the copy.
+      value->resize(n);
+      load_racy(value->data(), reinterpret_cast<const char*>(r + 1) + r->key_len, n);
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (((l.load(std::memory_order_relaxed) ^ w1) & ~kLocked) != 0) continue;
+    epochs_->exit(t);
+    return present ? Status::OK() : Status::NotFound();
+  }
 }
 
 Status DaliIndex::snapshot_get(const Key& key, std::string* value) {
@@ -142,13 +177,13 @@ Status DaliIndex::snapshot_get(const Key& key, std::string* value) {
 
 Status DaliIndex::read_as_of(unsigned t, const Key& key, std::uint64_t snapshot,
                              std::string* value) {
-  std::atomic<std::uint32_t>& l = locks_[stripe_of(key.h1)];
+  std::atomic<LockWord>& l = locks_[stripe_of(key.h1)];
   // Inside an epoch: no record we may reach is freed before we leave, and
   // garbage collection keeps every version at or below e-2 visible.
   const std::uint64_t e = epochs_->enter(t);
   if (snapshot == kTwoEpochsBack) snapshot = e - 2;
   for (;;) {
-    const std::uint32_t w1 = l.load(std::memory_order_acquire);
+    const LockWord w1 = l.load(std::memory_order_acquire);
     if (w1 & kSplitting) {  // a split moves this stripe's lists: wait it out
       std::this_thread::yield();
       continue;
@@ -157,9 +192,10 @@ Status DaliIndex::read_as_of(unsigned t, const Key& key, std::uint64_t snapshot,
     const bool present = r != 0 && !record_absent(rec(r));
     if (present) value->assign(record_value(rec(r)));
     // Seqlock check: no split of the stripe began or ended since w1, so
-    // the bucket we read was the key's for the whole read.
+    // the bucket we read was the key's for the whole read. (Other changes
+    // leave the versions we read alone.)
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (((l.load(std::memory_order_relaxed) ^ w1) & ~kLocked) != 0) continue;
+    if (((l.load(std::memory_order_relaxed) ^ w1) & kSplitSequence) != 0) continue;
     epochs_->exit(t);
     return present ? Status::OK() : Status::NotFound();
   }
@@ -211,11 +247,12 @@ void DaliIndex::make_room(heap::ThreadCache* tc, unsigned t) {
   //    a full pool runs it everywhere). A stripe a transaction holds past
   //    the lock timeout is left alone.
   for (std::uint32_t stripe = 0; stripe <= stripe_mask_; ++stripe) {
-    if (!lock_until(stripe, op_deadline())) continue;
+    if (!lock_until(stripe, lock_timeout_)) continue;
+    begin_write(stripe);
     const std::uint64_t e = epochs_->enter(t);
     for_stripe_buckets(stripe, shape(), [&](Bucket* b) { collect_garbage(t, e, stripe, b); });
     epochs_->exit(t);
-    unlock(stripe);
+    end_write_and_unlock(stripe);
   }
   // 3. Two more fences, then everything retired is freed.
   reclaim_all(tc, t);
@@ -242,10 +279,12 @@ bool DaliIndex::fits_in_place(std::uint64_t found, std::uint64_t e, std::size_t 
 
 void DaliIndex::write_in_place(unsigned t, std::uint64_t e, std::uint64_t found,
                                std::string_view value, bool absent) {
+  // Optimistic readers may copy meanwhile (they check the stripe's write
+  // generation after): atomic stores.
   RecordHeader* r = rec(found);
   r->meta.store(record_meta(e, absent), std::memory_order_relaxed);
-  r->value_len = static_cast<std::uint32_t>(value.size());
-  if (!value.empty()) std::memcpy(reinterpret_cast<char*>(r + 1) + r->key_len, value.data(), value.size());
+  r->value_len.store(static_cast<std::uint32_t>(value.size()), std::memory_order_relaxed);
+  store_racy(reinterpret_cast<char*>(r + 1) + r->key_len, value.data(), value.size());
   epochs_->dirty(t, r, record_size(r->key_len, value.size()));
 }
 
@@ -257,7 +296,7 @@ void DaliIndex::prepend(unsigned t, std::uint64_t e, Bucket* b, std::uint64_t of
   r->meta.store(record_meta(e, absent), std::memory_order_relaxed);
   r->version = version;
   r->key_len = static_cast<std::uint32_t>(key.size());
-  r->value_len = static_cast<std::uint32_t>(value.size());
+  r->value_len.store(static_cast<std::uint32_t>(value.size()), std::memory_order_relaxed);
   std::memcpy(reinterpret_cast<char*>(r + 1), key.data(), key.size());
   if (!value.empty()) std::memcpy(reinterpret_cast<char*>(r + 1) + key.size(), value.data(), value.size());
   // No flush: the record, its allocation bit and the bucket reach media in
@@ -294,7 +333,8 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
     // Lock before the epoch: a thread waiting for a lock must not hold up
     // the end of an epoch (the worker waits for every thread inside one),
     // and a bucket's updates then run in non-decreasing epochs.
-    if (!lock_until(stripe, op_deadline())) return lock_timeout();
+    if (!lock_until(stripe, lock_timeout_)) return lock_timeout();
+    begin_write(stripe);
     const std::uint64_t e = epochs_->enter(t);
     reclaim(tc, t);
     const Probe p = probe(key);
@@ -310,15 +350,20 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
     }
     if (s.ok()) {
       if (absent || !p.present) add_count(t, stripe, absent ? -1 : 1);
-      // Paper §3.4: "occasionally" at the end of an update. Here: whenever
-      // the write superseded a version with more records behind it (older
-      // versions of the key, or of others, may have become garbage), and
-      // every kGcEvery-th write.
+      // Paper §3.4: "occasionally" at the end of an update. Here: when the
+      // write superseded a version with more records behind it (older
+      // versions of the key, or of others, may have become garbage), and at
+      // every kGcEvery-th write; at most once per epoch and stripe (garbage
+      // grows by a version per key and epoch).
       const bool behind = p.found != 0 && rec(p.found)->next.load(std::memory_order_relaxed) != 0;
-      if (behind || ++retired_[t].writes % kGcEvery == 0) collect_garbage(t, e, stripe, p.bucket);
+      std::atomic<std::uint64_t>& last = collected_at_[stripe];
+      if ((behind || ++retired_[t].writes % kGcEvery == 0) && last.load(std::memory_order_relaxed) != e) {
+        last.store(e, std::memory_order_relaxed);
+        collect_garbage(t, e, stripe, p.bucket);
+      }
     }
     epochs_->exit(t);
-    unlock(stripe);
+    end_write_and_unlock(stripe);
     if (s.is_no_space() && attempt == 0) {
       make_room(tc, t);
       continue;
@@ -375,7 +420,8 @@ void DaliIndex::obsolete(const std::vector<std::uint64_t>& list, std::uint64_t e
   const std::uint64_t h = horizon(e);
   const std::size_t n = list.size();
   drop->assign(n, 0);
-  std::vector<char> done(n, 0);
+  thread_local std::vector<char> done;
+  done.assign(n, 0);
   for (std::size_t i = 0; i < n; ++i) {
     if (done[i]) continue;
     const RecordHeader* ri = rec(list[i]);
@@ -447,19 +493,14 @@ void DaliIndex::reclaim(heap::ThreadCache* tc, unsigned t) {
   // (Inside an epoch: the frees' bitmap words go to its fence.) An unlink of
   // epoch u is durable, and no one can be on the record, once quiescent()
   // >= u+1 (epochs.h, "Reclamation").
+  // The list is in retirement order, so in epoch order: free from the front.
   RetireList& mine = retired_[t];
-  if (mine.list.empty()) return;
   const std::uint64_t q = epochs_->quiescent();
   std::lock_guard guard(mine.mu);
-  std::size_t kept = 0;
-  for (const Retired& r : mine.list) {
-    if (r.epoch + 1 <= q) {
-      free_record(tc, t, r.off);
-    } else {
-      mine.list[kept++] = r;
-    }
+  while (!mine.list.empty() && mine.list.front().epoch + 1 <= q) {
+    free_record(tc, t, mine.list.front().off);
+    mine.list.pop_front();
   }
-  mine.list.resize(kept);
 }
 
 void DaliIndex::reclaim_all(heap::ThreadCache* tc, unsigned t) {
@@ -470,15 +511,10 @@ void DaliIndex::reclaim_all(heap::ThreadCache* tc, unsigned t) {
   for (unsigned i = 0; i < kMaxThreads; ++i) {
     RetireList& list = retired_[i];
     std::lock_guard guard(list.mu);
-    std::size_t kept = 0;
-    for (const Retired& r : list.list) {
-      if (r.epoch + 1 <= q) {
-        free_record(tc, t, r.off);
-      } else {
-        list.list[kept++] = r;
-      }
+    while (!list.list.empty() && list.list.front().epoch + 1 <= q) {
+      free_record(tc, t, list.list.front().off);
+      list.list.pop_front();
     }
-    list.list.resize(kept);
   }
   epochs_->exit(t);
 }
@@ -521,7 +557,7 @@ Status DaliIndex::for_each(const ForEachFn& fn) {
   std::vector<std::string_view> seen;
   for (std::uint32_t stripe = 0; stripe <= stripe_mask_; ++stripe) {
     batch.clear();
-    if (!lock_until(stripe, op_deadline())) return lock_timeout();
+    if (!lock_until(stripe, lock_timeout_)) return lock_timeout();
     for_stripe_buckets(stripe, shape(), [&](const Bucket* b) {
       seen.clear();
       for (std::uint64_t r = valid_head(*b); r != 0; r = rec(r)->next.load(std::memory_order_relaxed)) {

@@ -168,8 +168,9 @@
 // Garbage collection (paper §3.4) and reclamation
 // ---------------------------------------------------------------------------
 // At the end of a write that superseded a version with records behind it,
-// and of every 8th write of a thread, still under the bucket's lock, the
-// writer walks that bucket's valid list. For each key, its anchor is the
+// and of every 8th write of a thread (at most once per epoch and lock
+// stripe), still under the bucket's lock, the writer walks that bucket's
+// valid list. For each key, its anchor is the
 // newest record that every snapshot reader sees (version <= horizon) and
 // that survives every crash (written <= E-2); every older record of the key
 // is obsolete. Each run of obsolete records (never the head) is unlinked

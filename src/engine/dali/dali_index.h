@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -75,22 +76,33 @@ class DaliIndex final : public Index {
   enum class Op : unsigned char { kInsert, kUpdate, kUpsert, kRemove };
 
   // --- stripe locks (DRAM; dali.h "Locks") ---
-  //   bit 0      locked
-  //   bit 1      a split of one of the stripe's buckets is under way
-  //   bits 31..2 split generation: +1 by every split of the stripe
-  static constexpr std::uint32_t kLocked = 1;
-  static constexpr std::uint32_t kSplitting = 2;
-  static constexpr std::uint32_t kGeneration = 4;
-  using Deadline = std::chrono::steady_clock::time_point;
+  //   bit 0       kLocked     held (an operation, a transaction, a split or
+  //                           maintenance)
+  //   bit 1       kSplitting  the holder is splitting one of the buckets
+  //   bit 2       kWriting    the holder is changing the stripe's lists
+  //   bits 31..3  split generation, +1 by every split: the sequence of
+  //               snapshot readers, whom only splits concern
+  //   bits 63..32 write generation, +1 by every change: the sequence of
+  //               optimistic readers of the newest state
+  using LockWord = std::uint64_t;
+  static constexpr LockWord kLocked = 1;
+  static constexpr LockWord kSplitting = 2;
+  static constexpr LockWord kWriting = 4;
+  static constexpr LockWord kSplitGeneration = 8;
+  static constexpr LockWord kSplitSequence = 0xffff'fffe & ~kWriting;  // splitting + split generation
+  static constexpr LockWord kWriteGeneration = LockWord{1} << 32;
   std::uint32_t stripe_of(std::uint64_t h) const {
     return static_cast<std::uint32_t>(h & stripe_mask_);
   }
   bool try_lock(std::uint32_t stripe);
-  // False when `deadline` passed first.
-  bool lock_until(std::uint32_t stripe, Deadline deadline);
-  void lock(std::uint32_t stripe);  // no deadline: maintenance only
-  void unlock(std::uint32_t stripe);
-  Deadline op_deadline() const;
+  // False when `timeout` passed first.
+  bool lock_until(std::uint32_t stripe, std::chrono::milliseconds timeout);
+  void lock(std::uint32_t stripe);  // no timeout: maintenance only
+  void unlock(std::uint32_t stripe);  // the holder changed nothing
+  // The holder is about to change the stripe's lists (readers retry), and
+  // is done: a new write generation, unlocked.
+  void begin_write(std::uint32_t stripe);
+  void end_write_and_unlock(std::uint32_t stripe);
   Status lock_timeout() const;
 
   // --- table (dali.h "Growth") ---
@@ -193,7 +205,7 @@ class DaliIndex final : public Index {
   unsigned initial_log2_ = 0;
   std::uint64_t stripe_mask_ = 0;
   std::chrono::milliseconds lock_timeout_;
-  std::unique_ptr<std::atomic<std::uint32_t>[]> locks_;
+  std::unique_ptr<std::atomic<LockWord>[]> locks_;
   std::atomic<std::uint64_t> shape_{0};
   std::atomic<Bucket*> segments_[kMaxSegments] = {};
   std::vector<std::uint64_t> failed_;  // sorted; fixed after open
@@ -221,13 +233,15 @@ class DaliIndex final : public Index {
   };
   struct alignas(64) RetireList {
     std::mutex mu;
-    std::vector<Retired> list;
+    std::deque<Retired> list;  // in retirement (so epoch) order
     unsigned writes = 0;  // owner only: paces garbage collection
   };
   std::unique_ptr<RetireList[]> retired_;
   // Per stripe: the epoch of its last unlink (stripe locked); at open, the
   // open's epoch (earlier unlinks may not be durable).
   std::unique_ptr<std::atomic<std::uint64_t>[]> unlinked_at_;
+  // Per stripe: the epoch of its last garbage collection after a write.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> collected_at_;
   std::atomic<std::uint64_t> collected_{0};
 
   std::mutex room_mu_;  // one make_room at a time

@@ -180,8 +180,9 @@ Status DaliIndex::format() {
   segments_[0].store(b);
   shape_.store(first.encode());
   stripe_mask_ = (std::uint64_t{1} << root_->stripe_log2) - 1;
-  locks_.reset(new std::atomic<std::uint32_t>[stripe_mask_ + 1]());
+  locks_.reset(new std::atomic<LockWord>[stripe_mask_ + 1]());
   unlinked_at_.reset(new std::atomic<std::uint64_t>[stripe_mask_ + 1]());
+  collected_at_.reset(new std::atomic<std::uint64_t>[stripe_mask_ + 1]());
   epochs_ = std::make_unique<Epochs>(region_, &root_->epoch,
                                      std::chrono::milliseconds(env_.options.epoch_ms));
   ready_ = true;
@@ -280,7 +281,7 @@ Status DaliIndex::recover() {
   }
   shape_.store(sh.encode());
   stripe_mask_ = (std::uint64_t{1} << root_->stripe_log2) - 1;
-  locks_.reset(new std::atomic<std::uint32_t>[stripe_mask_ + 1]());
+  locks_.reset(new std::atomic<LockWord>[stripe_mask_ + 1]());
 
   if (crashed || root_->sweep_pending == 1) {
     // The blocks allocated at the crash, for the sweep (dali.h, Recovery 2):
@@ -305,6 +306,7 @@ Status DaliIndex::recover() {
   }
   epochs_ = std::make_unique<Epochs>(region_, &root_->epoch,
                                      std::chrono::milliseconds(env_.options.epoch_ms));
+  collected_at_.reset(new std::atomic<std::uint64_t>[stripe_mask_ + 1]());
   unlinked_at_.reset(new std::atomic<std::uint64_t>[stripe_mask_ + 1]);
   for (std::uint64_t i = 0; i <= stripe_mask_; ++i) unlinked_at_[i].store(epochs_->current());
   // The saved item count is valid only until the next crash.
@@ -550,7 +552,7 @@ Status DaliIndex::check() {
           break;
         }
         const RecordHeader* h = rec(r);
-        if (record_size(h->key_len, h->value_len) > size) {
+        if (record_size(h->key_len, record_value_len(h)) > size) {
           problem = at + " overruns its block";
           break;
         }

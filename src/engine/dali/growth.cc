@@ -63,8 +63,9 @@ void DaliIndex::split_one(heap::ThreadCache* tc, unsigned t) {
   // src and dst differ in bit L >= L0 >= the stripe bits: one stripe.
   const std::uint32_t stripe = stripe_of(src);
   if (!try_lock(stripe)) return;  // busy (a transaction?): a later insert splits
-  // Seqlock writer: snapshot readers of the stripe retry from here on.
-  locks_[stripe].fetch_or(kSplitting, std::memory_order_relaxed);
+  // Seqlock writer: readers of the stripe retry from here on.
+  locks_[stripe].store(locks_[stripe].load(std::memory_order_relaxed) | kSplitting | kWriting,
+                       std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
 
   const std::uint64_t e = epochs_->enter(t);
@@ -85,14 +86,15 @@ void DaliIndex::split_one(heap::ThreadCache* tc, unsigned t) {
   for (std::size_t i = 0; i < list.size() && room; ++i) {
     if (drop[i]) continue;
     const RecordHeader* r = rec(list[i]);
-    room = allocate_record(tc, t, record_size(r->key_len, r->value_len), 0, &copies[i]).ok();
+    room = allocate_record(tc, t, record_size(r->key_len, record_value_len(r)), 0, &copies[i]).ok();
   }
   if (!room) {
     for (std::uint64_t c : copies) {
       if (c != 0) free_record(tc, t, c);
     }
     epochs_->exit(t);
-    locks_[stripe].fetch_and(~(kSplitting | kLocked), std::memory_order_release);
+    // Nothing changed: readers' sequences stand.
+    locks_[stripe].fetch_and(~(kSplitting | kWriting | kLocked), std::memory_order_release);
     grow_blocked_epoch_.store(e, std::memory_order_relaxed);
     return;
   }
@@ -110,10 +112,11 @@ void DaliIndex::split_one(heap::ThreadCache* tc, unsigned t) {
     c->next.store(head, std::memory_order_relaxed);
     c->meta.store(record_meta(e, record_absent(r)), std::memory_order_relaxed);
     c->version = r->version;
+    const std::uint32_t value_len = record_value_len(r);
     c->key_len = r->key_len;
-    c->value_len = r->value_len;
-    std::memcpy(reinterpret_cast<char*>(c + 1), reinterpret_cast<const char*>(r + 1), r->key_len + r->value_len);
-    epochs_->dirty(t, c, record_size(r->key_len, r->value_len));
+    c->value_len.store(value_len, std::memory_order_relaxed);
+    std::memcpy(reinterpret_cast<char*>(c + 1), reinterpret_cast<const char*>(r + 1), r->key_len + value_len);
+    epochs_->dirty(t, c, record_size(r->key_len, value_len));
     head = copies[i];
     ++copied;
   }
@@ -136,9 +139,10 @@ void DaliIndex::split_one(heap::ThreadCache* tc, unsigned t) {
   // The old list is garbage once e is durable and no reader is on it.
   for (std::uint64_t r : list) retire(t, e, r);
   epochs_->exit(t);
-  // Seqlock writer end: a new generation, not splitting, unlocked.
-  const std::uint32_t w = locks_[stripe].load(std::memory_order_relaxed);
-  locks_[stripe].store((w + kGeneration) & ~(kSplitting | kLocked), std::memory_order_release);
+  // Seqlock writer end: new generations, not splitting, unlocked.
+  const LockWord w = locks_[stripe].load(std::memory_order_relaxed);
+  locks_[stripe].store((w + kSplitGeneration + kWriteGeneration) & ~(kSplitting | kWriting | kLocked),
+                       std::memory_order_release);
   splits_.fetch_add(1, std::memory_order_relaxed);
   copied_.fetch_add(copied, std::memory_order_relaxed);
 }

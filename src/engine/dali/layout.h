@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 #include "pool/pool.h"
@@ -146,7 +147,7 @@ struct RecordHeader {
   std::atomic<std::uint64_t> meta;
   std::uint64_t version;
   std::uint32_t key_len;
-  std::uint32_t value_len;
+  std::atomic<std::uint32_t> value_len;  // rewritten in place (see above)
 };
 static_assert(sizeof(RecordHeader) == 32);
 
@@ -166,8 +167,39 @@ inline std::size_t record_size(std::size_t key_len, std::size_t value_len) {
 inline std::string_view record_key(const RecordHeader* r) {
   return {reinterpret_cast<const char*>(r + 1), r->key_len};
 }
+inline std::uint32_t record_value_len(const RecordHeader* r) {
+  return r->value_len.load(std::memory_order_relaxed);
+}
+// The value of a record nobody rewrites meanwhile (the caller holds the
+// stripe's lock, or the record's version is older than the current epoch).
 inline std::string_view record_value(const RecordHeader* r) {
-  return {reinterpret_cast<const char*>(r + 1) + r->key_len, r->value_len};
+  return {reinterpret_cast<const char*>(r + 1) + r->key_len, record_value_len(r)};
+}
+
+// Copies the bytes at `src`, which an in-place rewrite may change meanwhile,
+// with atomic loads: the race is defined, and the reader's sequence check
+// discards a torn copy. (store_racy is the writer's side.)
+inline void load_racy(char* dst, const char* src, std::size_t n) {
+  std::size_t i = 0;
+  auto byte = [](const char* p) { return std::atomic_ref<char>(*const_cast<char*>(p)).load(std::memory_order_relaxed); };
+  for (; i < n && reinterpret_cast<std::uintptr_t>(src + i) % 8 != 0; ++i) dst[i] = byte(src + i);
+  for (; i + 8 <= n; i += 8) {
+    const std::uint64_t w = std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(const_cast<char*>(src + i)))
+                                .load(std::memory_order_relaxed);
+    std::memcpy(dst + i, &w, 8);
+  }
+  for (; i < n; ++i) dst[i] = byte(src + i);
+}
+inline void store_racy(char* dst, const char* src, std::size_t n) {
+  std::size_t i = 0;
+  auto byte = [](char* p, char v) { std::atomic_ref<char>(*p).store(v, std::memory_order_relaxed); };
+  for (; i < n && reinterpret_cast<std::uintptr_t>(dst + i) % 8 != 0; ++i) byte(dst + i, src[i]);
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, src + i, 8);
+    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(dst + i)).store(w, std::memory_order_relaxed);
+  }
+  for (; i < n; ++i) byte(dst + i, src[i]);
 }
 
 // --- root ---------------------------------------------------------------------

@@ -77,7 +77,7 @@ class DaliTxn final : public Txn {
   Status acquire(const Key& key) {
     const std::uint32_t stripe = ix_.stripe_of(key.h1);
     if (held_.contains(stripe)) return Status::OK();
-    if (!ix_.lock_until(stripe, std::chrono::steady_clock::now() + timeout_)) {
+    if (!ix_.lock_until(stripe, timeout_)) {
       release();
       state_ = State::kAborted;
       aborted_why_ = "aborted: waited " + std::to_string(timeout_.count()) +
@@ -195,6 +195,7 @@ Status DaliTxn::commit() {
     return Status::NoSpace("pool full: the transaction's " + std::to_string(n) +
                            " writes do not fit; none was applied");
   }
+  for (std::uint32_t stripe : held_) ix_.begin_write(stripe);
   for (const Plan& plan : plans) {
     if (plan.off == 0) {
       ix_.write_in_place(t, e, plan.p.found, plan.w->value, plan.w->absent);
@@ -206,6 +207,8 @@ Status DaliTxn::commit() {
     grew = grew || delta > 0;
   }
   ix_.epochs_->exit(t);
+  for (std::uint32_t stripe : held_) ix_.end_write_and_unlock(stripe);
+  held_.clear();
   release();
   state_ = State::kCommitted;
   if (grew) ix_.maybe_grow(tc, t);
