@@ -77,6 +77,10 @@ struct Config {
   std::string granularity = "cache_line";
   std::string durability = "strict";
   unsigned epoch_ms = 10;
+  // Epoch durability compared at equal loss: a peer syncs every window, a
+  // pmhash epoch engine (which may lose its epoch and the one before) ends
+  // an epoch every half window.
+  std::optional<unsigned> loss_window_ms;
   unsigned lock_timeout_ms = 100;
   std::uint64_t seed = 1;
   std::string json_path;
@@ -340,7 +344,12 @@ class Driver {
         std::any_of(engines_.begin(), engines_.end(), [](const EngineSpec& e) {
           return e.durability == Durability::kEpoch;
         })) {
-      s << ", epochs " << config_.epoch_ms << " ms";
+      if (config_.loss_window_ms) {
+        s << ", loss window " << *config_.loss_window_ms << " ms (peers sync every "
+          << *config_.loss_window_ms << " ms, pmhash epochs of " << *config_.loss_window_ms / 2 << " ms)";
+      } else {
+        s << ", epochs " << config_.epoch_ms << " ms";
+      }
     }
     if (spec.mix.has(OpType::kTxn)) {
       s << "; run M/s counts transactions; lock timeout " << config_.lock_timeout_ms << " ms";
@@ -368,6 +377,10 @@ class Driver {
     tc.durability = spec.durability.value_or(
         config_.durability == "epoch" ? Durability::kEpoch : Durability::kStrict);
     tc.epoch_interval = std::chrono::milliseconds(config_.epoch_ms);
+    if (config_.loss_window_ms) {
+      const unsigned window = *config_.loss_window_ms;
+      tc.epoch_interval = std::chrono::milliseconds(spec.pmhash ? std::max(1u, window / 2) : window);
+    }
     tc.transactions = transactions;
     tc.lock_timeout_ms = config_.lock_timeout_ms;
     tc.capacity_hint = config_.records + config_.ops.value_or(config_.records);
@@ -503,6 +516,7 @@ class Driver {
         {"granularity", config_.granularity},
         {"durability", config_.durability},
         {"epoch_ms", config_.epoch_ms},
+        {"loss_window_ms", config_.loss_window_ms ? nlohmann::json(*config_.loss_window_ms) : nlohmann::json()},
         {"lock_timeout_ms", config_.lock_timeout_ms},
         {"seed", config_.seed},
         {"threads", config_.threads},
@@ -597,6 +611,10 @@ void add_options(CLI::App& app, Config& config) {
   app.add_option("--epoch-ms", config.epoch_ms, "epoch interval of epoch durability, ms")
       ->check(CLI::Range(1u, 60'000u))
       ->capture_default_str();
+  app.add_option("--loss-window-ms", config.loss_window_ms,
+                 "epoch durability at equal loss: peers sync every N ms, pmhash epoch engines end an "
+                 "epoch every N/2 ms (they may lose two epochs); overrides --epoch-ms")
+      ->check(CLI::Range(2u, 60'000u));
   app.add_option("--lock-timeout-ms", config.lock_timeout_ms,
                  "txn workload: longest wait of a transaction for one lock before it aborts "
                  "and is retried (pmhash engines, rocksdb)")

@@ -27,8 +27,9 @@
 #
 #   disk  a pool file on the normal disk, page granularity (msync): dali
 #         with epoch durability against LMDB and RocksDB with the same loss
-#         window (their epoch modes: MDB_NOSYNC + mdb_env_sync, unsynced WAL
-#         + SyncWAL, every 10 ms). Directory: POOL_DIR, default /var/tmp.
+#         window, 10 ms (their epoch modes, MDB_NOSYNC + mdb_env_sync and
+#         unsynced WAL + SyncWAL, every 10 ms; dali epochs of 5 ms, as a
+#         crash may lose two). Directory: POOL_DIR, default /var/tmp.
 #         No ceilings: on a disk they charge each write one msync, which
 #         none of these tables issues per write in epoch mode.
 #   shm   /dev/shm (SHM_DIR), cache_line granularity (clwb + sfence): dali
@@ -95,7 +96,7 @@ if [ "$profile" = dali ]; then
   disk_dir=${POOL_DIR:-/var/tmp}
   shm_dir=${SHM_DIR:-/dev/shm}
   common=(--workload load,a,b,c,txn --threads 1,2 --records "$records" --duration "$seconds"
-          --epoch-ms 10)
+          --loss-window-ms 10)
   echo "bench.sh: dali, part 1 of 2: page granularity in $disk_dir, epoch durability"
   "$bench" "${common[@]}" --engine dali,lmdb,rocksdb --durability epoch \
     --pool "$disk_dir" --granularity page --no-ceilings \

@@ -61,11 +61,11 @@ void DaliIndex::unlock(std::uint32_t stripe) {
 }
 
 void DaliIndex::begin_write(std::uint32_t stripe) {
-  // Seqlock writer (we hold the lock: nobody else changes the word). The
-  // release fence orders the flag before every store of the change.
+  // Seqlock writer (we hold the lock: nobody else changes the word). Every
+  // store of the change that a reader may see is a release store, so this
+  // flag is visible before it (no fence: TSan has none).
   std::atomic<LockWord>& l = locks_[stripe];
   l.store(l.load(std::memory_order_relaxed) | kWriting, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
 }
 
 void DaliIndex::end_write_and_unlock(std::uint32_t stripe) {
@@ -159,7 +159,7 @@ Status DaliIndex::get(const Key& key, std::string* value) {
       value->resize(n);
       load_racy(value->data(), reinterpret_cast<const char*>(r + 1) + r->key_len, n);
     }
-    std::atomic_thread_fence(std::memory_order_acquire);
+    // Every load above was an acquire load: this one cannot come first.
     if (((l.load(std::memory_order_relaxed) ^ w1) & ~kLocked) != 0) continue;
     epochs_->exit(t);
     return present ? Status::OK() : Status::NotFound();
@@ -194,7 +194,6 @@ Status DaliIndex::read_as_of(unsigned t, const Key& key, std::uint64_t snapshot,
     // Seqlock check: no split of the stripe began or ended since w1, so
     // the bucket we read was the key's for the whole read. (Other changes
     // leave the versions we read alone.)
-    std::atomic_thread_fence(std::memory_order_acquire);
     if (((l.load(std::memory_order_relaxed) ^ w1) & kSplitSequence) != 0) continue;
     epochs_->exit(t);
     return present ? Status::OK() : Status::NotFound();
@@ -282,8 +281,8 @@ void DaliIndex::write_in_place(unsigned t, std::uint64_t e, std::uint64_t found,
   // Optimistic readers may copy meanwhile (they check the stripe's write
   // generation after): atomic stores.
   RecordHeader* r = rec(found);
-  r->meta.store(record_meta(e, absent), std::memory_order_relaxed);
-  r->value_len.store(static_cast<std::uint32_t>(value.size()), std::memory_order_relaxed);
+  r->meta.store(record_meta(e, absent), std::memory_order_release);
+  r->value_len.store(static_cast<std::uint32_t>(value.size()), std::memory_order_release);
   store_racy(reinterpret_cast<char*>(r + 1) + r->key_len, value.data(), value.size());
   epochs_->dirty(t, r, record_size(r->key_len, value.size()));
 }

@@ -63,10 +63,10 @@ void DaliIndex::split_one(heap::ThreadCache* tc, unsigned t) {
   // src and dst differ in bit L >= L0 >= the stripe bits: one stripe.
   const std::uint32_t stripe = stripe_of(src);
   if (!try_lock(stripe)) return;  // busy (a transaction?): a later insert splits
-  // Seqlock writer: readers of the stripe retry from here on.
+  // Seqlock writer: readers of the stripe retry from here on (every store
+  // below a reader may see is a release store, so it sees this one first).
   locks_[stripe].store(locks_[stripe].load(std::memory_order_relaxed) | kSplitting | kWriting,
                        std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
 
   const std::uint64_t e = epochs_->enter(t);
   Bucket* from = bucket(src);
@@ -126,9 +126,9 @@ void DaliIndex::split_one(heap::ThreadCache* tc, unsigned t) {
   retarget(t, e, from, head_from);
   // dst: written whole in e. Only a shape of e names it, so any crash that
   // loses part of it loses that shape too.
-  to->ptr[0].store(head_to, std::memory_order_relaxed);
-  to->ptr[1].store(0, std::memory_order_relaxed);
-  to->ptr[2].store(0, std::memory_order_relaxed);
+  to->ptr[0].store(head_to, std::memory_order_release);
+  to->ptr[1].store(0, std::memory_order_release);
+  to->ptr[2].store(0, std::memory_order_release);
   to->status.store(Stat{0, kNoRole, 1, e}.encode(), std::memory_order_release);
   epochs_->dirty(t, to, sizeof(Bucket));
   // The shape, versioned like a bucket: a crash that loses e finds the old

@@ -158,8 +158,9 @@ inline std::uint64_t record_meta(std::uint64_t written, bool absent) {
 inline std::uint64_t record_written(const RecordHeader* r) {
   return r->meta.load(std::memory_order_relaxed) >> 1;
 }
+// Acquire, as every load of an optimistic reader (dali.h, "Locks").
 inline bool record_absent(const RecordHeader* r) {
-  return (r->meta.load(std::memory_order_relaxed) & kAbsent) != 0;
+  return (r->meta.load(std::memory_order_acquire) & kAbsent) != 0;
 }
 inline std::size_t record_size(std::size_t key_len, std::size_t value_len) {
   return sizeof(RecordHeader) + key_len + value_len;
@@ -168,7 +169,7 @@ inline std::string_view record_key(const RecordHeader* r) {
   return {reinterpret_cast<const char*>(r + 1), r->key_len};
 }
 inline std::uint32_t record_value_len(const RecordHeader* r) {
-  return r->value_len.load(std::memory_order_relaxed);
+  return r->value_len.load(std::memory_order_acquire);
 }
 // The value of a record nobody rewrites meanwhile (the caller holds the
 // stripe's lock, or the record's version is older than the current epoch).
@@ -178,26 +179,27 @@ inline std::string_view record_value(const RecordHeader* r) {
 
 // Copies the bytes at `src`, which an in-place rewrite may change meanwhile,
 // with atomic loads: the race is defined, and the reader's sequence check
-// discards a torn copy. (store_racy is the writer's side.)
+// discards a torn copy. Acquire loads and release stores (store_racy, the
+// writer's side) keep them inside the sequence check without fences.
 inline void load_racy(char* dst, const char* src, std::size_t n) {
   std::size_t i = 0;
-  auto byte = [](const char* p) { return std::atomic_ref<char>(*const_cast<char*>(p)).load(std::memory_order_relaxed); };
+  auto byte = [](const char* p) { return std::atomic_ref<char>(*const_cast<char*>(p)).load(std::memory_order_acquire); };
   for (; i < n && reinterpret_cast<std::uintptr_t>(src + i) % 8 != 0; ++i) dst[i] = byte(src + i);
   for (; i + 8 <= n; i += 8) {
     const std::uint64_t w = std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(const_cast<char*>(src + i)))
-                                .load(std::memory_order_relaxed);
+                                .load(std::memory_order_acquire);
     std::memcpy(dst + i, &w, 8);
   }
   for (; i < n; ++i) dst[i] = byte(src + i);
 }
 inline void store_racy(char* dst, const char* src, std::size_t n) {
   std::size_t i = 0;
-  auto byte = [](char* p, char v) { std::atomic_ref<char>(*p).store(v, std::memory_order_relaxed); };
+  auto byte = [](char* p, char v) { std::atomic_ref<char>(*p).store(v, std::memory_order_release); };
   for (; i < n && reinterpret_cast<std::uintptr_t>(dst + i) % 8 != 0; ++i) byte(dst + i, src[i]);
   for (; i + 8 <= n; i += 8) {
     std::uint64_t w;
     std::memcpy(&w, src + i, 8);
-    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(dst + i)).store(w, std::memory_order_relaxed);
+    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(dst + i)).store(w, std::memory_order_release);
   }
   for (; i < n; ++i) byte(dst + i, src[i]);
 }
