@@ -99,6 +99,7 @@ bool DaliIndex::failed(std::uint64_t epoch) const {
 
 std::uint64_t DaliIndex::valid_head(const Bucket& b) const {
   const Stat s = Stat::decode(b.status.load(std::memory_order_acquire));
+  if (!s.well_formed()) return 0;  // damage (check() reports it): no list
   if (!failed(s.ss)) return b.ptr[s.a].load(std::memory_order_acquire);
   if (s.f != kNoRole && !failed(s.ss - 1)) return b.ptr[s.f].load(std::memory_order_acquire);
   return b.ptr[s.c].load(std::memory_order_acquire);

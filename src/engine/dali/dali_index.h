@@ -197,6 +197,10 @@ class DaliIndex final : public Index {
   // Counts the present keys after a crash, stripe by stripe (exact: see
   // add_count). Idempotent.
   void recount();
+  // For the walks that run at open before check() could (recount, sweep):
+  // `off` is an allocated block that holds a whole record, and the walk
+  // took at most `limit` steps (the records the heap could hold).
+  bool plausible_record(std::uint64_t off, std::uint64_t* steps, std::uint64_t limit) const;
 
   Env env_;
   media::Region& region_;

@@ -402,6 +402,15 @@ Status DaliIndex::start() {
 // The sweep and the recount (dali.h, Recovery 2)
 // ---------------------------------------------------------------------------
 
+bool DaliIndex::plausible_record(std::uint64_t off, std::uint64_t* steps, std::uint64_t limit) const {
+  // (check() reports what this stops at.)
+  if (off == 0 || ++*steps > limit) return false;
+  if (off % 16 != 0 || !heap_.is_allocated(off)) return false;
+  const std::size_t size = heap_.block_size(off);
+  const RecordHeader* h = rec(off);
+  return size >= sizeof(RecordHeader) && record_size(h->key_len, record_value_len(h)) <= size;
+}
+
 void DaliIndex::recount() {
   std::lock_guard guard(recount_mu_);
   if (count_known_.load()) return;
@@ -410,11 +419,16 @@ void DaliIndex::recount() {
   // seen here instead (add_count skips it): the total is exact.
   std::int64_t n = 0;
   std::vector<std::string_view> seen;
+  const std::uint64_t limit = heap_.used_bytes() / sizeof(RecordHeader) + 1;
   for (std::uint32_t stripe = 0; stripe <= stripe_mask_; ++stripe) {
     lock(stripe);
     for_stripe_buckets(stripe, shape(), [&](const Bucket* b) {
       seen.clear();
-      for (std::uint64_t r = valid_head(*b); r != 0; r = rec(r)->next.load(std::memory_order_relaxed)) {
+      // Right after open, before anyone ran check(): a damaged list is
+      // followed only as far as it holds records.
+      std::uint64_t steps = 0;
+      for (std::uint64_t r = valid_head(*b); plausible_record(r, &steps, limit);
+           r = rec(r)->next.load(std::memory_order_relaxed)) {
         const std::string_view k = record_key(rec(r));
         if (std::find(seen.begin(), seen.end(), k) != seen.end()) continue;
         seen.push_back(k);
@@ -440,11 +454,14 @@ void DaliIndex::sweep() {
   // garbage for good: lists gain only new records (not noted), and what
   // leaves a list meanwhile is marked by retire().
   BlockSet& marked = *marked_;
+  const std::uint64_t limit = heap_.used_bytes() / sizeof(RecordHeader) + 1;
   for (std::uint32_t stripe = 0; stripe <= stripe_mask_; ++stripe) {
     if (stop_.load(std::memory_order_relaxed)) return;
     lock(stripe);
     for_stripe_buckets(stripe, shape(), [&](const Bucket* b) {
-      for (std::uint64_t r = valid_head(*b); r != 0; r = rec(r)->next.load(std::memory_order_relaxed)) {
+      std::uint64_t steps = 0;
+      for (std::uint64_t r = valid_head(*b); plausible_record(r, &steps, limit);
+           r = rec(r)->next.load(std::memory_order_relaxed)) {
         marked.add(r);
       }
     });
