@@ -20,20 +20,14 @@
 #include <vector>
 
 #include "pmhash/store.h"
+#include "stress/stress_common.h"
 
 namespace pmhash {
 namespace {
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int kScale = 1;  // sanitizers run the same test, smaller
-#else
-constexpr int kScale = 4;
-#endif
-
-std::string key_of(std::uint64_t k) { return "k" + std::to_string(k); }
-std::string value_of(std::uint64_t k, std::uint64_t version) {
-  return std::to_string(k) + ":" + std::to_string(version) + std::string(k % 23, '.');
-}
+using stress::key_of;
+using stress::kScale;
+using stress::value_of;
 
 class ClevelStress : public ::testing::Test {
  protected:
@@ -62,17 +56,14 @@ class ClevelStress : public ::testing::Test {
     Status opened = Store::open(path_, {}, &store_);
     ASSERT_TRUE(opened.ok()) << opened.to_string();
   }
-  // A worker thread's mismatch; the first ten are reported in full.
-  void report(unsigned thread, const std::string& what) {
-    if (failures_.fetch_add(1) < 10) ADD_FAILURE() << "thread " << thread << ": " << what;
-  }
+  void report(unsigned thread, const std::string& what) { mismatches_.report(thread, what); }
   void expect_check_passes() {
     Status c = store_->check();
     EXPECT_TRUE(c.ok()) << c.to_string();
   }
   std::string path_;
   std::unique_ptr<Store> store_;
-  std::atomic<int> failures_{0};
+  stress::Mismatches mismatches_;
 };
 
 TEST_F(ClevelStress, MixedOperationsMatchPerThreadModelsDuringExpansionAndShrink) {
@@ -164,7 +155,7 @@ TEST_F(ClevelStress, MixedOperationsMatchPerThreadModelsDuringExpansionAndShrink
   for (auto& w : workers) w.join();
   stop_reader.store(true);
   reader.join();
-  EXPECT_EQ(failures_.load(), 0);
+  EXPECT_EQ(mismatches_.count(), 0);
   EXPECT_EQ(reader_errors.load(), 0);
   EXPECT_GT(reader_passes.load(), 0);
   const Stats st = store_->stats();
@@ -277,7 +268,7 @@ TEST_F(ClevelStress, WritersRaceTheTagFilterRebuildAfterReopen) {
     });
   }
   for (auto& w : workers) w.join();
-  EXPECT_EQ(failures_.load(), 0);
+  EXPECT_EQ(mismatches_.count(), 0);
   std::string v;
   for (int i = 0; i < old_keys; ++i) {
     ASSERT_TRUE(store_->get("old" + std::to_string(i), &v).is_not_found()) << i;
@@ -316,7 +307,7 @@ TEST_F(ClevelStress, ExpansionsRightAfterShrinksKeepEveryKey) {
     });
   }
   for (auto& w : workers) w.join();
-  EXPECT_EQ(failures_.load(), 0);
+  EXPECT_EQ(mismatches_.count(), 0);
   EXPECT_GT(store_->stats().shrinks, 0u);
   EXPECT_EQ(store_->size(), 0u);
   expect_check_passes();

@@ -21,44 +21,14 @@
 
 #include "pmhash/store.h"
 #include "pmhash/transaction.h"
+#include "stress/stress_common.h"
 
 namespace pmhash {
 namespace {
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int kScale = 1;  // sanitizers run the same test, smaller
-#else
-constexpr int kScale = 4;
-#endif
-
-std::string key_of(std::uint64_t k) { return "k" + std::to_string(k); }
-std::string value_of(std::uint64_t k, std::uint64_t version) {
-  return std::to_string(k) + ":" + std::to_string(version) + std::string(k % 23, '.');
-}
-
-// Gathers failures from worker threads (gtest assertions belong to the
-// main thread).
-class Failures {
- public:
-  void add(std::string what) {
-    std::lock_guard lock(mu_);
-    if (list_.size() < 10) list_.push_back(std::move(what));
-  }
-  std::string text() const {
-    std::lock_guard lock(mu_);
-    std::string out;
-    for (const std::string& f : list_) out += f + "\n";
-    return out;
-  }
-  bool empty() const {
-    std::lock_guard lock(mu_);
-    return list_.empty();
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> list_;
-};
+using stress::key_of;
+using stress::kScale;
+using stress::value_of;
 
 class DaliStress : public ::testing::Test {
  protected:
@@ -85,9 +55,12 @@ class DaliStress : public ::testing::Test {
     ASSERT_TRUE(created.ok()) << created.to_string();
   }
 
+  // A mismatch seen by a worker thread (not the main one).
+  void report(const std::string& what) { mismatches_.report(0, what); }
+
   std::string path_;
   std::unique_ptr<Store> store_;
-  Failures failures_;
+  stress::Mismatches mismatches_;
 };
 
 TEST_F(DaliStress, MixedOperationsMatchPerThreadModelsWhileTheTableGrows) {
@@ -120,25 +93,25 @@ TEST_F(DaliStress, MixedOperationsMatchPerThreadModelsWhileTheTableGrows) {
         Status s;
         if (r < 35) {
           s = store_->insert(key, value);
-          if (present ? !s.is_already_exists() : !s.ok()) failures_.add("insert " + key + ": " + s.to_string());
+          if (present ? !s.is_already_exists() : !s.ok()) report("insert " + key + ": " + s.to_string());
           if (!present) model[k] = value;
         } else if (r < 50) {
           s = store_->update(key, value);
-          if (present ? !s.ok() : !s.is_not_found()) failures_.add("update " + key + ": " + s.to_string());
+          if (present ? !s.ok() : !s.is_not_found()) report("update " + key + ": " + s.to_string());
           if (present) model[k] = value;
         } else if (r < 60) {
           s = store_->upsert(key, value);
-          if (!s.ok()) failures_.add("upsert " + key + ": " + s.to_string());
+          if (!s.ok()) report("upsert " + key + ": " + s.to_string());
           model[k] = value;
         } else if (r < 80) {
           s = store_->remove(key);
-          if (present ? !s.ok() : !s.is_not_found()) failures_.add("remove " + key + ": " + s.to_string());
+          if (present ? !s.ok() : !s.is_not_found()) report("remove " + key + ": " + s.to_string());
           model.erase(k);
         } else {
           std::string got;
           s = store_->get(key, &got);
           if (present ? !(s.ok() && got == model[k]) : !s.is_not_found()) {
-            failures_.add("get " + key + ": " + s.to_string());
+            report("get " + key + ": " + s.to_string());
           }
         }
       }
@@ -152,7 +125,7 @@ TEST_F(DaliStress, MixedOperationsMatchPerThreadModelsWhileTheTableGrows) {
       const std::uint64_t k = keys + rng() % stable;
       std::string got;
       const Status s = store_->get(key_of(k), &got, ReadOptions{.snapshot = true});
-      if (!s.ok() || got != value_of(k, 0)) failures_.add("snapshot get " + key_of(k) + ": " + s.to_string());
+      if (!s.ok() || got != value_of(k, 0)) report("snapshot get " + key_of(k) + ": " + s.to_string());
     }
   });
   // An iterator: each stable key exactly once per pass.
@@ -165,16 +138,16 @@ TEST_F(DaliStress, MixedOperationsMatchPerThreadModelsWhileTheTableGrows) {
         if (k >= keys) ++seen[k - keys];
         return true;
       });
-      if (!s.ok()) failures_.add("for_each: " + s.to_string());
+      if (!s.ok()) report("for_each: " + s.to_string());
       for (std::uint64_t i = 0; i < stable; ++i) {
-        if (seen[i] != 1) failures_.add("for_each saw " + key_of(keys + i) + " " + std::to_string(seen[i]) + " times");
+        if (seen[i] != 1) report("for_each saw " + key_of(keys + i) + " " + std::to_string(seen[i]) + " times");
       }
     }
   });
   for (unsigned w = 0; w < kWriters; ++w) threads[w].join();
   done.store(true);
   for (std::size_t i = kWriters; i < threads.size(); ++i) threads[i].join();
-  EXPECT_TRUE(failures_.empty()) << failures_.text();
+  EXPECT_EQ(mismatches_.count(), 0);
 
   std::size_t expected = stable;
   for (const auto& model : models) {
@@ -211,13 +184,13 @@ TEST_F(DaliStress, ConcurrentInsertsOfOneKeyHaveExactlyOneWinner) {
         if (s.ok()) {
           winners[static_cast<std::size_t>(r)].fetch_add(1);
         } else if (!s.is_already_exists()) {
-          failures_.add(s.to_string());
+          report(s.to_string());
         }
       }
     });
   }
   for (std::thread& th : threads) th.join();
-  EXPECT_TRUE(failures_.empty()) << failures_.text();
+  EXPECT_EQ(mismatches_.count(), 0);
   for (int r = 0; r < rounds; ++r) EXPECT_EQ(winners[static_cast<std::size_t>(r)].load(), 1) << r;
   EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(rounds));
 }
@@ -251,7 +224,7 @@ TEST_F(DaliStress, TransfersBetweenAccountsKeepTheTotalInEverySnapshot) {
         for (;;) {
           std::unique_ptr<Transaction> txn;
           if (Status s = store_->transaction({.lock_timeout_ms = 20}, &txn); !s.ok()) {
-            failures_.add("begin: " + s.to_string());
+            report("begin: " + s.to_string());
             return;
           }
           std::string a, b;
@@ -265,7 +238,7 @@ TEST_F(DaliStress, TransfersBetweenAccountsKeepTheTotalInEverySnapshot) {
             break;
           }
           if (!s.is_aborted()) {
-            failures_.add("transfer: " + s.to_string());
+            report("transfer: " + s.to_string());
             return;
           }
           aborted.fetch_add(1);
@@ -282,7 +255,7 @@ TEST_F(DaliStress, TransfersBetweenAccountsKeepTheTotalInEverySnapshot) {
         if (!read_only) std::this_thread::yield();  // let the movers through between audits
         std::unique_ptr<Transaction> txn;
         if (Status s = store_->transaction({.read_only = read_only, .lock_timeout_ms = 20}, &txn); !s.ok()) {
-          failures_.add("audit begin: " + s.to_string());
+          report("audit begin: " + s.to_string());
           return;
         }
         long total = 0;
@@ -295,9 +268,9 @@ TEST_F(DaliStress, TransfersBetweenAccountsKeepTheTotalInEverySnapshot) {
         if (s.is_aborted()) continue;
         if (s.ok()) s = txn->commit();
         if (!s.ok()) {
-          failures_.add("audit: " + s.to_string());
+          report("audit: " + s.to_string());
         } else if (total != kAccounts * kStart) {
-          failures_.add(std::string(read_only ? "snapshot" : "locking") + " audit saw a total of " +
+          report(std::string(read_only ? "snapshot" : "locking") + " audit saw a total of " +
                         std::to_string(total));
         }
       }
@@ -306,7 +279,7 @@ TEST_F(DaliStress, TransfersBetweenAccountsKeepTheTotalInEverySnapshot) {
   for (unsigned m = 0; m < kMovers; ++m) threads[m].join();
   done.store(true);
   for (std::size_t i = kMovers; i < threads.size(); ++i) threads[i].join();
-  EXPECT_TRUE(failures_.empty()) << failures_.text();
+  EXPECT_EQ(mismatches_.count(), 0);
   EXPECT_EQ(committed.load(), static_cast<long>(kMovers) * transfers);
   long total = 0;
   for (int a = 0; a < kAccounts; ++a) {
@@ -332,15 +305,15 @@ TEST_F(DaliStress, StrictWritesAreInTheDurableStateWhenTheyReturn) {
       start.arrive_and_wait();
       for (int i = 0; i < ops; ++i) {
         const std::uint64_t k = static_cast<std::uint64_t>(i) * kThreads + t;
-        if (Status s = store_->insert(key_of(k), value_of(k, 1)); !s.ok()) failures_.add(s.to_string());
+        if (Status s = store_->insert(key_of(k), value_of(k, 1)); !s.ok()) report(s.to_string());
         std::string got;
         const Status s = store_->get(key_of(k), &got, ReadOptions{.snapshot = true});
-        if (!s.ok() || got != value_of(k, 1)) failures_.add("not durable on return: " + key_of(k));
+        if (!s.ok() || got != value_of(k, 1)) report("not durable on return: " + key_of(k));
       }
     });
   }
   for (std::thread& th : threads) th.join();
-  EXPECT_TRUE(failures_.empty()) << failures_.text();
+  EXPECT_EQ(mismatches_.count(), 0);
   EXPECT_EQ(store_->size(), std::uint64_t{kThreads} * ops);
   EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
 }
