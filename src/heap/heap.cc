@@ -241,6 +241,7 @@ class HeapImpl final : public Heap {
   std::size_t block_size(std::uint64_t off) const override;
   void for_each_allocated(
       const std::function<void(std::uint64_t off, std::size_t size)>& fn) const override;
+  std::unique_ptr<AllocationSnapshot> snapshot_allocated() const override;
   std::uint64_t used_bytes() const override;
   void set_reserve(std::uint32_t chunks) override { reserve_.store(chunks); }
   std::uint32_t chunk_count() const override { return nchunks_; }
@@ -983,6 +984,53 @@ void HeapImpl::for_each_allocated(
       if (len > 1) i += static_cast<std::uint32_t>(std::min<std::uint64_t>(len, nchunks_ - i) - 1);
     }
   }
+}
+
+namespace {
+
+class SnapshotImpl final : public Heap::AllocationSnapshot {
+ public:
+  struct Slab {
+    std::uint64_t first_block;  // offset of block 0
+    unsigned cls;
+    std::vector<std::uint64_t> bits;
+  };
+  std::vector<Slab> slabs;
+  std::vector<std::uint64_t> runs;  // block offsets
+
+  void for_each(const std::function<void(std::uint64_t off)>& fn) const override {
+    for (const Slab& s : slabs) {
+      const SizeClass& k = kSizeClasses[s.cls];
+      for (std::uint32_t w = 0; w < s.bits.size(); ++w) {
+        for (std::uint64_t v = s.bits[w]; v != 0; v &= v - 1) {
+          fn(s.first_block + (std::uint64_t{w} * 64 + std::countr_zero(v)) * k.size);
+        }
+      }
+    }
+    for (std::uint64_t off : runs) fn(off);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Heap::AllocationSnapshot> HeapImpl::snapshot_allocated() const {
+  auto snap = std::make_unique<SnapshotImpl>();
+  for (std::uint32_t i = 0; i < nchunks_; ++i) {
+    const std::uint64_t e = load(table_[i]);
+    if (layout::entry_kind(e) == layout::kChunkSlab && layout::entry_class(e) < kClassCount) {
+      const unsigned cls = layout::entry_class(e);
+      const SizeClass& k = kSizeClasses[cls];
+      const std::uint64_t* bits = bitmap(i);
+      SnapshotImpl::Slab s{chunk_offset(i) + k.first, cls, std::vector<std::uint64_t>(k.words)};
+      for (std::uint32_t w = 0; w < k.words; ++w) s.bits[w] = load(bits[w]) & valid_bits(k, w);
+      snap->slabs.push_back(std::move(s));
+    } else if (layout::entry_kind(e) == layout::kChunkRunHead) {
+      snap->runs.push_back(chunk_offset(i));
+      const std::uint64_t len = layout::entry_length(e);
+      if (len > 1) i += static_cast<std::uint32_t>(std::min<std::uint64_t>(len, nchunks_ - i) - 1);
+    }
+  }
+  return snap;
 }
 
 std::int64_t HeapImpl::slab_used() const {

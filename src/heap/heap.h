@@ -192,6 +192,18 @@ class Heap {
   virtual void for_each_allocated(
       const std::function<void(std::uint64_t off, std::size_t size)>& fn) const = 0;
 
+  // Which blocks are allocated now, copied (the chunk table and every slab
+  // bitmap): O(chunks) to take, so that an engine's sweep can go through the
+  // blocks of a crash later, in the background, while the heap changes.
+  // Quiescent heaps only (open).
+  class AllocationSnapshot {
+   public:
+    virtual ~AllocationSnapshot() = default;
+    // Calls fn(off) for every block that was allocated.
+    virtual void for_each(const std::function<void(std::uint64_t off)>& fn) const = 0;
+  };
+  virtual std::unique_ptr<AllocationSnapshot> snapshot_allocated() const = 0;
+
   virtual std::uint64_t used_bytes() const = 0;  // sum of allocated block sizes
   // Keeps the last `chunks` free chunks for allocate_unlogged(use_reserve):
   // every other allocation that would need a new chunk gets NoSpace while no

@@ -259,9 +259,9 @@ void DaliIndex::make_room(heap::ThreadCache* tc, unsigned t) {
 }
 
 void DaliIndex::free_record(heap::ThreadCache* tc, unsigned t, std::uint64_t off) {
-  // Out of the crash's noted set first: else the sweep could free the
-  // block again after a new record took it.
-  if (noted_) noted_->take(off);
+  // Noted before it is freed: the sweep never frees a block freed since
+  // open, which a new record may have taken.
+  if (freed_ && !swept_.load(std::memory_order_acquire)) freed_->add(off);
   const void* bit = nullptr;
   tc->free_unlogged(off, &bit);
   if (bit != nullptr) epochs_->dirty(t, bit, sizeof(std::uint64_t));

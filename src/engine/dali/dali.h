@@ -212,22 +212,24 @@
 //      under the failure list this open will have) in range, and every
 //      segment the shape needs allocated, sized and labelled.
 //   After a crash (pool not closed cleanly), with F = the counter:
-//   1. before serving, the blocks allocated at the crash are noted in a DRAM
-//      bitmap (one bit per 16 bytes of pool; O(allocated blocks), the one
-//      part of open that grows with the data), sweep_pending is persisted,
-//      F-1 and F are appended to the failure list (entries, then the count,
-//      persisted), then the counter := F+1, persisted (paper §3.4). Nothing
-//      else happens before the store serves: buckets are repaired by the
-//      updates that touch them (paper Fig. 7c).
+//   1. before serving, the heap's allocation bitmaps are copied to DRAM
+//      (Heap::snapshot_allocated: O(chunks), a memcpy of the bitmaps; 7 ms
+//      for a 1M-key pool here), sweep_pending is persisted, F-1 and F are
+//      appended to the failure list (entries, then the count, persisted),
+//      then the counter := F+1, persisted (paper §3.4). Nothing else
+//      happens before the store serves: buckets are repaired by the updates
+//      that touch them (paper Fig. 7c).
 //   2. DEPARTURE (paper: "a sweep of the heap that reclaims any node not
 //      found on a bucket list", details left open): a background thread
-//      recounts the keys, then marks every record on a valid list and frees
-//      every noted block that is neither marked nor a segment. A block
-//      retired or freed by anyone meanwhile is marked or leaves the noted
-//      set first (test-and-clear), so it is freed once and a reallocated
-//      block is never taken for garbage. When the frees are durable,
-//      sweep_pending is cleared; a close before that leaves it set, and the
-//      next open sweeps. check() reports leaks only once the sweep ended.
+//      recounts the keys, then marks every record on a valid list, and frees
+//      every block of the copy that is not a segment, not marked and not
+//      freed by anyone since open. Whatever leaves a list meanwhile is
+//      retired, and retire() marks it; every free since open goes into a
+//      DRAM set first, so a block that a new record took is never taken for
+//      garbage, and the sweep claims each block in that set before freeing
+//      it. When the frees are durable, sweep_pending is cleared; a close
+//      before that leaves it set, and the next open sweeps. check() reports
+//      leaks only once the sweep ended.
 //   A clean close fences twice, so the counter vouches for everything, and
 //   open starts in the counter's epoch without failing any.
 //

@@ -25,12 +25,9 @@ class BlockSet {
   explicit BlockSet(std::uint64_t pool_size);
   ~BlockSet();
   void add(std::uint64_t off);
+  // Adds `off`; true if it was not there (exactly one caller wins).
+  bool insert(std::uint64_t off);
   bool contains(std::uint64_t off) const;
-  // Removes `off`; true if it was there (exactly one caller wins).
-  bool take(std::uint64_t off);
-  // Calls fn(off) for every member (no concurrent add).
-  template <typename Fn>
-  void for_each(Fn&& fn) const;
 
  private:
   static constexpr unsigned kGranuleShift = 4;
@@ -262,7 +259,8 @@ class DaliIndex final : public Index {
   std::atomic<std::uint64_t> oldest_snapshot_{~std::uint64_t{0}};
 
   // The sweep after a crash (dali.h, Recovery 2).
-  std::unique_ptr<BlockSet> noted_;  // allocated at the crash, not yet freed
+  std::unique_ptr<heap::Heap::AllocationSnapshot> crash_blocks_;  // allocated at open
+  std::unique_ptr<BlockSet> freed_;  // freed by anyone since open
   // Records on a valid list since the sweep began: what it marks, and what
   // garbage collection and splits unlink meanwhile (so it never frees those).
   std::unique_ptr<BlockSet> marked_;

@@ -106,33 +106,19 @@ void BlockSet::add(std::uint64_t off) {
   p[g / 64].fetch_or(std::uint64_t{1} << (g % 64), std::memory_order_relaxed);
 }
 
+bool BlockSet::insert(std::uint64_t off) {
+  std::atomic<std::uint64_t>* p = page(off, true);
+  if (p == nullptr) return false;
+  const std::uint64_t g = (off & ((std::uint64_t{1} << kPageShift) - 1)) >> kGranuleShift;
+  const std::uint64_t bit = std::uint64_t{1} << (g % 64);
+  return (p[g / 64].fetch_or(bit, std::memory_order_acq_rel) & bit) == 0;
+}
+
 bool BlockSet::contains(std::uint64_t off) const {
   const std::atomic<std::uint64_t>* p = page(off, false);
   if (p == nullptr) return false;
   const std::uint64_t g = (off & ((std::uint64_t{1} << kPageShift) - 1)) >> kGranuleShift;
   return (p[g / 64].load(std::memory_order_relaxed) >> (g % 64)) & 1;
-}
-
-bool BlockSet::take(std::uint64_t off) {
-  std::atomic<std::uint64_t>* p = page(off, false);
-  if (p == nullptr) return false;
-  const std::uint64_t g = (off & ((std::uint64_t{1} << kPageShift) - 1)) >> kGranuleShift;
-  const std::uint64_t bit = std::uint64_t{1} << (g % 64);
-  return (p[g / 64].fetch_and(~bit, std::memory_order_acq_rel) & bit) != 0;
-}
-
-template <typename Fn>
-void BlockSet::for_each(Fn&& fn) const {
-  for (std::uint64_t i = 0; i < pages_.size(); ++i) {
-    const std::atomic<std::uint64_t>* p = pages_[i].load(std::memory_order_acquire);
-    if (p == nullptr) continue;
-    for (std::uint64_t w = 0; w < kWordsPerPage; ++w) {
-      for (std::uint64_t bits = p[w].load(std::memory_order_relaxed); bits != 0; bits &= bits - 1) {
-        const auto b = static_cast<std::uint64_t>(std::countr_zero(bits));
-        fn((i << kPageShift) + ((w * 64 + b) << kGranuleShift));
-      }
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------
@@ -285,15 +271,10 @@ Status DaliIndex::recover() {
 
   if (crashed || root_->sweep_pending == 1) {
     // The blocks allocated at the crash, for the sweep (dali.h, Recovery 2):
-    // noted before any operation can allocate.
-    noted_ = std::make_unique<BlockSet>(region_.size());
+    // a copy of the heap's bitmaps, taken before any operation allocates.
+    crash_blocks_ = heap_.snapshot_allocated();
     marked_ = std::make_unique<BlockSet>(region_.size());
-    heap_.for_each_allocated([&](std::uint64_t block, std::size_t) {
-      for (const auto& seg : root_->segments) {
-        if (seg.load() == block) return;
-      }
-      noted_->add(block);
-    });
+    freed_ = std::make_unique<BlockSet>(region_.size());
     swept_.store(false);
     root_->sweep_pending = 1;
     // Set before anything else changes: a crash in this session still
@@ -467,10 +448,15 @@ void DaliIndex::sweep() {
     });
     unlock(stripe);
   }
-  // Free the noted blocks nobody reached, a batch per epoch entry; take()
-  // makes sure nobody else freed (and maybe reused) one meanwhile.
+  // Free the blocks of the crash that nobody reached, a batch per epoch
+  // entry: not a segment, not marked, not freed by anyone since open (and
+  // so maybe another record's now). Claiming each in freed_ first keeps
+  // it from being freed twice.
   std::vector<std::uint64_t> garbage;
-  noted_->for_each([&](std::uint64_t off) {
+  crash_blocks_->for_each([&](std::uint64_t off) {
+    for (const auto& seg : root_->segments) {
+      if (seg.load() == off) return;
+    }
     if (!marked.contains(off)) garbage.push_back(off);
   });
   constexpr std::size_t kBatch = 256;
@@ -478,7 +464,7 @@ void DaliIndex::sweep() {
     if (stop_.load(std::memory_order_relaxed)) return;
     epochs_->enter(t);
     for (std::size_t j = i; j < std::min(garbage.size(), i + kBatch); ++j) {
-      if (!noted_->take(garbage[j])) continue;
+      if (!freed_->insert(garbage[j])) continue;
       const void* bit = nullptr;
       tc->free_unlogged(garbage[j], &bit);
       if (bit != nullptr) epochs_->dirty(t, bit, sizeof(std::uint64_t));
