@@ -3,32 +3,61 @@
 //
 // Property: for any damage, Store::open either returns an error and leaves
 // the file unchanged, or gives a store on which check() runs; when check()
-// passes, get, for_each, insert, update, remove and close work, agree with
-// each other, check() still passes after them, and the pool opens again.
+// passes, get, for_each, insert, update, remove, a transaction (engines that
+// have them), a snapshot read and close work, agree with each other,
+// check() still passes after them, and the pool opens again.
 // Never a crash, a hang or an out-of-bounds access (the fuzz build runs
 // under ASan and UBSan; libFuzzer's -timeout catches hangs).
 //
 // A pool is megabytes, mostly zeros, so the input is not a pool but a list
 // of patches to one of a few valid pool images that LLVMFuzzerInitialize
 // builds once per process (deterministically: the same input always damages
-// the same bytes):
+// the same bytes), three per engine:
 //
-//   image 0  "clean"      300 keys (values of 1 byte to just over 256 KiB),
-//                         some updated and removed, then closed
-//   image 1  "crashed"    the same, copied while the store was still open:
-//                         unclean, item count not saved, retired blocks in
-//                         the heap logs
-//   image 2  "expanding"  image 1 plus a level linked above the first and
-//                         named by the context, as an expansion leaves it
-//                         right before its first bucket moves (so open
-//                         resumes a resize)
+//   clevel   300 keys (values of 1 byte to just over 256 KiB)
+//     0  "clean"            some keys updated and removed, then closed
+//     1  "crashed"          the same, copied while the store was still
+//                           open: unclean, item count not saved, retired
+//                           blocks in the heap logs
+//     2  "expanding"        image 1 plus a level linked above the first and
+//                           named by the context, as an expansion leaves it
+//                           right before its first bucket moves (so open
+//                           resumes a resize)
+//   dali     a table of 2^3 buckets at first, Durability::kEpoch
+//     3  "dali clean"       300 keys (values of 1 byte to just over 64 KiB)
+//                           inserted, updated and removed over epochs that
+//                           sync() ends (two at a time), closed; reopened
+//                           with epochs of 100 ms for three batches of
+//                           writes in three consecutive epochs c, c+1, c+2
+//                           (upserts, removes, 210 new keys: the batches
+//                           of c+1 and c+2 split buckets), closed: 446
+//                           keys in 203 buckets, six segments
+//     4  "dali crashed"     image 3 copied in epoch c+2, before the close:
+//                           every batch's records are in the file, but
+//                           recovery fails c+1 and c+2 and so ignores them
+//                           (a bucket last written in c+1 has its valid
+//                           head in its in-flight pointer; the shape
+//                           reverts to its version of c), notes every
+//                           allocated block and sweeps the unreachable
+//                           ones in the background
+//     5  "dali crashed twice"  image 4 recovered (failure list c+1, c+2)
+//                           and swept, two synced epochs of writes, then
+//                           unsynced writes that split buckets, copied: the
+//                           next open fails two more epochs, and buckets
+//                           name records of both crashes' failed epochs
+//
+// Every image opens, settles and passes check() and exercise() unpatched;
+// LLVMFuzzerInitialize makes sure of it.
 //
 // Input format (a truncated last patch is ignored):
 //
-//   byte 0     bits 0-1  image (mod 3)
+//   byte 0     bits 0-1  image of the engine (mod 3): clean, crashed, and
+//                        expanding (clevel) or crashed twice (dali)
 //              bit 2     recompute the pool header checksum after patching,
 //                        so that the fields it guards get fuzzed too
-//              bit 3     open without tag filters
+//              bit 3     clevel: open without tag filters; dali: open with
+//                        Durability::kEpoch instead of kStrict
+//              bit 4     engine: clevel (0) or dali (1)
 //   patches    byte      bits 0-3 region (mod kRegionCount, see Region)
 //                        bits 4-5 operation: 0 overwrite, 1 xor, 2 add the
 //                        data (little-endian, sign-extended) to the aligned
@@ -37,10 +66,39 @@
 //              byte      data length - 1 (mod 8)
 //              n bytes   data
 //
-// Regions put the patches where open and recovery read: the pool header and
-// shutdown state, the clevel root, the heap header, the first thread logs,
-// the chunk table, the slab bitmaps, the level headers, the level buckets,
-// the items, and anywhere in the pool.
+// Regions put the patches where open and recovery read. Every engine has
+// the pool header, the shutdown state, the heap header, the first four
+// thread logs, the chunk table, the slab bitmaps and "anywhere in the
+// pool"; the other four regions are the engine's own:
+//
+//   region          clevel                     dali
+//   root            clevel::Root               dali::Root up to the two
+//                                              failure list entries after
+//                                              the last in use
+//   level headers   level headers              segment headers
+//   level buckets   level buckets              the buckets of each segment
+//                                              that the shape's three
+//                                              versions reach
+//   items           slabs of item sizes        slabs holding no segment
+//                   (< 512 bytes)              (records), and the first 64
+//                                              bytes of every run (records
+//                                              of values over 64 KiB)
+//
+// After a successful open the target waits, boundedly, for background work
+// the open started, watching without reading what check() has not yet
+// validated, and calls the store settled once it has ended:
+//
+//   clevel  a resize open resumed (the context and the level ring, read
+//           from the pool's bytes; at most 1 s). Damage can keep it from
+//           finishing (a plausible but wrong progress entry), so an
+//           unsettled store whose check() passes is exercised without the
+//           checks that need a quiet table (see exercise()).
+//   dali    the sweep of the blocks a crash leaked, which an unclean open
+//           or a pending sweep starts (Stats::swept; at most 5 s). check()
+//           reports leaks only once it has ended, and the sweep frees blocks
+//           concurrently with anything else. Its walks are bounded by the
+//           heap's size, and on a pool check() accepts they are short, so a
+//           sweep still running then is a failure (a hang).
 //
 // The patched image is written to /dev/shm/pmhash-fuzz-<pid>.pool
 // (PMEM2_FORCE_GRANULARITY=cache_line unless set), which is removed at exit
@@ -50,35 +108,42 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <chrono>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/clevel/layout.h"
+#include "engine/dali/layout.h"
 #include "heap/layout.h"
 #include "pmhash/store.h"
 #include "pool/pool.h"
 
 namespace {
 
+using pmhash::Durability;
 using pmhash::Options;
 using pmhash::Status;
 using pmhash::Store;
 namespace clevel = pmhash::engine::clevel;
+namespace dali = pmhash::engine::dali;
 namespace heap_layout = pmhash::heap::layout;
 namespace pool = pmhash::pool;
 
 constexpr std::uint64_t kPoolSize = pool::kMinPoolSize;
 constexpr unsigned kKeys = 300;
+constexpr unsigned kImagesPerEngine = 3;
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "pool_open_fuzzer: %s\n", what.c_str());
@@ -119,6 +184,14 @@ std::vector<std::byte> read_file(const std::string& path) {
   }
   ::close(fd);
   return bytes;
+}
+
+void write_file(const std::string& path, const std::vector<std::byte>& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || ::pwrite(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+    fail("cannot write " + path + ": " + std::strerror(errno));
+  }
+  ::close(fd);
 }
 
 // The pool file of the inputs, mapped here too. Between inputs only the
@@ -176,10 +249,140 @@ void normalise_header(std::vector<std::byte>* image) {
   fix_checksum(image);
 }
 
-// Offsets of the clevel root's fields in the pool.
+// The pool offset of a field of the engine's root.
 constexpr std::uint64_t root_field(std::size_t offset_in_root) {
   return pool::kRootOffset + offset_in_root;
 }
+
+// Maps a pool file read-only (to watch a store at work).
+const std::byte* map_readonly(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open " + path + ": " + std::strerror(errno));
+  void* p = ::mmap(nullptr, kPoolSize, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) fail("cannot map " + path + ": " + std::strerror(errno));
+  return static_cast<const std::byte*>(p);
+}
+
+// Where the images are built, one after the other.
+std::string base_path() {
+  return "/dev/shm/pmhash-fuzz-" + std::to_string(::getpid()) + "-base.pool";
+}
+
+// ---------------------------------------------------------------------------
+// Regions
+// ---------------------------------------------------------------------------
+
+struct Range {
+  std::uint64_t begin;
+  std::uint64_t size;
+};
+
+enum Region : unsigned {
+  kPoolHeader,
+  kShutdownState,
+  kRoot,
+  kHeapHeader,
+  kHeapLogs,
+  kChunkTable,
+  kSlabBitmaps,
+  kLevelHeaders,
+  kLevelBuckets,
+  kItems,
+  kAnywhere,
+  kRegionCount,
+};
+
+using Regions = std::array<std::vector<Range>, kRegionCount>;
+
+heap_layout::HeapHeader heap_header(const std::vector<std::byte>& image) {
+  return read_at<heap_layout::HeapHeader>(image, pool::kHeapOffset);
+}
+
+// Calls fn(entry, offset) for every chunk of the image's heap, in order.
+template <typename Fn>
+void for_each_chunk(const std::vector<std::byte>& image, Fn&& fn) {
+  const auto h = heap_header(image);
+  for (std::uint64_t i = 0; i < h.chunk_count; ++i) {
+    fn(read_at<std::uint64_t>(image, h.table_offset + heap_layout::kEntrySize * i),
+       h.chunks_offset + i * pmhash::heap::kChunkSize);
+  }
+}
+
+const heap_layout::SizeClass& slab_class(std::uint64_t entry) {
+  return heap_layout::kSizeClasses[heap_layout::entry_class(entry)];
+}
+
+// The blocks of a slab chunk, after its bitmap.
+Range slab_blocks(std::uint64_t chunk, const heap_layout::SizeClass& k) {
+  return {chunk + k.first, std::uint64_t{k.blocks} * k.size};
+}
+
+// The regions every pool has: the pool's and the heap's.
+void find_pool_and_heap_regions(const std::vector<std::byte>& b, Regions* r) {
+  (*r)[kPoolHeader] = {{0, sizeof(pool::PoolHeader)}};
+  (*r)[kShutdownState] = {{sizeof(pool::PoolHeader), 64}};
+  const auto h = heap_header(b);
+  (*r)[kHeapHeader] = {{pool::kHeapOffset, sizeof(heap_layout::HeapHeader)}};
+  // The store's main thread and its background threads use the first slots.
+  (*r)[kHeapLogs] = {{h.logs_offset, 4 * heap_layout::kLogSize}};
+  (*r)[kChunkTable] = {{h.table_offset, h.chunk_count * heap_layout::kEntrySize}};
+  for_each_chunk(b, [&](std::uint64_t e, std::uint64_t chunk) {
+    if (heap_layout::entry_kind(e) == heap_layout::kChunkSlab) {
+      (*r)[kSlabBitmaps].push_back({chunk, slab_class(e).first});
+    }
+  });
+  (*r)[kAnywhere] = {{0, kPoolSize}};
+}
+
+// Maps an offset into the concatenation of a region's ranges.
+std::uint64_t locate(const std::vector<Range>& ranges, std::uint64_t x) {
+  std::uint64_t total = 0;
+  for (const Range& rg : ranges) total += rg.size;
+  x %= total;
+  for (const Range& rg : ranges) {
+    if (x < rg.size) return rg.begin + x;
+    x -= rg.size;
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// What the target knows of each engine
+// ---------------------------------------------------------------------------
+
+struct Image;
+
+struct Engine {
+  const char* name;
+  // Builds the engine's kImagesPerEngine images, deterministically, in the
+  // order of the input's image bits; their headers are normalised later.
+  std::vector<Image> (*build)();
+  // Adds the engine's own regions: kRoot, kLevelHeaders, kLevelBuckets,
+  // kItems.
+  void (*find_regions)(const std::vector<std::byte>& image, Regions* r);
+  // Sets the options to open with; `variant` is bit 3 of the input.
+  void (*open_options)(bool variant, Options* o);
+  // Waits, boundedly, for the background work the open of `store` started
+  // (`pool` maps its file); false if it is still running.
+  bool (*settle)(const Store& store, const std::byte* pool);
+  // Whether damage may legitimately keep that work from ending on a pool
+  // check() accepts (else an unsettled store that passes check() is a
+  // failure).
+  bool may_stay_unsettled;
+};
+
+struct Image {
+  const Engine* engine = nullptr;
+  std::string name;
+  std::vector<std::byte> bytes;
+  Regions regions;
+};
+
+// ---------------------------------------------------------------------------
+// clevel
+// ---------------------------------------------------------------------------
+
 constexpr std::uint64_t kContextAt = root_field(offsetof(clevel::Root, context));
 constexpr std::uint64_t kLevelsAt = root_field(offsetof(clevel::Root, levels));
 
@@ -201,23 +404,13 @@ bool resize_settled(const std::byte* pool) {
   return !c.resizing() && !(c.w & clevel::kCtxDirty) && entries == c.levels();
 }
 
-// Maps a pool file read-only (to watch a store at work).
-const std::byte* map_readonly(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open " + path + ": " + std::strerror(errno));
-  void* p = ::mmap(nullptr, kPoolSize, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) fail("cannot map " + path + ": " + std::strerror(errno));
-  return static_cast<const std::byte*>(p);
-}
-
 // Image 2 from image 1: what expand() leaves once its context CAS is durable
 // and before the rehash thread moves a bucket. The new level is a run of one
 // free chunk (the heap places levels of up to 64 KiB in slabs, but a run is
 // as valid a block), zeroed, with its header; the ring names it; the context
 // names it as the first level and says resizing.
 std::vector<std::byte> make_expanding(std::vector<std::byte> image) {
-  const auto h = read_at<heap_layout::HeapHeader>(image, pool::kHeapOffset);
+  const auto h = heap_header(image);
   const clevel::Ctx c{read_at<std::uint64_t>(image, kContextAt)};
   const std::uint64_t first = ring_entry(image, c.first() % clevel::kRingSize);
   const auto first_header = read_at<clevel::LevelHeader>(image, first);
@@ -244,92 +437,15 @@ std::vector<std::byte> make_expanding(std::vector<std::byte> image) {
   return image;
 }
 
-struct Range {
-  std::uint64_t begin;
-  std::uint64_t size;
-};
-
-enum Region : unsigned {
-  kPoolHeader,
-  kShutdownState,
-  kRoot,
-  kHeapHeader,
-  kHeapLogs,
-  kChunkTable,
-  kSlabBitmaps,
-  kLevelHeaders,
-  kLevelBuckets,
-  kItems,
-  kAnywhere,
-  kRegionCount,
-};
-
-struct Image {
-  std::vector<std::byte> bytes;
-  std::vector<Range> regions[kRegionCount];
-};
-
-// Where an image keeps its metadata, read from its own bytes.
-void find_regions(Image* im) {
-  const std::vector<std::byte>& b = im->bytes;
-  auto& r = im->regions;
-  r[kPoolHeader] = {{0, sizeof(pool::PoolHeader)}};
-  r[kShutdownState] = {{sizeof(pool::PoolHeader), 64}};
-  r[kRoot] = {{pool::kRootOffset, sizeof(clevel::Root)}};
-  const auto h = read_at<heap_layout::HeapHeader>(b, pool::kHeapOffset);
-  r[kHeapHeader] = {{pool::kHeapOffset, sizeof(heap_layout::HeapHeader)}};
-  // The store's main thread and the rehash thread use the first slots.
-  r[kHeapLogs] = {{h.logs_offset, 4 * heap_layout::kLogSize}};
-  r[kChunkTable] = {{h.table_offset, h.chunk_count * heap_layout::kEntrySize}};
-  for (std::uint64_t i = 0; i < h.chunk_count; ++i) {
-    const std::uint64_t e = read_at<std::uint64_t>(b, h.table_offset + 8 * i);
-    if (heap_layout::entry_kind(e) != heap_layout::kChunkSlab) continue;
-    const heap_layout::SizeClass& k = heap_layout::kSizeClasses[heap_layout::entry_class(e)];
-    const std::uint64_t chunk = h.chunks_offset + i * pmhash::heap::kChunkSize;
-    r[kSlabBitmaps].push_back({chunk, k.first});
-    // Slabs of item sizes (levels are 576 bytes and more here).
-    if (k.size < 512) r[kItems].push_back({chunk + k.first, std::uint64_t{k.blocks} * k.size});
-  }
-  for (unsigned i = 0; i < clevel::kRingSize; ++i) {
-    const std::uint64_t off = ring_entry(b, i);
-    if (off == 0) continue;
-    const auto l = read_at<clevel::LevelHeader>(b, off);
-    r[kLevelHeaders].push_back({off, sizeof(clevel::LevelHeader)});
-    r[kLevelBuckets].push_back(
-        {off + sizeof(clevel::LevelHeader), sizeof(clevel::Bucket) << l.log2});
-  }
-  r[kAnywhere] = {{0, kPoolSize}};
-  for (unsigned k = 0; k < kRegionCount; ++k) {
-    if (r[k].empty()) fail("image without region " + std::to_string(k));
-  }
-}
-
-// Maps an offset into the concatenation of a region's ranges.
-std::uint64_t locate(const std::vector<Range>& ranges, std::uint64_t x) {
-  std::uint64_t total = 0;
-  for (const Range& rg : ranges) total += rg.size;
-  x %= total;
-  for (const Range& rg : ranges) {
-    if (x < rg.size) return rg.begin + x;
-    x -= rg.size;
-  }
-  return 0;
-}
-
-std::vector<Image> g_images;
-PoolFile* g_file = nullptr;
-
-void remove_file() { delete g_file; }
-
-void build_images() {
-  const std::string path = "/dev/shm/pmhash-fuzz-" + std::to_string(::getpid()) + "-base.pool";
+std::vector<Image> build_clevel_images() {
+  const std::string path = base_path();
   ::unlink(path.c_str());
   Options o;
   o.pool_size = kPoolSize;
   o.clevel_initial_level_log2 = 3;
   o.clevel_min_level_log2 = 2;
   std::unique_ptr<Store> store;
-  expect_ok(Store::create(path, o, &store), "create the base pool");
+  expect_ok(Store::create(path, o, &store), "create the clevel base pool");
   // One operation at a time, each after the resize it started: slot
   // placement and allocation are then the same in every process.
   const std::byte* watch = map_readonly(path);
@@ -349,17 +465,347 @@ void build_images() {
   wait_settled();
   ::munmap(const_cast<std::byte*>(watch), kPoolSize);
   std::vector<std::byte> crashed = read_file(path);
-  expect_ok(store->close(), "close the base pool");
+  expect_ok(store->close(), "close the clevel base pool");
   store.reset();
   std::vector<std::byte> clean = read_file(path);
   ::unlink(path.c_str());
   std::vector<std::byte> expanding = make_expanding(crashed);
-  for (std::vector<std::byte>* image : {&clean, &crashed, &expanding}) {
-    normalise_header(image);
-    Image im;
-    im.bytes = std::move(*image);
-    find_regions(&im);
-    g_images.push_back(std::move(im));
+  std::vector<Image> images(kImagesPerEngine);
+  images[0].name = "clean";
+  images[0].bytes = std::move(clean);
+  images[1].name = "crashed";
+  images[1].bytes = std::move(crashed);
+  images[2].name = "expanding";
+  images[2].bytes = std::move(expanding);
+  return images;
+}
+
+void find_clevel_regions(const std::vector<std::byte>& b, Regions* r) {
+  (*r)[kRoot] = {{pool::kRootOffset, sizeof(clevel::Root)}};
+  for_each_chunk(b, [&](std::uint64_t e, std::uint64_t chunk) {
+    // Slabs of item sizes (levels are 576 bytes and more here).
+    if (heap_layout::entry_kind(e) == heap_layout::kChunkSlab && slab_class(e).size < 512) {
+      (*r)[kItems].push_back(slab_blocks(chunk, slab_class(e)));
+    }
+  });
+  for (unsigned i = 0; i < clevel::kRingSize; ++i) {
+    const std::uint64_t off = ring_entry(b, i);
+    if (off == 0) continue;
+    const auto l = read_at<clevel::LevelHeader>(b, off);
+    (*r)[kLevelHeaders].push_back({off, sizeof(clevel::LevelHeader)});
+    (*r)[kLevelBuckets].push_back(
+        {off + sizeof(clevel::LevelHeader), sizeof(clevel::Bucket) << l.log2});
+  }
+}
+
+void clevel_open_options(bool variant, Options* o) { o->clevel_tag_filter = !variant; }
+
+// Waits for a resize that open resumed to finish, watching the pool's
+// bytes: Store::stats() would scan a table check() has not yet validated.
+// False if it still runs after a second (it takes milliseconds here, unless
+// damage keeps it from finishing).
+bool settle_clevel(const Store&, const std::byte* pool) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (!resize_settled(pool)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+const Engine kClevel{"clevel", &build_clevel_images, &find_clevel_regions, &clevel_open_options,
+                     &settle_clevel, /*may_stay_unsettled=*/true};
+
+// ---------------------------------------------------------------------------
+// dali
+// ---------------------------------------------------------------------------
+
+// Longer than building the images takes: an epoch then ends only when a
+// caller waits for one (sync(), a strict write, the sweep, close), never on
+// the worker's timer, so what each epoch holds is the same in every process.
+// The target opens with it too, so that an input replays the same way.
+constexpr unsigned kLongEpochMs = 60000;
+// The epoch length of the one session that needs epochs to end one at a
+// time (sync() ends two): long enough for a batch of writes to fit in one.
+constexpr unsigned kTickMs = 100;
+
+// Mostly small values (records of 40 to 99 bytes); one of 400 bytes (a size
+// class of its own) and one larger than heap::kMaxSmallSize (a run). No
+// record shares a slab size class with a segment (320 bytes, then 640 times
+// powers of two, here), which find_dali_regions relies on.
+std::string dali_value_of(unsigned i, unsigned version) {
+  std::size_t n = 1 + (i * 37 + version * 11) % 60;
+  if (i == 17) n = pmhash::heap::kMaxSmallSize + 1;
+  if (i == 99) n = 400;
+  return std::string(n, static_cast<char>('A' + (i + version) % 26));
+}
+
+Options dali_build_options(unsigned epoch_ms) {
+  Options o;
+  o.engine = "dali";
+  o.pool_size = kPoolSize;
+  o.durability = Durability::kEpoch;
+  o.epoch_ms = epoch_ms;
+  // 300 keys split the 8 buckets into five segments, a few more into six.
+  o.dali_initial_log2 = 3;
+  return o;
+}
+
+void dali_insert(Store& s, unsigned i, unsigned version) {
+  expect_ok(s.insert(key_of(i), dali_value_of(i, version)), "dali: insert " + key_of(i));
+}
+
+void dali_upsert(Store& s, unsigned i, unsigned version) {
+  expect_ok(s.upsert(key_of(i), dali_value_of(i, version)), "dali: upsert " + key_of(i));
+}
+
+// (Whether the key is still there depends on which epochs a crash lost.)
+void dali_remove(Store& s, unsigned i) {
+  const Status st = s.remove(key_of(i));
+  if (!st.ok() && !st.is_not_found()) fail("dali: remove " + key_of(i) + ": " + st.to_string());
+}
+
+void dali_sync(Store& s) { expect_ok(s.sync(), "dali: sync"); }
+
+// Epochs of inserts, updates and removes, each ended by sync(): records
+// carry several written epochs, the table grows through five segments, and
+// garbage collection unlinks superseded versions.
+void dali_synced_writes(Store& s) {
+  for (unsigned i = 0; i < kKeys; ++i) {
+    dali_insert(s, i, 0);
+    if (i % 50 == 49) dali_sync(s);
+  }
+  for (unsigned i = 0; i < kKeys; i += 7) dali_upsert(s, i, 1);
+  dali_sync(s);
+  for (unsigned i = 1; i < kKeys; i += 13) dali_remove(s, i);
+  dali_sync(s);
+}
+
+// Batch b (0, 1, 2) of the session whose epochs end one at a time, each in
+// the epoch after the last: a bucket that two batches write gets an
+// in-flight pointer (the role table's rows 2 and 3), and a key that both
+// write gets two records in consecutive epochs. Batches 1 and 2 insert 100
+// new keys each (ids 1000 (b + 1) ...): enough to move the approximate
+// count the growth trigger reads (batches of 64), so both split buckets and
+// change the shape in epochs a crash then fails.
+void dali_batch(Store& s, unsigned b) {
+  const unsigned step = 11u << b;  // 11, 22, 44: keys the batch before wrote too
+  for (unsigned i = 0; i < kKeys; i += step) dali_upsert(s, i, 2 + b);
+  for (unsigned i = 3 + 2 * b; i < kKeys; i += 17 + 2 * b) dali_remove(s, i);
+  const unsigned fresh = b == 0 ? 10 : 100;
+  for (unsigned i = 0; i < fresh; ++i) dali_insert(s, 1000 * (b + 1) + i, b);
+}
+
+// Waits until the epoch worker's timer has ended epoch `e` - 1 and fenced
+// it (durable_epoch is the counter's durable value minus two): the store's
+// state, retirees freed included, then no longer depends on timing.
+void wait_for_epoch(const Store& s, std::uint64_t e) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (s.stats().durable_epoch + 2 < e) {
+    if (std::chrono::steady_clock::now() > deadline) fail("dali: the epoch timer does not fire");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Images 3 and 4 from the pool `synced` (dali_synced_writes, closed): it
+// opens in epoch c, batch b runs in epoch c + b, and the copy of image 4 is
+// taken in c + 2. A crash there fails c + 1 and c + 2 (batches 1 and 2:
+// a bucket last written in c + 1 then has its valid head in its in-flight
+// pointer) and keeps batch 0. False when the timer ended an epoch inside a
+// batch or the copy (a loaded machine): the caller tries again.
+bool dali_batches(const std::vector<std::byte>& synced, std::vector<std::byte>* crashed,
+                  std::vector<std::byte>* clean) {
+  const std::string path = base_path();
+  write_file(path, synced);
+  std::unique_ptr<Store> store;
+  expect_ok(Store::open(path, dali_build_options(kTickMs), &store), "dali: reopen the base pool");
+  const std::uint64_t c = store->stats().epoch;
+  bool on_time = true;
+  for (unsigned b = 0; b < 3 && on_time; ++b) {
+    wait_for_epoch(*store, c + b);
+    dali_batch(*store, b);
+    on_time = store->stats().epoch == c + b;
+  }
+  *crashed = read_file(path);
+  on_time = on_time && store->stats().epoch == c + 2;
+  expect_ok(store->close(), "dali: close the base pool");
+  store.reset();
+  *clean = read_file(path);
+  ::unlink(path.c_str());
+  return on_time;
+}
+
+// Waits for the sweep an unclean open started (bounded: it takes
+// milliseconds on an undamaged pool).
+void wait_for_sweep(const Store& s, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!s.stats().swept) {
+    if (std::chrono::steady_clock::now() > deadline) fail(what + ": the sweep does not end");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Image 5 from image 4: recovered (failure list c + 1, c + 2), swept before
+// any write (the sweep frees blocks: allocation after it is deterministic),
+// two synced epochs of writes, then writes that no fence covers.
+std::vector<std::byte> make_crashed_twice(const std::vector<std::byte>& crashed) {
+  const std::string path = base_path();
+  write_file(path, crashed);
+  std::unique_ptr<Store> store;
+  expect_ok(Store::open(path, dali_build_options(kLongEpochMs), &store),
+            "dali: recover the crashed pool");
+  wait_for_sweep(*store, "dali: recovering the crashed pool");
+  Store& s = *store;
+  for (unsigned i = 2; i < kKeys; i += 5) dali_upsert(s, i, 5);
+  for (unsigned i = 0; i < 20; ++i) dali_insert(s, 4000 + i, 5);
+  dali_sync(s);
+  for (unsigned i = 4; i < kKeys; i += 19) dali_remove(s, i);
+  dali_sync(s);
+  // Enough new keys to split buckets in the epoch the next crash fails.
+  for (unsigned i = 1; i < kKeys; i += 11) dali_upsert(s, i, 6);
+  for (unsigned i = 0; i < 80; ++i) dali_insert(s, 5000 + i, 6);
+  std::vector<std::byte> twice = read_file(path);
+  expect_ok(store->close(), "dali: close the recovered pool");
+  store.reset();
+  ::unlink(path.c_str());
+  return twice;
+}
+
+std::vector<Image> build_dali_images() {
+  const std::string path = base_path();
+  ::unlink(path.c_str());
+  std::unique_ptr<Store> store;
+  expect_ok(Store::create(path, dali_build_options(kLongEpochMs), &store),
+            "create the dali base pool");
+  dali_synced_writes(*store);
+  expect_ok(store->close(), "close the dali base pool");
+  store.reset();
+  const std::vector<std::byte> synced = read_file(path);
+  ::unlink(path.c_str());
+  std::vector<std::byte> crashed;
+  std::vector<std::byte> clean;
+  for (unsigned attempt = 0; !dali_batches(synced, &crashed, &clean); ++attempt) {
+    if (attempt == 10) fail("dali: the epoch timer keeps firing in the middle of a batch");
+  }
+  std::vector<std::byte> twice = make_crashed_twice(crashed);
+  std::vector<Image> images(kImagesPerEngine);
+  images[0].name = "dali clean";
+  images[0].bytes = std::move(clean);
+  images[1].name = "dali crashed";
+  images[1].bytes = std::move(crashed);
+  images[2].name = "dali crashed twice";
+  images[2].bytes = std::move(twice);
+  return images;
+}
+
+constexpr std::uint64_t kDaliShapeAt = root_field(offsetof(dali::Root, shape));
+constexpr std::uint64_t kDaliSegmentsAt = root_field(offsetof(dali::Root, segments));
+
+std::uint64_t dali_segment(const std::vector<std::byte>& image, unsigned j) {
+  return read_at<std::uint64_t>(image, kDaliSegmentsAt + 8 * j);
+}
+
+// Buckets the table has under any of the shape's three versions (a failed
+// epoch may make an older one valid).
+std::uint64_t dali_buckets_in_use(const std::vector<std::byte>& image) {
+  std::uint64_t most = 0;
+  for (unsigned k = 0; k < 3; ++k) {
+    const std::uint64_t w =
+        read_at<std::uint64_t>(image, kDaliShapeAt + offsetof(dali::Bucket, ptr) + 8 * k);
+    most = std::max(most, dali::Shape::decode(w).buckets());
+  }
+  return most;
+}
+
+void find_dali_regions(const std::vector<std::byte>& b, Regions* r) {
+  // The root without the unused tail of the failure list (7 KiB of zeros):
+  // the entries in use and two more, which a larger count would expose.
+  const auto failed = read_at<std::uint64_t>(b, root_field(offsetof(dali::Root, failed_count)));
+  const std::uint64_t entries = std::min<std::uint64_t>(failed + 2, dali::kFailureListCapacity);
+  (*r)[kRoot] = {{pool::kRootOffset, offsetof(dali::Root, failed) + 8 * entries}};
+
+  const auto initial_log2 = read_at<std::uint32_t>(b, root_field(offsetof(dali::Root, initial_log2)));
+  const std::uint64_t in_use = dali_buckets_in_use(b);
+  const auto h = heap_header(b);
+  std::set<std::uint64_t> segment_chunks;  // where segments are, by chunk start
+  for (unsigned j = 0; j < dali::kMaxSegments; ++j) {
+    const std::uint64_t off = dali_segment(b, j);
+    if (off == 0) continue;
+    segment_chunks.insert(off - (off - h.chunks_offset) % pmhash::heap::kChunkSize);
+    (*r)[kLevelHeaders].push_back({off, sizeof(dali::SegmentHeader)});
+    // Segment j holds buckets [first, first + n).
+    const std::uint64_t n = dali::segment_buckets(initial_log2, j);
+    const std::uint64_t first = j == 0 ? 0 : n;
+    if (in_use > first) {
+      (*r)[kLevelBuckets].push_back(
+          {off + sizeof(dali::SegmentHeader), sizeof(dali::Bucket) * std::min(n, in_use - first)});
+    }
+  }
+
+  for_each_chunk(b, [&](std::uint64_t e, std::uint64_t chunk) {
+    if (segment_chunks.contains(chunk)) return;
+    if (heap_layout::entry_kind(e) == heap_layout::kChunkSlab) {
+      (*r)[kItems].push_back(slab_blocks(chunk, slab_class(e)));
+    } else if (heap_layout::entry_kind(e) == heap_layout::kChunkRunHead) {
+      // A large value's record: its header and key.
+      (*r)[kItems].push_back({chunk, 64});
+    }
+  });
+}
+
+void dali_open_options(bool variant, Options* o) {
+  o->durability = variant ? Durability::kEpoch : Durability::kStrict;
+  o->epoch_ms = kLongEpochMs;
+}
+
+// Waits for the sweep that an unclean open (or one that finds a sweep
+// pending) runs in the background (dali.h, Recovery 2). Stats::swept says
+// when it has ended; stats() reads only DRAM counters and the key count,
+// whose recount walks what it follows only as far as it holds records,
+// like the sweep itself. False if it still runs after 5 s.
+bool settle_dali(const Store& store, const std::byte*) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!store.stats().swept) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+const Engine kDali{"dali", &build_dali_images, &find_dali_regions, &dali_open_options,
+                   &settle_dali, /*may_stay_unsettled=*/false};
+
+// ---------------------------------------------------------------------------
+// Images and patches
+// ---------------------------------------------------------------------------
+
+// In the order of bit 4 of an input's first byte.
+const Engine* const kEngines[] = {&kClevel, &kDali};
+
+std::vector<Image> g_images;  // kImagesPerEngine per engine, in engine order
+PoolFile* g_file = nullptr;
+
+void remove_file() { delete g_file; }
+
+const Image& image_for(unsigned mode) {
+  const unsigned engine = (mode >> 4) & 1;
+  return g_images[engine * kImagesPerEngine + (mode & 3) % kImagesPerEngine];
+}
+
+void build_images() {
+  for (const Engine* engine : kEngines) {
+    std::vector<Image> built = engine->build();
+    if (built.size() != kImagesPerEngine) fail(std::string(engine->name) + ": wrong image count");
+    for (Image& im : built) {
+      im.engine = engine;
+      normalise_header(&im.bytes);
+      find_pool_and_heap_regions(im.bytes, &im.regions);
+      engine->find_regions(im.bytes, &im.regions);
+      for (unsigned k = 0; k < kRegionCount; ++k) {
+        if (im.regions[k].empty()) fail(im.name + ": no region " + std::to_string(k));
+      }
+      g_images.push_back(std::move(im));
+    }
   }
 }
 
@@ -398,13 +844,48 @@ void apply_patches(const std::uint8_t* data, std::size_t size, const Image& im,
   }
 }
 
+// ---------------------------------------------------------------------------
+// The property
+// ---------------------------------------------------------------------------
+
+// A transaction that reads a visited key and rewrites it commits (or finds
+// the pool full), and the store then reads the new value; a snapshot read
+// of the key works. Engines without transactions answer NotSupported.
+void exercise_transaction(Store& store, const std::string& key, const std::string& value,
+                          bool settled) {
+  std::unique_ptr<pmhash::Transaction> txn;
+  const Status begun = store.transaction(&txn);
+  if (begun.is_not_supported()) return;
+  expect_ok(begun, "transaction");
+  std::string got;
+  const Status g = txn->get(key, &got);
+  if (settled) {
+    expect_ok(g, "transaction get of a visited key");
+    if (got != value) fail("transaction get disagrees with for_each");
+  } else if (!g.ok() && !g.is_not_found()) {
+    fail("transaction get: " + g.to_string());
+  }
+  expect_ok(txn->upsert(key, "fuzz-txn-value"), "transaction upsert");
+  const Status c = txn->commit();
+  if (!c.ok() && !c.is_no_space()) fail("commit: " + c.to_string());
+  if (c.ok()) {
+    expect_ok(store.get(key, &got), "get after commit");
+    if (got != "fuzz-txn-value") fail("commit did not store its value");
+  }
+  // What a crash would keep: some version of the key, or none.
+  pmhash::ReadOptions snapshot;
+  snapshot.snapshot = true;
+  const Status r = store.get(key, &got, snapshot);
+  if (!r.ok() && !r.is_not_found()) fail("snapshot get: " + r.to_string());
+}
+
 // What a store that passed check() must do: reads and writes work. When no
-// resize runs in the background (`settled`), also: every visited key reads
-// back with the value visited, for_each agrees with size(), and check()
-// still passes after the writes. (A resize resumed from a damaged but
-// plausible progress entry can drop a level it has not emptied after
-// check() passed; check() finds the lost items once the resize is over,
-// which is why the caller waits for that first.)
+// background work runs (`settled`), also: every visited key reads back with
+// the value visited, for_each agrees with size(), and check() still passes
+// after the writes. (A clevel resize resumed from a damaged but plausible
+// progress entry can drop a level it has not emptied after check() passed;
+// check() finds the lost items once the resize is over, which is why the
+// caller waits for that first.)
 void exercise(Store& store, bool settled) {
   std::map<std::string, std::string> seen;
   expect_ok(store.for_each([&](std::string_view k, std::string_view v) {
@@ -457,20 +938,55 @@ void exercise(Store& store, bool settled) {
       fail("remove of a visited key: " + rm.to_string());
     }
   }
+  // (The second key: neither the one updated nor the one removed above.)
+  if (seen.size() >= 3) {
+    const auto& [k, v] = *std::next(seen.begin());
+    exercise_transaction(store, k, v, settled);
+  }
   if (settled) expect_ok(store.check(), "check after operations on a store that passed it");
 }
 
-// Waits (boundedly) for a resize that open resumed to finish, watching the
-// pool's bytes: Store::stats() would scan a table check() has not yet
-// validated. False if it still runs after a second (it takes milliseconds
-// here, unless damage keeps it from finishing).
-bool wait_for_resize(const std::byte* pool) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (!resize_settled(pool)) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
+// Opens the pool file, which holds `image` (`base` patched), and checks the
+// property. `mode` is the input's first byte. An undamaged image (`healthy`)
+// must also open, settle and pass check().
+void open_and_exercise(const Image& base, const std::vector<std::byte>& image, unsigned mode,
+                       bool healthy) {
+  const Engine& engine = *base.engine;
+  const std::string& path = g_file->path();
+  Options o;
+  o.engine = "";
+  engine.open_options((mode & 8) != 0, &o);
+  std::unique_ptr<Store> store;
+  const Status s = Store::open(path, o, &store);
+  if (!s.ok()) {
+    if (healthy) fail(base.name + " image: open: " + s.to_string());
+    if (store != nullptr) fail("open failed (" + s.to_string() + ") but returned a store");
+    // Store::open: a rejected pool is left byte-for-byte unchanged (an
+    // engine that cannot start its threads, an IOError, may have recovered).
+    if (!s.is_io_error() && !g_file->holds(image)) {
+      fail("open failed (" + s.to_string() + ") and changed the file");
+    }
+    return;
   }
-  return true;
+  if (store == nullptr) fail("open returned OK without a store");
+  const bool settled = engine.settle(*store, g_file->data());
+  const Status c = store->check();
+  if (healthy && !settled) fail(base.name + " image: the background work of open does not end");
+  if (healthy) expect_ok(c, base.name + " image: check");
+  if (c.ok()) {
+    if (!settled && !engine.may_stay_unsettled) {
+      fail(std::string(engine.name) +
+           ": the background work open started has not ended, though check() passes");
+    }
+    exercise(*store, settled);
+    expect_ok(store->close(), "close");
+    store.reset();
+    // Closed cleanly: it opens again, and after a settled run passes.
+    expect_ok(Store::open(path, o, &store), "reopen after a clean close");
+    const Status again = store->check();
+    if (settled && !again.ok()) fail("check after reopening: " + again.to_string());
+  }
+  (void)store->close();
 }
 
 }  // namespace
@@ -482,12 +998,17 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   build_images();
   g_file = new PoolFile("/dev/shm/pmhash-fuzz-" + std::to_string(::getpid()) + ".pool");
   std::atexit(remove_file);
+  // Every image is a valid pool: else the inputs would only fuzz rejection.
+  for (const Image& im : g_images) {
+    g_file->write(im.bytes);
+    open_and_exercise(im, im.bytes, /*mode=*/0, /*healthy=*/true);
+  }
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const unsigned mode = size > 0 ? data[0] : 0;
-  const Image& base = g_images[(mode & 3) % g_images.size()];
+  const Image& base = image_for(mode);
   // One buffer for every input: no fresh 4 MiB allocation (and page faults)
   // per run.
   static std::vector<std::byte> image(kPoolSize);
@@ -495,33 +1016,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size > 0) apply_patches(data + 1, size - 1, base, &image);
   if (mode & 4) fix_checksum(&image);
   g_file->write(image);
-  const std::string& path = g_file->path();
-
-  Options o;
-  o.engine = "";
-  o.clevel_tag_filter = (mode & 8) == 0;
-  std::unique_ptr<Store> store;
-  const Status s = Store::open(path, o, &store);
-  if (s.ok()) {
-    if (store == nullptr) fail("open returned OK without a store");
-    const bool settled = wait_for_resize(g_file->data());
-    if (store->check().ok()) {
-      exercise(*store, settled);
-      expect_ok(store->close(), "close");
-      store.reset();
-      // Closed cleanly: it opens again, and after a settled run passes.
-      expect_ok(Store::open(path, o, &store), "reopen after a clean close");
-      const Status c = store->check();
-      if (settled && !c.ok()) fail("check after reopening: " + c.to_string());
-    }
-    (void)store->close();
-  } else {
-    if (store != nullptr) fail("open failed (" + s.to_string() + ") but returned a store");
-    // Store::open: a rejected pool is left byte-for-byte unchanged (an
-    // engine that cannot start its threads, an IOError, may have recovered).
-    if (!s.is_io_error() && !g_file->holds(image)) {
-      fail("open failed (" + s.to_string() + ") and changed the file");
-    }
-  }
+  open_and_exercise(base, image, mode, /*healthy=*/false);
   return 0;
 }

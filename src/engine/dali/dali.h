@@ -89,15 +89,27 @@
 // stripe of a key is h mod 2^s with s <= L0 <= L, so it never changes as
 // the table grows, and a split's two buckets share it. An operation locks
 // before it enters its epoch, so updates of a bucket run in non-decreasing
-// epochs and no thread holds up an epoch while it waits for a lock. The
-// lock word also carries a split generation and a "splitting" bit, the
-// sequence lock of snapshot readers (Growth).
+// epochs and no thread holds up an epoch while it waits for a lock.
+//
+// DEPARTURE: reads take no lock (the paper's reads lock the bucket). The
+// lock word is also a sequence lock: its holder sets a "writing" bit while
+// it changes the stripe's lists (every store of the change a release
+// store), and bumps a write generation when done; a read of the newest
+// state (Store::get) runs inside an epoch (so nothing it reaches is freed
+// under it), waits while the bit is set, reads with acquire loads (the
+// value bytes too, so that a rewrite in place races defined), and reads
+// again if the generation moved. So reads never wait for a transaction
+// that merely holds a lock, and a transaction's reader sees the last
+// committed value (linearizable: it comes before the commit). A split also
+// bumps a split generation, the one change snapshot readers care about
+// (Snapshot reads).
 //
 // ---------------------------------------------------------------------------
 // Growth (DEPARTURE: the paper's bucket array is fixed)
 // ---------------------------------------------------------------------------
 // Linear hashing: the table has 2^L + p buckets; a key with hash h lives in
-// bucket h mod 2^L, or h mod 2^(L+1) when that is below the split pointer p.
+// bucket h mod 2^L, or h mod 2^(L+1) when h mod 2^L is below the split
+// pointer p (that bucket has been split).
 // When present keys exceed 2 per bucket, the inserting thread splits bucket
 // p into p and q = p + 2^L (one split per insert at most, none while
 // another thread splits):
