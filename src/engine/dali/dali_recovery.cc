@@ -194,10 +194,11 @@ Status DaliIndex::validate_segments(const Shape& sh) const {
     if (j > kMaxLevel - initial_log2_ + 1) {
       return Status::Corruption("pool " + path + ": dali names a segment beyond the largest table");
     }
+    // The block first: only an allocated block of the pool may be read.
     const std::uint64_t n = segment_buckets(initial_log2_, j);
-    const auto* h = region_.at<SegmentHeader>(off);
     if (!heap_.is_allocated(off) || heap_.block_size(off) < segment_bytes(n) ||
-        h->magic != kSegmentMagic || h->index != j || h->buckets != n) {
+        region_.at<SegmentHeader>(off)->magic != kSegmentMagic ||
+        region_.at<SegmentHeader>(off)->index != j || region_.at<SegmentHeader>(off)->buckets != n) {
       return Status::Corruption("pool " + path + ": dali table segment " + std::to_string(j) +
                                 " at offset " + std::to_string(off) + " is damaged");
     }
