@@ -60,7 +60,7 @@ case "$profile" in
   quick)
     out=data/results
     name=quick
-    args=(--engine pmhash,libcuckoo,lmdb --workload load,a,b,c --records 500000 --threads 1,2)
+    args=(--engine clevel,dali:epoch,libcuckoo,lmdb --workload load,a,b,c --records 500000 --threads 1,2)
     ;;
   results)
     out=docs/results

@@ -3,11 +3,11 @@
 #
 #   scripts/run.sh BUILD_DIR      (make run: scripts/run.sh build/release)
 #
-#   0. scripts/bench.sh quick              the quick benchmark profile: every
-#                                          pmhash engine, libcuckoo and LMDB on
-#                                          YCSB Load, A, B, C at 1 and 2
-#                                          threads; the comparison table, and
-#                                          figures in ./data/results/
+#   0. scripts/bench.sh quick              the quick benchmark profile: clevel,
+#                                          dali (epoch durability), libcuckoo
+#                                          and LMDB on YCSB Load, A, B, C at 1
+#                                          and 2 threads; the comparison table,
+#                                          and figures in ./data/results/
 #   1. pmhash create ./data/demo.pool      a fresh 1 GiB clevel pool
 #   2. pmhash-readback                     loads 1M keys with 2 threads, closes,
 #                                          reopens, reads every key back and
