@@ -40,11 +40,16 @@
 //                           reverts to its version of c), notes every
 //                           allocated block and sweeps the unreachable
 //                           ones in the background
-//     5  "dali crashed twice"  image 4 recovered (failure list c+1, c+2)
-//                           and swept, two synced epochs of writes, then
-//                           unsynced writes that split buckets, copied: the
-//                           next open fails two more epochs, and buckets
-//                           name records of both crashes' failed epochs
+//     5  "dali full failure list"  image 4 recovered (failure list c+1,
+//                           c+2) and swept, two synced epochs of writes,
+//                           then unsynced writes that split buckets, copied
+//                           (a second crash); then its failure list filled
+//                           to 999 entries, as ~1000 opens would leave it
+//                           that each crashed before its first epoch ended
+//                           (see fill_failure_list). Its next open finds no
+//                           room for two more entries: it first rewrites
+//                           every bucket and the shape to their valid
+//                           values (normalize_all), then empties the list
 //
 // Every image opens, settles and passes check() and exercise() unpatched;
 // LLVMFuzzerInitialize makes sure of it.
@@ -52,7 +57,7 @@
 // Input format (a truncated last patch is ignored):
 //
 //   byte 0     bits 0-1  image of the engine (mod 3): clean, crashed, and
-//                        expanding (clevel) or crashed twice (dali)
+//                        expanding (clevel) or full failure list (dali)
 //              bit 2     recompute the pool header checksum after patching,
 //                        so that the fields it guards get fuzzed too
 //              bit 3     clevel: open without tag filters; dali: open with
@@ -72,9 +77,10 @@
 // pool"; the other four regions are the engine's own:
 //
 //   region          clevel                     dali
-//   root            clevel::Root               dali::Root up to the two
-//                                              failure list entries after
-//                                              the last in use
+//   root            clevel::Root               dali::Root, but of its
+//                                              failure list only the first
+//                                              two entries, the last two in
+//                                              use and the two after them
 //   level headers   level headers              segment headers
 //   level buckets   level buckets              the buckets of each segment
 //                                              that the shape's three
@@ -529,6 +535,13 @@ constexpr unsigned kLongEpochMs = 60000;
 // time (sync() ends two): long enough for a batch of writes to fit in one.
 constexpr unsigned kTickMs = 100;
 
+// Fields of the dali root, in the pool.
+constexpr std::uint64_t kDaliEpochAt = root_field(offsetof(dali::Root, epoch));
+constexpr std::uint64_t kDaliShapeAt = root_field(offsetof(dali::Root, shape));
+constexpr std::uint64_t kDaliSegmentsAt = root_field(offsetof(dali::Root, segments));
+constexpr std::uint64_t kDaliFailedCountAt = root_field(offsetof(dali::Root, failed_count));
+constexpr std::uint64_t kDaliFailedAt = root_field(offsetof(dali::Root, failed));
+
 // Mostly small values (records of 40 to 99 bytes); one of 400 bytes (a size
 // class of its own) and one larger than heap::kMaxSmallSize (a run). No
 // record shares a slab size class with a segment (320 bytes, then 640 times
@@ -645,9 +658,9 @@ void wait_for_sweep(const Store& s, const std::string& what) {
   }
 }
 
-// Image 5 from image 4: recovered (failure list c + 1, c + 2), swept before
-// any write (the sweep frees blocks: allocation after it is deterministic),
-// two synced epochs of writes, then writes that no fence covers.
+// Image 4 recovered (failure list c+1, c+2) and swept before any write
+// (the sweep frees blocks: allocation after it is deterministic), two
+// synced epochs of writes, then writes that no fence covers, copied.
 std::vector<std::byte> make_crashed_twice(const std::vector<std::byte>& crashed) {
   const std::string path = base_path();
   write_file(path, crashed);
@@ -671,6 +684,37 @@ std::vector<std::byte> make_crashed_twice(const std::vector<std::byte>& crashed)
   return twice;
 }
 
+// Image 5 from a crashed pool: what a run of opens would leave that each
+// recovered from the crash before it and crashed in turn before its first
+// epoch ended (before its sweep freed anything), until the failure list
+// holds kFailureListCapacity - 1 entries. Each such open fails the counter
+// F and F-1 (one new entry after the first: F-1 is listed already), sets
+// the counter to F+1, sets sweep_pending and counts a generation; nothing
+// else. The next crashed open finds no room for two more entries, so it
+// rewrites every bucket and the shape first (dali.h, "Failure list
+// capacity"). (Written here: a thousand real recoveries would take seconds
+// at every start, and the sweep each starts would race the copy.)
+std::vector<std::byte> fill_failure_list(std::vector<std::byte> image) {
+  std::uint64_t counter = read_at<std::uint64_t>(image, kDaliEpochAt);
+  std::uint64_t count = read_at<std::uint64_t>(image, kDaliFailedCountAt);
+  std::uint64_t opens = 0;
+  while (count + 1 < dali::kFailureListCapacity) {
+    for (std::uint64_t e : {counter - 1, counter}) {
+      if (count == 0 || read_at<std::uint64_t>(image, kDaliFailedAt + 8 * (count - 1)) < e) {
+        write_at(&image, kDaliFailedAt + 8 * count++, e);
+      }
+    }
+    ++counter;
+    ++opens;
+  }
+  write_at(&image, kDaliFailedCountAt, count);
+  write_at(&image, kDaliEpochAt, counter);
+  write_at<std::uint64_t>(&image, root_field(offsetof(dali::Root, sweep_pending)), 1);
+  const std::uint64_t generation_at = sizeof(pool::PoolHeader) + offsetof(pool::ShutdownState, generation);
+  write_at(&image, generation_at, read_at<std::uint64_t>(image, generation_at) + opens);
+  return image;
+}
+
 std::vector<Image> build_dali_images() {
   const std::string path = base_path();
   ::unlink(path.c_str());
@@ -687,19 +731,16 @@ std::vector<Image> build_dali_images() {
   for (unsigned attempt = 0; !dali_batches(synced, &crashed, &clean); ++attempt) {
     if (attempt == 10) fail("dali: the epoch timer keeps firing in the middle of a batch");
   }
-  std::vector<std::byte> twice = make_crashed_twice(crashed);
+  std::vector<std::byte> full = fill_failure_list(make_crashed_twice(crashed));
   std::vector<Image> images(kImagesPerEngine);
   images[0].name = "dali clean";
   images[0].bytes = std::move(clean);
   images[1].name = "dali crashed";
   images[1].bytes = std::move(crashed);
-  images[2].name = "dali crashed twice";
-  images[2].bytes = std::move(twice);
+  images[2].name = "dali full failure list";
+  images[2].bytes = std::move(full);
   return images;
 }
-
-constexpr std::uint64_t kDaliShapeAt = root_field(offsetof(dali::Root, shape));
-constexpr std::uint64_t kDaliSegmentsAt = root_field(offsetof(dali::Root, segments));
 
 std::uint64_t dali_segment(const std::vector<std::byte>& image, unsigned j) {
   return read_at<std::uint64_t>(image, kDaliSegmentsAt + 8 * j);
@@ -718,11 +759,18 @@ std::uint64_t dali_buckets_in_use(const std::vector<std::byte>& image) {
 }
 
 void find_dali_regions(const std::vector<std::byte>& b, Regions* r) {
-  // The root without the unused tail of the failure list (7 KiB of zeros):
-  // the entries in use and two more, which a larger count would expose.
-  const auto failed = read_at<std::uint64_t>(b, root_field(offsetof(dali::Root, failed_count)));
-  const std::uint64_t entries = std::min<std::uint64_t>(failed + 2, dali::kFailureListCapacity);
-  (*r)[kRoot] = {{pool::kRootOffset, offsetof(dali::Root, failed) + 8 * entries}};
+  // The root, of whose failure list only the first two entries, the last
+  // two in use and the two after them (which a larger count would expose):
+  // the rest is either zeros or a long sorted run, and patches there would
+  // mostly be wasted.
+  const auto failed = read_at<std::uint64_t>(b, kDaliFailedCountAt);
+  const std::uint64_t end = std::min<std::uint64_t>(failed + 2, dali::kFailureListCapacity);
+  if (end <= 6) {
+    (*r)[kRoot] = {{pool::kRootOffset, offsetof(dali::Root, failed) + 8 * end}};
+  } else {
+    (*r)[kRoot] = {{pool::kRootOffset, offsetof(dali::Root, failed) + 16},
+                   {kDaliFailedAt + 8 * (failed - 2), 8 * (end - (failed - 2))}};
+  }
 
   const auto initial_log2 = read_at<std::uint32_t>(b, root_field(offsetof(dali::Root, initial_log2)));
   const std::uint64_t in_use = dali_buckets_in_use(b);
