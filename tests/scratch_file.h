@@ -1,17 +1,20 @@
 // tests/scratch_file.h - what tests need around a pool-like file: a path
-// under /dev/shm unique to the process and the running test, a zero-filled
-// file of a given size, and PMEM2_FORCE_GRANULARITY restored after a test
-// that forces it.
+// under /dev/shm unique to the process and the running test, a scratch
+// directory removed afterwards, a zero-filled file of a given size, and
+// PMEM2_FORCE_GRANULARITY restored after a test that forces it.
 #pragma once
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
+#include <system_error>
 
 #include <gtest/gtest.h>
 
@@ -26,6 +29,34 @@ inline std::string scratch_path(const std::string& prefix) {
   }
   return "/dev/shm/" + prefix + "-" + std::to_string(::getpid()) + "-" + name;
 }
+
+// A fresh, empty directory "<base>/<prefix>-<pid>-<n>", on /dev/shm when
+// there is one (so that syncs are cheap), removed with everything in it when
+// the object goes out of scope.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix = "pmhash-scratch") {
+    static std::atomic<unsigned> counter{0};
+    const std::filesystem::path base = std::filesystem::is_directory("/dev/shm")
+                                           ? std::filesystem::path("/dev/shm")
+                                           : std::filesystem::path(::testing::TempDir());
+    path_ = base / (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // Creates (or truncates) `path` as `size` zero bytes.
 inline void create_zero_file(const std::string& path, std::size_t size) {

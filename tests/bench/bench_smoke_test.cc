@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "pmhash/store.h"
+#include "scratch_file.h"
 #include "subprocess.h"
 
 namespace {
@@ -45,14 +46,6 @@ bool is_pmhash_engine(const std::string& name) {
 // A fresh directory under /dev/shm for one test's pools and files.
 class BenchSmoke : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = "/dev/shm/pmhash-bench-smoke-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   SpawnResult bench(std::vector<std::string> args) {
     return run_program(PMHASH_BENCH_PATH, args);
   }
@@ -63,7 +56,8 @@ class BenchSmoke : public ::testing::Test {
     return json::parse(in, nullptr, /*allow_exceptions=*/false);
   }
 
-  std::string dir_;
+  pmhash::testing::ScratchDir scratch_{"pmhash-bench-smoke"};
+  const std::string dir_ = scratch_.str();
 };
 
 std::string joined(const std::vector<std::string>& items) {

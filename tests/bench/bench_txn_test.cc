@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "pmhash/store.h"
+#include "scratch_file.h"
 #include "subprocess.h"
 
 namespace {
@@ -27,14 +28,6 @@ using pmhash::testing::SpawnResult;
 
 class BenchTxn : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = "/dev/shm/pmhash-bench-txn-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   SpawnResult bench(std::vector<std::string> args) {
     args.insert(args.end(), {"--pool", dir_, "--no-ceilings"});
     return run_program(PMHASH_BENCH_PATH, args);
@@ -48,7 +41,8 @@ class BenchTxn : public ::testing::Test {
 
   std::string json_path() const { return dir_ + "/out.json"; }
 
-  std::string dir_;
+  pmhash::testing::ScratchDir scratch_{"pmhash-bench-txn"};
+  const std::string dir_ = scratch_.str();
 };
 
 std::string describe(const SpawnResult& r) {

@@ -20,11 +20,13 @@
 #include <vector>
 
 #include "bench/table.h"
+#include "scratch_file.h"
 
 namespace pmhash::bench {
 namespace {
 
 namespace fs = std::filesystem;
+using pmhash::testing::ScratchDir;
 
 struct PeerCase {
   std::string peer;
@@ -76,28 +78,6 @@ void on_threads(Table& table, unsigned n, Fn fn) {
   for (std::thread& thread : threads) thread.join();
 }
 
-// A fresh scratch directory per test (on tmpfs when there is one, so that
-// strict durability's syncs are cheap), removed afterwards.
-class ScratchDir {
- public:
-  ScratchDir() {
-    static std::atomic<unsigned> counter{0};
-    const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm")
-                                                       : fs::path(::testing::TempDir());
-    path_ = base / ("pmhash-peers-test-" + std::to_string(::getpid()) + "-" +
-                    std::to_string(counter.fetch_add(1)));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 class PeerTest : public ::testing::TestWithParam<PeerCase> {
  protected:
@@ -113,7 +93,7 @@ class PeerTest : public ::testing::TestWithParam<PeerCase> {
   std::unique_ptr<Table> make() const { return make_peer(GetParam().peer, config()); }
   bool exact_count() const { return GetParam().peer != "rocksdb"; }
 
-  ScratchDir scratch_;
+  ScratchDir scratch_{"pmhash-peers-test"};
 };
 
 TEST_P(PeerTest, NameKindAndDurabilityAreStated) {
@@ -405,7 +385,7 @@ TEST_P(FilePeerTest, DataStaysVisibleAcrossEpochs) {
 INSTANTIATE_TEST_SUITE_P(Peers, FilePeerTest, ::testing::ValuesIn(file_cases()), case_name);
 
 TEST(LmdbPeerTest, FullMapIsNoSpace) {
-  ScratchDir scratch;
+  ScratchDir scratch{"pmhash-peers-test"};
   TableConfig cfg;
   cfg.files_dir = (scratch.path() / "files").string();
   cfg.capacity_hint = 0;  // the smallest map: 64 MiB and change
@@ -418,7 +398,7 @@ TEST(LmdbPeerTest, FullMapIsNoSpace) {
 }
 
 TEST(LmdbPeerTest, OverlongKeyIsInvalidArgument) {
-  ScratchDir scratch;
+  ScratchDir scratch{"pmhash-peers-test"};
   TableConfig cfg;
   cfg.files_dir = (scratch.path() / "files").string();
   auto table = make_peer("lmdb", cfg);

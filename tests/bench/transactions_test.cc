@@ -26,11 +26,13 @@
 
 #include "bench/pmhash_table.h"
 #include "bench/table.h"
+#include "scratch_file.h"
 
 namespace pmhash::bench {
 namespace {
 
 namespace fs = std::filesystem;
+using pmhash::testing::ScratchDir;
 
 struct TxnCase {
   std::string table;  // "dali", "lmdb" or "rocksdb"
@@ -54,27 +56,6 @@ std::string key_of(unsigned i) {
   return "key-" + std::string(12 - std::min<std::size_t>(12, digits.size()), '0') + digits;
 }
 
-// A scratch directory on tmpfs (cheap syncs), removed afterwards.
-class ScratchDir {
- public:
-  ScratchDir() {
-    static std::atomic<unsigned> counter{0};
-    const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm")
-                                                       : fs::path(::testing::TempDir());
-    path_ = base / ("pmhash-txn-test-" + std::to_string(::getpid()) + "-" +
-                    std::to_string(counter.fetch_add(1)));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 TableConfig base_config(const ScratchDir& scratch) {
   TableConfig config;
@@ -104,7 +85,7 @@ class TransactionTest : public ::testing::TestWithParam<TxnCase> {
     }
   }
 
-  ScratchDir scratch_;
+  ScratchDir scratch_{"pmhash-txn-test"};
 };
 
 TEST_P(TransactionTest, IsSupported) {
@@ -209,7 +190,7 @@ TEST_P(TransactionTest, ContendingTransactionsAllCommitAfterRetries) {
 INSTANTIATE_TEST_SUITE_P(Tables, TransactionTest, ::testing::ValuesIn(txn_cases()), case_name);
 
 TEST(TransactionRefusal, TablesWithoutTransactionsSayNotSupportedAndWhy) {
-  ScratchDir scratch;
+  ScratchDir scratch{"pmhash-txn-test"};
   TableConfig config = base_config(scratch);
   std::vector<std::unique_ptr<Table>> tables;
   tables.push_back(std::make_unique<PmhashTable>("clevel", config));
@@ -229,7 +210,7 @@ TEST(TransactionRefusal, TablesWithoutTransactionsSayNotSupportedAndWhy) {
 }
 
 TEST(TransactionRefusal, RocksdbOpenedWithoutTransactionsRefuses) {
-  ScratchDir scratch;
+  ScratchDir scratch{"pmhash-txn-test"};
   TableConfig config = base_config(scratch);
   config.transactions = false;
   auto table = make_peer("rocksdb", config);

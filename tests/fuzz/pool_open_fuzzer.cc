@@ -443,6 +443,17 @@ std::vector<std::byte> make_expanding(std::vector<std::byte> image) {
   return image;
 }
 
+// An engine's images, named, in the order of the input's image bits.
+std::vector<Image> images_of(std::array<const char*, kImagesPerEngine> names,
+                             std::array<std::vector<std::byte>, kImagesPerEngine> bytes) {
+  std::vector<Image> images(kImagesPerEngine);
+  for (unsigned i = 0; i < kImagesPerEngine; ++i) {
+    images[i].name = names[i];
+    images[i].bytes = std::move(bytes[i]);
+  }
+  return images;
+}
+
 std::vector<Image> build_clevel_images() {
   const std::string path = base_path();
   ::unlink(path.c_str());
@@ -476,14 +487,8 @@ std::vector<Image> build_clevel_images() {
   std::vector<std::byte> clean = read_file(path);
   ::unlink(path.c_str());
   std::vector<std::byte> expanding = make_expanding(crashed);
-  std::vector<Image> images(kImagesPerEngine);
-  images[0].name = "clean";
-  images[0].bytes = std::move(clean);
-  images[1].name = "crashed";
-  images[1].bytes = std::move(crashed);
-  images[2].name = "expanding";
-  images[2].bytes = std::move(expanding);
-  return images;
+  return images_of({"clean", "crashed", "expanding"},
+                   {std::move(clean), std::move(crashed), std::move(expanding)});
 }
 
 void find_clevel_regions(const std::vector<std::byte>& b, Regions* r) {
@@ -732,14 +737,8 @@ std::vector<Image> build_dali_images() {
     if (attempt == 10) fail("dali: the epoch timer keeps firing in the middle of a batch");
   }
   std::vector<std::byte> full = fill_failure_list(make_crashed_twice(crashed));
-  std::vector<Image> images(kImagesPerEngine);
-  images[0].name = "dali clean";
-  images[0].bytes = std::move(clean);
-  images[1].name = "dali crashed";
-  images[1].bytes = std::move(crashed);
-  images[2].name = "dali full failure list";
-  images[2].bytes = std::move(full);
-  return images;
+  return images_of({"dali clean", "dali crashed", "dali full failure list"},
+                   {std::move(clean), std::move(crashed), std::move(full)});
 }
 
 std::uint64_t dali_segment(const std::vector<std::byte>& image, unsigned j) {
