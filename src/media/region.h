@@ -7,8 +7,10 @@
 //               once a fence (drain) orders it; flush is a no-op.
 //   kCacheLine  ADR persistent memory: a line must be written back (clwb or
 //               clflushopt, issued by flush) and fenced (drain, sfence).
-//   kPage       an ordinary memory-mapped file: flush msyncs the pages that
-//               cover the range; drain is a no-op.
+//   kPage       an ordinary file: flush writes the lines that cover the
+//               range back to the file (pwrite from a private mapping);
+//               drain waits until everything written back is on media
+//               (fdatasync). A store never flushed does not reach the file.
 //   kNone       anonymous DRAM: nothing is ever durable; every primitive is a
 //               no-op. Used for volatile stores and benchmarks.
 //
@@ -70,13 +72,17 @@ class Region {
 
   void flush(const void* p, std::size_t n);
   void drain();
+  // The first error a write-back to the file met (page granularity), or OK.
+  // flush() and drain() cannot fail in their signatures, as on persistent
+  // memory; a file can (EIO, ENOSPC), and the error stays here for good.
+  Status write_back_error() const;
   void persist(const void* p, std::size_t n) {
     flush(p, n);
     drain();
   }
-  // Makes every byte of the region durable (msync of the whole mapping on
-  // page granularity; a fence otherwise, after flushing everything on
-  // cache_line granularity).
+  // Makes every byte of the region durable (on page granularity: every page
+  // stored to since the mapping was made is written back, then fdatasync; a
+  // fence otherwise, after flushing everything on cache_line granularity).
   void persist_all();
 
   // Offset <-> address helpers for relative pointers.
@@ -106,12 +112,16 @@ class Region {
   Region() = default;
   struct Impl;
 
+  void write_back(std::uint64_t off, std::size_t n);
+  void write_back_touched();
+
   std::byte* base_ = nullptr;
   std::size_t size_ = 0;
   Granularity granularity_ = Granularity::kNone;
   std::string path_;
   void (*flush_fn_)(const void*, std::size_t) = nullptr;
   void (*drain_fn_)() = nullptr;
+  int write_back_fd_ = -1;  // page granularity: flush = pwrite, drain = fdatasync
   Observer* observer_ = nullptr;
   std::unique_ptr<Impl> impl_;
 };

@@ -418,8 +418,8 @@ void Pool::mark_clean_shutdown() {
   // so, or a crash right after it would hide lost writes from recovery.
   // Engines persist what they write (Index::close leaves the index durable);
   // this fence orders their last flushes before the flag. On page
-  // granularity a whole-mapping msync is cheap (only dirty pages) and covers
-  // anything written without an explicit persist.
+  // granularity persist_all writes back every page written in this session,
+  // which also covers anything written without an explicit persist.
   if (region_->granularity() == media::Granularity::kPage) {
     region_->persist_all();
   } else {

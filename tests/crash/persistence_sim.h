@@ -13,15 +13,19 @@
 //               (A store made after the flush but before the drain is
 //               copied too: the line is written back at some point before
 //               the fence completes, possibly after the store.)
-//   page        flush(p, n) is msync: the 4 KiB pages of [p, p+n) are
-//               durable when it returns; drain() orders nothing more.
-//               persist_all() (flush of the whole region) is the global
-//               ordering point.
+//   page        the same as cache_line. A page-granularity Region maps its
+//               file privately and writes back with pwrite (flush) and
+//               fdatasync (drain): a flushed range reaches the file at the
+//               latest at the drain, and after a power failure a page being
+//               written back may be torn at its sectors, which the line
+//               model (any subset of lines, torn at 8 bytes) covers. (A
+//               line never flushed cannot reach media there at all; the
+//               model lets it, which only adds crash states to check.)
 //   byte        every store is durable once a fence orders it: drain()
 //               copies the whole visible image.
 //
-// Crash semantics. At a crash, any *unit* (line, page, or 8-byte word for
-// byte granularity) whose visible contents differ from its durable contents
+// Crash semantics. At a crash, any *unit* (line, or 8-byte word for byte
+// granularity) whose visible contents differ from its durable contents
 // may or may not have reached media, in any combination; and because stores
 // are atomic only at 8 bytes, a cache line may have been written back in
 // part: any subset of its 8-byte words. crash_image() builds the media
@@ -74,7 +78,6 @@ struct CrashChoice {
 class PersistenceSim final : public media::Region::Observer {
  public:
   static constexpr std::size_t kWordSize = 8;
-  static constexpr std::size_t kPageSize = 4096;
 
   using Hook = std::function<void(const PersistenceSim&)>;
 
@@ -117,18 +120,14 @@ class PersistenceSim final : public media::Region::Observer {
     if (n == 0) return;
     std::lock_guard<std::mutex> lock(mu_);
     switch (granularity_) {
-      case media::Granularity::kCacheLine: {
+      case media::Granularity::kCacheLine:
+      case media::Granularity::kPage: {
         auto& pending = pending_[std::this_thread::get_id()];
         for (std::uint64_t line = align_down(off, unit_); line < off + n; line += unit_) {
           pending.insert(line);
         }
         break;
       }
-      case media::Granularity::kPage:
-        for (std::uint64_t page = align_down(off, unit_); page < off + n; page += unit_) {
-          make_durable(page, unit_);
-        }
-        break;
       case media::Granularity::kByte:
       case media::Granularity::kNone:
         break;
@@ -140,7 +139,8 @@ class PersistenceSim final : public media::Region::Observer {
     crash_points_.fetch_add(1, std::memory_order_relaxed);
     if (hook_) hook_(*this);
     switch (granularity_) {
-      case media::Granularity::kCacheLine: {
+      case media::Granularity::kCacheLine:
+      case media::Granularity::kPage: {
         auto it = pending_.find(std::this_thread::get_id());
         if (it == pending_.end()) break;
         for (std::uint64_t line : it->second) make_durable(line, unit_);
@@ -150,7 +150,6 @@ class PersistenceSim final : public media::Region::Observer {
       case media::Granularity::kByte:
         make_durable(0, durable_.size());
         break;
-      case media::Granularity::kPage:
       case media::Granularity::kNone:
         break;
     }
@@ -169,7 +168,7 @@ class PersistenceSim final : public media::Region::Observer {
     return out;
   }
 
-  // Bit i set: word i of the cache line at `line` differs (cache_line only).
+  // Bit i set: word i of the cache line at `line` differs (cache_line, page).
   std::uint8_t dirty_words(std::uint64_t line) const {
     std::uint8_t mask = 0;
     for (unsigned w = 0; w < media::kCacheLineSize / kWordSize; ++w) {
@@ -186,7 +185,7 @@ class PersistenceSim final : public media::Region::Observer {
 
   // The media contents after a crash with this choice. Units and lines must
   // be unit-aligned offsets inside the region; torn lines only exist with
-  // cache_line granularity.
+  // cache_line and page granularity.
   std::vector<std::byte> crash_image(const CrashChoice& choice) const {
     std::vector<std::byte> image;
     crash_image_into(choice, &image);
@@ -205,8 +204,8 @@ class PersistenceSim final : public media::Region::Observer {
       std::memcpy(image.data() + off, visible + off, n);
     }
     for (const auto& [line, mask] : choice.torn) {
-      if (granularity_ != media::Granularity::kCacheLine) {
-        throw std::invalid_argument("torn lines exist only with cache_line granularity");
+      if (granularity_ != media::Granularity::kCacheLine && granularity_ != media::Granularity::kPage) {
+        throw std::invalid_argument("torn lines exist only with cache_line and page granularity");
       }
       check_unit(line);
       for (unsigned w = 0; w < media::kCacheLineSize / kWordSize; ++w) {
@@ -220,8 +219,8 @@ class PersistenceSim final : public media::Region::Observer {
  private:
   static std::size_t unit_of(media::Granularity g) {
     switch (g) {
-      case media::Granularity::kCacheLine: return media::kCacheLineSize;
-      case media::Granularity::kPage: return kPageSize;
+      case media::Granularity::kCacheLine:
+      case media::Granularity::kPage: return media::kCacheLineSize;
       case media::Granularity::kByte: return kWordSize;
       case media::Granularity::kNone: break;
     }
@@ -259,7 +258,7 @@ class PersistenceSim final : public media::Region::Observer {
 // are at most `singles_limit`, each unit written alone and each unit left
 // out alone (between them they catch every "A reached media, B did not"
 // ordering mistake whatever the other lines do); then `samples` random
-// subsets. With cache_line granularity each random choice also tears one of
+// subsets. With cache_line and page granularity each random choice also tears one of
 // the lines it leaves out, in a random part of its dirty words.
 inline std::vector<CrashChoice> crash_choices(const PersistenceSim& sim,
                                               const std::vector<std::uint64_t>& dirty,
@@ -288,7 +287,7 @@ inline std::vector<CrashChoice> crash_choices(const PersistenceSim& sim,
       out.push_back(std::move(all_but));
     }
   }
-  const bool tear = sim.granularity() == media::Granularity::kCacheLine;
+  const bool tear = sim.granularity() != media::Granularity::kByte;
   for (std::size_t s = 0; s < samples; ++s) {
     CrashChoice c;
     std::vector<std::uint64_t> left_out;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -176,6 +177,74 @@ TEST_F(MediaTest, ForcedGranularityIsHonoured) {
     r.reset();
     EXPECT_EQ(read_back(0, 1), std::string(1, c.env[0])) << c.env;
   }
+}
+
+// Page granularity maps the file privately: a store reaches the file only
+// through flush (pwrite of its lines), so the write-back is exactly what the
+// program asked for, and persist_all writes every page the program stored to.
+TEST_F(MediaTest, PageGranularityWritesBackOnlyWhatIsFlushed) {
+  granularity_.force("page");
+  std::unique_ptr<Region> r;
+  ASSERT_TRUE(Region::map_file(path_, 0, &r).ok());
+  ASSERT_EQ(r->granularity(), Granularity::kPage);
+
+  std::memcpy(r->at<char>(100), "flushed", 7);
+  std::memcpy(r->at<char>(8192), "not yet", 7);
+  r->flush(r->at(100), 7);
+  EXPECT_EQ(read_back(100, 7), "flushed");               // pwrite: in the file
+  EXPECT_EQ(read_back(8192, 7), std::string(7, '\0'));  // only in the mapping
+  r->drain();
+  EXPECT_TRUE(r->write_back_error().ok());
+  EXPECT_EQ(r->at<char>(8192)[0], 'n');  // the program sees its own store
+
+  // The line around a flushed range goes too, whole: a neighbour's bytes
+  // in the same 64-byte line reach the file with it.
+  std::memcpy(r->at<char>(130), "line", 4);
+  r->persist(r->at(128), 1);
+  EXPECT_EQ(read_back(130, 4), "line");
+  r.reset();
+  EXPECT_EQ(read_back(8192, 7), std::string(7, '\0'));  // never flushed: lost
+}
+
+TEST_F(MediaTest, PageGranularityPersistAllWritesEveryTouchedPage) {
+  granularity_.force("page");
+  std::unique_ptr<Region> r;
+  ASSERT_TRUE(Region::map_file(path_, 0, &r).ok());
+  ASSERT_EQ(r->granularity(), Granularity::kPage);
+  const std::size_t offsets[] = {0, 5000, 4096 * 7 + 3, kFileSize - 8};
+  for (std::size_t off : offsets) r->at<char>(off)[0] = 'x';
+  (void)r->at<volatile char>(4096 * 9)[0];  // read only: stays the file's page
+  r->persist_all();
+  EXPECT_TRUE(r->write_back_error().ok());
+  r.reset();
+  for (std::size_t off : offsets) EXPECT_EQ(read_back(off, 1), "x") << off;
+}
+
+// A store racing with the write-back of its line reaches the file whole:
+// each 8-byte word is copied with one load, so the file holds the old or
+// the new value of a word, never a mix (the model's 8-byte atomicity).
+TEST_F(MediaTest, PageWriteBackNeverTearsAWord) {
+  granularity_.force("page");
+  std::unique_ptr<Region> r;
+  ASSERT_TRUE(Region::map_file(path_, 0, &r).ok());
+  auto* word = r->at<std::uint64_t>(64);
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (std::uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      // Either all bytes 0x00..., or all 0xff...: a tear mixes them.
+      __atomic_store_n(word, (i & 1) ? ~std::uint64_t{0} : 0, __ATOMIC_RELAXED);
+    }
+  });
+  for (int i = 0; i < 2000; ++i) {
+    r->flush(word, sizeof(*word));
+    const std::string bytes = read_back(64, 8);
+    const bool zeros = bytes == std::string(8, '\0');
+    const bool ones = bytes == std::string(8, '\xff');
+    EXPECT_TRUE(zeros || ones) << "torn word in the file at round " << i;
+    if (!zeros && !ones) break;
+  }
+  stop = true;
+  writer.join();
 }
 
 TEST_F(MediaTest, MapFileOnMissingPathIsIOErrorNamingThePath) {
