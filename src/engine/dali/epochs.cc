@@ -1,10 +1,16 @@
 // engine/dali/epochs.cc - epochs and the global fence (see epochs.h).
 #include "engine/dali/epochs.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <system_error>
 
 namespace pmhash::engine::dali {
+
+namespace {
+constexpr std::uint64_t kPageSize = 4096;
+}  // namespace
 
 Epochs::Epochs(media::Region& region, std::atomic<std::uint64_t>* counter,
                std::chrono::milliseconds interval)
@@ -12,7 +18,12 @@ Epochs::Epochs(media::Region& region, std::atomic<std::uint64_t>* counter,
       counter_(counter),
       interval_(interval),
       track_lines_(region.granularity() == media::Granularity::kCacheLine),
+      track_pages_(region.granularity() == media::Granularity::kPage),
       slots_(new Slot[kMaxThreads]) {
+  if (track_pages_) {
+    page_words_ = (region.size() / kPageSize + 63) / 64;
+    for (auto& bits : pages_) bits.reset(new std::atomic<std::uint64_t>[page_words_]());
+  }
   const std::uint64_t e = counter_->load(std::memory_order_acquire);
   current_.store(e);
   quiescent_.store(e - 1);
@@ -54,7 +65,7 @@ std::uint64_t Epochs::enter(unsigned t) {
   Slot& s = slots_[t];
   for (;;) {
     const std::uint64_t seq = seq_.load(std::memory_order_seq_cst);
-    if (seq & 1) {  // the counter is being advanced and persisted
+    if (seq & 1) {  // the next epoch is being published
       std::this_thread::yield();
       continue;
     }
@@ -74,8 +85,19 @@ void Epochs::exit(unsigned t) {
 }
 
 void Epochs::dirty(unsigned t, const void* p, std::size_t n) {
-  if (!track_lines_ || n == 0) return;
+  if (n == 0) return;
   Slot& s = slots_[t];
+  if (track_pages_) {
+    std::atomic<std::uint64_t>* bits = pages_[s.active.load(std::memory_order_relaxed) & 1].get();
+    const std::uint64_t off = region_.offset_of(p);
+    for (std::uint64_t page = off / kPageSize; page <= (off + n - 1) / kPageSize; ++page) {
+      std::atomic<std::uint64_t>& w = bits[page / 64];
+      const std::uint64_t bit = std::uint64_t{1} << (page % 64);
+      if ((w.load(std::memory_order_relaxed) & bit) == 0) w.fetch_or(bit, std::memory_order_relaxed);
+    }
+    return;
+  }
+  if (!track_lines_) return;
   std::vector<Range>& list = s.dirty[s.active.load(std::memory_order_relaxed) & 1];
   const std::uint64_t off = region_.offset_of(p);
   // Consecutive writes often touch the same lines (a record, then the
@@ -115,6 +137,8 @@ void Epochs::advance_now() {
 }
 
 void Epochs::worker() {
+  // Named for top and perf: "pmhash-epochs".
+  pthread_setname_np(pthread_self(), "pmhash-epochs");
   std::unique_lock lock(mu_);
   for (;;) {
     // The interval bounds the work a crash can lose; a waiter cuts it short.
@@ -128,12 +152,13 @@ void Epochs::worker() {
 
 void Epochs::advance() {
   const std::uint64_t e = current_.load(std::memory_order_relaxed);
-  // 1. Under the sequence lock: the new counter is durable before anything
-  //    runs in it. A crash in e+1 must find e+1 on media, or recovery would
-  //    trust e+1's writes (and e's, whose fence has not run).
-  seq_.fetch_add(1, std::memory_order_seq_cst);
+  // 1. The new counter is durable before anything runs in it: a crash in
+  //    e+1 must find e+1 on media, or recovery would trust e+1's writes (and
+  //    e's, whose fence has not run). Then, under the sequence lock, e+1 is
+  //    published.
   counter_->store(e + 1, std::memory_order_release);
   region_.persist(counter_, sizeof(std::uint64_t));
+  seq_.fetch_add(1, std::memory_order_seq_cst);
   current_.store(e + 1, std::memory_order_release);
   seq_.fetch_add(1, std::memory_order_seq_cst);
   // 2. Wait for the threads still in e (or in an earlier epoch: a thread
@@ -159,9 +184,36 @@ void Epochs::advance() {
 void Epochs::fence(std::uint64_t e) {
   fences_.fetch_add(1, std::memory_order_relaxed);
   switch (region_.granularity()) {
-    case media::Granularity::kPage:
-      region_.persist_all();
+    case media::Granularity::kPage: {
+      std::atomic<std::uint64_t>* bits = pages_[e & 1].get();
+      std::uint64_t run = 0, len = 0;  // pages to write back, coalesced
+      auto write_run = [&] {
+        if (len == 0) return;
+        const std::uint64_t off = run * kPageSize;
+        region_.flush(region_.at(off), std::min<std::uint64_t>(len * kPageSize, region_.size() - off));
+        len = 0;
+      };
+      for (std::size_t i = 0; i < page_words_; ++i) {
+        std::uint64_t w = bits[i].load(std::memory_order_relaxed);
+        if (w == 0) {
+          write_run();
+          continue;
+        }
+        bits[i].store(0, std::memory_order_relaxed);
+        for (unsigned b = 0; b < 64; ++b) {
+          if ((w >> b & 1) == 0) {
+            write_run();
+            continue;
+          }
+          const std::uint64_t page = std::uint64_t{i} * 64 + b;
+          if (len == 0) run = page;
+          ++len;
+        }
+      }
+      write_run();
+      region_.drain();
       return;
+    }
     case media::Granularity::kCacheLine:
       for (unsigned t = 0; t < kMaxThreads; ++t) {
         std::vector<Range>& list = slots_[t].dirty[e & 1];

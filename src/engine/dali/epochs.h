@@ -15,16 +15,21 @@
 // A worker thread ends epoch E every interval (or sooner when a caller
 // waits for durability):
 //
-//   1. under the sequence lock: counter := E+1 and persisted, then E+1
+//   1. counter := E+1 and persisted, then, under the sequence lock, E+1
 //      published. No operation runs in E+1 before recovery would count E+1
-//      (and E) as failed after a crash (paper: "increments and persists the
-//      global epoch counter under protection of a sequence lock").
+//      (and E) as failed after a crash. The paper persists the counter
+//      under the sequence lock; persisting it first, while threads still
+//      work in E, is as safe (a crash then fails E and E+1, and E has not
+//      been fenced anyway; E-1's fence ran in the previous advance) and
+//      keeps the write-back, a system call on page granularity, out of the
+//      window in which enter() waits.
 //   2. waits until no thread still works in E: the epoch boundary is a
 //      consistent cut (paper Lemma 2). quiescent() becomes E.
 //   3. the global fence for E:
-//        page        persist_all (msync of the whole mapping)
+//        page        write back every page the threads marked as dirtied
+//                    in E (dirty()), then one drain (fdatasync)
 //        cache_line  user space has no WBINVD: flush every line the threads
-//                    recorded as dirtied in E (dirty()), then one drain
+//                    recorded as dirtied in E, then one drain
 //        byte        a drain
 //        none        nothing
 //
@@ -40,11 +45,20 @@
 // and every thread that could have reached the block before its unlink
 // (those in u-1, u and u+1) has left.
 //
-// Dirty-line buffers (cache_line only): each thread slot keeps two lists of
+// Dirty-line buffers (cache_line): each thread slot keeps two lists of
 // ranges, one per epoch parity. A thread appends to the list of the epoch it
 // entered; the worker flushes and clears the list of E after step 2, when no
 // thread appends to it any more, and before any thread can enter E+2, the
 // next epoch with that parity.
+//
+// Dirty-page bitmaps (page): on a file every flush is a system call and the
+// file system writes whole pages anyway, so a thread sets the bit of each
+// page it writes in a bitmap shared by all threads, one per epoch parity
+// (an already set bit costs a load; hot pages are set once per epoch). The
+// fence writes back every marked page, runs of neighbours in one pwrite, and
+// clears the bits, under the same parity argument as the lists. Writing
+// back lines of a marked page that were not written in E is allowed: any
+// line may reach media at any time.
 #pragma once
 
 #include <atomic>
@@ -112,9 +126,13 @@ class Epochs {
   media::Region& region_;
   std::atomic<std::uint64_t>* const counter_;
   const std::chrono::milliseconds interval_;
-  const bool track_lines_;
+  const bool track_lines_;  // cache_line: dirty ranges in the slots
+  const bool track_pages_;  // page: dirty pages in pages_
   std::unique_ptr<Slot[]> slots_;
-  std::atomic<std::uint64_t> seq_{0};  // odd while the counter advances
+  // Page granularity: one bit per 4 KiB page of the region, by epoch parity.
+  std::size_t page_words_ = 0;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> pages_[2];
+  std::atomic<std::uint64_t> seq_{0};  // odd while a new epoch is published
   std::atomic<std::uint64_t> current_{0};
   std::atomic<std::uint64_t> quiescent_{0};
   std::atomic<std::uint64_t> fences_{0};
