@@ -126,6 +126,9 @@ class EpochSyncer {
   EpochSyncer(const EpochSyncer&) = delete;
   EpochSyncer& operator=(const EpochSyncer&) = delete;
 
+  // Syncs completed since the syncer started.
+  std::uint64_t syncs() const { return syncs_.load(std::memory_order_relaxed); }
+
   Status health() const {
     if (!failed_.load(std::memory_order_acquire)) return Status::OK();
     std::lock_guard lock(mutex_);
@@ -138,6 +141,7 @@ class EpochSyncer {
     while (!wake_.wait_for(lock, interval_, [this] { return stop_; })) {
       lock.unlock();
       Status status = sync_();
+      syncs_.fetch_add(1, std::memory_order_relaxed);
       lock.lock();
       if (!status.ok() && !failed_.load(std::memory_order_relaxed)) {
         failure_ = std::move(status);
@@ -153,6 +157,7 @@ class EpochSyncer {
   bool stop_ = false;               // guarded by mutex_
   Status failure_;                  // guarded by mutex_; set once
   std::atomic<bool> failed_{false};
+  std::atomic<std::uint64_t> syncs_{0};
   std::thread thread_;              // last: starts once the rest is built
 };
 
@@ -165,6 +170,10 @@ std::unique_ptr<EpochSyncer> start_epochs(const TableConfig& config,
 
 Status epoch_health(const std::unique_ptr<EpochSyncer>& syncer) {
   return syncer ? syncer->health() : Status::OK();
+}
+
+std::optional<std::uint64_t> epoch_syncs(const std::unique_ptr<EpochSyncer>& syncer) {
+  return syncer ? std::optional<std::uint64_t>(syncer->syncs()) : std::nullopt;
 }
 
 // --- LMDB --------------------------------------------------------------------
@@ -379,6 +388,7 @@ class LmdbPeer final : public Table {
   TableStats stats() const override {
     TableStats stats;
     stats.bytes_kind = "files";
+    stats.durability_points = epoch_syncs(syncer_);
     MDB_txn* txn = nullptr;
     if (readers_.take(&txn) == 0) {
       MDB_stat st;
@@ -579,6 +589,7 @@ class RocksPeer final : public Table {
   TableStats stats() const override {
     TableStats stats;
     stats.bytes_kind = "files";
+    stats.durability_points = epoch_syncs(syncer_);
     std::uint64_t v = 0;
     if (db_->GetIntProperty(rocksdb::DB::Properties::kEstimateNumKeys, &v)) stats.items = v;
     if (db_->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &v)) {

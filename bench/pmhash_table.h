@@ -121,6 +121,7 @@ class PmhashTable final : public Table {
     out.fences = now.fences - at_start_.fences;
     out.expansions = now.expansions;
     out.items_moved = now.items_moved;
+    if (durability_ == Durability::kEpoch) out.durability_points = now.epoch_fences;
     out.resizing = now.resizing;
     return out;
   }

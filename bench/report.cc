@@ -19,6 +19,14 @@ namespace {
 
 using nlohmann::json;
 
+// Milliseconds between durability points during the phase (epoch mode).
+std::optional<double> durable_every_ms(const PhaseOutcome& m) {
+  if (!m.before.durability_points || !m.after.durability_points) return std::nullopt;
+  const std::uint64_t n = *m.after.durability_points - *m.before.durability_points;
+  if (n == 0) return std::nullopt;
+  return 1000 * (m.seconds + m.quiesce_seconds) / static_cast<double>(n);
+}
+
 template <typename T>
 json optional_json(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
@@ -113,6 +121,7 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
       {"expansions", optional_json(expansions)},
       {"items_moved", optional_json(moved)},
       {"items_moved_per_resize", optional_json(moved_per_resize)},
+      {"durable_every_ms", optional_json(durable_every_ms(p))},
       {"quiesce_s", p.quiesce_seconds},
       {"stream_exhausted", p.stream_exhausted},
   };
@@ -170,6 +179,7 @@ std::string durability_word(const std::string& text) {
 // attempts that aborted and were retried.
 std::string durability_text(const RunResult& r, const PhaseOutcome& m) {
   std::string text = durability_word(r.durability);
+  if (const auto every = durable_every_ms(m)) text += ", durable every " + fixed(*every, 1) + " ms";
   if (&m != &r.load && r.workload.mix.has(OpType::kTxn)) {
     text += ", " + std::to_string(m.txn_aborts) + " aborts";
   }
@@ -345,7 +355,7 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
   out << "engine,kind,durability,threads,workload,distribution,load_ops,load_seconds,"
          "load_ops_per_s,run_ops,run_seconds,run_ops_per_s,ceiling_fraction,p50_ns,p90_ns,"
          "p99_ns,p999_ns,max_ns,flushes_per_op,fences_per_op,bytes_per_key,bytes_kind,"
-         "items_moved_per_resize,txn_aborts\n";
+         "items_moved_per_resize,txn_aborts,durable_every_ms\n";
   for (const RunResult& r : runs) {
     const json j = run_json(r);
     const json& m = r.run ? j["run"] : j["load"];
@@ -369,7 +379,7 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
         << (m["bytes_kind"].is_null() ? "" : m["bytes_kind"].get<std::string>()) << ','
         << num(m["items_moved_per_resize"]) << ','
         << (m["transactions"].is_null() ? "" : std::to_string(m["transactions"]["aborts"].get<std::uint64_t>()))
-        << '\n';
+        << ',' << num(m["durable_every_ms"]) << '\n';
   }
 }
 

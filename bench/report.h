@@ -29,7 +29,9 @@
 //     timeseries {interval_s, t_s: [end of each interval, s], ops_per_s: [...]}
 //     (the last interval may be shorter), load_factor [[ops, lf]...],
 //     flushes_per_op, fences_per_op, bytes_per_key, bytes_kind, expansions,
-//     items_moved, items_moved_per_resize, quiesce_s, stream_exhausted.
+//     items_moved, items_moved_per_resize, durable_every_ms (epoch
+//     durability: the phase's time over the epochs ended or syncs done in
+//     it, the loss interval achieved), quiesce_s, stream_exhausted.
 //   Fields that do not apply to a table are null.
 //
 // The ceiling of a phase (bench --limits, ceilings.h) charges each read one

@@ -121,6 +121,11 @@ struct TableStats {
   std::optional<std::uint64_t> fences;
   std::optional<std::uint64_t> expansions; // resizes
   std::optional<std::uint64_t> items_moved;
+  // Epoch durability: the points at which everything written before became
+  // durable (epochs a pmhash engine ended, syncs a peer completed) since the
+  // table was created. The run's seconds over their count is the interval
+  // actually achieved, which a slow write-back stretches past the one asked.
+  std::optional<std::uint64_t> durability_points;
   bool resizing = false;                   // background work still running
 };
 

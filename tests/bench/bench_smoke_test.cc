@@ -115,8 +115,8 @@ void expect_phase(const json& phase, std::uint64_t ops, const std::string& where
   EXPECT_TRUE(phase["load_factor"].is_array()) << where;
   for (const char* field : {"ceiling_ops_per_s", "ceiling_fraction", "flushes_per_op",
                             "fences_per_op", "bytes_per_key", "bytes_kind", "expansions",
-                            "items_moved", "items_moved_per_resize", "quiesce_s",
-                            "stream_exhausted"}) {
+                            "items_moved", "items_moved_per_resize", "durable_every_ms",
+                            "quiesce_s", "stream_exhausted"}) {
     EXPECT_TRUE(phase.contains(field)) << where << " lacks " << field;
   }
   EXPECT_GT(phase["ceiling_fraction"].get<double>(), 0) << where;
@@ -189,6 +189,32 @@ TEST_F(BenchSmoke, EveryWorkloadRunsForEveryEngineAndPeer) {
   for (std::string line; std::getline(csv, line);) ++lines;
   EXPECT_EQ(lines, 1 + doc["runs"].size());
   EXPECT_NE(r.out.find("== workload mixed:40/20/20/20"), std::string::npos) << r.out;
+}
+
+// Epoch durability reports the interval between durability points it
+// achieved: never shorter than the one asked for (the epoch worker and the
+// peers' syncer wait that long between two), and null in strict mode.
+TEST_F(BenchSmoke, EpochRunsReportTheDurabilityIntervalAchieved) {
+  const std::string json_path = dir_ + "/out.json";
+  const SpawnResult r = bench({"--engine", "dali,lmdb,clevel:strict", "--durability", "epoch",
+                               "--epoch-ms", "20", "--workload", "a", "--records", "2000",
+                               "--duration", "0.5", "--threads", "1", "--pool", dir_,
+                               "--no-ceilings", "--json", json_path});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const json doc = read_json(json_path);
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  for (const json& run : doc["runs"]) {
+    const std::string engine = run["engine"];
+    const json& every = run["run"]["durable_every_ms"];
+    if (engine == "clevel") {
+      EXPECT_TRUE(every.is_null()) << engine;
+      continue;
+    }
+    ASSERT_TRUE(every.is_number()) << engine;
+    EXPECT_GE(every.get<double>(), 19.0) << engine;
+    EXPECT_LT(every.get<double>(), 500.0) << engine;
+  }
+  EXPECT_NE(r.out.find("durable every"), std::string::npos) << r.out;
 }
 
 TEST_F(BenchSmoke, LoadOfAResizingIndexRecordsTheLoadFactorEveryTenThousandInserts) {
