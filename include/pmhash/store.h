@@ -156,6 +156,8 @@ class Store {
   // that is already true; it also persists counters kept for Stats. With
   // kEpoch it waits for the current epoch and the next to end (dali: two
   // global fences, shared with every concurrent caller).
+  // Errors: IOError when writing a page-granularity pool back to its file
+  // failed at any time since open (EIO, ENOSPC): durability is then lost.
   virtual Status sync() = 0;
 
   // Verifies every invariant of the engine and the heap (O(keys)); returns
@@ -167,7 +169,7 @@ class Store {
 
   // Stops background work, makes everything durable and marks the pool as
   // cleanly shut down. Later calls on this Store return Busy. Called by the
-  // destructor if needed.
+  // destructor if needed. Errors: IOError as for sync().
   virtual Status close() = 0;
 
  protected:

@@ -168,7 +168,10 @@ class StoreImpl final : public Store {
 
   Status sync() override {
     if (Status s = check_open(); !s.ok()) return s;
-    return index_->sync();
+    if (Status s = index_->sync(); !s.ok()) return s;
+    // A file region's write-back can fail (EIO, ENOSPC) where persistent
+    // memory cannot: then nothing since is known durable.
+    return pool_->region().write_back_error();
   }
 
   Status check() const override {
@@ -205,10 +208,11 @@ class StoreImpl final : public Store {
     index_->close();
     heap_->drain_all();
     pool_->mark_clean_shutdown();
+    Status written = pool_->region().write_back_error();
     index_.reset();
     heap_.reset();
     pool_.reset();
-    return Status::OK();
+    return written;
   }
 
  private:

@@ -6,7 +6,8 @@
 // DEPARTURE below. No update issues a flush or a fence: its stores may reach
 // media in any order, and a periodic global fence (epochs.h) makes a whole
 // epoch durable at once. On an ordinary file (page granularity) that is one
-// msync per epoch instead of one per write.
+// write-back of the epoch's dirty pages and one fdatasync per epoch instead
+// of one per write.
 //
 // ---------------------------------------------------------------------------
 // On-media layout (every field: layout.h)
