@@ -74,8 +74,8 @@
 // Epochs and durability (epochs.h)
 // ---------------------------------------------------------------------------
 // The counter is persisted before an epoch begins, which is then published
-// under a sequence lock; a worker ends the epoch every Options::epoch_ms (default 10), waits for the
-// threads still in it, then fences it. An update of epoch e is durable once
+// under a sequence lock; a worker ends the epoch every Options::epoch_ms
+// (default 10), waits for the threads still in it, then fences it. An update of epoch e is durable once
 // the persisted counter is e+2. With Durability::kEpoch a call returns at
 // once and sync() waits for that; with kStrict every mutating call waits
 // for it (the worker is asked to move on at once, so concurrent callers

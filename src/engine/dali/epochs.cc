@@ -211,6 +211,8 @@ void Epochs::fence(std::uint64_t e) {
         }
       }
       write_run();
+      // E's pages are on media before the counter can reach E+2: else a
+      // crash in E+2 would have recovery trust E's writes with some lost.
       region_.drain();
       return;
     }
