@@ -5,8 +5,10 @@
 //
 //   ChunkInfo[chunk]    state and size class packed in one atomic word;
 //                       `used`, the allocated blocks of a slab chunk; links
-//                       of the class's partial list.
-//   ClassShard[class]   mutex + list of the class's partial chunks.
+//                       of the class list the chunk is on.
+//   ClassShard[class]   mutex + two lists of the class's inactive slabs with
+//                       free blocks: roomy (at least a quarter free) and
+//                       tight (fewer).
 //   free set            mutex + bitset of free chunks, searched first-fit.
 //   CacheImpl           one per (thread, heap): a log slot, one active chunk
 //                       per class, the bytes its thread allocated and freed.
@@ -17,18 +19,22 @@
 //              take from the free set, format
 //   kFree -----------------------------------> kActive (one cache owns it)
 //     ^                                          |    ^
-//     |          owner finds no zero bit: fold   |    | pop from the
-//     |          its allocs into used, settle    v    | partial list
-//     +--- settle: used == 0 ------------- kFull / kPartial
-//          (table entry freed, persisted)  (settle: kFull -> kPartial,
-//                                           listed, once used < blocks)
+//     |          owner finds no zero bit: fold   |    | pop from the roomy
+//     |          its allocs into used, settle    v    | or the tight list
+//     +--- settle: used == 0 -------- kFull / kPartial / kRoomy
+//          (table entry freed, persisted)  (settle files the chunk by its
+//                                           `used`: full, tight or roomy)
 //
 // "settle" re-evaluates an inactive chunk under its class mutex: used == 0
 // -> its table entry becomes free (persisted) and the chunk joins the free
-// set, so space freed by deleted items can later hold runs; used < blocks
-// and kFull -> kPartial. It runs when an owner deactivates a chunk and when a
-// free moves `used` across a boundary (from blocks, or to 0). Both read the
-// current state under the mutex, so a stale trigger is harmless.
+// set, so space freed by deleted items can later hold runs; otherwise the
+// chunk moves to the list its `used` calls for. It runs when an owner
+// deactivates a chunk and when a free moves `used` across a boundary (from
+// blocks, to the roomy limit, or to 0). Both read the current state under
+// the mutex, so a stale trigger is harmless.
+//
+// Which chunk an owner activates: a roomy one, else a fresh one from the
+// free set, else a tight one (activate() says why: dense allocation).
 //
 // Small allocation (the hot path: no lock, no shared line but the bitmap
 // word): only the owner of an active chunk sets its bits, other threads only
@@ -108,7 +114,9 @@ T load(const T& x, std::memory_order mo = std::memory_order_acquire) {
   return std::atomic_ref<T>(const_cast<T&>(x)).load(mo);
 }
 
-enum class State : std::uint32_t { kFree, kRun, kActive, kFull, kPartial };
+// kPartial and kRoomy are inactive slabs with free blocks, on their class's
+// tight or roomy list: roomy when at least a quarter of the blocks are free.
+enum class State : std::uint32_t { kFree, kRun, kActive, kFull, kPartial, kRoomy };
 
 constexpr std::uint32_t pack(State s, unsigned cls = 0) {
   return static_cast<std::uint32_t>(s) | (static_cast<std::uint32_t>(cls) << 8);
@@ -121,16 +129,29 @@ struct alignas(64) ChunkInfo {
   std::atomic<std::uint32_t> state{pack(State::kFree)};
   std::uint32_t prev = kNoChunk;  // partial list, under the class mutex
   std::uint32_t next = kNoChunk;
+  bool spare = false;  // formatted ahead, never active (under the class mutex)
 };
 
 struct alignas(64) ClassShard {
   std::mutex mu;
-  std::uint32_t partial = kNoChunk;  // head of the partial list
+  std::uint32_t partial[2] = {kNoChunk, kNoChunk};  // heads: [0] tight, [1] roomy
 };
 
 std::atomic<std::uint64_t> g_next_heap_id{1};
 
 std::string num(std::uint64_t v) { return std::to_string(v); }
+
+// An inactive slab with at most this many blocks used is roomy.
+std::int64_t roomy_limit(const SizeClass& k) { return k.blocks - k.blocks / 4; }
+
+// The bytes of a slab chunk of class k that no block covers.
+std::int64_t slack(const SizeClass& k) { return std::int64_t{kChunkSize} - std::int64_t{k.blocks} * k.size; }
+
+// The state an inactive slab of class k with `used` blocks belongs in.
+State slab_state(const SizeClass& k, std::int64_t used) {
+  if (used >= k.blocks) return State::kFull;
+  return used <= roomy_limit(k) ? State::kRoomy : State::kPartial;
+}
 
 // Mask of the valid bits of bitmap word w of class k.
 std::uint64_t valid_bits(const SizeClass& k, std::uint32_t w) {
@@ -278,10 +299,12 @@ class HeapImpl final : public Heap {
   void give_chunks(std::uint32_t first, std::uint32_t n);
 
   // Slabs, under the class mutex.
-  void format_slab(std::uint32_t i, unsigned cls);
+  void format_slabs(const std::uint32_t* chunks, std::uint32_t n, unsigned cls);
+  bool release_spares();
   void settle(ClassShard& sh, std::uint32_t i, unsigned cls);
   void release_slab(std::uint32_t i, unsigned cls);
-  void push_partial(ClassShard& sh, std::uint32_t i);
+  void push_partial(ClassShard& sh, std::uint32_t i, State list);
+  bool pop_partial(unsigned cls, State list, CacheImpl::Active* a);
   void unlink_partial(ClassShard& sh, std::uint32_t i);
 
   const void* free_small(std::uint32_t i, unsigned cls, std::uint64_t within, CacheImpl* owner,
@@ -310,6 +333,9 @@ class HeapImpl final : public Heap {
 
   std::atomic<std::int64_t> slab_used_base_{0};  // slab bytes counted outside live caches
   std::atomic<std::int64_t> slab_capacity_{0};   // block bytes of all slab chunks
+  // Chunk bytes that spares (see activate) hold beyond their blocks: free
+  // too, since release_spares returns spares to the free set on demand.
+  std::atomic<std::int64_t> spare_slack_{0};
   std::atomic<std::int64_t> run_used_{0};        // bytes of allocated runs
 
   mutable std::mutex caches_mu_;
@@ -445,6 +471,8 @@ HeapImpl::~HeapImpl() {
     }
     forget(c);
   }
+  // Spares go back to the free set, so that a clean pool holds no empty slab.
+  if (!abandoned_) release_spares();
   // Empty logs durable before the pool is marked clean: a clean pool's
   // check() requires every log to be empty or to name allocated blocks.
   if (!abandoned_) region_.drain();
@@ -520,52 +548,118 @@ void HeapImpl::give_chunks(std::uint32_t first, std::uint32_t n) {
 // ---------------------------------------------------------------------------
 // Slabs.
 
-void HeapImpl::push_partial(ClassShard& sh, std::uint32_t i) {
+void HeapImpl::push_partial(ClassShard& sh, std::uint32_t i, State list) {
+  std::uint32_t& head = sh.partial[list == State::kRoomy];
   info_[i].prev = kNoChunk;
-  info_[i].next = sh.partial;
-  if (sh.partial != kNoChunk) info_[sh.partial].prev = i;
-  sh.partial = i;
+  info_[i].next = head;
+  if (head != kNoChunk) info_[head].prev = i;
+  head = i;
 }
 
 void HeapImpl::unlink_partial(ClassShard& sh, std::uint32_t i) {
   const std::uint32_t p = info_[i].prev;
   const std::uint32_t n = info_[i].next;
-  (p != kNoChunk ? info_[p].next : sh.partial) = n;
+  (p != kNoChunk ? info_[p].next : sh.partial[state_of(info_[i].state.load()) == State::kRoomy]) = n;
   if (n != kNoChunk) info_[n].prev = p;
   info_[i].prev = info_[i].next = kNoChunk;
 }
 
-void HeapImpl::format_slab(std::uint32_t i, unsigned cls) {
+void HeapImpl::format_slabs(const std::uint32_t* chunks, std::uint32_t n, unsigned cls) {
   const SizeClass& k = kSizeClasses[cls];
-  std::uint64_t* bits = bitmap(i);
-  for (std::uint32_t w = 0; w < k.first / 8; ++w) ref(bits[w]).store(0, std::memory_order_relaxed);
-  region_.flush(bits, k.first);
-  // The zeroed bitmap is durable before the table calls the chunk a slab:
-  // else a crash could read the chunk's old contents as allocated blocks.
+  for (std::uint32_t c = 0; c < n; ++c) {
+    std::uint64_t* bits = bitmap(chunks[c]);
+    for (std::uint32_t w = 0; w < k.first / 8; ++w) ref(bits[w]).store(0, std::memory_order_relaxed);
+    region_.flush(bits, k.first);
+  }
+  // The zeroed bitmaps are durable before the table calls the chunks slabs:
+  // else a crash could read a chunk's old contents as allocated blocks.
   region_.drain();
-  ref(table_[i]).store(layout::slab_entry(cls), std::memory_order_release);
-  // The entry is durable before any block of the chunk is handed out: else a
-  // published block could sit in a chunk that recovery finds free.
-  region_.persist(&table_[i], layout::kEntrySize);
-  slab_capacity_.fetch_add(std::int64_t{k.blocks} * k.size);
+  for (std::uint32_t c = 0; c < n; ++c) {
+    ref(table_[chunks[c]]).store(layout::slab_entry(cls), std::memory_order_release);
+    region_.flush(&table_[chunks[c]], layout::kEntrySize);
+  }
+  // The entries are durable before any block of the chunks is handed out:
+  // else a published block could sit in a chunk that recovery finds free.
+  region_.drain();
+  slab_capacity_.fetch_add(std::int64_t{n} * k.blocks * k.size);
 }
 
-bool HeapImpl::activate(unsigned cls, CacheImpl::Active* a, bool use_reserve) {
-  {
+// Empty slabs formatted ahead (spares, see activate) go back to the free set
+// when some allocation finds no free chunk; true when any did.
+bool HeapImpl::release_spares() {
+  bool any = false;
+  for (unsigned cls = 0; cls < kClassCount; ++cls) {
     ClassShard& sh = classes_[cls];
     std::lock_guard lock(sh.mu);
-    if (sh.partial != kNoChunk) {
-      const std::uint32_t i = sh.partial;
-      unlink_partial(sh, i);
-      info_[i].state.store(pack(State::kActive, cls));
-      *a = CacheImpl::Active{i, 0, 0};
-      return true;
+    for (std::uint32_t i = sh.partial[1]; i != kNoChunk;) {
+      const std::uint32_t next = info_[i].next;
+      if (info_[i].spare) {
+        info_[i].spare = false;
+        unlink_partial(sh, i);
+        spare_slack_.fetch_sub(slack(kSizeClasses[cls]));
+        release_slab(i, cls);
+        any = true;
+      }
+      i = next;
     }
   }
-  std::uint32_t i = 0;
-  if (!take_chunks(1, pack(State::kActive, cls), &i, use_reserve)) return false;
-  format_slab(i, cls);
+  return any;
+}
+
+bool HeapImpl::pop_partial(unsigned cls, State list, CacheImpl::Active* a) {
+  ClassShard& sh = classes_[cls];
+  std::lock_guard lock(sh.mu);
+  const std::uint32_t i = sh.partial[list == State::kRoomy];
+  if (i == kNoChunk) return false;
+  unlink_partial(sh, i);
+  if (info_[i].spare) spare_slack_.fetch_sub(slack(kSizeClasses[cls]));
+  info_[i].spare = false;
+  info_[i].state.store(pack(State::kActive, cls));
   *a = CacheImpl::Active{i, 0, 0};
+  return true;
+}
+
+// Density first: a roomy slab, else a fresh one, and a tight slab (a few
+// free blocks scattered over the chunk) only when there is no free chunk
+// left outside the reserve. New blocks then land side by side, so a run of
+// allocations dirties few pages, which is what a page-granularity epoch
+// fence writes back; the space tight slabs hold is still all used before
+// the heap reports NoSpace.
+//
+// A fresh chunk comes with up to kSpareSlabs more, formatted in the same
+// two drains and filed as empty roomy slabs: formatting orders the zeroed
+// bitmap before the table entry, two drains that on a page region are two
+// fdatasyncs, which wait for whatever else the file has in flight (an epoch
+// fence's write-back). One format per batch keeps them off most
+// allocations. Spares hold at most 1/16 of the free chunks, and go back to
+// the free set (release_spares) when an allocation finds none.
+bool HeapImpl::activate(unsigned cls, CacheImpl::Active* a, bool use_reserve) {
+  constexpr std::uint32_t kSpareSlabs = 31;
+  if (pop_partial(cls, State::kRoomy, a)) return true;
+  std::uint32_t fresh[kSpareSlabs + 1];
+  if (!take_chunks(1, pack(State::kActive, cls), &fresh[0], false)) {
+    if (pop_partial(cls, State::kPartial, a)) return true;
+    if (!(release_spares() && take_chunks(1, pack(State::kActive, cls), &fresh[0], false)) &&
+        !(use_reserve && take_chunks(1, pack(State::kActive, cls), &fresh[0], true))) {
+      return false;
+    }
+  }
+  const auto spares = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(kSpareSlabs, free_chunks_.load() / 16));
+  std::uint32_t n = 1;
+  while (n <= spares && take_chunks(1, pack(State::kActive, cls), &fresh[n], false)) ++n;
+  format_slabs(fresh, n, cls);
+  if (n > 1) {
+    ClassShard& sh = classes_[cls];
+    std::lock_guard lock(sh.mu);
+    spare_slack_.fetch_add(std::int64_t{n - 1} * slack(kSizeClasses[cls]));
+    for (std::uint32_t c = n - 1; c > 0; --c) {  // in file order: the list is LIFO
+      info_[fresh[c]].state.store(pack(State::kRoomy, cls));
+      info_[fresh[c]].spare = true;
+      push_partial(sh, fresh[c], State::kRoomy);
+    }
+  }
+  *a = CacheImpl::Active{fresh[0], 0, 0};
   return true;
 }
 
@@ -581,16 +675,21 @@ void HeapImpl::deactivate(unsigned cls, CacheImpl::Active* a) {
 
 void HeapImpl::settle(ClassShard& sh, std::uint32_t i, unsigned cls) {
   ChunkInfo& ci = info_[i];
+  if (ci.spare) return;  // no block yet: nothing to settle
   const std::uint32_t st = ci.state.load();
-  if (st != pack(State::kFull, cls) && st != pack(State::kPartial, cls)) return;
+  const State s = state_of(st);
+  if (class_of(st) != cls || (s != State::kFull && s != State::kPartial && s != State::kRoomy)) return;
   const std::int64_t used = ci.used.load();
   if (used == 0) {
-    if (state_of(st) == State::kPartial) unlink_partial(sh, i);
+    if (s != State::kFull) unlink_partial(sh, i);
     release_slab(i, cls);
-  } else if (used < kSizeClasses[cls].blocks && state_of(st) == State::kFull) {
-    push_partial(sh, i);
-    ci.state.store(pack(State::kPartial, cls));
+    return;
   }
+  const State want = slab_state(kSizeClasses[cls], used);
+  if (want == s) return;
+  if (s != State::kFull) unlink_partial(sh, i);
+  if (want != State::kFull) push_partial(sh, i, want);
+  ci.state.store(pack(want, cls));
 }
 
 void HeapImpl::release_slab(std::uint32_t i, unsigned cls) {
@@ -682,7 +781,10 @@ Status HeapImpl::allocate_run(CacheImpl* c, std::size_t n, std::uint64_t* off, b
   }
   const auto nch = static_cast<std::uint32_t>(len);
   std::uint32_t h = 0;
-  if (!take_chunks(nch, pack(State::kRun), &h, use_reserve)) return no_space(n);
+  if (!take_chunks(nch, pack(State::kRun), &h, use_reserve) &&
+      !(release_spares() && take_chunks(nch, pack(State::kRun), &h, use_reserve))) {
+    return no_space(n);
+  }
   const std::uint64_t block = chunk_offset(h);
   if (intent != kNoIntent) {
     // Intent first, then the table entries (see "Persist order" above).
@@ -774,7 +876,7 @@ const void* HeapImpl::free_small(std::uint32_t i, unsigned cls, std::uint64_t wi
     slab_used_base_.fetch_sub(k.size);
   }
   const std::int64_t before = info_[i].used.fetch_sub(1);
-  if (before == 1 || before == k.blocks) {
+  if (before == 1 || before == k.blocks || before == roomy_limit(k) + 1) {
     ClassShard& sh = classes_[cls];
     std::lock_guard lock(sh.mu);
     settle(sh, i, cls);
@@ -1052,6 +1154,7 @@ std::uint64_t HeapImpl::free_bytes() const {
     std::lock_guard lock(caches_mu_);
     slab_free = slab_capacity_.load() - slab_used();
   }
+  slab_free += spare_slack_.load();
   return free_chunks_.load() * kChunkSize + static_cast<std::uint64_t>(std::max<std::int64_t>(slab_free, 0));
 }
 
@@ -1150,22 +1253,35 @@ Status HeapImpl::check_accounting() const {
         const SizeClass& k = kSizeClasses[cls];
         if (in_free_set) return fail(chunk + " is a slab but in the free set");
         if (class_of(st) != cls || (state_of(st) != State::kActive && state_of(st) != State::kFull &&
-                                    state_of(st) != State::kPartial)) {
+                                    state_of(st) != State::kPartial && state_of(st) != State::kRoomy)) {
           return fail(chunk + ": volatile state disagrees with its slab entry");
         }
         std::uint64_t count = 0;
         for (std::uint32_t w = 0; w < k.words; ++w) count += std::popcount(load(bitmap(i)[w]));
         used += count * k.size;
         slab_free += (k.blocks - count) * std::uint64_t{k.size};
+        if (info_[i].spare) slab_free += static_cast<std::uint64_t>(slack(k));
         if (state_of(st) != State::kActive && info_[i].used.load() != static_cast<std::int64_t>(count)) {
           return fail(chunk + ": counts " + num(static_cast<std::uint64_t>(info_[i].used.load())) +
                       " blocks, bitmap has " + num(count));
         }
-        if (state_of(st) != State::kActive && count == 0) return fail(chunk + ": empty inactive slab kept");
-        bool listed = false;
-        for (std::uint32_t p = classes_[cls].partial; p != kNoChunk; p = info_[p].next) listed |= p == i;
-        if (listed != (state_of(st) == State::kPartial)) return fail(chunk + ": partial list disagrees");
-        if (state_of(st) == State::kFull && count < k.blocks) return fail(chunk + ": marked full, is not");
+        if (info_[i].spare && (state_of(st) != State::kRoomy || count != 0)) {
+          return fail(chunk + ": a spare slab with blocks or off the roomy list");
+        }
+        if (!info_[i].spare && state_of(st) != State::kActive && count == 0) {
+          return fail(chunk + ": empty inactive slab kept");
+        }
+        bool listed[2] = {false, false};
+        for (int r = 0; r < 2; ++r) {
+          for (std::uint32_t p = classes_[cls].partial[r]; p != kNoChunk; p = info_[p].next) listed[r] |= p == i;
+        }
+        if (listed[0] != (state_of(st) == State::kPartial) || listed[1] != (state_of(st) == State::kRoomy)) {
+          return fail(chunk + ": partial lists disagree with its state");
+        }
+        if (state_of(st) != State::kActive && state_of(st) != slab_state(k, static_cast<std::int64_t>(count))) {
+          return fail(chunk + ": filed as " + (state_of(st) == State::kFull ? "full" : "partial") +
+                      " with " + num(count) + " of " + num(k.blocks) + " blocks used");
+        }
         break;
       }
       case layout::kChunkRunHead:
@@ -1223,12 +1339,9 @@ Status HeapImpl::rebuild() {
           info_[i].used.store(count);
           slab_used_base_.fetch_add(count * k.size);
           slab_capacity_.fetch_add(std::int64_t{k.blocks} * k.size);
-          if (count < k.blocks) {
-            push_partial(classes_[cls], i);
-            info_[i].state.store(pack(State::kPartial, cls));
-          } else {
-            info_[i].state.store(pack(State::kFull, cls));
-          }
+          const State s = slab_state(k, count);
+          if (s != State::kFull) push_partial(classes_[cls], i, s);
+          info_[i].state.store(pack(s, cls));
         }
         ++i;
         break;

@@ -698,6 +698,109 @@ TEST_F(HeapTest, UnloggedAllocationOnAFullHeapReturnsNoSpaceAndChangesNothing) {
   expect_consistent();
 }
 
+// Where a small block goes: a roomy slab (a quarter or more free) first,
+// then a fresh chunk, and a tight slab (a few scattered free blocks) only
+// when no free chunk is left, so that a burst of allocations lands side by
+// side and dirties few pages.
+TEST_F(HeapTest, AllocationFillsRoomySlabsAndFreshChunksBeforeTightOnes) {
+  make(8 * kMiB);
+  ThreadCache* c = tc();
+  const layout::SizeClass& k = layout::kSizeClasses[layout::class_index(64)];
+  const std::uint64_t chunks_off = geometry().chunks_offset;
+  auto chunk_of = [&](std::uint64_t off) { return (off - chunks_off) / kChunkSize; };
+  auto allocate = [&](std::uint64_t* off) {
+    const void* dirty = nullptr;
+    return c->allocate_unlogged(64, off, &dirty);
+  };
+  // Fill every chunk with 64-byte blocks, grouped by chunk.
+  std::map<std::uint64_t, std::vector<std::uint64_t>> by_chunk;
+  for (std::uint64_t off = 0; allocate(&off).ok();) by_chunk[chunk_of(off)].push_back(off);
+  ASSERT_EQ(by_chunk.size(), geometry().chunk_count);
+  ASSERT_GE(by_chunk.size(), 4u);
+  auto it = by_chunk.begin();
+  const std::uint64_t tight = it->first;
+  const std::uint64_t roomy = (++it)->first;
+  const std::uint64_t emptied = (++it)->first;
+  auto free_every = [&](std::uint64_t chunk, std::size_t stride) {
+    std::set<std::uint64_t> freed;
+    for (std::size_t i = 0; i < by_chunk[chunk].size(); i += stride) {
+      const void* dirty = nullptr;
+      c->free_unlogged(by_chunk[chunk][i], &dirty);
+      freed.insert(by_chunk[chunk][i]);
+    }
+    return freed;
+  };
+  const std::set<std::uint64_t> tight_free = free_every(tight, 8);  // an eighth: tight
+  const std::set<std::uint64_t> roomy_free = free_every(roomy, 2);  // a half: roomy
+  free_every(emptied, 1);                                           // back to the free set
+  expect_consistent();
+
+  // The roomy slab first, to the last block.
+  for (std::size_t i = 0; i < roomy_free.size(); ++i) {
+    std::uint64_t off = 0;
+    ASSERT_TRUE(allocate(&off).ok());
+    ASSERT_EQ(chunk_of(off), roomy) << "allocation " << i;
+    ASSERT_TRUE(roomy_free.contains(off));
+  }
+  // Then the free chunk, though the tight slab has room.
+  for (std::uint32_t i = 0; i < k.blocks; ++i) {
+    std::uint64_t off = 0;
+    ASSERT_TRUE(allocate(&off).ok());
+    ASSERT_EQ(chunk_of(off), emptied) << "allocation " << i;
+  }
+  // With no free chunk left, the tight slab's blocks are all still usable.
+  for (std::size_t i = 0; i < tight_free.size(); ++i) {
+    std::uint64_t off = 0;
+    ASSERT_TRUE(allocate(&off).ok()) << "allocation " << i;
+    ASSERT_TRUE(tight_free.contains(off));
+  }
+  std::uint64_t off = 0;
+  EXPECT_TRUE(allocate(&off).is_no_space());
+  expect_consistent();
+}
+
+// A fresh slab brings spares: empty slabs formatted in the same two fences,
+// so filling the next chunks costs no fence; they count as free, and an
+// allocation that needs their chunks gets them back.
+TEST_F(HeapTest, SparesAreFormattedInOneBatchAndGiveWayToRuns) {
+  make(64 * kMiB);
+  ThreadCache* c = tc();
+  const layout::SizeClass& k = layout::kSizeClasses[layout::class_index(64)];
+  const std::uint64_t total = geometry().chunk_count * kChunkSize;
+  const void* dirty = nullptr;
+  std::uint64_t first = 0;
+  const media::Counters before = media::counters();
+  ASSERT_TRUE(c->allocate_unlogged(64, &first, &dirty).ok());
+  const media::Counters formatted = media::counters();
+  EXPECT_EQ(formatted.fences - before.fences, 2u) << "one fence for the bitmaps, one for the entries";
+  const std::uint64_t slack = kChunkSize - std::uint64_t{k.blocks} * k.size;
+  EXPECT_EQ(heap_->free_bytes(), total - 64 - slack) << "spares count as whole free chunks";
+  expect_consistent();
+
+  // Three more chunks' worth of blocks: all from spares, no fence.
+  std::set<std::uint64_t> chunks;
+  for (std::uint32_t i = 0; i < 3 * k.blocks; ++i) {
+    std::uint64_t off = 0;
+    ASSERT_TRUE(c->allocate_unlogged(64, &off, &dirty).ok());
+    chunks.insert((off - geometry().chunks_offset) / kChunkSize);
+  }
+  EXPECT_EQ(media::counters().fences, formatted.fences);
+  EXPECT_GE(chunks.size(), 3u);
+  expect_consistent();
+
+  // A run as large as every chunk but the four in use: the spares make way.
+  const std::uint64_t run_bytes = (geometry().chunk_count - 4) * kChunkSize;
+  std::uint64_t run = 0;
+  Status s = c->allocate(run_bytes, &run, false, 0);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  c->clear_intent();
+  EXPECT_EQ(heap_->free_bytes(), 4 * (kChunkSize - slack) - (3 * std::uint64_t{k.blocks} + 1) * k.size);
+  expect_consistent();
+  // A clean close keeps no spare: the reopened heap checks clean.
+  reopen_clean();
+  expect_consistent();
+}
+
 // ---------------------------------------------------------------------------
 // Reopen and recovery.
 
