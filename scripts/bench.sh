@@ -25,12 +25,13 @@
 # pmhash-bench twice, on workloads load, a, b, c and txn (transactions of 3
 # reads + 1 update, uniform keys as in the paper) at 1 and 2 threads:
 #
-#   disk  a pool file on the normal disk, page granularity (msync): dali
-#         with epoch durability against LMDB and RocksDB with the same loss
-#         window, 10 ms (their epoch modes, MDB_NOSYNC + mdb_env_sync and
-#         unsynced WAL + SyncWAL, every 10 ms; dali epochs of 5 ms, as a
-#         crash may lose two). Directory: POOL_DIR, default /var/tmp.
-#         No ceilings: on a disk they charge each write one msync, which
+#   disk  a pool file on the normal disk, page granularity (pwrite +
+#         fdatasync, README "Persistence"): dali with epoch durability
+#         against LMDB and RocksDB with the same loss window, 10 ms (their
+#         epoch modes, MDB_NOSYNC + mdb_env_sync and unsynced WAL +
+#         SyncWAL, every 10 ms; dali epochs of 5 ms, as a crash may lose
+#         two). Directory: POOL_DIR, default /var/tmp. No ceilings: on a
+#         disk they charge each write one write-back and fdatasync, which
 #         none of these tables issues per write in epoch mode.
 #   shm   /dev/shm (SHM_DIR), cache_line granularity (clwb + sfence): dali
 #         epoch against clevel strict and dali strict.

@@ -22,6 +22,12 @@
 // Blocks of up to kMaxSmallSize bytes come from slab chunks of their size
 // class; each thread owns one active chunk per class (its per-thread cache),
 // so the hot path takes no lock: it sets a bit in its own chunk's bitmap.
+// A thread that needs a new active chunk takes one with at least a quarter
+// of its blocks free, else a fresh chunk, and a fuller one only when no
+// free chunk is left: consecutive allocations land side by side and dirty
+// few pages (what an epoch engine's page fence writes back). Fresh slab
+// chunks are formatted in batches (the spares wait, empty, for the next
+// activations, and go back to the free set when a run needs the room).
 // Larger blocks (levels, big values) are runs of whole chunks, found
 // first-fit under a mutex. Blocks are 16-byte aligned, and 64-byte aligned
 // when they are 64 bytes or larger, so the low 4 bits of a block offset are
