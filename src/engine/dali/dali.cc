@@ -486,6 +486,7 @@ void DaliIndex::retire(unsigned t, std::uint64_t e, std::uint64_t off) {
   if (marked_ && !swept_.load(std::memory_order_acquire)) marked_->add(off);
   RetireList& mine = retired_[t];
   std::lock_guard guard(mine.mu);
+  if (mine.list.empty()) mine.front.store(e, std::memory_order_relaxed);
   mine.list.push_back({e, off});
 }
 
@@ -496,11 +497,18 @@ void DaliIndex::reclaim(heap::ThreadCache* tc, unsigned t) {
   // The list is in retirement order, so in epoch order: free from the front.
   RetireList& mine = retired_[t];
   const std::uint64_t q = epochs_->quiescent();
+  // (Only this thread adds to the list; another may empty it meanwhile.)
+  if (mine.front.load(std::memory_order_relaxed) >= q) return;
   std::lock_guard guard(mine.mu);
-  while (!mine.list.empty() && mine.list.front().epoch + 1 <= q) {
-    free_record(tc, t, mine.list.front().off);
-    mine.list.pop_front();
+  free_due(tc, t, mine, q);
+}
+
+void DaliIndex::free_due(heap::ThreadCache* tc, unsigned t, RetireList& list, std::uint64_t q) {
+  while (!list.list.empty() && list.list.front().epoch + 1 <= q) {
+    free_record(tc, t, list.list.front().off);
+    list.list.pop_front();
   }
+  list.front.store(list.list.empty() ? ~std::uint64_t{0} : list.list.front().epoch, std::memory_order_relaxed);
 }
 
 void DaliIndex::reclaim_all(heap::ThreadCache* tc, unsigned t) {
@@ -511,10 +519,7 @@ void DaliIndex::reclaim_all(heap::ThreadCache* tc, unsigned t) {
   for (unsigned i = 0; i < kMaxThreads; ++i) {
     RetireList& list = retired_[i];
     std::lock_guard guard(list.mu);
-    while (!list.list.empty() && list.list.front().epoch + 1 <= q) {
-      free_record(tc, t, list.list.front().off);
-      list.list.pop_front();
-    }
+    free_due(tc, t, list, q);
   }
   epochs_->exit(t);
 }

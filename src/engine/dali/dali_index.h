@@ -235,9 +235,14 @@ class DaliIndex final : public Index {
   struct alignas(64) RetireList {
     std::mutex mu;
     std::deque<Retired> list;  // in retirement (so epoch) order
+    // The epoch of the front record, ~0 when empty: lets reclaim() skip
+    // the lock when nothing is due.
+    std::atomic<std::uint64_t> front{~std::uint64_t{0}};
     unsigned writes = 0;  // owner only: paces garbage collection
   };
   std::unique_ptr<RetireList[]> retired_;
+  // Frees the records of `list` whose epoch + 1 <= q (list.mu held).
+  void free_due(heap::ThreadCache* tc, unsigned t, RetireList& list, std::uint64_t q);
   // Per stripe: the epoch of its last unlink (stripe locked); at open, the
   // open's epoch (earlier unlinks may not be durable).
   std::unique_ptr<std::atomic<std::uint64_t>[]> unlinked_at_;
