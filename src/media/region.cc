@@ -28,7 +28,12 @@
 // cost: a written page lives twice in memory (the private copy and the page
 // cache) until the region is unmapped. A failed pwrite or fdatasync (EIO,
 // ENOSPC) is kept and reported by write_back_error(); the primitives stay
-// void, as on persistent memory.
+// void, as on persistent memory. From that error on, nothing more is
+// written to the file (fail-stop): the engine goes on as if its lines had
+// reached media, so a later write could depend on one that never did, and
+// a clean close would mark the pool clean over data that is not there.
+// Stopping leaves the file as a crash at the failed write would: every
+// earlier write-back, and none after. The next open recovers it as such.
 //
 // Anonymous regions are plain mmap(MAP_PRIVATE | MAP_ANONYMOUS) and nothing
 // in them is ever durable, so flush and drain are no-ops.
@@ -314,6 +319,7 @@ __attribute__((no_sanitize("thread"))) void copy_words(std::uint64_t* dst,
 }  // namespace
 
 void Region::write_back(std::uint64_t off, std::size_t n) {
+  if (impl_->error.load(std::memory_order_acquire) != 0) return;  // fail-stop
   std::uint64_t begin = off & ~std::uint64_t{kCacheLineSize - 1};
   const std::uint64_t end = std::min<std::uint64_t>(
       size_, (off + n + kCacheLineSize - 1) & ~std::uint64_t{kCacheLineSize - 1});
@@ -392,7 +398,9 @@ Status Region::write_back_error() const {
   if (impl_ == nullptr) return Status::OK();
   const int err = impl_->error.load(std::memory_order_relaxed);
   if (err == 0) return Status::OK();
-  return Status::IOError("region " + path_ + ": write-back to the file failed: " + errno_text(err));
+  return Status::IOError("region " + path_ + ": write-back to the file failed: " + errno_text(err) +
+                         "; nothing was written to it since, and its next open recovers it as "
+                         "after a crash");
 }
 
 void Region::flush(const void* p, std::size_t n) {

@@ -75,6 +75,7 @@ class Region {
   // The first error a write-back to the file met (page granularity), or OK.
   // flush() and drain() cannot fail in their signatures, as on persistent
   // memory; a file can (EIO, ENOSPC), and the error stays here for good.
+  // Nothing is written to the file after it (region.cc: fail-stop).
   Status write_back_error() const;
   void persist(const void* p, std::size_t n) {
     flush(p, n);
