@@ -64,6 +64,19 @@ struct Options {
   // background after open. Costs one atomic OR per insert.
   bool clevel_tag_filter = true;
 
+  // --- nehash ---------------------------------------------------------
+  // Bucket-directory bits b (create only; kept in the pool): a bucket group
+  // holds 2^b buckets of 16 slots and one conflict bucket. 1 .. 10.
+  unsigned nehash_bucket_bits = 6;
+  // Main-directory bits of a new index (create only; kept in the pool): the
+  // directory starts with 2^n entries, and never has fewer after an open.
+  // 0 .. 16.
+  unsigned nehash_initial_dir_bits = 4;
+  // At open, split physically, in the background, the groups the rebuild
+  // attached to several main entries. Not implemented yet: true is refused
+  // with InvalidArgument.
+  bool nehash_split_shallow_on_open = false;
+
   // --- dali -----------------------------------------------------------
   // Buckets of a new table, as a power of two (32 bytes each). The table
   // grows online, one bucket split at a time (linear hashing), and never

@@ -46,11 +46,20 @@ struct Stats {
   bool resizing = false;         // a resize is in progress
   bool clean_shutdown = true;    // false: this open ran crash recovery
   std::uint64_t recovery_ns = 0; // time open spent in recovery
+  std::uint64_t open_ns = 0;     // time the last open took, clean or not (0 after create)
   std::uint64_t expansions = 0;  // resizes since open
   std::uint64_t shrinks = 0;
   std::uint64_t items_moved = 0; // items moved by resizing since open
   std::uint64_t dram_bytes = 0;  // DRAM the index keeps beside the pool
                                  // (clevel: tag filters, 1/8 of the buckets)
+  // nehash (0 for other engines): bucket groups, group splits since open,
+  // full main-directory expansions, and two-time expansion nodes of four
+  // entries (Rule 1) and of two (Rule 2) since open.
+  std::uint64_t groups = 0;
+  std::uint64_t splits = 0;
+  std::uint64_t full_expansions = 0;
+  std::uint64_t rule1_nodes = 0;
+  std::uint64_t rule2_nodes = 0;
   // Engines that persist by epochs (dali); 0 / empty otherwise.
   std::uint64_t epoch = 0;          // the epoch operations run in now
   std::uint64_t durable_epoch = 0;  // every operation of an epoch <= this is durable

@@ -25,6 +25,18 @@ enum Bug : unsigned {
   // dali: an update does not record its bucket's line for the epoch's
   // fence (cache_line granularity), so the fence may leave it behind.
   kDaliBucketNotFenced = 1u << 4,
+  // nehash: an insert stores its slot's meta (VALID) without draining the
+  // slot words first (insert's drain #1 left out).
+  kNehashMetaBeforeSlotDurable = 1u << 5,
+  // nehash: a split stores the table entries without draining the new group
+  // and the split record first (split drain #1 left out).
+  kNehashTableBeforeGroupDurable = 1u << 6,
+  // nehash: recovery ignores kSplit records (a half-done split is neither
+  // finished nor undone).
+  kNehashSplitNotFinished = 1u << 7,
+  // nehash: a slot update's op-log record is cleared without persisting the
+  // clear, so a later write of the slot can be undone by a replay.
+  kNehashOpLogClearNotPersisted = 1u << 8,
 };
 
 // The planted bugs (a mask of Bug), process-wide.

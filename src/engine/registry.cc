@@ -4,12 +4,14 @@
 #include "engine/clevel/clevel.h"
 #include "engine/dali/dali.h"
 #include "engine/index.h"
+#include "engine/nehash/nehash.h"
 
 namespace pmhash::engine {
 namespace {
 
-const std::array<const EngineInfo*, 2>& engines() {
-  static const std::array<const EngineInfo*, 2> all = {&clevel::kEngineInfo, &dali::kEngineInfo};
+const std::array<const EngineInfo*, 3>& engines() {
+  static const std::array<const EngineInfo*, 3> all = {&clevel::kEngineInfo, &dali::kEngineInfo,
+                                                       &nehash::kEngineInfo};
   return all;
 }
 

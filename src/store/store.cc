@@ -37,9 +37,9 @@ Status check_value(std::string_view value) {
 }
 
 Status check_options(const engine::EngineInfo& info, const Options& options) {
-  if (options.durability == Durability::kEpoch && info.name == "clevel") {
-    return Status::InvalidArgument(
-        "engine clevel persists every write before it returns: use durability strict");
+  if (options.durability == Durability::kEpoch && (info.name == "clevel" || info.name == "nehash")) {
+    return Status::InvalidArgument("engine " + std::string(info.name) +
+                                   " persists every write before it returns: use durability strict");
   }
   return Status::OK();
 }
@@ -94,11 +94,12 @@ class TransactionImpl final : public Transaction {
 class StoreImpl final : public Store {
  public:
   StoreImpl(std::unique_ptr<pool::Pool> pool, std::unique_ptr<heap::Heap> heap,
-            std::unique_ptr<engine::Index> index, std::uint64_t recovery_ns)
+            std::unique_ptr<engine::Index> index, std::uint64_t recovery_ns, std::uint64_t open_ns)
       : pool_(std::move(pool)),
         heap_(std::move(heap)),
         index_(std::move(index)),
         recovery_ns_(recovery_ns),
+        open_ns_(open_ns),
         counters_at_open_(media::counters()) {}
 
   ~StoreImpl() override { (void)close(); }
@@ -196,6 +197,7 @@ class StoreImpl final : public Store {
     st.heap_free = heap_->free_bytes();
     st.clean_shutdown = pool_->was_clean();
     st.recovery_ns = recovery_ns_;
+    st.open_ns = open_ns_;
     const media::Counters now = media::counters();
     st.flushes = now.flushes - counters_at_open_.flushes;
     st.fences = now.fences - counters_at_open_.fences;
@@ -249,6 +251,7 @@ class StoreImpl final : public Store {
   std::unique_ptr<heap::Heap> heap_;
   std::unique_ptr<engine::Index> index_;
   std::uint64_t recovery_ns_;
+  std::uint64_t open_ns_;
   media::Counters counters_at_open_;
   std::atomic<bool> closed_{false};
 };
@@ -281,13 +284,14 @@ Status start_engine(Status (*make)(const engine::Env&, std::unique_ptr<engine::I
   }
 }
 
-// Attaches the heap and the engine to an open pool (create or open). After
-// an unclean shutdown, the time from `started` until the engine serves is
-// the recovery time reported in Stats. Takes the pool only on success, so
-// that a failed create can remove its file while still holding the lock.
+// Attaches the heap and the engine to an open pool (create or open). The
+// time from `started` until the engine serves is the open time reported in
+// Stats (when `opening`), and after an unclean shutdown also the recovery
+// time. Takes the pool only on success, so that a failed create can remove
+// its file while still holding the lock.
 Status attach(std::unique_ptr<pool::Pool>& pool, const Options& options,
               Status (*make)(const engine::Env&, std::unique_ptr<engine::Index>*),
-              Clock::time_point started, std::unique_ptr<Store>* store) {
+              Clock::time_point started, bool opening, std::unique_ptr<Store>* store) {
   std::unique_ptr<heap::Heap> heap;
   if (Status s = heap::Heap::open(pool->region(), pool->heap_offset(), pool->heap_size(), &heap);
       !s.ok()) {
@@ -299,8 +303,10 @@ Status attach(std::unique_ptr<pool::Pool>& pool, const Options& options,
   // The heap and the engine accepted the pool: only now is it marked in use
   // (pool.h; a pool they reject is left unchanged). Before any operation.
   pool->begin_session();
+  const std::uint64_t open_ns = opening ? ns_since(started) : 0;
   const std::uint64_t ns = pool->was_clean() ? 0 : ns_since(started);
-  *store = std::make_unique<StoreImpl>(std::move(pool), std::move(heap), std::move(index), ns);
+  *store = std::make_unique<StoreImpl>(std::move(pool), std::move(heap), std::move(index), ns,
+                                       open_ns);
   return Status::OK();
 }
 
@@ -336,7 +342,7 @@ Status Store::create(const std::string& path, const Options& options,
   if (Status s = creation_params(options, &info, &params); !s.ok()) return s;
   std::unique_ptr<pool::Pool> pool;
   if (Status s = pool::Pool::create(path, params, &pool); !s.ok()) return s;
-  Status s = attach(pool, options, info->create, Clock::now(), store);
+  Status s = attach(pool, options, info->create, Clock::now(), /*opening=*/false, store);
   // A failed create leaves no file behind, as when Pool::create fails. The
   // pool still holds the file's lock, so nobody has opened it meanwhile.
   if (!s.ok()) ::unlink(path.c_str());
@@ -349,7 +355,7 @@ Status Store::create_volatile(const Options& options, std::unique_ptr<Store>* st
   if (Status s = creation_params(options, &info, &params); !s.ok()) return s;
   std::unique_ptr<pool::Pool> pool;
   if (Status s = pool::Pool::create_volatile(params, &pool); !s.ok()) return s;
-  return attach(pool, options, info->create, Clock::now(), store);
+  return attach(pool, options, info->create, Clock::now(), /*opening=*/false, store);
 }
 
 std::vector<std::string> Store::engines() { return engine::engine_list(); }
@@ -372,7 +378,7 @@ Status Store::open(const std::string& path, const Options& options,
                               "' (engines: " + engine::engine_names() + ")");
   }
   if (Status s = check_options(*info, options); !s.ok()) return s;
-  return attach(pool, options, info->open, Clock::now(), store);
+  return attach(pool, options, info->open, Clock::now(), /*opening=*/true, store);
 }
 
 }  // namespace pmhash

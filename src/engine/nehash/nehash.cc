@@ -1,0 +1,582 @@
+// engine/nehash/nehash.cc - reading and writing keys (design in nehash.h §3).
+#include "engine/nehash/nehash.h"
+
+#include <cstring>
+#include <thread>
+
+#include "engine/item.h"
+#include "engine/nehash/nehash_index.h"
+#include "engine/planted.h"
+#include "sync/rcu.h"
+
+namespace pmhash::engine::nehash {
+
+NehashIndex::NehashIndex(const Env& env)
+    : env_(env),
+      region_(env.pool->region()),
+      heap_(*env.heap),
+      root_(reinterpret_cast<Root*>(env.pool->root())),
+      counts_(new Stripe[kMaxThreads]) {
+  Params p{};
+  std::memcpy(&p, env.pool->header().engine_params, sizeof(p));
+  b_ = p.bucket_bits;
+  g0_ = p.initial_dir_bits;
+}
+
+NehashIndex::~NehashIndex() { close(); }
+
+// ---------------------------------------------------------------------------
+// Slots, locks and the readers' seqlock
+// ---------------------------------------------------------------------------
+
+NehashIndex::Place NehashIndex::home(GroupRef* g, std::uint64_t h1) const {
+  const unsigned k = home_bucket(h1, b_);
+  const unsigned s = home_slot(h1);
+  return {&g->lock[k], &group_metas(g->hdr)[k].meta[s], &group_buckets(g->hdr, b_)[k].slot[s], s};
+}
+
+NehashIndex::Place NehashIndex::conflict(GroupRef* g, unsigned s) const {
+  const std::size_t k = std::size_t{1} << b_;
+  return {&g->lock[k], &group_metas(g->hdr)[k].meta[s], &group_buckets(g->hdr, b_)[k].slot[s], s};
+}
+
+NehashIndex::Place NehashIndex::overflow_place(OverflowRef* o, unsigned s) {
+  return {&o->lock, &o->block->meta.meta[s], &o->block->bucket.slot[s], s};
+}
+
+void NehashIndex::lock(const Place& p) {
+  const std::uint64_t bit = std::uint64_t{1} << p.bit;
+  for (unsigned spins = 0;; ++spins) {
+    std::uint64_t cur = p.lock->load(std::memory_order_relaxed);
+    if ((cur & bit) == 0 &&
+        p.lock->compare_exchange_weak(cur, cur | bit, std::memory_order_seq_cst)) {
+      break;
+    }
+    if (spins > 64) std::this_thread::yield();
+  }
+  // The lock bit is visible before any store made under it (seqlock).
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+bool NehashIndex::try_lock(const Place& p) {
+  const std::uint64_t bit = std::uint64_t{1} << p.bit;
+  std::uint64_t cur = p.lock->load(std::memory_order_relaxed);
+  while ((cur & bit) == 0) {
+    if (p.lock->compare_exchange_weak(cur, cur | bit, std::memory_order_seq_cst)) {
+      std::atomic_thread_fence(std::memory_order_release);
+      return true;
+    }
+  }
+  return false;
+}
+
+void NehashIndex::unlock(const Place& p) {
+  // Clears the bit and bumps the version in one step: a reader that copied
+  // the slot meanwhile sees the version change and reads again.
+  p.lock->fetch_add(kVersionOne - (std::uint64_t{1} << p.bit), std::memory_order_release);
+}
+
+NehashIndex::View NehashIndex::read(const Place& p) {
+  const std::uint64_t bit = std::uint64_t{1} << p.bit;
+  for (unsigned spins = 0;; ++spins) {
+    const std::uint64_t v1 = p.lock->load(std::memory_order_acquire);
+    if ((v1 & bit) == 0) {
+      View v;
+      v.meta = p.meta->load(std::memory_order_relaxed);
+      v.w0 = p.slot->w0.load(std::memory_order_relaxed);
+      v.w1 = p.slot->w1.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (p.lock->load(std::memory_order_relaxed) == v1) return v;
+    }
+    if (spins > 64) std::this_thread::yield();
+  }
+}
+
+std::uint64_t NehashIndex::slot_h1(const View& v) {
+  if (meta_is_inline(v.meta)) return make_key(unpack_word(v.w0, meta_key_len(v.meta))).h1;
+  return v.w1;
+}
+
+bool NehashIndex::matches(const View& v, const Key& key) const {
+  if (!meta_valid(v.meta) || meta_fp(v.meta) != fingerprint(key.h2)) return false;
+  if (meta_is_inline(v.meta)) {
+    return meta_key_len(v.meta) == key.bytes.size() && v.w0 == pack_word(key.bytes);
+  }
+  if (v.w1 != key.h1) return false;
+  // Items never change, and RCU keeps a replaced one alive for us.
+  return item_key(region_.at<ItemHeader>(pool::pptr_offset(v.w0))) == key.bytes;
+}
+
+NehashIndex::Place NehashIndex::locate(GroupRef* g, const Key& key, const Place& home_place) const {
+  // The caller holds the home lock: the home slot cannot change under us.
+  View h{home_place.meta->load(std::memory_order_relaxed),
+         home_place.slot->w0.load(std::memory_order_relaxed),
+         home_place.slot->w1.load(std::memory_order_relaxed)};
+  if (matches(h, key)) return home_place;
+  const std::uint16_t fp = fingerprint(key.h2);
+  for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+    const Place c = conflict(g, s);
+    const std::uint16_t m = c.meta->load(std::memory_order_relaxed);
+    if (meta_valid(m) && meta_fp(m) == fp && matches(read(c), key)) return c;
+  }
+  for (OverflowRef* o = g->overflow.load(std::memory_order_acquire); o != nullptr;
+       o = o->next.load(std::memory_order_acquire)) {
+    for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+      const Place c = overflow_place(o, s);
+      const std::uint16_t m = c.meta->load(std::memory_order_relaxed);
+      if (meta_valid(m) && meta_fp(m) == fp && matches(read(c), key)) return c;
+    }
+  }
+  return {};
+}
+
+bool NehashIndex::has_room(GroupRef* g, std::uint64_t h1) const {
+  if (!meta_valid(home(g, h1).meta->load())) return true;
+  for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+    if (!meta_valid(conflict(g, s).meta->load())) return true;
+  }
+  for (OverflowRef* o = g->overflow.load(); o != nullptr; o = o->next.load()) {
+    for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+      if (!meta_valid(o->block->meta.meta[s].load())) return true;
+    }
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------
+// get (lock-free)
+// ---------------------------------------------------------------------------
+
+Status NehashIndex::get(const Key& key, std::string* value) {
+  rcu::ReadGuard guard;
+  const std::uint16_t fp = fingerprint(key.h2);
+  for (;;) {
+    const Leaf leaf = dir_->find(key.h1);
+    GroupRef* g = leaf.group;
+    if (g == nullptr) return Status::NotFound();
+    View found;
+    bool hit = false;
+    auto try_place = [&](const Place& p) {
+      const std::uint16_t m = p.meta->load(std::memory_order_relaxed);
+      if (!meta_valid(m) || meta_fp(m) != fp) return false;
+      const View v = read(p);
+      if (!matches(v, key)) return false;
+      found = v;
+      return hit = true;
+    };
+    if (!try_place(home(g, key.h1))) {
+      for (unsigned s = 0; s < kSlotsPerBucket && !hit; ++s) try_place(conflict(g, s));
+      for (OverflowRef* o = g->overflow.load(std::memory_order_acquire); o != nullptr && !hit;
+           o = o->next.load(std::memory_order_acquire)) {
+        for (unsigned s = 0; s < kSlotsPerBucket && !hit; ++s) try_place(overflow_place(o, s));
+      }
+    }
+    // A split may have moved the key's half to a new group after we loaded
+    // g: only an answer from a group that still covers the key counts.
+    if (!g->covers(key.h1)) continue;
+    if (!hit) return Status::NotFound();
+    if (value != nullptr) {
+      if (meta_is_inline(found.meta)) {
+        value->assign(unpack_word(found.w1, meta_value_len(found.meta)));
+      } else {
+        value->assign(item_value(region_.at<ItemHeader>(pool::pptr_offset(found.w0))));
+      }
+    }
+    return Status::OK();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------
+
+NehashIndex::View NehashIndex::new_view(const Key& key, std::string_view value,
+                                        std::uint64_t item) const {
+  const std::uint16_t fp = fingerprint(key.h2);
+  if (item == 0) {
+    return {meta_inline(key.bytes.size(), value.size(), fp), pack_word(key.bytes),
+            pack_word(value)};
+  }
+  return {meta_pointer(fp), pool::pptr_make(item, 0), key.h1};
+}
+
+void NehashIndex::store_new(const Place& p, const View& v) {
+  p.slot->w0.store(v.w0, std::memory_order_relaxed);
+  p.slot->w1.store(v.w1, std::memory_order_relaxed);
+  region_.flush(p.slot, sizeof(Slot));
+  // Drain #1: the item, its allocation bit and intent, and the slot words
+  // are durable before the meta that makes them visible. (The meta on media
+  // is not VALID: the last writer of this slot drained before unlocking.)
+  if (!planted::active(planted::kNehashMetaBeforeSlotDurable)) region_.drain();
+  p.meta->store(v.meta, std::memory_order_relaxed);
+  region_.flush(p.meta, sizeof(std::uint16_t));
+  // Drain #2: the insert is durable before it is acknowledged.
+  region_.drain();
+}
+
+void NehashIndex::update_slot(heap::ThreadCache* tc, const Place& p, const View& old,
+                              const View& fresh) {
+  const bool old_inline = meta_is_inline(old.meta);
+  const bool new_inline = meta_is_inline(fresh.meta);
+  if (old_inline && new_inline && meta_value_len(old.meta) == meta_value_len(fresh.meta)) {
+    // (a) Only the value word changes: one atomic store.
+    p.slot->w1.store(fresh.w1, std::memory_order_relaxed);
+    // The new value is durable before the update is acknowledged.
+    region_.persist(&p.slot->w1, sizeof(std::uint64_t));
+    return;
+  }
+  if (!old_inline) tc->retire(pool::pptr_offset(old.w0));
+  if (!old_inline && !new_inline) {
+    // (b) Pointer to pointer: w1 (= h1) and the meta stay.
+    // Drain #1: the new item and the old one's retire entry are durable
+    // before the slot stops naming the old item.
+    region_.drain();
+    p.slot->w0.store(fresh.w0, std::memory_order_relaxed);
+    // Persist #2: the update is durable before it is acknowledged.
+    region_.persist(&p.slot->w0, sizeof(std::uint64_t));
+    return;
+  }
+  // (c) The meta and the words change, in two lines: through the op log.
+  OpLog& log = root_->op_log[tc->slot()];
+  log.op.store(kOpNone, std::memory_order_relaxed);
+  log.meta.store(log_meta(fresh.meta, region_.offset_of(p.meta)), std::memory_order_relaxed);
+  log.w0.store(fresh.w0, std::memory_order_relaxed);
+  log.w1.store(fresh.w1, std::memory_order_relaxed);
+  region_.flush(&log, sizeof(OpLog));
+  // Drain #1: the record's fields (and the new item, the retire entry) are
+  // durable before the record can be taken as committed.
+  region_.drain();
+  log.op.store(op_slot_update(region_.offset_of(p.slot)), std::memory_order_relaxed);
+  // Persist #2, the commit point: from here recovery writes the new slot.
+  region_.persist(&log.op, sizeof(std::uint64_t));
+  p.slot->w0.store(fresh.w0, std::memory_order_relaxed);
+  p.slot->w1.store(fresh.w1, std::memory_order_relaxed);
+  p.meta->store(fresh.meta, std::memory_order_relaxed);
+  region_.flush(p.slot, sizeof(Slot));
+  region_.flush(p.meta, sizeof(std::uint16_t));
+  // Drain #3: the slot is whole on media before the record is cleared.
+  region_.drain();
+  log.op.store(kOpNone, std::memory_order_relaxed);
+  // Persist #4: a committed record always belongs to an operation in flight,
+  // so a replay never undoes a later write of this slot.
+  if (!planted::active(planted::kNehashOpLogClearNotPersisted)) {
+    region_.persist(&log.op, sizeof(std::uint64_t));
+  }
+}
+
+NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key& key,
+                                                std::string_view value, Mode mode,
+                                                std::uint64_t item, bool* published) {
+  Attempt a;
+  rcu::ReadGuard guard;
+  const Leaf leaf = dir_->find(key.h1);
+  GroupRef* g = leaf.group;
+  if (g == nullptr) {
+    if (mode == Mode::kUpdate) {
+      a.status = Status::NotFound();
+    } else {
+      a.kind = Attempt::kCreate;
+    }
+    return a;
+  }
+  const Place h = home(g, key.h1);
+  lock(h);
+  // Dekker handshake with the splitter: it stores SPLITTING, then reads our
+  // lock word; we stored our lock bit, then read its state (both seq_cst).
+  if (g->state.load(std::memory_order_seq_cst) & kSplitting) {
+    unlock(h);
+    a.kind = Attempt::kWaitSplit;
+    a.group = g;
+    return a;
+  }
+  // The depth cannot change while we hold a lock of g.
+  const unsigned d = g->depth.load(std::memory_order_acquire);
+  if (!in_range(key.h1, g->prefix, d)) {
+    unlock(h);
+    a.kind = Attempt::kRetry;
+    return a;
+  }
+  const Place at = locate(g, key, h);
+  if (at) {
+    if (mode == Mode::kInsert) {
+      a.status = Status::AlreadyExists("key exists");
+    } else {
+      const bool other = at.lock != h.lock || at.bit != h.bit;
+      if (other) lock(at);
+      const View old{at.meta->load(), at.slot->w0.load(), at.slot->w1.load()};
+      update_slot(tc, at, old, new_view(key, value, item));
+      *published = item != 0;
+      if (other) unlock(at);
+    }
+    unlock(h);
+    return a;
+  }
+  if (mode == Mode::kUpdate) {
+    unlock(h);
+    a.status = Status::NotFound();
+    return a;
+  }
+  // Target: the home slot, else a free conflict slot, else (at max depth) a
+  // free overflow slot.
+  Place target;
+  if (!meta_valid(h.meta->load(std::memory_order_relaxed))) {
+    target = h;
+  } else {
+    for (unsigned s = 0; s < kSlotsPerBucket && !target; ++s) {
+      const Place c = conflict(g, s);
+      if (meta_valid(c.meta->load(std::memory_order_relaxed)) || !try_lock(c)) continue;
+      if (!meta_valid(c.meta->load(std::memory_order_relaxed))) {
+        target = c;
+      } else {
+        unlock(c);
+      }
+    }
+    for (OverflowRef* o = g->overflow.load(std::memory_order_acquire); o != nullptr && !target;
+         o = o->next.load(std::memory_order_acquire)) {
+      for (unsigned s = 0; s < kSlotsPerBucket && !target; ++s) {
+        const Place c = overflow_place(o, s);
+        if (meta_valid(c.meta->load(std::memory_order_relaxed)) || !try_lock(c)) continue;
+        if (!meta_valid(c.meta->load(std::memory_order_relaxed))) {
+          target = c;
+        } else {
+          unlock(c);
+        }
+      }
+    }
+  }
+  if (!target) {
+    unlock(h);
+    a.kind = Attempt::kSplit;
+    a.group = g;
+    a.depth = d;
+    return a;
+  }
+  store_new(target, new_view(key, value, item));
+  *published = item != 0;
+  add_count(tc, 1);
+  dir_->stamp_insert(leaf);
+  if (target.lock != h.lock) unlock(target);
+  unlock(h);
+  return a;
+}
+
+Status NehashIndex::write(const Key& key, std::string_view value, Mode mode) {
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  // An update may retire the old item: room for it before the read section.
+  if (mode != Mode::kInsert) tc->reserve_retire(1);
+  std::uint64_t item = 0;
+  if (!fits_inline(key.bytes.size(), value.size())) {
+    const std::size_t n = item_size(key.bytes.size(), value.size());
+    if (s = tc->allocate(n, &item, false, kItemIntent); !s.ok()) return s;
+    auto* h = region_.at<ItemHeader>(item);
+    item_write(h, key.h1, key.bytes, value);
+    region_.flush(h, n);
+  }
+  bool published = false;
+  for (;;) {
+    Attempt a = write_attempt(tc, key, value, mode, item, &published);
+    if (a.kind == Attempt::kDone) {
+      s = a.status;
+      break;
+    }
+    if (a.kind == Attempt::kWaitSplit) {
+      a.group->state.wait(kSplitting, std::memory_order_acquire);
+    } else if (a.kind == Attempt::kCreate) {
+      s = create_group(tc, key.h1);
+    } else if (a.kind == Attempt::kSplit) {
+      s = split(tc, a.group, a.depth, key.h1);
+    }
+    if (!s.ok()) break;
+  }
+  if (item != 0) {
+    if (!published) tc->free_unpublished(item);  // no other thread ever saw it
+    tc->clear_intent(kItemIntent);
+  }
+  return s;
+}
+
+Status NehashIndex::insert(const Key& key, std::string_view value) {
+  return write(key, value, Mode::kInsert);
+}
+Status NehashIndex::update(const Key& key, std::string_view value) {
+  return write(key, value, Mode::kUpdate);
+}
+Status NehashIndex::upsert(const Key& key, std::string_view value) {
+  return write(key, value, Mode::kUpsert);
+}
+
+Status NehashIndex::remove(const Key& key) {
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  tc->reserve_retire(1);
+  for (;;) {
+    GroupRef* wait_for = nullptr;
+    {
+      rcu::ReadGuard guard;
+      GroupRef* g = dir_->find(key.h1).group;
+      if (g == nullptr) return Status::NotFound();
+      const Place h = home(g, key.h1);
+      lock(h);
+      if (g->state.load(std::memory_order_seq_cst) & kSplitting) {
+        unlock(h);
+        wait_for = g;
+      } else if (!g->covers(key.h1)) {
+        unlock(h);
+        continue;
+      } else {
+        const Place at = locate(g, key, h);
+        if (!at) {
+          unlock(h);
+          return Status::NotFound();
+        }
+        const bool other = at.lock != h.lock || at.bit != h.bit;
+        if (other) lock(at);
+        const std::uint16_t m = at.meta->load(std::memory_order_relaxed);
+        if (!meta_is_inline(m)) {
+          tc->retire(pool::pptr_offset(at.slot->w0.load(std::memory_order_relaxed)));
+          // Drain #1: the retire entry is durable before the slot stops
+          // naming the item (else a crash would leak it).
+          region_.drain();
+        }
+        at.meta->store(static_cast<std::uint16_t>(m & ~kMetaValid), std::memory_order_relaxed);
+        // The removal is durable before it is acknowledged.
+        region_.persist(at.meta, sizeof(std::uint16_t));
+        add_count(tc, -1);
+        if (other) unlock(at);
+        unlock(h);
+        return Status::OK();
+      }
+    }
+    wait_for->state.wait(kSplitting, std::memory_order_acquire);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Iteration and counting
+// ---------------------------------------------------------------------------
+
+Status NehashIndex::for_each(const ForEachFn& fn) {
+  // Walks the hash space in prefix order. x always starts a group's range
+  // (ranges only subdivide), and only keys with h1 in [x, end of the range)
+  // are taken, so no point of the hash space is visited twice.
+  std::uint64_t x = 0;
+  std::vector<std::pair<std::string, std::string>> batch;
+  for (;;) {
+    batch.clear();
+    bool last = false;
+    {
+      rcu::ReadGuard guard;
+      const Leaf leaf = dir_->find(x);
+      GroupRef* g = leaf.group;
+      unsigned depth = leaf.depth();
+      if (g != nullptr) {
+        depth = g->depth.load(std::memory_order_acquire);
+        if (!in_range(x, g->prefix, depth)) continue;  // split meanwhile: look again
+        auto take = [&](const Place& p) {
+          if (!meta_valid(p.meta->load(std::memory_order_relaxed))) return;
+          const View v = read(p);
+          if (!meta_valid(v.meta)) return;
+          const std::uint64_t h1 = slot_h1(v);
+          if (!in_range(h1, g->prefix, depth) || h1 < x) return;
+          if (meta_is_inline(v.meta)) {
+            batch.emplace_back(unpack_word(v.w0, meta_key_len(v.meta)),
+                               unpack_word(v.w1, meta_value_len(v.meta)));
+          } else {
+            const auto* it = region_.at<ItemHeader>(pool::pptr_offset(v.w0));
+            batch.emplace_back(item_key(it), item_value(it));
+          }
+        };
+        for (std::size_t k = 0; k < buckets_per_group(b_); ++k) {
+          for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+            take({&g->lock[k], &group_metas(g->hdr)[k].meta[s],
+                  &group_buckets(g->hdr, b_)[k].slot[s], s});
+          }
+        }
+        for (OverflowRef* o = g->overflow.load(std::memory_order_acquire); o != nullptr;
+             o = o->next.load(std::memory_order_acquire)) {
+          for (unsigned s = 0; s < kSlotsPerBucket; ++s) take(overflow_place(o, s));
+        }
+        if (g->depth.load(std::memory_order_acquire) != depth) continue;  // split: rescan
+      }
+      // The next range starts after this one (depth 0: the whole space).
+      if (depth == 0) {
+        last = true;
+      } else {
+        x = (top_bits(x, depth) + 1) << (64 - depth);
+        last = x == 0;
+      }
+    }
+    for (auto& [k, v] : batch) {
+      if (!fn(k, v)) return Status::OK();
+    }
+    if (last) return Status::OK();
+  }
+}
+
+void NehashIndex::add_count(heap::ThreadCache* tc, std::int64_t delta) {
+  counts_[tc->slot()].v.fetch_add(delta, std::memory_order_relaxed);
+}
+
+void NehashIndex::recount() const {
+  std::lock_guard lock(recount_mutex_);
+  if (count_known_.load()) return;
+  // After a crash the saved count is gone: count the VALID slots of every
+  // group that lie in its range. Writes running meanwhile may or may not
+  // be counted (size() is exact only when quiescent).
+  std::int64_t before = 0;
+  for (unsigned i = 0; i < kMaxThreads; ++i) before += counts_[i].v.load();
+  std::int64_t n = 0;
+  rcu::ReadGuard guard;
+  dir_->for_each_group([&](GroupRef& g) {
+    const unsigned depth = g.depth.load();
+    auto count = [&](const Place& p) {
+      if (!meta_valid(p.meta->load())) return;
+      const View v = read(p);
+      if (meta_valid(v.meta) && in_range(slot_h1(v), g.prefix, depth)) ++n;
+    };
+    for (std::size_t k = 0; k < buckets_per_group(b_); ++k) {
+      for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+        count({&g.lock[k], &group_metas(g.hdr)[k].meta[s], &group_buckets(g.hdr, b_)[k].slot[s], s});
+      }
+    }
+    for (OverflowRef* o = g.overflow.load(); o != nullptr; o = o->next.load()) {
+      for (unsigned s = 0; s < kSlotsPerBucket; ++s) count(overflow_place(o, s));
+    }
+  });
+  count_base_.store(n - before);
+  count_known_.store(true);
+}
+
+std::uint64_t NehashIndex::size() const {
+  if (!count_known_.load(std::memory_order_acquire)) recount();
+  std::int64_t n = count_base_.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < kMaxThreads; ++i) n += counts_[i].v.load(std::memory_order_relaxed);
+  return n < 0 ? 0 : static_cast<std::uint64_t>(n);
+}
+
+Status NehashIndex::sync() {
+  // Every acknowledged write is already durable (strict durability).
+  return Status::OK();
+}
+
+void NehashIndex::fill_stats(Stats* st) const {
+  st->items = size();
+  const std::uint64_t groups = dir_->group_count();
+  st->groups = groups;
+  st->slots = groups * buckets_per_group(b_) * kSlotsPerBucket;
+  st->load_factor = st->slots == 0 ? 0 : static_cast<double>(st->items) / st->slots;
+  const Directory::Counters& c = dir_->counters();
+  st->levels = dir_->levels_in_use();
+  st->expansions = c.one_time_nodes.load() + c.two_time_nodes.load() + c.full_expansions.load();
+  st->splits = splits_.load();
+  st->full_expansions = c.full_expansions.load();
+  st->rule1_nodes = c.rule1_nodes.load();
+  st->rule2_nodes = c.rule2_nodes.load();
+  rcu::ReadGuard guard;  // nodes are freed after a grace period
+  st->dram_bytes = dir_->dram_bytes();
+}
+
+}  // namespace pmhash::engine::nehash

@@ -1,0 +1,210 @@
+// engine/nehash/nehash.h - NEHASH: extendible hashing with a lazily expanded
+// three-level directory in DRAM and bucket groups in persistent memory.
+//
+// Follows "NEHASH: high-concurrency extendible hashing for non-volatile
+// memory" (Cai et al., FITEE 2023): the directory of §3, the bucket groups
+// of §4, the recovery table and rebuild of §5. The paper is silent on crash
+// consistency, update, delete, variable-length items and a full conflict
+// bucket; those parts are marked DEPARTURE (we change the paper) or GAP (we
+// add what it leaves out). docs/design/nehash.md is the full design; this is
+// its condensed form (§ numbers below are that document's).
+//
+// h1, h2: the halves of the key's XXH3-128. b: bucket-directory bits (option
+// nehash_bucket_bits, 1..10). G0: initial main-directory bits
+// (nehash_initial_dir_bits, 0..16). L: a group's local depth (D_Length).
+// kMaxDepth = 60 - b. t: the calling thread's heap slot.
+//
+// ---------------------------------------------------------------------------
+// On-media layout (layout.h has every field)
+// ---------------------------------------------------------------------------
+//
+//   pool root (8576 B)
+//   +---------------------------------------------------------------------+
+//   | magic "NEHASHR1", version, b, G0 (checked against the pool header)  |
+//   | rec_segments[32]   offsets of the Rec_BG_TABLE segments             |
+//   | item_count, count_valid   saved by a clean close                    |
+//   | op_log[256]        one 32-byte OpLog per heap thread slot           |
+//   +---------------------------------------------------------------------+
+//
+//   Rec_BG_TABLE (paper §5): segment s holds 512 << s one-word entries; it
+//   grows by a segment and never moves an entry. Entry id = BG_Id:
+//     bits 0..5 D_Length | bits 6..47 BG_Address (64-aligned) | 0    (0: unused)
+//   DEPARTURE: one word per group (a split's commit is two 8-byte stores);
+//   BG_Id is the index; the prefix lives in the group header.
+//
+//   bucket group (one heap block; paper §4, Fig. 2)
+//   +--------------+-----------------------------+------------+-----+----------+
+//   | header 64 B  | bucket directory:           | bucket 0   | ... | conflict |
+//   | magic,prefix,| (2^b + 1) x 16 slot metas   | 16 slots   |     | bucket   |
+//   | bg_id, create| (32 B each, padded to 64 B) | x 16 B     |     | (2^b)    |
+//   | depth, b,    |                             |            |     |          |
+//   | overflow     |                             |            |     |          |
+//   +--------------+-----------------------------+------------+-----+----------+
+//   A group covers every h1 whose top L bits equal its prefix's. Its prefix
+//   never changes: a split keeps the lower half in place.
+//
+//   slot meta (16 bits): VALID | INLINE | key_len:4 | value_len:4 | fp:6 (h2 & 63)
+//   slot (16 B): INLINE (key and value <= 8 B): w0 = key, w1 = value, padded
+//                otherwise: w0 = pptr(item), w1 = h1 (items: engine/item.h,
+//                state = h1). INLINE exactly when the pair fits.
+//   DEPARTURE: the bucket directory holds per-slot metas, not bucket
+//   pointers (the buckets sit at fixed offsets), so a slot is published by
+//   one 8-byte store of its meta word.
+//   Overflow block (GAP, only at kMaxDepth): {magic, next}, 16 metas, one
+//   bucket; chained from the group header, never unlinked.
+//
+// ---------------------------------------------------------------------------
+// DRAM directory (paper §3; directory.h)
+// ---------------------------------------------------------------------------
+//   main node: 2^G HL_E {point, time_value}; one-time node: 2 HL_E under a
+//   main entry; two-time node: 2 (Rule 2) or 4 (Rule 1) HL {point} under a
+//   one-time entry. point: 0 empty | GroupRef | NODE bit + child | LOCK bit
+//   (a group being created). Entry i of a node has HL_value
+//   (hl_base << bits) | i = the top `depth` bits of the h1s routed there. A
+//   group is named by a run of 2^(node depth - L) entries of one node.
+//
+//   Bit budget (Fig. 3): directory bits from the top (at most kMaxDepth);
+//   bucket = (h1 >> 4) mod 2^b; slot = h1 mod 16. Bucket and slot do not
+//   depend on the depth, so a split never changes them.
+//
+//   Lookup: at most three acquire loads of entry words, lock-free, inside an
+//   RCU read-side section. A split re-points entries by single stores; a new
+//   node is complete before the release store that publishes it. Every
+//   operation checks at its end that its group still covers h1 (the group's
+//   depth only grows, and only under SPLITTING) and otherwise starts over.
+//
+//   Split of group g (depth L) named from node N (§2.5):
+//     A  L < N.depth: re-point the upper half of g's run to g1
+//     B  L == N.depth, N main: hang a one-time node [g, g1] under the entry
+//     C  L == N.depth, N one-time: hang a two-time node of 2^(1+Spread_rate)
+//        entries ([g, g1] or [g, g, g1, g1]), clamped to kMaxDepth
+//     D  L == N.depth, N two-time: full main expansion, then retry
+//     L == kMaxDepth: an overflow block instead
+//   Expansion rate (Steps 1-5): t0_i when a key is first stored under main
+//   entry i; dt_i = now - t0_i when i gets a one-time node; t1_ij for one-time
+//   entry j likewise (a half the split fills starts at the split); dt_ij when
+//   j gets a two-time node; Spread_rate = dt_i < dt_ij ? 1 : 0 (equation (1),
+//   implemented literally: docs/design/nehash.md §8.7). Times are DRAM only,
+//   behind a test clock (testing::set_clock).
+//   Full expansion (under dir_mutex_ exclusive; gets and writes go on): a main
+//   node as deep as the deepest leaf; each leaf of depth D fills its
+//   2^(G' - D) entries; the old nodes are freed after a grace period. Nothing
+//   in the pool changes.
+//
+// ---------------------------------------------------------------------------
+// Operations and persist order (§3, §4.1)
+// ---------------------------------------------------------------------------
+//   A key's home is its (bucket, slot); it lives there, in the conflict
+//   bucket, or (at kMaxDepth) in an overflow block. No probing.
+//   Slot locks (writers only): bit s of the bucket's DRAM lock word; unlock
+//   adds kVersionOne - bit (clears it and bumps the version). Every writer of
+//   a key takes its home lock first, so one key's writers are serialised;
+//   then a conflict or overflow slot's lock if it needs one. After the home
+//   lock a writer reads the group's SPLITTING state (seq_cst, Dekker with the
+//   splitter), backs off if set, and waits outside its read section.
+//   Quiescent unlock: a slot lock is released only once every store to the
+//   slot and its meta is durable.
+//
+//   get        lock-free: seqlock over the lock word (wait while the slot's
+//              bit is set; retry if the version moved); home slot, then the
+//              conflict bucket's slots whose fp matches, then overflow.
+//   insert     item (if not inline), flush | slot words, flush -> drain #1 |
+//              meta VALID -> drain #2. No free target -> unlock, split, retry.
+//   update a   inline, same value length: store w1, persist.
+//          b   pointer to pointer: new item; retire old -> drain #1 | w0,
+//              persist.
+//          c   any change of form or length (DEPARTURE): through op_log[t]:
+//              log {meta, w0, w1} -> drain #1 | log.op = kSlotUpdate(slot),
+//              persist (commit) | slot words and meta -> drain #3 | log.op =
+//              0, persist.
+//   remove     pointer: retire item -> drain #1 | clear VALID, persist.
+//   group creation in an empty main entry: CAS the entry to LOCK; id; block
+//              zeroed (intent 1), header -> drain #1 | table[id] = off | L,
+//              persist | publish the entry.
+//   table growth: segment zeroed (intent 1), header -> drain | rec_segments[s],
+//              persist.
+//   for_each   walks the hash space in prefix order, one group range at a
+//              time, taking only keys in [x, end of the range): each key
+//              present throughout is reported once.
+//   Blocks use the heap's intent slots: items 0; groups, segments, overflow
+//   blocks 1. Nothing is allocated unlogged: no background sweep.
+//
+// ---------------------------------------------------------------------------
+// Split (§4.2; DEPARTURE: in place, the paper gives no procedure)
+// ---------------------------------------------------------------------------
+//   g keeps the lower half (prefix P); g1 gets P | 1 << (63 - d). A home key
+//   keeps its (bucket, slot) in g1; a conflict key goes home in g1 if free,
+//   else to g1's conflict bucket. Pointer slots are copied as they are (w1
+//   gives h1; inline keys are rehashed): no item is read.
+//    0 dir_mutex_ shared; SPLITTING on g; wait until g has no slot lock
+//    1 choose the directory action (D: expand, return; kMaxDepth: overflow)
+//    2 id1   3 g1 zeroed (intent 1), header, upper half, flush
+//    4 op_log[t].op = kSplit(d, g); flush        5 drain #1
+//    6 table[id1] = g1 | d+1; table[g] = g | d+1; flush   7 drain #2 (commit)
+//    8 clear intent 1   9 DRAM: g1's GroupRef, g.depth = d+1, directory action
+//   10 clear VALID of g's slots outside its new range, under all 16 locks of
+//      each bucket concerned   11 drain #3
+//   12 op_log[t].op = 0 (no drain)   13 clear SPLITTING, wake writers
+//   Recovery of a kSplit(g, d) record, with E1 = "a live group has prefix
+//   P | 1 << (63 - d) and creation depth d+1" and B = "g's entry says > d":
+//     !E1 !B  not committed: nothing (heap recovery frees g1)
+//      E1 !B  committed, bump lost: g's entry = d+1; clean g's stale slots
+//     !E1  B  bump reached media alone: g's entry back to d (g still has both
+//             halves); g1 freed
+//      E1  B  committed: clean g's stale slots
+//   g's slots do not change before step 10, and g1 is durable before either
+//   table word can be, so each key ends in exactly one covering group. A
+//   record outliving its split replays E1 B, which is idempotent (depths only
+//   grow, groups are never freed; E1 is found by creation depth, so it holds
+//   even after g1 split again). DEPARTURE from the design document: E1 is
+//   keyed by g1's creation depth, not its current depth, for that reason.
+//
+// ---------------------------------------------------------------------------
+// Open: the rebuild (§5; paper Steps 1-6), O(groups + threads), never O(keys)
+// ---------------------------------------------------------------------------
+//   Phase V (reads only; a rejected pool is left byte-for-byte unchanged):
+//   V0 root magic, version, b and G0 equal to the pool header; segments
+//      allocated, large enough, right magic and index.
+//   1  every table word; per live entry one group header (magic, bg_id, b,
+//      create_depth <= L <= kMaxDepth, zero prefix bits below create_depth);
+//      overflow chains only at kMaxDepth. Holes go to the id free list.
+//   op logs: a kSplit record picks its row above (the planned depth); a
+//      kSlotUpdate record must name a slot of a live group and its meta.
+//   overlap: with the planned depths, no two groups cover a common prefix.
+//   2-3 G = max(D_L_Max, G0): a main node of 2^G entries.
+//   4-6 every group is attached to all 2^(G - L) main entries of its range
+//      (DEPARTURE: Step 6 splits in the directory, no key moves; the
+//      background physical split, option nehash_split_shallow_on_open, is
+//      not implemented and the option is refused).
+//   Phase W: W1 replay slot updates, apply the kSplit rows, clear records,
+//   one drain; W2 heap recovery, keep(off) = a live group, segment, overflow
+//   block, or an item whose key hashes to its state and which a VALID
+//   pointer slot of its covering group names; W3 times restart, count from
+//   the root if a clean close saved it (else recounted on first use),
+//   count_valid = 0 persisted before serving.
+//
+// ---------------------------------------------------------------------------
+// check() verifies (§6)
+// ---------------------------------------------------------------------------
+//   1 root matches the pool header; every op log empty. 2 segments sound;
+//   every live entry names an allocated group whose header agrees; no block
+//   twice. 3 group ranges disjoint. 4 directory shape (main 2^G >= 2^G0,
+//   one-time 2 entries, two-time 2 or 4, depths, hl_base, no LOCK). 5 each
+//   leaf's group covers it; each group named by exactly its run in one node;
+//   table entries and GroupRefs one to one with equal depths. 6 durations
+//   >= 0, time stamps not in the future. 7 every VALID slot well formed,
+//   inline exactly when the pair fits, in its group's range, right fp, home
+//   slots at home, pointer slots naming an allocated item with state ==
+//   w1 == the key's h1. 8 no key twice. 9 overflow only at kMaxDepth.
+//   10 the count; every allocated block is a group, segment, overflow block
+//   or exactly one slot's item.
+#pragma once
+
+#include "engine/index.h"
+#include "engine/nehash/directory.h"
+
+namespace pmhash::engine::nehash {
+
+extern const EngineInfo kEngineInfo;
+
+}  // namespace pmhash::engine::nehash

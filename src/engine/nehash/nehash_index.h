@@ -1,0 +1,164 @@
+// engine/nehash/nehash_index.h - the nehash Index (internal; see nehash.h).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "engine/index.h"
+#include "engine/nehash/directory.h"
+#include "engine/nehash/layout.h"
+#include "heap/heap.h"
+#include "media/region.h"
+
+namespace pmhash::engine::nehash {
+
+// Intent slots (heap.h): items in 0, groups, segments and overflow blocks in
+// 1, so that an insert holding its item can still split.
+inline constexpr unsigned kItemIntent = 0;
+inline constexpr unsigned kBlockIntent = 1;
+
+class NehashIndex final : public Index {
+ public:
+  explicit NehashIndex(const Env& env);
+  ~NehashIndex() override;
+
+  // Writes an empty index into the pool root (create).
+  Status format();
+  // Validates the pool and rebuilds the directory (open, §5).
+  Status recover();
+
+  Status get(const Key& key, std::string* value) override;
+  Status insert(const Key& key, std::string_view value) override;
+  Status update(const Key& key, std::string_view value) override;
+  Status upsert(const Key& key, std::string_view value) override;
+  Status remove(const Key& key) override;
+  Status for_each(const ForEachFn& fn) override;
+  std::uint64_t size() const override;
+  Status sync() override;
+  Status check() override;
+  void fill_stats(Stats* stats) const override;
+  void close() override;
+
+  // --- for tests ---
+  Directory& directory() { return *dir_; }
+  // What the last open read: groups (one header each) and slots.
+  struct OpenCounters {
+    std::uint64_t groups_read = 0;
+    std::uint64_t slots_read = 0;
+    std::uint64_t slot_updates_replayed = 0;
+    // The kSplit rows of nehash.h, "Split", by name.
+    std::uint64_t splits_not_committed = 0;  // !E1 !B
+    std::uint64_t splits_bump_lost = 0;      //  E1 !B: committed, g's bump redone
+    std::uint64_t splits_rolled_back = 0;    // !E1  B: the bump reached media alone
+    std::uint64_t splits_committed = 0;      //  E1  B
+  };
+  const OpenCounters& open_counters() const { return open_counters_; }
+  // Called at step 9 of every split, after the directory action, while the
+  // group is still SPLITTING (tests park a split there).
+  static void set_split_hook(std::function<void()> hook);
+
+ private:
+  // A slot and the words that guard it: its bucket's lock word, its meta,
+  // and its bit in the lock word.
+  struct Place {
+    std::atomic<std::uint64_t>* lock = nullptr;
+    std::atomic<std::uint16_t>* meta = nullptr;
+    Slot* slot = nullptr;
+    unsigned bit = 0;
+    explicit operator bool() const { return slot != nullptr; }
+  };
+  struct View {
+    std::uint16_t meta = 0;
+    std::uint64_t w0 = 0, w1 = 0;
+  };
+  enum class Mode { kInsert, kUpdate, kUpsert };
+  // What a write attempt inside a read-side section asks its caller to do
+  // outside of it.
+  struct Attempt {
+    enum Kind { kDone, kRetry, kCreate, kWaitSplit, kSplit } kind = kDone;
+    GroupRef* group = nullptr;
+    unsigned depth = 0;
+    Status status;
+  };
+
+  // --- slots ---
+  Place home(GroupRef* g, std::uint64_t h1) const;
+  Place conflict(GroupRef* g, unsigned s) const;
+  static Place overflow_place(OverflowRef* o, unsigned s);
+  static void lock(const Place& p);
+  static bool try_lock(const Place& p);
+  static void unlock(const Place& p);
+  // A consistent copy of a slot (seqlock; waits while its lock bit is set).
+  static View read(const Place& p);
+  bool matches(const View& v, const Key& key) const;
+  // h1 of a VALID slot (w1, or the inline key rehashed).
+  static std::uint64_t slot_h1(const View& v);
+  // Where `key` is in g, given that the caller holds its home lock.
+  Place locate(GroupRef* g, const Key& key, const Place& home_place) const;
+  bool has_room(GroupRef* g, std::uint64_t h1) const;
+
+  // --- writing ---
+  Status write(const Key& key, std::string_view value, Mode mode);
+  Attempt write_attempt(heap::ThreadCache* tc, const Key& key, std::string_view value, Mode mode,
+                        std::uint64_t item, bool* published);
+  void store_new(const Place& p, const View& v);
+  void update_slot(heap::ThreadCache* tc, const Place& p, const View& old, const View& fresh);
+  View new_view(const Key& key, std::string_view value, std::uint64_t item) const;
+
+  // --- growing (nehash_split.cc) ---
+  Status create_group(heap::ThreadCache* tc, std::uint64_t h1);
+  Status split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::uint64_t h1);
+  Status add_overflow(heap::ThreadCache* tc, GroupRef* g);
+  Status expand_main(Node* seen_main);
+  Status take_id(heap::ThreadCache* tc, std::uint32_t* id);
+  void release_id(std::uint32_t id);
+  std::atomic<std::uint64_t>* table_word(std::uint32_t id) const;
+  // Clears VALID in every slot of g outside its range (split step 10, and
+  // recovery); returns whether any was cleared. `lock_buckets`: take the
+  // buckets' locks (a live index with readers).
+  bool clean_stale(GroupRef* g, bool lock_buckets);
+  void wait_unlocked(GroupRef* g) const;
+
+  // --- recovery and accounting (nehash_recovery.cc) ---
+  void recount() const;
+  void add_count(heap::ThreadCache* tc, std::int64_t delta);
+  Status fail(const std::string& what) const;
+
+  Env env_;
+  media::Region& region_;
+  heap::Heap& heap_;
+  Root* root_;
+  unsigned b_ = 0;
+  unsigned g0_ = 0;
+  std::unique_ptr<Directory> dir_;
+
+  // dir_mutex_: shared by group creation and splits, exclusive by a full
+  // main expansion and check(); gets and writes never take it.
+  mutable std::shared_mutex dir_mutex_;
+  // table_mutex_: the id counter, its free list and the growth of the table.
+  std::mutex table_mutex_;
+  std::uint32_t next_id_ = 0;
+  std::vector<std::uint32_t> free_ids_;
+
+  struct alignas(64) Stripe {
+    std::atomic<std::int64_t> v{0};
+  };
+  std::unique_ptr<Stripe[]> counts_;
+  mutable std::atomic<std::int64_t> count_base_{0};
+  mutable std::atomic<bool> count_known_{false};
+  mutable std::mutex recount_mutex_;
+
+  std::atomic<std::uint64_t> splits_{0};
+  OpenCounters open_counters_;
+  // format() or recover() succeeded. An index whose recovery rejected the
+  // pool writes nothing when it is destroyed.
+  bool ready_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace pmhash::engine::nehash

@@ -1,0 +1,1290 @@
+// Unit tests of the nehash engine (src/engine/nehash/nehash.h).
+//
+// Most tests drive the engine through engine::find_engine("nehash") with
+// keys placed exactly: real keys (so check() applies) found by searching for
+// ones whose XXH3 h1 has the wanted top bits, bucket and slot. A fake clock
+// drives the expansion-rate times; a split hook parks a split at step 9.
+// The rest go through the public Store API or edit the pool's bytes to build
+// states only a crash or damage can make.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <bit>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/hash.h"
+#include "engine/index.h"
+#include "engine/nehash/nehash.h"
+#include "engine/nehash/nehash_index.h"
+#include "heap/heap.h"
+#include "pmhash/store.h"
+#include "pool/pool.h"
+#include "crash/persistence_sim.h"
+#include "scratch_file.h"
+#include "sync/rcu.h"
+
+namespace pmhash {
+namespace {
+
+namespace nh = engine::nehash;
+using nh::GroupHeader;
+using nh::NehashIndex;
+
+std::atomic<std::int64_t> fake_now{1};
+std::int64_t fake_clock() { return fake_now.load(); }
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Real keys whose h1 satisfies `want`, `len` bytes each (<= 8: inline with a
+// small value; more: an item). Unique across the whole test binary.
+std::vector<std::string> find_keys(const std::function<bool(std::uint64_t)>& want, std::size_t n,
+                                   std::size_t len = 12) {
+  static std::uint64_t counter = 0;
+  std::vector<std::string> out;
+  while (out.size() < n) {
+    std::string k = std::to_string(counter++);
+    k = "k" + std::string(len > k.size() + 1 ? len - k.size() - 1 : 0, '0') + k;
+    if (want(engine::make_key(k).h1)) out.push_back(k);
+  }
+  return out;
+}
+
+// h1 has these top `depth` bits, and its home is (bucket, slot) with b bits.
+std::function<bool(std::uint64_t)> at(std::uint64_t top, unsigned depth, unsigned b,
+                                      unsigned bucket, unsigned slot) {
+  return [=](std::uint64_t h1) {
+    return nh::top_bits(h1, depth) == top && nh::home_bucket(h1, b) == bucket &&
+           nh::home_slot(h1) == slot;
+  };
+}
+
+class NehashEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = testing::scratch_path("pmhash-nehash") + ".pool";
+    ::unlink(path_.c_str());
+    options_.engine = "nehash";
+    options_.pool_size = 32u << 20;
+    options_.nehash_bucket_bits = 1;
+    options_.nehash_initial_dir_bits = 1;
+    fake_now = 1;
+    nh::testing::set_clock(&fake_clock);
+  }
+  void TearDown() override {
+    shut();
+    ::unlink(path_.c_str());
+    nh::testing::set_clock(nullptr);
+    nh::testing::set_max_main_bits(0);
+    NehashIndex::set_split_hook(nullptr);
+  }
+
+  void create() {
+    const engine::EngineInfo* info = engine::find_engine("nehash");
+    ASSERT_NE(info, nullptr);
+    pool::CreateParams p;
+    p.engine = "nehash";
+    p.size = options_.pool_size;
+    ASSERT_TRUE(info->encode_params(options_, p.engine_params.data()).ok());
+    ASSERT_TRUE(pool::Pool::create(path_, p, &pool_).ok());
+    ASSERT_TRUE(attach(info->create).ok());
+  }
+  Status attach(Status (*make)(const engine::Env&, std::unique_ptr<engine::Index>*)) {
+    if (Status s = heap::Heap::open(pool_->region(), pool_->heap_offset(), pool_->heap_size(), &heap_);
+        !s.ok()) {
+      return s;
+    }
+    engine::Env env{pool_.get(), heap_.get(), options_};
+    std::unique_ptr<engine::Index> index;
+    if (Status s = make(env, &index); !s.ok()) return s;
+    index_ = std::move(index);
+    pool_->begin_session();
+    return Status::OK();
+  }
+  // A clean close, as Store::close does it.
+  void shut() {
+    if (index_) {
+      index_->close();
+      heap_->drain_all();
+      pool_->mark_clean_shutdown();
+    }
+    index_.reset();
+    heap_.reset();
+    pool_.reset();
+  }
+  Status reopen() {
+    shut();
+    if (Status s = pool::Pool::open(path_, "nehash", &pool_); !s.ok()) return s;
+    Status s = attach(engine::find_engine("nehash")->open);
+    if (!s.ok()) {
+      heap_.reset();
+      pool_.reset();
+    }
+    return s;
+  }
+  // Closes cleanly, then runs fn over the mapped pool and its root.
+  template <typename Fn>
+  void edit(Fn&& fn) {
+    shut();
+    ASSERT_TRUE(pool::Pool::open(path_, "nehash", &pool_).ok());
+    fn(*pool_, *reinterpret_cast<nh::Root*>(pool_->root()));
+    pool_->region().persist_all();
+    pool_.reset();
+  }
+  void expect_open_rejects(const std::string& what) {
+    const std::string before = file_bytes(path_);
+    ASSERT_FALSE(before.empty());
+    const Status s = reopen();
+    EXPECT_TRUE(s.is_corruption()) << s.to_string();
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+    EXPECT_TRUE(file_bytes(path_) == before) << "a failed open changed the pool";
+  }
+
+  NehashIndex& nx() { return static_cast<NehashIndex&>(*index_); }
+  Status put(const std::string& k, std::string_view v) { return index_->insert(engine::make_key(k), v); }
+  Status upd(const std::string& k, std::string_view v) { return index_->update(engine::make_key(k), v); }
+  Status del(const std::string& k) { return index_->remove(engine::make_key(k)); }
+  Status get(const std::string& k, std::string* v) { return index_->get(engine::make_key(k), v); }
+  std::string value_of(const std::string& k) {
+    std::string v;
+    const Status s = get(k, &v);
+    return s.ok() ? v : "<" + s.to_string() + ">";
+  }
+  Stats stats() {
+    Stats st;
+    index_->fill_stats(&st);
+    return st;
+  }
+  void expect_check() {
+    const Status s = index_->check();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  nh::Probe probe(std::uint64_t h1) {
+    rcu::ReadGuard guard;
+    return nx().directory().probe(h1);
+  }
+  nh::Probe probe_top(std::uint64_t top, unsigned depth) { return probe(top << (64 - depth)); }
+  nh::GroupRef* group_of(const std::string& k) {
+    rcu::ReadGuard guard;
+    return nx().directory().find(engine::make_key(k).h1).group;
+  }
+  static std::uint16_t meta(nh::GroupRef* g, unsigned bucket, unsigned slot) {
+    return nh::group_metas(g->hdr)[bucket].meta[slot].load();
+  }
+  nh::Slot& slot(nh::GroupRef* g, unsigned bucket, unsigned slot) {
+    return nh::group_buckets(g->hdr, options_.nehash_bucket_bits)[bucket].slot[slot];
+  }
+  unsigned conflict_bucket() const { return 1u << options_.nehash_bucket_bits; }
+  unsigned valid_slots(nh::GroupRef* g) {
+    unsigned n = 0;
+    for (unsigned k = 0; k <= conflict_bucket(); ++k) {
+      for (unsigned s = 0; s < nh::kSlotsPerBucket; ++s) n += nh::meta_valid(meta(g, k, s));
+    }
+    return n;
+  }
+
+  // Splits the group covering (top, depth), which must be at that depth:
+  // inserts keys of that prefix whose next bit alternates, all with home
+  // (0, 0), until one split happened. Returns the keys inserted.
+  std::vector<std::string> split_group_at(std::uint64_t top, unsigned depth) {
+    const unsigned b = options_.nehash_bucket_bits;
+    const auto lower = find_keys(at(top << 1, depth + 1, b, 0, 0), 20);
+    const auto upper = find_keys(at((top << 1) | 1, depth + 1, b, 0, 0), 20);
+    const std::uint64_t before = stats().splits;
+    std::vector<std::string> keys;
+    for (std::size_t i = 0; i < 40 && stats().splits == before; ++i) {
+      const std::string& k = i % 2 == 0 ? lower[i / 2] : upper[i / 2];
+      EXPECT_TRUE(put(k, "v-" + k).ok()) << k;
+      keys.push_back(k);
+    }
+    EXPECT_EQ(stats().splits, before + 1);
+    return keys;
+  }
+  void expect_all_found(const std::vector<std::string>& keys) {
+    for (const std::string& k : keys) EXPECT_EQ(value_of(k), "v-" + k);
+  }
+
+  std::string path_;
+  Options options_;
+  std::unique_ptr<pool::Pool> pool_;
+  std::unique_ptr<heap::Heap> heap_;
+  std::unique_ptr<engine::Index> index_;
+};
+
+// ---------------------------------------------------------------------------
+// Directory transitions (§2.5, §2.6)
+// ---------------------------------------------------------------------------
+
+TEST_F(NehashEngineTest, FirstInsertUnderEmptyMainEntryCreatesGroupAtMainDepth) {
+  options_.nehash_initial_dir_bits = 2;
+  create();
+  EXPECT_FALSE(probe_top(0b10, 2).has_group);
+  fake_now = 1000;
+  const auto keys = find_keys(at(0b10, 2, 1, 0, 3), 1);
+  ASSERT_TRUE(put(keys[0], "v").ok());
+  const nh::Probe p = probe_top(0b10, 2);
+  EXPECT_TRUE(p.has_group);
+  EXPECT_EQ(p.levels, 1u);
+  EXPECT_EQ(p.bits[0], 2u);
+  EXPECT_EQ(p.group_depth, 2u);
+  EXPECT_EQ(p.group_entries, 1u);
+  EXPECT_EQ(p.time[0], 1000) << "Step 1: t0 of the main entry";
+  EXPECT_FALSE(probe_top(0b01, 2).has_group);
+  EXPECT_EQ(stats().groups, 1u);
+  EXPECT_EQ(value_of(keys[0]), "v");
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, SplitAtMainDepthCreatesOneTimeDirectoryOfTwoEntries) {
+  create();
+  fake_now = 100;
+  const auto first = find_keys(at(0b1, 1, 1, 1, 5), 1);
+  ASSERT_TRUE(put(first[0], "v-" + first[0]).ok());
+  fake_now = 500;
+  const auto keys = split_group_at(0b1, 1);
+  const nh::Probe lo = probe_top(0b10, 2);
+  const nh::Probe hi = probe_top(0b11, 2);
+  ASSERT_EQ(lo.levels, 2u);
+  EXPECT_EQ(lo.bits[1], 1u);
+  EXPECT_EQ(lo.depth[1], 2u);
+  EXPECT_EQ(lo.time[0], 400) << "Step 2: dt_i = 500 - 100";
+  EXPECT_EQ(lo.group_depth, 2u);
+  EXPECT_EQ(hi.levels, 2u);
+  EXPECT_EQ(hi.group_depth, 2u);
+  EXPECT_NE(lo.bg_id, hi.bg_id);
+  EXPECT_EQ(probe_top(0b0, 1).levels, 1u) << "the other main entry did not grow";
+  EXPECT_EQ(stats().levels, 2u);
+  expect_all_found(keys);
+  expect_all_found(first);
+  expect_check();
+}
+
+class NehashSpreadTest : public NehashEngineTest {
+ protected:
+  // Main entry 1 splits at t = 500 with t0 = 100 (dt_i = 400); both halves
+  // of its one-time node get keys, so t1 = 500 for both.
+  void grow_one_time_node() {
+    create();
+    fake_now = 100;
+    keys_ = find_keys(at(0b1, 1, 1, 1, 5), 1);
+    ASSERT_TRUE(put(keys_[0], "v-" + keys_[0]).ok());
+    fake_now = 500;
+    for (const auto& k : split_group_at(0b1, 1)) keys_.push_back(k);
+    ASSERT_EQ(probe_top(0b10, 2).time[1], 500);
+    ASSERT_EQ(probe_top(0b11, 2).time[1], 500);
+  }
+  std::vector<std::string> keys_;
+};
+
+TEST_F(NehashSpreadTest, TwoTimeDirectoryHasFourEntriesWhenSpreadRateIsOne) {
+  grow_one_time_node();
+  fake_now = 1500;  // dt_ij = 1000 > dt_i = 400: Spread_rate 1, Rule 1
+  for (const auto& k : split_group_at(0b11, 2)) keys_.push_back(k);
+  const nh::Probe p = probe_top(0b110, 3);
+  ASSERT_EQ(p.levels, 3u);
+  EXPECT_EQ(p.bits[2], 2u);
+  EXPECT_EQ(p.depth[2], 4u);
+  EXPECT_EQ(p.group_depth, 3u);
+  EXPECT_EQ(p.group_entries, 2u) << "[g, g, g1, g1]";
+  EXPECT_EQ(p.time[1], 1000) << "Step 4: dt_ij";
+  EXPECT_NE(probe_top(0b111, 3).bg_id, p.bg_id);
+  EXPECT_EQ(stats().rule1_nodes, 1u);
+  EXPECT_EQ(stats().rule2_nodes, 0u);
+  expect_all_found(keys_);
+  expect_check();
+}
+
+TEST_F(NehashSpreadTest, TwoTimeDirectoryHasTwoEntriesWhenSpreadRateIsZero) {
+  grow_one_time_node();
+  fake_now = 600;  // dt_ij = 100 < dt_i = 400: Rule 2
+  for (const auto& k : split_group_at(0b11, 2)) keys_.push_back(k);
+  fake_now = 900;  // dt_ij = 400 == dt_i: a tie is Rule 2 too
+  for (const auto& k : split_group_at(0b10, 2)) keys_.push_back(k);
+  for (std::uint64_t top : {0b110u, 0b100u}) {
+    const nh::Probe p = probe_top(top, 3);
+    ASSERT_EQ(p.levels, 3u);
+    EXPECT_EQ(p.bits[2], 1u);
+    EXPECT_EQ(p.depth[2], 3u);
+    EXPECT_EQ(p.group_entries, 1u);
+  }
+  EXPECT_EQ(probe_top(0b110, 3).time[1], 100);
+  EXPECT_EQ(probe_top(0b100, 3).time[1], 400);
+  EXPECT_EQ(stats().rule2_nodes, 2u);
+  EXPECT_EQ(stats().rule1_nodes, 0u);
+  expect_all_found(keys_);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, TimeValuesFollowSteps1To4) {
+  create();
+  const unsigned b = 1;
+  fake_now = 10;
+  const auto first = find_keys(at(0b10, 2, b, 1, 1), 1);
+  const auto second = find_keys(at(0b10, 2, b, 1, 2), 1);
+  ASSERT_TRUE(put(first[0], "v").ok());
+  EXPECT_EQ(probe_top(0b1, 1).time[0], 10) << "Step 1";
+  fake_now = 20;
+  ASSERT_TRUE(put(second[0], "v").ok());
+  EXPECT_EQ(probe_top(0b1, 1).time[0], 10) << "Step 1 stamps the first key only";
+  // Fill the group with lower-half keys; the key that splits it is the first
+  // of the upper half, which therefore starts empty.
+  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 17);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 1);
+  for (const auto& k : lower) ASSERT_TRUE(put(k, "v").ok());
+  fake_now = 50;
+  NehashIndex::set_split_hook([] { fake_now = 70; });  // the split is stamped at 50
+  ASSERT_TRUE(put(upper[0], "v").ok());
+  NehashIndex::set_split_hook(nullptr);
+  EXPECT_EQ(stats().splits, 1u);
+  EXPECT_EQ(probe_top(0b10, 2).time[0], 40) << "Step 2: dt_i = 50 - 10";
+  EXPECT_EQ(probe_top(0b10, 2).time[1], 50) << "Step 3: the non-empty half starts at the split";
+  EXPECT_EQ(probe_top(0b11, 2).time[1], 70) << "Step 3: the empty half starts at its first key";
+  fake_now = 200;
+  split_group_at(0b11, 2);
+  EXPECT_EQ(probe_top(0b110, 3).time[1], 130) << "Step 4: dt_ij = 200 - 70";
+  expect_check();
+}
+
+TEST_F(NehashSpreadTest, FullTwoTimeDirectoryExpandsMainToDeepestLeaf) {
+  grow_one_time_node();
+  const auto zero = find_keys(at(0b0, 1, 1, 1, 1), 1);
+  ASSERT_TRUE(put(zero[0], "v-" + zero[0]).ok());
+  keys_.push_back(zero[0]);
+  fake_now = 600;  // Rule 2: a two-time node of depth 3 under 0b11
+  for (const auto& k : split_group_at(0b11, 2)) keys_.push_back(k);
+  ASSERT_EQ(probe_top(0b111, 3).depth[2], 3u);
+  ASSERT_EQ(stats().full_expansions, 0u);
+  // Group 0b111 fills its two-time node's depth: case D, then case B.
+  for (const auto& k : split_group_at(0b111, 3)) keys_.push_back(k);
+  EXPECT_EQ(stats().full_expansions, 1u);
+  EXPECT_EQ(nx().directory().main_bits(), 3u) << "the deepest leaf before the expansion";
+  const nh::Probe p = probe_top(0b1110, 4);
+  ASSERT_EQ(p.levels, 2u) << "after the expansion the split hung a one-time node";
+  EXPECT_EQ(p.depth[0], 3u);
+  EXPECT_EQ(p.depth[1], 4u);
+  EXPECT_EQ(probe_top(0b0, 1).group_entries, 4u) << "a depth-1 group names 2^(3-1) entries";
+  EXPECT_EQ(probe_top(0b10, 2).group_entries, 2u);
+  EXPECT_EQ(probe_top(0b110, 3).levels, 1u);
+  expect_all_found(keys_);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, OnlyTheExpandingEntryIsLocked) {
+  create();
+  const unsigned b = 1;
+  // A group under main entry 0 with keys, and one under entry 1 that is
+  // full for home (0, 0).
+  const auto other = find_keys(at(0b0, 1, b, 1, 2), 3);
+  for (const auto& k : other) ASSERT_TRUE(put(k, "v-" + k).ok());
+  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 9);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 9);
+  for (int i = 0; i < 9; ++i) {
+    ASSERT_TRUE(put(lower[i], "v-" + lower[i]).ok());
+    if (i < 8) {
+      ASSERT_TRUE(put(upper[i], "v-" + upper[i]).ok());
+    }
+  }
+  std::atomic<int> parked{0};
+  std::atomic<int> release{0};
+  NehashIndex::set_split_hook([&] {
+    parked.store(1);
+    parked.notify_all();
+    release.wait(0);
+  });
+  Status splitter_status;
+  std::thread splitter([&] { splitter_status = put(upper[8], "v-" + upper[8]); });
+  parked.wait(0);
+  // The split of entry 1's group is parked at step 9. Everything else works.
+  for (const auto& k : other) EXPECT_EQ(value_of(k), "v-" + k);
+  const auto fresh = find_keys(at(0b0, 1, b, 0, 7), 1);
+  EXPECT_TRUE(put(fresh[0], "v").ok());
+  EXPECT_TRUE(upd(other[0], "changed").ok());
+  EXPECT_EQ(value_of(other[0]), "changed");
+  // Reads of the parked group's keys, both halves, complete too.
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(value_of(lower[i]), "v-" + lower[i]);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(value_of(upper[i]), "v-" + upper[i]);
+  release.store(1);
+  release.notify_all();
+  splitter.join();
+  NehashIndex::set_split_hook(nullptr);
+  EXPECT_TRUE(splitter_status.ok()) << splitter_status.to_string();
+  EXPECT_EQ(value_of(upper[8]), "v-" + upper[8]);
+  expect_check();
+}
+
+// ---------------------------------------------------------------------------
+// Groups, slots, splits
+// ---------------------------------------------------------------------------
+
+TEST_F(NehashEngineTest, KeyLandsInTheSlotNamedByItsLowestHashBits) {
+  create();
+  const auto keys = find_keys(at(0b0, 1, 1, 1, 7), 1);
+  ASSERT_TRUE(put(keys[0], "a value longer than eight bytes").ok());
+  nh::GroupRef* g = group_of(keys[0]);
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(nh::meta_valid(meta(g, 1, 7)));
+  EXPECT_EQ(slot(g, 1, 7).w1.load(), engine::make_key(keys[0]).h1);
+  EXPECT_EQ(valid_slots(g), 1u);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, CollidingKeyGoesToConflictBucketAndIsFoundByScan) {
+  create();
+  const auto keys = find_keys(at(0b0, 1, 1, 0, 9), 3);
+  for (const auto& k : keys) ASSERT_TRUE(put(k, "v-" + k).ok());
+  nh::GroupRef* g = group_of(keys[0]);
+  EXPECT_EQ(slot(g, 0, 9).w1.load(), engine::make_key(keys[0]).h1);
+  EXPECT_EQ(slot(g, conflict_bucket(), 0).w1.load(), engine::make_key(keys[1]).h1);
+  EXPECT_EQ(slot(g, conflict_bucket(), 1).w1.load(), engine::make_key(keys[2]).h1);
+  expect_all_found(keys);
+  EXPECT_TRUE(put(keys[2], "again").is_already_exists());
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, ConflictBucketOverflowSplitsTheGroupAndLosesNoInsert) {
+  options_.nehash_initial_dir_bits = 0;
+  create();
+  // One home slot and 16 conflict slots hold 17 keys of one home.
+  const auto keys = find_keys(at(0, 0, 1, 1, 4), 18);
+  for (int i = 0; i < 17; ++i) ASSERT_TRUE(put(keys[i], "v-" + keys[i]).ok());
+  EXPECT_EQ(stats().splits, 0u);
+  EXPECT_EQ(stats().groups, 1u);
+  ASSERT_TRUE(put(keys[17], "v-" + keys[17]).ok());
+  EXPECT_GE(stats().splits, 1u);
+  expect_all_found(keys);
+  EXPECT_EQ(index_->size(), 18u);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, SplitKeepsLowerHalfInPlaceAndCopiesUpperHalf) {
+  create();
+  const unsigned b = 1;
+  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 9);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 8);
+  const auto upper_elsewhere = find_keys(at(0b11, 2, b, 1, 3), 1);
+  // lower[0] takes home (0, 0); the rest of home (0, 0) go to the conflict bucket.
+  for (const auto& k : lower) ASSERT_TRUE(put(k, "v-" + k).ok());
+  for (const auto& k : upper) ASSERT_TRUE(put(k, "v-" + k).ok());
+  ASSERT_TRUE(put(upper_elsewhere[0], "v-" + upper_elsewhere[0]).ok());
+  nh::GroupRef* g = group_of(lower[0]);
+  const std::uint64_t g_off = g->off;
+  ASSERT_EQ(valid_slots(g), 18u);
+  const auto trigger = find_keys(at(0b10, 2, b, 0, 0), 1);
+  ASSERT_TRUE(put(trigger[0], "v-" + trigger[0]).ok());
+  ASSERT_EQ(stats().splits, 1u);
+  EXPECT_EQ(group_of(lower[0])->off, g_off) << "the lower half stays in place";
+  nh::GroupRef* g1 = group_of(upper[0]);
+  ASSERT_NE(g1, g);
+  EXPECT_EQ(g1->hdr->prefix, std::uint64_t{0b11} << 62);
+  EXPECT_EQ(g1->hdr->create_depth, 2u);
+  // A conflict key went home in g1 (free there), the others to its conflict
+  // bucket; a home key kept its (bucket, slot).
+  EXPECT_EQ(slot(g1, 0, 0).w1.load(), engine::make_key(upper[0]).h1);
+  EXPECT_TRUE(nh::meta_valid(meta(g1, 1, 3)));
+  EXPECT_EQ(slot(g1, 1, 3).w1.load(), engine::make_key(upper_elsewhere[0]).h1);
+  EXPECT_EQ(valid_slots(g1), 9u);
+  EXPECT_EQ(valid_slots(g), 10u) << "nine lower keys and the trigger";
+  expect_all_found(lower);
+  expect_all_found(upper);
+  expect_all_found(upper_elsewhere);
+  expect_all_found(trigger);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, SplitClearsStaleSlots) {
+  create();
+  const unsigned b = 1;
+  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 1);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 16);
+  ASSERT_TRUE(put(lower[0], "v").ok());
+  for (const auto& k : upper) ASSERT_TRUE(put(k, "v").ok());
+  nh::GroupRef* g = group_of(lower[0]);
+  const auto trigger = find_keys(at(0b10, 2, b, 0, 0), 1);
+  ASSERT_TRUE(put(trigger[0], "v").ok());
+  ASSERT_EQ(stats().splits, 1u);
+  // The upper keys' old conflict slots keep their words but are not VALID.
+  unsigned stale_words = 0;
+  for (unsigned s = 0; s < nh::kSlotsPerBucket; ++s) {
+    const std::uint64_t w1 = slot(g, conflict_bucket(), s).w1.load();
+    if (nh::top_bits(w1, 2) == 0b11) {
+      ++stale_words;
+      EXPECT_FALSE(nh::meta_valid(meta(g, conflict_bucket(), s))) << "conflict slot " << s;
+    }
+  }
+  EXPECT_GE(stale_words, 15u);
+  EXPECT_EQ(valid_slots(g), 2u);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, KeysWithIdenticalHashUseOverflowBlocksWhenTheDirectoryCannotGrow) {
+  options_.nehash_initial_dir_bits = 0;
+  nh::testing::set_max_main_bits(3);
+  create();
+  // Keys that no split can separate (hand-made hashes: only reads and
+  // writes are checked here, not check(), which rehashes keys).
+  std::deque<std::string> names;
+  auto key = [&](int i) {
+    names.push_back("identical-hash-" + std::to_string(i));
+    return engine::Key{names.back(), 0xF00DF00DF00DF00Dull, 0x1234};
+  };
+  for (int i = 0; i < 60; ++i) ASSERT_TRUE(index_->insert(key(i), "v" + std::to_string(i)).ok()) << i;
+  EXPECT_EQ(index_->size(), 60u);
+  {
+    rcu::ReadGuard guard;
+    nh::GroupRef* g = nx().directory().find(0xF00DF00DF00DF00Dull).group;
+    ASSERT_NE(g, nullptr);
+    EXPECT_NE(g->overflow.load(), nullptr);
+    EXPECT_NE(g->hdr->overflow.load(), 0u);
+  }
+  for (int i = 0; i < 60; i += 7) ASSERT_TRUE(index_->remove(key(i)).ok()) << i;
+  for (int i = 0; i < 60; ++i) {
+    std::string v;
+    const Status s = index_->get(key(i), &v);
+    if (i % 7 == 0) {
+      EXPECT_TRUE(s.is_not_found()) << i;
+    } else {
+      EXPECT_EQ(v, "v" + std::to_string(i)) << i;
+    }
+  }
+  ASSERT_TRUE(index_->insert(key(7), "back").ok());
+  ASSERT_TRUE(reopen().ok());
+  std::string v;
+  ASSERT_TRUE(index_->get(key(7), &v).ok());
+  EXPECT_EQ(v, "back");
+  for (int i = 1; i < 60; i += 7) {
+    ASSERT_TRUE(index_->get(key(i), &v).ok());
+    EXPECT_EQ(v, "v" + std::to_string(i));
+  }
+}
+
+TEST_F(NehashEngineTest, SplitThatCannotAllocateReturnsNoSpaceAndKeepsEverything) {
+  options_.pool_size = pool::kMinPoolSize;
+  options_.nehash_bucket_bits = 8;  // a group is a run of one 256 KiB chunk
+  options_.nehash_initial_dir_bits = 0;
+  create();
+  const unsigned b = 8;
+  const auto same_home = find_keys(at(0, 0, b, 3, 3), 18, 8);
+  for (int i = 0; i < 17; ++i) ASSERT_TRUE(put(same_home[i], "v").ok());
+  // Fill the pool with large values under other homes until it refuses.
+  std::vector<std::string> big;
+  const auto homes = find_keys([](std::uint64_t h1) { return nh::home_bucket(h1, 8) != 3; }, 64);
+  for (const auto& k : homes) {
+    const Status s = put(k, std::string(100000, 'b'));
+    if (s.is_no_space()) break;
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    big.push_back(k);
+  }
+  ASSERT_FALSE(big.empty());
+  const std::uint64_t used = heap_->used_bytes();
+  const Status s = put(same_home[17], "v");  // inline: only the split allocates
+  EXPECT_TRUE(s.is_no_space()) << s.to_string();
+  EXPECT_EQ(heap_->used_bytes(), used);
+  EXPECT_EQ(stats().splits, 0u);
+  EXPECT_EQ(stats().groups, 1u);
+  EXPECT_TRUE(get(same_home[17], nullptr).is_not_found());
+  for (int i = 0; i < 17; ++i) EXPECT_EQ(value_of(same_home[i]), "v");
+  for (const auto& k : big) EXPECT_EQ(value_of(k), std::string(100000, 'b'));
+  expect_check();
+  // Room again: the same insert succeeds.
+  ASSERT_TRUE(del(big[0]).ok());
+  ASSERT_TRUE(del(big[1]).ok());
+  heap_->drain_all();
+  EXPECT_TRUE(put(same_home[17], "v").ok());
+  expect_check();
+}
+
+// ---------------------------------------------------------------------------
+// Inline and pointer slots, update, remove
+// ---------------------------------------------------------------------------
+
+TEST_F(NehashEngineTest, SmallPairsAreInlineLargeOnesUseItems) {
+  create();
+  const auto short_keys = find_keys(at(0, 1, 1, 0, 1), 2, 8);
+  const auto long_keys = find_keys(at(0, 1, 1, 0, 2), 1, 9);
+  const std::uint64_t used0 = heap_->used_bytes();
+  ASSERT_TRUE(put(short_keys[0], "12345678").ok());
+  nh::GroupRef* g = group_of(short_keys[0]);
+  const std::uint64_t used1 = heap_->used_bytes();  // the group and the table segment
+  EXPECT_GT(used1, used0);
+  const std::uint16_t m = meta(g, 0, 1);
+  EXPECT_TRUE(nh::meta_is_inline(m));
+  EXPECT_EQ(nh::meta_key_len(m), 8u);
+  EXPECT_EQ(nh::meta_value_len(m), 8u);
+  EXPECT_EQ(slot(g, 0, 1).w0.load(), nh::pack_word(short_keys[0]));
+  EXPECT_EQ(slot(g, 0, 1).w1.load(), nh::pack_word("12345678"));
+  ASSERT_TRUE(put(short_keys[1], "123456789").ok());  // 9-byte value: an item
+  EXPECT_FALSE(nh::meta_is_inline(meta(g, conflict_bucket(), 0)));
+  EXPECT_GT(heap_->used_bytes(), used1);
+  const std::uint64_t used2 = heap_->used_bytes();
+  ASSERT_TRUE(put(long_keys[0], "x").ok());  // 9-byte key: an item
+  EXPECT_FALSE(nh::meta_is_inline(meta(g, 0, 2)));
+  EXPECT_GT(heap_->used_bytes(), used2);
+  EXPECT_EQ(value_of(short_keys[0]), "12345678");
+  EXPECT_EQ(value_of(short_keys[1]), "123456789");
+  EXPECT_EQ(value_of(long_keys[0]), "x");
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, UpdateInlineSameLengthIsInPlace) {
+  create();
+  const auto k = find_keys(at(0, 1, 1, 1, 1), 1, 6);
+  ASSERT_TRUE(put(k[0], "abc").ok());
+  nh::GroupRef* g = group_of(k[0]);
+  const std::uint16_t m = meta(g, 1, 1);
+  const std::uint64_t used = heap_->used_bytes();
+  ASSERT_TRUE(upd(k[0], "xyz").ok());
+  EXPECT_EQ(meta(g, 1, 1), m);
+  EXPECT_EQ(slot(g, 1, 1).w1.load(), nh::pack_word("xyz"));
+  EXPECT_EQ(heap_->used_bytes(), used);
+  EXPECT_EQ(value_of(k[0]), "xyz");
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, UpdateAcrossInlineLimitChangesForm) {
+  create();
+  const auto k = find_keys(at(0, 1, 1, 1, 2), 1, 6);
+  ASSERT_TRUE(put(k[0], "abc").ok());
+  nh::GroupRef* g = group_of(k[0]);
+  auto form = [&] { return nh::meta_is_inline(meta(g, 1, 2)) ? "inline" : "pointer"; };
+  struct Step {
+    std::string value;
+    const char* form;
+  };
+  const std::vector<Step> steps = {
+      {"abcdefgh", "inline"},                // inline, other length
+      {"abcdefghi", "pointer"},              // inline -> pointer
+      {std::string(300, 'p'), "pointer"},    // pointer -> pointer
+      {"", "inline"},                        // pointer -> inline, empty value
+      {std::string(70000, 'q'), "pointer"},  // inline -> a large item
+      {"z", "inline"},
+  };
+  for (const Step& s : steps) {
+    ASSERT_TRUE(upd(k[0], s.value).ok()) << s.value.size();
+    EXPECT_STREQ(form(), s.form) << s.value.size();
+    EXPECT_EQ(value_of(k[0]), s.value);
+    EXPECT_EQ(nx().open_counters().slot_updates_replayed, 0u);
+    for (const auto& log : reinterpret_cast<nh::Root*>(pool_->root())->op_log) {
+      EXPECT_EQ(log.op.load(), 0u) << "the op log is cleared when an update returns";
+    }
+  }
+  expect_check();  // also: every replaced item was freed (no leak)
+}
+
+TEST_F(NehashEngineTest, UpdateMissingKeyIsNotFound) {
+  options_.nehash_initial_dir_bits = 0;
+  create();
+  EXPECT_TRUE(upd("absent", "v").is_not_found());
+  EXPECT_EQ(stats().groups, 0u) << "an update creates no group";
+  ASSERT_TRUE(put("present", "v").ok());
+  EXPECT_TRUE(upd("absent", "v").is_not_found());
+  EXPECT_TRUE(upd("absent-and-long-enough-for-an-item", std::string(100, 'x')).is_not_found());
+  EXPECT_EQ(index_->size(), 1u);
+  expect_check();  // the prepared item was freed
+}
+
+TEST_F(NehashEngineTest, RemoveInline) {
+  create();
+  const auto k = find_keys(at(0, 1, 1, 0, 5), 1, 4);
+  ASSERT_TRUE(put(k[0], "v").ok());
+  nh::GroupRef* g = group_of(k[0]);
+  ASSERT_TRUE(del(k[0]).ok());
+  EXPECT_FALSE(nh::meta_valid(meta(g, 0, 5)));
+  EXPECT_TRUE(get(k[0], nullptr).is_not_found());
+  EXPECT_TRUE(del(k[0]).is_not_found());
+  EXPECT_EQ(index_->size(), 0u);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, RemovePointerRetiresItsItem) {
+  create();
+  const auto k = find_keys(at(0, 1, 1, 0, 6), 2);
+  ASSERT_TRUE(put(k[0], "v").ok());
+  heap_->drain_all();
+  const std::uint64_t used = heap_->used_bytes();
+  ASSERT_TRUE(put(k[1], std::string(1000, 'i')).ok());
+  EXPECT_GT(heap_->used_bytes(), used);
+  ASSERT_TRUE(del(k[1]).ok());
+  heap_->drain_all();
+  EXPECT_EQ(heap_->used_bytes(), used) << "the item is freed after a grace period";
+  EXPECT_EQ(value_of(k[0]), "v");
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, RemoveFromConflictBucketKeepsHomeKey) {
+  create();
+  const auto k = find_keys(at(0, 1, 1, 1, 8), 3);
+  for (const auto& x : k) ASSERT_TRUE(put(x, "v-" + x).ok());
+  nh::GroupRef* g = group_of(k[0]);
+  ASSERT_TRUE(del(k[1]).ok());
+  EXPECT_FALSE(nh::meta_valid(meta(g, conflict_bucket(), 0)));
+  EXPECT_TRUE(nh::meta_valid(meta(g, 1, 8)));
+  EXPECT_EQ(value_of(k[0]), "v-" + k[0]);
+  EXPECT_EQ(value_of(k[2]), "v-" + k[2]);
+  EXPECT_TRUE(get(k[1], nullptr).is_not_found());
+  // And the home key goes while the conflict key stays.
+  ASSERT_TRUE(del(k[0]).ok());
+  EXPECT_EQ(value_of(k[2]), "v-" + k[2]);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, ReinsertAfterRemoveReusesTheSlot) {
+  create();
+  const auto k = find_keys(at(0, 1, 1, 1, 10), 2);
+  ASSERT_TRUE(put(k[0], "first").ok());
+  ASSERT_TRUE(put(k[1], "conflict").ok());
+  nh::GroupRef* g = group_of(k[0]);
+  ASSERT_TRUE(del(k[0]).ok());
+  ASSERT_TRUE(put(k[0], "second").ok());
+  EXPECT_TRUE(nh::meta_valid(meta(g, 1, 10)));
+  EXPECT_EQ(slot(g, 1, 10).w1.load(), engine::make_key(k[0]).h1);
+  EXPECT_EQ(value_of(k[0]), "second");
+  EXPECT_EQ(valid_slots(g), 2u);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, UpsertInsertsThenUpdates) {
+  create();
+  const auto k = find_keys(at(0, 1, 1, 0, 11), 1);
+  ASSERT_TRUE(index_->upsert(engine::make_key(k[0]), "one").ok());
+  EXPECT_EQ(value_of(k[0]), "one");
+  ASSERT_TRUE(index_->upsert(engine::make_key(k[0]), std::string(50, 't')).ok());
+  EXPECT_EQ(value_of(k[0]), std::string(50, 't'));
+  EXPECT_EQ(index_->size(), 1u);
+  expect_check();
+}
+
+// ---------------------------------------------------------------------------
+// Rebuild from Rec_BG_TABLE (§5)
+// ---------------------------------------------------------------------------
+
+class NehashRebuildTest : public NehashSpreadTest {
+ protected:
+  // Groups of depth 1 (prefix 0), 2 (prefix 10) and 3 (110 and 111).
+  void grow_mixed_depths() {
+    grow_one_time_node();
+    fake_now = 600;
+    for (const auto& k : split_group_at(0b11, 2)) keys_.push_back(k);
+    const auto zero = find_keys(at(0b0, 1, 1, 1, 1), 3);
+    for (const auto& k : zero) {
+      ASSERT_TRUE(put(k, "v-" + k).ok());
+      keys_.push_back(k);
+    }
+  }
+};
+
+TEST_F(NehashRebuildTest, RebuildSizesMainDirectoryByDeepestGroup) {
+  grow_mixed_depths();
+  ASSERT_EQ(nx().directory().main_bits(), 1u);
+  const std::uint64_t groups = stats().groups;
+  ASSERT_TRUE(reopen().ok());
+  EXPECT_EQ(nx().directory().main_bits(), 3u) << "Steps 2-3: 2^D_L_Max entries";
+  EXPECT_EQ(stats().levels, 1u) << "every group hangs from the main node";
+  EXPECT_EQ(stats().groups, groups);
+  expect_all_found(keys_);
+  expect_check();
+}
+
+TEST_F(NehashRebuildTest, RebuildAttachesShallowGroupToAllItsEntries) {
+  grow_mixed_depths();
+  const std::uint32_t shallow = probe_top(0b0, 1).bg_id;
+  ASSERT_TRUE(reopen().ok());
+  for (std::uint64_t top = 0; top < 4; ++top) {
+    const nh::Probe p = probe_top(top, 3);
+    EXPECT_EQ(p.bg_id, shallow) << top;
+    EXPECT_EQ(p.group_entries, 4u);
+    EXPECT_EQ(p.group_depth, 1u);
+  }
+  EXPECT_EQ(probe_top(0b100, 3).group_entries, 2u);
+  EXPECT_EQ(probe_top(0b110, 3).group_entries, 1u);
+  // The shallow group splits in the directory it has now (case A).
+  const std::uint64_t nodes = stats().expansions;
+  for (const auto& k : split_group_at(0b0, 1)) keys_.push_back(k);
+  EXPECT_EQ(stats().expansions, nodes) << "case A creates no node";
+  EXPECT_EQ(probe_top(0b000, 3).group_entries, 2u);
+  EXPECT_NE(probe_top(0b010, 3).bg_id, shallow);
+  EXPECT_EQ(probe_top(0b010, 3).group_entries, 2u);
+  expect_all_found(keys_);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, RebuildOfEmptyPoolUsesInitialDirectoryBits) {
+  options_.nehash_initial_dir_bits = 5;
+  create();
+  ASSERT_TRUE(reopen().ok());
+  EXPECT_EQ(nx().directory().main_bits(), 5u);
+  EXPECT_EQ(stats().groups, 0u);
+  EXPECT_EQ(index_->size(), 0u);
+  EXPECT_EQ(nx().open_counters().groups_read, 0u);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, RebuildAttachesEmptyGroups) {
+  create();
+  const auto k = find_keys(at(0b1, 1, 1, 0, 0), 1);
+  ASSERT_TRUE(put(k[0], "v").ok());
+  ASSERT_TRUE(del(k[0]).ok());
+  const std::uint32_t id = probe_top(0b1, 1).bg_id;
+  ASSERT_TRUE(reopen().ok());
+  const nh::Probe p = probe_top(0b1, 1);
+  EXPECT_TRUE(p.has_group) << "an empty group is attached by its header's prefix";
+  EXPECT_EQ(p.bg_id, id);
+  ASSERT_TRUE(put(k[0], "w").ok());
+  EXPECT_EQ(stats().groups, 1u);
+  expect_check();
+}
+
+TEST_F(NehashEngineTest, OpenReadsOneHeaderPerGroupAndNoSlot) {
+  options_.nehash_initial_dir_bits = 0;
+  create();
+  for (const auto& k : find_keys([](std::uint64_t) { return true; }, 3000)) {
+    ASSERT_TRUE(put(k, "v").ok());
+  }
+  const std::uint64_t groups = stats().groups;
+  ASSERT_GT(groups, 20u);
+  ASSERT_TRUE(reopen().ok());
+  EXPECT_EQ(nx().open_counters().groups_read, groups);
+  EXPECT_EQ(nx().open_counters().slots_read, 0u);
+  EXPECT_LE(std::uint64_t{1} << nx().directory().main_bits(), 8 * groups);
+  EXPECT_EQ(index_->size(), 3000u);
+  expect_check();
+}
+
+// The slot of an inline key and its meta, for op-log records made by hand.
+struct SlotAddress {
+  std::uint64_t slot = 0, meta = 0;
+};
+
+class NehashOpLogTest : public NehashEngineTest {
+ protected:
+  SlotAddress address_of(const std::string& k, unsigned bucket, unsigned s) {
+    nh::GroupRef* g = group_of(k);
+    return {pool_->region().offset_of(&slot(g, bucket, s)),
+            pool_->region().offset_of(&nh::group_metas(g->hdr)[bucket].meta[s])};
+  }
+  // Writes a slot-update record into op log 3: the key's new value `v`
+  // (inline), committed or not.
+  void write_record(const std::string& k, const SlotAddress& a, const std::string& v,
+                    bool committed) {
+    const engine::Key key = engine::make_key(k);
+    edit([&](pool::Pool&, nh::Root& root) {
+      nh::OpLog& log = root.op_log[3];
+      log.meta.store(nh::log_meta(nh::meta_inline(k.size(), v.size(), nh::fingerprint(key.h2)), a.meta));
+      log.w0.store(nh::pack_word(k));
+      log.w1.store(nh::pack_word(v));
+      log.op.store(committed ? nh::op_slot_update(a.slot) : 0);
+    });
+  }
+};
+
+TEST_F(NehashOpLogTest, RebuildReplaysCommittedSlotUpdate) {
+  create();
+  const auto k = find_keys(at(0, 1, 1, 1, 12), 1, 5);
+  ASSERT_TRUE(put(k[0], "old").ok());
+  const SlotAddress a = address_of(k[0], 1, 12);
+  write_record(k[0], a, "newval", /*committed=*/true);
+  ASSERT_TRUE(reopen().ok());
+  EXPECT_EQ(nx().open_counters().slot_updates_replayed, 1u);
+  EXPECT_EQ(value_of(k[0]), "newval");
+  EXPECT_EQ(reinterpret_cast<nh::Root*>(pool_->root())->op_log[3].op.load(), 0u);
+  expect_check();
+}
+
+TEST_F(NehashOpLogTest, RebuildIgnoresUncommittedSlotUpdate) {
+  create();
+  const auto k = find_keys(at(0, 1, 1, 1, 13), 1, 5);
+  ASSERT_TRUE(put(k[0], "old").ok());
+  const SlotAddress a = address_of(k[0], 1, 13);
+  write_record(k[0], a, "newval", /*committed=*/false);
+  ASSERT_TRUE(reopen().ok());
+  EXPECT_EQ(nx().open_counters().slot_updates_replayed, 0u);
+  EXPECT_EQ(value_of(k[0]), "old");
+  expect_check();
+}
+
+TEST_F(NehashOpLogTest, SlotUpdateNamingNoSlotIsRejectedUnchanged) {
+  create();
+  const auto k = find_keys(at(0, 1, 1, 1, 14), 1, 5);
+  ASSERT_TRUE(put(k[0], "old").ok());
+  SlotAddress a = address_of(k[0], 1, 14);
+  a.slot += 4096 * 16;  // far outside any group
+  write_record(k[0], a, "newval", /*committed=*/true);
+  expect_open_rejects("names no slot of a live group");
+}
+
+TEST_F(NehashEngineTest, OverlappingGroupsAreRejectedUnchanged) {
+  create();
+  const auto k0 = find_keys(at(0b0, 1, 1, 0, 0), 1);
+  const auto k1 = find_keys(at(0b1, 1, 1, 0, 0), 1);
+  ASSERT_TRUE(put(k0[0], "v").ok());
+  ASSERT_TRUE(put(k1[0], "v").ok());
+  const std::uint64_t g1 = group_of(k1[0])->off;
+  // Group 1's header now claims prefix 0, like group 0: consistent with its
+  // own entry, but both cover prefix 0b0.
+  edit([&](pool::Pool& p, nh::Root&) { p.region().at<GroupHeader>(g1)->prefix = 0; });
+  expect_open_rejects("both cover prefix 0b0");
+}
+
+TEST_F(NehashEngineTest, GroupHeaderNotMatchingItsEntryIsRejectedUnchanged) {
+  create();
+  const auto k = find_keys(at(0b1, 1, 1, 0, 0), 1);
+  ASSERT_TRUE(put(k[0], "v").ok());
+  const std::uint64_t off = group_of(k[0])->off;
+  edit([&](pool::Pool& p, nh::Root&) { p.region().at<GroupHeader>(off)->bg_id += 7; });
+  expect_open_rejects("does not match recovery-table entry 0");
+}
+
+TEST_F(NehashEngineTest, CheckReportsSlotOutsideItsGroupRange) {
+  create();
+  const auto k0 = find_keys(at(0b0, 1, 1, 0, 3), 1, 4);
+  const auto k1 = find_keys(at(0b1, 1, 1, 0, 4), 1, 4);
+  ASSERT_TRUE(put(k0[0], "v").ok());
+  ASSERT_TRUE(put(k1[0], "v").ok());
+  expect_check();
+  // Copy k0's inline slot into group 1, at k0's home.
+  nh::GroupRef* g0 = group_of(k0[0]);
+  nh::GroupRef* g1 = group_of(k1[0]);
+  slot(g1, 0, 3).w0.store(slot(g0, 0, 3).w0.load());
+  slot(g1, 0, 3).w1.store(slot(g0, 0, 3).w1.load());
+  nh::group_metas(g1->hdr)[0].meta[3].store(meta(g0, 0, 3));
+  const Status s = index_->check();
+  EXPECT_TRUE(s.is_corruption());
+  EXPECT_NE(s.message().find("outside its group's range"), std::string::npos) << s.to_string();
+}
+
+TEST_F(NehashEngineTest, CheckReportsLeafNotCoveringItsGroup) {
+  create();
+  const auto k0 = find_keys(at(0b0, 1, 1, 0, 3), 1);
+  const auto k1 = find_keys(at(0b1, 1, 1, 0, 4), 1);
+  ASSERT_TRUE(put(k0[0], "v").ok());
+  ASSERT_TRUE(put(k1[0], "v").ok());
+  {
+    rcu::ReadGuard guard;
+    const nh::Leaf leaf = nx().directory().find(engine::make_key(k1[0]).h1);
+    leaf.node()->point(leaf.entry()).store(reinterpret_cast<std::uintptr_t>(group_of(k0[0])));
+  }
+  const Status s = index_->check();
+  EXPECT_TRUE(s.is_corruption());
+  EXPECT_NE(s.message().find("does not cover it"), std::string::npos) << s.to_string();
+}
+
+// ---------------------------------------------------------------------------
+// Crash images taken mid-split (§4.2)
+// ---------------------------------------------------------------------------
+
+class NehashCrashTest : public NehashEngineTest {
+ protected:
+  struct Recovered {
+    Status open, check;
+    NehashIndex::OpenCounters counters;
+    std::map<std::string, std::string> values;
+  };
+  // Opens a copy of a crash image as a pool of its own, and reads it back.
+  Recovered recover(const std::vector<std::byte>& image, const std::vector<std::string>& keys) {
+    Recovered r;
+    const std::string copy = path_ + ".image";
+    {
+      std::ofstream out(copy, std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
+    }
+    std::unique_ptr<pool::Pool> p;
+    std::unique_ptr<heap::Heap> h;
+    std::unique_ptr<engine::Index> index;
+    r.open = pool::Pool::open(copy, "nehash", &p);
+    if (r.open.ok()) r.open = heap::Heap::open(p->region(), p->heap_offset(), p->heap_size(), &h);
+    if (r.open.ok()) {
+      engine::Env env{p.get(), h.get(), options_};
+      r.open = engine::find_engine("nehash")->open(env, &index);
+    }
+    if (r.open.ok()) {
+      p->begin_session();
+      r.counters = static_cast<NehashIndex&>(*index).open_counters();
+      r.check = index->check();
+      for (const std::string& k : keys) {
+        std::string v;
+        if (index->get(engine::make_key(k), &v).ok()) r.values[k] = v;
+      }
+      index->close();
+      h->drain_all();
+      p->mark_clean_shutdown();
+    }
+    index.reset();
+    h.reset();
+    p.reset();
+    ::unlink(copy.c_str());
+    return r;
+  }
+};
+
+TEST_F(NehashCrashTest, RebuildFromCrashImagesTakenMidSplit) {
+  testing::GranularityGuard granularity;
+  granularity.force("cache_line");
+  options_.pool_size = pool::kMinPoolSize;
+  options_.nehash_initial_dir_bits = 0;
+  create();
+  ASSERT_EQ(pool_->region().granularity(), media::Granularity::kCacheLine);
+  // 17 inline keys of one home fill the group; the 18th splits it.
+  const auto keys = find_keys(at(0, 0, 1, 1, 6), 18, 8);
+  for (int i = 0; i < 17; ++i) ASSERT_TRUE(put(keys[i], "v" + std::to_string(i)).ok());
+  const std::vector<std::string> stored(keys.begin(), keys.begin() + 17);
+  pool_->region().persist_all();
+  testing::PersistenceSim sim(pool_->region());
+  const auto* root = reinterpret_cast<const nh::Root*>(pool_->root());
+  std::mt19937_64 rng(6);
+  int split_drain = 0;
+  std::uint64_t images = 0;
+  NehashIndex::OpenCounters rows;
+  sim.set_crash_point_hook([&](const testing::PersistenceSim& s) {
+    // The split's drains are the ones made while its record is set.
+    bool in_split = false;
+    for (const auto& log : root->op_log) in_split |= nh::op_kind(log.op.load()) == nh::kOpSplit;
+    if (!in_split) return;
+    ++split_drain;
+    const std::vector<std::uint64_t> dirty = s.dirty_units();
+    std::vector<testing::CrashChoice> choices = testing::crash_choices(s, dirty, 5, 8, rng, 12);
+    // A line may reach media in part (the two table words of a split share
+    // a line): each dirty word of a line alone, and all but it, the rest of
+    // the dirty lines written or not.
+    for (std::uint64_t line : dirty) {
+      const std::uint8_t words = s.dirty_words(line);
+      if (std::popcount(words) < 2) continue;
+      std::vector<std::uint64_t> others;
+      for (std::uint64_t o : dirty) {
+        if (o != line) others.push_back(o);
+      }
+      for (unsigned w = 0; w < 8; ++w) {
+        const auto bit = static_cast<std::uint8_t>(1u << w);
+        if ((words & bit) == 0) continue;
+        for (const auto& rest : {std::vector<std::uint64_t>{}, others}) {
+          choices.push_back({rest, {{line, bit}}});
+          choices.push_back({rest, {{line, static_cast<std::uint8_t>(words & ~bit)}}});
+        }
+      }
+    }
+    for (const testing::CrashChoice& c : choices) {
+      const Recovered r = recover(s.crash_image(c), keys);
+      ++images;
+      ASSERT_TRUE(r.open.ok()) << "drain " << split_drain << " " << c.describe() << ": " << r.open.to_string();
+      EXPECT_TRUE(r.check.ok()) << "drain " << split_drain << " " << c.describe() << ": " << r.check.to_string();
+      for (int i = 0; i < 17; ++i) {
+        EXPECT_EQ(r.values.count(keys[i]) ? r.values.at(keys[i]) : "<absent>", "v" + std::to_string(i))
+            << "drain " << split_drain << " " << c.describe();
+      }
+      EXPECT_EQ(r.values.count(keys[17]), 0u) << "the insert was not acknowledged";
+      rows.splits_not_committed += r.counters.splits_not_committed;
+      rows.splits_bump_lost += r.counters.splits_bump_lost;
+      rows.splits_rolled_back += r.counters.splits_rolled_back;
+      rows.splits_committed += r.counters.splits_committed;
+    }
+  });
+  ASSERT_TRUE(put(keys[17], "v17").ok());
+  sim.set_crash_point_hook(nullptr);
+  EXPECT_EQ(split_drain, 3) << "drains #1, #2 and #3 of the split";
+  EXPECT_GT(images, 20u);
+  EXPECT_GE(rows.splits_not_committed, 1u) << "NotCommitted";
+  EXPECT_GE(rows.splits_bump_lost, 1u) << "CommittedBumpLost";
+  EXPECT_GE(rows.splits_rolled_back, 1u) << "BumpAloneRollsBack";
+  EXPECT_GE(rows.splits_committed, 1u) << "Committed";
+  expect_check();
+}
+
+// ---------------------------------------------------------------------------
+// Through the Store
+// ---------------------------------------------------------------------------
+
+class NehashStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = testing::scratch_path("pmhash-nehash-store") + ".pool";
+    ::unlink(path_.c_str());
+    options_.engine = "nehash";
+    options_.pool_size = 64u << 20;
+    options_.nehash_bucket_bits = 1;
+    options_.nehash_initial_dir_bits = 0;
+  }
+  void TearDown() override {
+    store_.reset();
+    ::unlink(path_.c_str());
+  }
+  void create() {
+    const Status s = Store::create(path_, options_, &store_);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  void reopen() {
+    ASSERT_TRUE(store_->close().ok());
+    store_.reset();
+    Options o = options_;
+    o.engine.clear();
+    const Status s = Store::open(path_, o, &store_);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  static std::string key(int i) { return "key-" + std::to_string(i); }
+  static std::string value(int i) {
+    return i % 3 == 0 ? "v" + std::to_string(i % 1000) : std::string(10 + i % 40, 'a' + i % 26);
+  }
+  void expect_check() {
+    const Status s = store_->check();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+
+  std::string path_;
+  Options options_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(NehashStoreTest, InProgressEngineIsCreatedByNameButNotListed) {
+  const auto engines = Store::engines();
+  EXPECT_EQ(std::find(engines.begin(), engines.end(), "nehash"), engines.end());
+  create();
+  EXPECT_EQ(store_->stats().engine, "nehash");
+}
+
+TEST_F(NehashStoreTest, BadOptionsAreRefusedWithClearErrors) {
+  std::unique_ptr<Store> s;
+  Options o = options_;
+  o.nehash_bucket_bits = 11;
+  Status st = Store::create(path_, o, &s);
+  EXPECT_TRUE(st.is_invalid_argument());
+  EXPECT_NE(st.message().find("bucket bits"), std::string::npos) << st.message();
+  o = options_;
+  o.nehash_bucket_bits = 0;
+  EXPECT_TRUE(Store::create(path_, o, &s).is_invalid_argument());
+  o = options_;
+  o.nehash_initial_dir_bits = 17;
+  EXPECT_TRUE(Store::create(path_, o, &s).is_invalid_argument());
+  o = options_;
+  o.nehash_split_shallow_on_open = true;
+  st = Store::create(path_, o, &s);
+  EXPECT_TRUE(st.is_invalid_argument());
+  EXPECT_NE(st.message().find("not implemented"), std::string::npos) << st.message();
+  o = options_;
+  o.durability = Durability::kEpoch;
+  st = Store::create(path_, o, &s);
+  EXPECT_TRUE(st.is_invalid_argument());
+  EXPECT_NE(st.message().find("durability strict"), std::string::npos) << st.message();
+  EXPECT_NE(::access(path_.c_str(), F_OK), 0) << "no file left behind";
+  // Open refuses the unimplemented option too, and leaves the pool as it was.
+  create();
+  ASSERT_TRUE(store_->insert("a", "b").ok());
+  ASSERT_TRUE(store_->close().ok());
+  store_.reset();
+  const std::string before = file_bytes(path_);
+  o = options_;
+  o.nehash_split_shallow_on_open = true;
+  EXPECT_TRUE(Store::open(path_, o, &s).is_invalid_argument());
+  EXPECT_TRUE(file_bytes(path_) == before);
+}
+
+TEST_F(NehashStoreTest, ManyKeysWithUpdatesRemovesAndReopen) {
+  create();
+  const int n = 8000;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok()) << i;
+  EXPECT_GT(store_->stats().splits, 100u);
+  for (int i = 0; i < n; i += 2) ASSERT_TRUE(store_->update(key(i), value(i + 1)).ok()) << i;
+  for (int i = 0; i < n; i += 5) ASSERT_TRUE(store_->remove(key(i)).ok()) << i;
+  expect_check();
+  auto expected = [&](int i) { return i % 2 == 0 ? value(i + 1) : value(i); };
+  reopen();
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(n - n / 5));
+  for (int i = 0; i < n; ++i) {
+    std::string v;
+    const Status s = store_->get(key(i), &v);
+    if (i % 5 == 0) {
+      EXPECT_TRUE(s.is_not_found()) << i;
+    } else {
+      ASSERT_TRUE(s.ok()) << i << ": " << s.to_string();
+      EXPECT_EQ(v, expected(i)) << i;
+    }
+  }
+  expect_check();
+}
+
+TEST_F(NehashStoreTest, FullExpansionRepointsEveryGroupAndKeepsEveryKey) {
+  create();
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok()) << i;
+  const Stats st = store_->stats();
+  EXPECT_GE(st.full_expansions, 1u);
+  EXPECT_GE(st.rule1_nodes + st.rule2_nodes, 1u);
+  EXPECT_EQ(st.items, static_cast<std::uint64_t>(n));
+  EXPECT_EQ(st.slots, st.groups * 3 * 16);
+  for (int i = 0; i < n; ++i) {
+    std::string v;
+    ASSERT_TRUE(store_->get(key(i), &v).ok()) << i;
+    ASSERT_EQ(v, value(i)) << i;
+  }
+  expect_check();  // every group named by exactly its run of entries
+}
+
+TEST_F(NehashStoreTest, ForEachVisitsEveryKeyOnce) {
+  create();
+  const int n = 5000;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  std::map<std::string, std::string> seen;
+  std::size_t calls = 0;
+  ASSERT_TRUE(store_->for_each([&](std::string_view k, std::string_view v) {
+    ++calls;
+    seen.emplace(std::string(k), std::string(v));
+    return true;
+  }).ok());
+  EXPECT_EQ(calls, static_cast<std::size_t>(n));
+  ASSERT_EQ(seen.size(), static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(seen[key(i)], value(i));
+  std::size_t stopped = 0;
+  ASSERT_TRUE(store_->for_each([&](std::string_view, std::string_view) { return ++stopped < 10; }).ok());
+  EXPECT_EQ(stopped, 10u);
+}
+
+TEST_F(NehashStoreTest, CleanReopenRebuildsTheSameMapping) {
+  create();
+  for (int i = 0; i < 3000; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  std::map<std::string, std::string> before;
+  ASSERT_TRUE(store_->for_each([&](std::string_view k, std::string_view v) {
+    before.emplace(k, v);
+    return true;
+  }).ok());
+  const std::uint64_t groups = store_->stats().groups;
+  reopen();
+  std::map<std::string, std::string> after;
+  ASSERT_TRUE(store_->for_each([&](std::string_view k, std::string_view v) {
+    after.emplace(k, v);
+    return true;
+  }).ok());
+  EXPECT_EQ(after, before);
+  const Stats st = store_->stats();
+  EXPECT_EQ(st.groups, groups);
+  EXPECT_GT(st.open_ns, 0u);
+  EXPECT_EQ(st.items, 3000u);
+  expect_check();
+}
+
+TEST_F(NehashStoreTest, EmptyAndBinaryKeysAndValues) {
+  create();
+  const std::string binary("\0\1\2\xff", 4);
+  ASSERT_TRUE(store_->insert("", "empty key").ok());
+  ASSERT_TRUE(store_->insert(binary, "").ok());
+  ASSERT_TRUE(store_->insert(std::string(8, '\0'), std::string(8, '\0')).ok());
+  std::string v;
+  ASSERT_TRUE(store_->get("", &v).ok());
+  EXPECT_EQ(v, "empty key");
+  ASSERT_TRUE(store_->get(binary, &v).ok());
+  EXPECT_EQ(v, "");
+  ASSERT_TRUE(store_->get(std::string(8, '\0'), &v).ok());
+  EXPECT_EQ(v, std::string(8, '\0'));
+  EXPECT_TRUE(store_->get(std::string(7, '\0'), &v).is_not_found());
+  expect_check();
+}
+
+}  // namespace
+}  // namespace pmhash
