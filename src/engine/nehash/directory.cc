@@ -428,7 +428,8 @@ std::string Directory::check(unsigned initial_bits) const {
       const GroupRef* g = entry_group(p);
       if (g == nullptr) continue;
       const unsigned l = g->depth.load();
-      if (l > n->depth() || !in_range(n->hl_value(i) << (64 - n->depth()), g->prefix, l)) {
+      const std::uint64_t entry_prefix = n->depth() == 0 ? 0 : n->hl_value(i) << (64 - n->depth());
+      if (l > n->depth() || !in_range(entry_prefix, g->prefix, l)) {
         err = where + " names group " + std::to_string(g->bg_id) + " of depth " +
               std::to_string(l) + ", which does not cover it";
         return;
