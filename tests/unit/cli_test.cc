@@ -247,6 +247,41 @@ TEST_F(CliTest, DaliPoolsTakeEpochDurabilityAndInfoShowsTheEpochs) {
   EXPECT_NE(text.find("none"), std::string::npos) << text;
 }
 
+TEST_F(CliTest, NehashPoolsTakeTheirCreationOptionsAndInfoShowsGroupsAndOpenTime) {
+  ok({"create", pool_, "--engine", "nehash", "--size", "16M", "--nehash-bucket-bits", "2",
+      "--nehash-initial-dir-bits", "3"});
+  ok({"load", pool_, "--records", "2000"});
+  EXPECT_EQ(ok({"check", pool_}), "ok\n");
+  const nlohmann::json j = info_json(pool_);
+  EXPECT_EQ(j.value("engine", ""), "nehash");
+  EXPECT_EQ(j.value("items", std::uint64_t{0}), 2000u);
+  // A group of b = 2 has 4 buckets and a conflict bucket of 16 slots: 80
+  // slots, so 2000 keys need at least 25 groups. (b = 6, the default,
+  // would give 1040 slots per group.)
+  const std::uint64_t groups = j.value("groups", std::uint64_t{0});
+  EXPECT_GE(groups, 25u);
+  EXPECT_EQ(j.value("slots", std::uint64_t{0}), groups * 80);
+  EXPECT_GT(j.value("open_ns", std::uint64_t{0}), 0u);
+  const std::string text = ok({"info", pool_});
+  EXPECT_NE(text.find("groups:"), std::string::npos) << text;
+  EXPECT_NE(text.find("open:"), std::string::npos) << text;
+}
+
+TEST_F(CliTest, NehashOptionsForAnotherEngineOrOutOfRangeAreUsageErrors) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"create", pool_, "--engine", "clevel", "--nehash-bucket-bits", "4"},
+        std::vector<std::string>{"create", pool_, "--nehash-initial-dir-bits", "2"},
+        std::vector<std::string>{"create", pool_, "--engine", "nehash", "--nehash-bucket-bits", "11"},
+        std::vector<std::string>{"create", pool_, "--engine", "nehash", "--nehash-bucket-bits", "0"},
+        std::vector<std::string>{"create", pool_, "--engine", "nehash", "--nehash-initial-dir-bits", "17"}}) {
+    const Result r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << describe(args, r);
+    EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+    EXPECT_NE(r.err.find("--nehash-"), std::string::npos) << describe(args, r);
+    EXPECT_NE(::access(pool_.c_str(), F_OK), 0) << "a refused create left a file";
+  }
+}
+
 TEST_F(CliTest, EpochDurabilityOnAnEngineWithoutEpochsIsRefusedAndSaysWhy) {
   create_pool(pool_);  // clevel
   const std::vector<std::string> args = {"put", pool_, "k", "v", "--durability", "epoch"};

@@ -1,6 +1,7 @@
 // tools/cli/main.cc - `pmhash`, the command-line tool over include/pmhash/.
 //
 //   pmhash create POOL [--engine clevel] [--size 1G] [--force]
+//                      [--nehash-bucket-bits 6] [--nehash-initial-dir-bits 4]
 //   pmhash put POOL KEY VALUE          insert or replace
 //   pmhash get POOL KEY                print the value and a newline
 //   pmhash del POOL KEY
@@ -217,6 +218,10 @@ struct Args {
   std::string open_engine;  // empty: whatever the pool holds
   std::uint64_t size = pmhash::Options{}.pool_size;
   bool force = false;
+  // create, nehash (refused by the other engines when not the default)
+  unsigned nehash_bucket_bits = pmhash::Options{}.nehash_bucket_bits;
+  unsigned nehash_initial_dir_bits = pmhash::Options{}.nehash_initial_dir_bits;
+  std::string nehash_flag;  // the first --nehash-* flag given, if any
   std::string key;
   std::string value;
   bool json = false;
@@ -244,9 +249,14 @@ pmhash::Options store_options(const Args& a, const std::string& engine) {
 // create, put, get, del, scan, check
 
 int cmd_create(const Args& a) {
+  if (!a.nehash_flag.empty() && a.create_engine != "nehash") {
+    return usage_error(a.nehash_flag + " applies to engine nehash only, not " + a.create_engine);
+  }
   pmhash::Options options = store_options(a, a.create_engine);
   options.pool_size = a.size;
   options.force = a.force;
+  options.nehash_bucket_bits = a.nehash_bucket_bits;
+  options.nehash_initial_dir_bits = a.nehash_initial_dir_bits;
   std::unique_ptr<Store> store;
   if (Status s = Store::create(a.pool, options, &store); !s.ok()) return store_error(a.pool, s);
   return close_store(a.pool, *store, kExitOk);
@@ -343,6 +353,14 @@ std::string info_text(const pmhash::Stats& st) {
       {"shutdown", shutdown},
   };
   std::vector<std::pair<const char*, std::string>> all(std::begin(rows), std::end(rows));
+  char open[32];
+  std::snprintf(open, sizeof open, "%.2f ms", static_cast<double>(st.open_ns) / 1e6);
+  all.emplace_back("open", open);
+  if (st.engine == "nehash") {
+    all.emplace_back("groups", std::to_string(st.groups));
+    all.emplace_back("splits", std::to_string(st.splits) + " since open");
+    all.emplace_back("full expand", std::to_string(st.full_expansions) + " since open");
+  }
   if (st.epoch != 0) {
     std::string failed;
     for (std::uint64_t e : st.failed_epochs) failed += (failed.empty() ? "" : ", ") + std::to_string(e);
@@ -377,6 +395,14 @@ std::string info_json(const pmhash::Stats& st) {
   j["resizing"] = st.resizing;
   j["clean_shutdown"] = st.clean_shutdown;
   j["recovery_ns"] = st.recovery_ns;
+  j["open_ns"] = st.open_ns;
+  if (st.engine == "nehash") {
+    j["groups"] = st.groups;
+    j["splits"] = st.splits;
+    j["full_expansions"] = st.full_expansions;
+    j["rule1_nodes"] = st.rule1_nodes;
+    j["rule2_nodes"] = st.rule2_nodes;
+  }
   if (st.epoch != 0) {
     j["epoch"] = st.epoch;
     j["durable_epoch"] = st.durable_epoch;
@@ -693,6 +719,18 @@ std::vector<Command> define_commands(CLI::App& app, Args& a) {
       ->type_name("SIZE")
       ->default_str("1G");
   create->add_flag("--force", a.force, "replace an existing file");
+  create->add_option("--nehash-bucket-bits", a.nehash_bucket_bits,
+                     "nehash: buckets per bucket group, as a power of two (1..10)")
+      ->check(number_in(1, 10))
+      ->each([&a](const std::string&) { a.nehash_flag = "--nehash-bucket-bits"; })
+      ->capture_default_str();
+  create->add_option("--nehash-initial-dir-bits", a.nehash_initial_dir_bits,
+                     "nehash: main-directory entries of the new index, as a power of two (0..16)")
+      ->check(number_in(0, 16))
+      ->each([&a](const std::string&) {
+        if (a.nehash_flag.empty()) a.nehash_flag = "--nehash-initial-dir-bits";
+      })
+      ->capture_default_str();
   commands.push_back({create, cmd_create});
 
   CLI::App* put = add_command(app, "put", "insert KEY, or replace its value", a, true);
