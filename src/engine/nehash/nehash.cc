@@ -54,18 +54,13 @@ void NehashIndex::lock(const Place& p) {
     }
     if (spins > 64) std::this_thread::yield();
   }
-  // The lock bit is visible before any store made under it (seqlock).
-  std::atomic_thread_fence(std::memory_order_release);
 }
 
 bool NehashIndex::try_lock(const Place& p) {
   const std::uint64_t bit = std::uint64_t{1} << p.bit;
   std::uint64_t cur = p.lock->load(std::memory_order_relaxed);
   while ((cur & bit) == 0) {
-    if (p.lock->compare_exchange_weak(cur, cur | bit, std::memory_order_seq_cst)) {
-      std::atomic_thread_fence(std::memory_order_release);
-      return true;
-    }
+    if (p.lock->compare_exchange_weak(cur, cur | bit, std::memory_order_seq_cst)) return true;
   }
   return false;
 }
@@ -81,11 +76,13 @@ NehashIndex::View NehashIndex::read(const Place& p) {
   for (unsigned spins = 0;; ++spins) {
     const std::uint64_t v1 = p.lock->load(std::memory_order_acquire);
     if ((v1 & bit) == 0) {
+      // Writers store a slot's words and meta with release after locking
+      // it: a reader that sees one of those stores (acquire) sees the lock
+      // word changed at the load below, and reads again.
       View v;
-      v.meta = p.meta->load(std::memory_order_relaxed);
-      v.w0 = p.slot->w0.load(std::memory_order_relaxed);
-      v.w1 = p.slot->w1.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
+      v.meta = p.meta->load(std::memory_order_acquire);
+      v.w0 = p.slot->w0.load(std::memory_order_acquire);
+      v.w1 = p.slot->w1.load(std::memory_order_acquire);
       if (p.lock->load(std::memory_order_relaxed) == v1) return v;
     }
     if (spins > 64) std::this_thread::yield();
@@ -201,14 +198,14 @@ NehashIndex::View NehashIndex::new_view(const Key& key, std::string_view value,
 }
 
 void NehashIndex::store_new(const Place& p, const View& v) {
-  p.slot->w0.store(v.w0, std::memory_order_relaxed);
-  p.slot->w1.store(v.w1, std::memory_order_relaxed);
+  p.slot->w0.store(v.w0, std::memory_order_release);
+  p.slot->w1.store(v.w1, std::memory_order_release);
   region_.flush(p.slot, sizeof(Slot));
   // Drain #1: the item, its allocation bit and intent, and the slot words
   // are durable before the meta that makes them visible. (The meta on media
   // is not VALID: the last writer of this slot drained before unlocking.)
   if (!planted::active(planted::kNehashMetaBeforeSlotDurable)) region_.drain();
-  p.meta->store(v.meta, std::memory_order_relaxed);
+  p.meta->store(v.meta, std::memory_order_release);
   region_.flush(p.meta, sizeof(std::uint16_t));
   // Drain #2: the insert is durable before it is acknowledged.
   region_.drain();
@@ -220,7 +217,7 @@ void NehashIndex::update_slot(heap::ThreadCache* tc, const Place& p, const View&
   const bool new_inline = meta_is_inline(fresh.meta);
   if (old_inline && new_inline && meta_value_len(old.meta) == meta_value_len(fresh.meta)) {
     // (a) Only the value word changes: one atomic store.
-    p.slot->w1.store(fresh.w1, std::memory_order_relaxed);
+    p.slot->w1.store(fresh.w1, std::memory_order_release);
     // The new value is durable before the update is acknowledged.
     region_.persist(&p.slot->w1, sizeof(std::uint64_t));
     return;
@@ -231,7 +228,7 @@ void NehashIndex::update_slot(heap::ThreadCache* tc, const Place& p, const View&
     // Drain #1: the new item and the old one's retire entry are durable
     // before the slot stops naming the old item.
     region_.drain();
-    p.slot->w0.store(fresh.w0, std::memory_order_relaxed);
+    p.slot->w0.store(fresh.w0, std::memory_order_release);
     // Persist #2: the update is durable before it is acknowledged.
     region_.persist(&p.slot->w0, sizeof(std::uint64_t));
     return;
@@ -249,9 +246,9 @@ void NehashIndex::update_slot(heap::ThreadCache* tc, const Place& p, const View&
   log.op.store(op_slot_update(region_.offset_of(p.slot)), std::memory_order_relaxed);
   // Persist #2, the commit point: from here recovery writes the new slot.
   region_.persist(&log.op, sizeof(std::uint64_t));
-  p.slot->w0.store(fresh.w0, std::memory_order_relaxed);
-  p.slot->w1.store(fresh.w1, std::memory_order_relaxed);
-  p.meta->store(fresh.meta, std::memory_order_relaxed);
+  p.slot->w0.store(fresh.w0, std::memory_order_release);
+  p.slot->w1.store(fresh.w1, std::memory_order_release);
+  p.meta->store(fresh.meta, std::memory_order_release);
   region_.flush(p.slot, sizeof(Slot));
   region_.flush(p.meta, sizeof(std::uint16_t));
   // Drain #3: the slot is whole on media before the record is cleared.
@@ -441,7 +438,7 @@ Status NehashIndex::remove(const Key& key) {
           // naming the item (else a crash would leak it).
           region_.drain();
         }
-        at.meta->store(static_cast<std::uint16_t>(m & ~kMetaValid), std::memory_order_relaxed);
+        at.meta->store(static_cast<std::uint16_t>(m & ~kMetaValid), std::memory_order_release);
         // The removal is durable before it is acknowledged.
         region_.persist(at.meta, sizeof(std::uint16_t));
         add_count(tc, -1);

@@ -161,14 +161,11 @@ bool NehashIndex::clean_stale(GroupRef* g, bool lock_buckets) {
     any = true;
     // All 16 slot locks: readers of the bucket wait, then retry on the
     // version bump and fail the covering check.
-    if (lock_buckets) {
-      g->lock[k].fetch_or(kSlotLockMask, std::memory_order_seq_cst);
-      std::atomic_thread_fence(std::memory_order_release);
-    }
+    if (lock_buckets) g->lock[k].fetch_or(kSlotLockMask, std::memory_order_seq_cst);
     for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
       if (stale(s)) {
         const std::uint16_t m = metas.meta[s].load(std::memory_order_relaxed);
-        metas.meta[s].store(static_cast<std::uint16_t>(m & ~kMetaValid), std::memory_order_relaxed);
+        metas.meta[s].store(static_cast<std::uint16_t>(m & ~kMetaValid), std::memory_order_release);
       }
     }
     region_.flush(&metas, sizeof(BucketMeta));
