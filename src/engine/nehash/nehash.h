@@ -90,6 +90,20 @@
 //   node as deep as the deepest leaf; each leaf of depth D fills its
 //   2^(G' - D) entries; the old nodes are freed after a grace period. Nothing
 //   in the pool changes.
+//   DRAM bound (DEPARTURE; the design document notes the problem, §8.11, and
+//   leaves it open): a full expansion never builds a main node of more than
+//   2^24 entries (Directory::kMaxMainBits). XXH3 is unkeyed, so keys crafted
+//   to share long h1 prefixes could otherwise grow the main node without
+//   end; and kMaxDepth itself needs a main node of 2^(kMaxDepth - 3)
+//   entries, so without the bound an overflow block could never be reached.
+//   A group whose split would need a larger main node gets an overflow
+//   block instead, and a group that has overflow blocks is never split
+//   again (its keys could not all move to the new group's buckets): it gets
+//   another block. Open accepts groups up to three levels deeper than the
+//   bound (the deepest a two-time node reaches).
+//   The entry LOCK bit is used only by group creation (the design also
+//   sets it while a split rewrites entries; the split already owns its
+//   group's entries through SPLITTING, and readers ignore LOCK anyway).
 //
 // ---------------------------------------------------------------------------
 // Operations and persist order (§3, §4.1)
@@ -108,6 +122,9 @@
 //   get        lock-free: seqlock over the lock word (wait while the slot's
 //              bit is set; retry if the version moved); home slot, then the
 //              conflict bucket's slots whose fp matches, then overflow.
+//              Writers store words and metas with release after locking,
+//              readers load them with acquire (no standalone fences: TSan
+//              cannot check those).
 //   insert     item (if not inline), flush | slot words, flush -> drain #1 |
 //              meta VALID -> drain #2. No free target -> unlock, split, retry.
 //   update a   inline, same value length: store w1, persist.
@@ -195,9 +212,16 @@
 //   >= 0, time stamps not in the future. 7 every VALID slot well formed,
 //   inline exactly when the pair fits, in its group's range, right fp, home
 //   slots at home, pointer slots naming an allocated item with state ==
-//   w1 == the key's h1. 8 no key twice. 9 overflow only at kMaxDepth.
-//   10 the count; every allocated block is a group, segment, overflow block
-//   or exactly one slot's item.
+//   w1 == the key's h1. 8 no key twice. 9 each overflow block on one chain
+//   (not "only at kMaxDepth": see the DRAM bound). 10 the count; every
+//   allocated block is a group, segment, overflow block or exactly one
+//   slot's item.
+//
+// Stats: groups, splits, full_expansions, rule1_nodes, rule2_nodes;
+// levels = deepest directory level in use; expansions = one-time and
+// two-time nodes made + full expansions; dram_bytes = nodes, GroupRefs and
+// lock words. open_ns (the rebuild time, clean opens too) is measured by
+// the store for every engine.
 #pragma once
 
 #include "engine/index.h"
