@@ -16,6 +16,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "engine/hash.h"
+#include "engine/planted.h"
 #include "engine/index.h"
 #include "engine/nehash/nehash.h"
 #include "engine/nehash/nehash_index.h"
@@ -1027,76 +1029,261 @@ class NehashCrashTest : public NehashEngineTest {
   }
 };
 
-TEST_F(NehashCrashTest, RebuildFromCrashImagesTakenMidSplit) {
-  testing::GranularityGuard granularity;
-  granularity.force("cache_line");
-  options_.pool_size = pool::kMinPoolSize;
-  options_.nehash_initial_dir_bits = 0;
-  create();
-  ASSERT_EQ(pool_->region().granularity(), media::Granularity::kCacheLine);
-  // 17 inline keys of one home fill the group; the 18th splits it.
-  const auto keys = find_keys(at(0, 0, 1, 1, 6), 18, 8);
-  for (int i = 0; i < 17; ++i) ASSERT_TRUE(put(keys[i], "v" + std::to_string(i)).ok());
-  const std::vector<std::string> stored(keys.begin(), keys.begin() + 17);
-  pool_->region().persist_all();
-  testing::PersistenceSim sim(pool_->region());
-  const auto* root = reinterpret_cast<const nh::Root*>(pool_->root());
-  std::mt19937_64 rng(6);
-  int split_drain = 0;
+// What a crash at the split's drains leaves, over every image: violations
+// (an image that does not open, fails check(), or lost or changed a key)
+// and the recovery rows taken.
+struct SplitExploration {
   std::uint64_t images = 0;
+  std::uint64_t violations = 0;
+  std::string first;
+  int split_drains = 0;
   NehashIndex::OpenCounters rows;
-  sim.set_crash_point_hook([&](const testing::PersistenceSim& s) {
-    // The split's drains are the ones made while its record is set.
-    bool in_split = false;
-    for (const auto& log : root->op_log) in_split |= nh::op_kind(log.op.load()) == nh::kOpSplit;
-    if (!in_split) return;
-    ++split_drain;
-    const std::vector<std::uint64_t> dirty = s.dirty_units();
-    std::vector<testing::CrashChoice> choices = testing::crash_choices(s, dirty, 5, 8, rng, 12);
-    // A line may reach media in part (the two table words of a split share
-    // a line): each dirty word of a line alone, and all but it, the rest of
-    // the dirty lines written or not.
-    for (std::uint64_t line : dirty) {
-      const std::uint8_t words = s.dirty_words(line);
-      if (std::popcount(words) < 2) continue;
-      std::vector<std::uint64_t> others;
-      for (std::uint64_t o : dirty) {
-        if (o != line) others.push_back(o);
-      }
-      for (unsigned w = 0; w < 8; ++w) {
-        const auto bit = static_cast<std::uint8_t>(1u << w);
-        if ((words & bit) == 0) continue;
-        for (const auto& rest : {std::vector<std::uint64_t>{}, others}) {
-          choices.push_back({rest, {{line, bit}}});
-          choices.push_back({rest, {{line, static_cast<std::uint8_t>(words & ~bit)}}});
+};
+
+class NehashSplitCrashTest : public NehashCrashTest {
+ protected:
+  void TearDown() override {
+    engine::planted::bugs.store(engine::planted::kNone);
+    NehashCrashTest::TearDown();
+  }
+  SplitExploration explore_split() {
+    SplitExploration out;
+    testing::GranularityGuard granularity;
+    granularity.force("cache_line");
+    options_.pool_size = pool::kMinPoolSize;
+    options_.nehash_initial_dir_bits = 0;
+    create();
+    EXPECT_EQ(pool_->region().granularity(), media::Granularity::kCacheLine);
+    // 17 inline keys of one home fill the group; the 18th splits it.
+    const auto keys = find_keys(at(0, 0, 1, 1, 6), 18, 8);
+    for (int i = 0; i < 17; ++i) EXPECT_TRUE(put(keys[i], "v" + std::to_string(i)).ok());
+    pool_->region().persist_all();
+    testing::PersistenceSim sim(pool_->region());
+    const auto* root = reinterpret_cast<const nh::Root*>(pool_->root());
+    std::mt19937_64 rng(6);
+    auto violation = [&](const std::string& what) {
+      if (++out.violations <= 3) out.first += what + "\n";
+    };
+    // The split runs outside any read-side section, so its images are
+    // recovered right at the crash point.
+    sim.set_crash_point_hook([&](const testing::PersistenceSim& s) {
+      // The split's drains are the ones made while its record is set.
+      bool in_split = false;
+      for (const auto& log : root->op_log) in_split |= nh::op_kind(log.op.load()) == nh::kOpSplit;
+      if (!in_split) return;
+      ++out.split_drains;
+      const std::vector<std::uint64_t> dirty = s.dirty_units();
+      std::vector<testing::CrashChoice> choices = testing::crash_choices(s, dirty, 5, 8, rng, 12);
+      // A line may reach media in part (the two table words of a split
+      // share a line): each dirty word of a line alone, and all but it,
+      // the rest of the dirty lines written or not.
+      for (std::uint64_t line : dirty) {
+        const std::uint8_t words = s.dirty_words(line);
+        if (std::popcount(words) < 2) continue;
+        std::vector<std::uint64_t> others;
+        for (std::uint64_t o : dirty) {
+          if (o != line) others.push_back(o);
+        }
+        for (unsigned w = 0; w < 8; ++w) {
+          const auto bit = static_cast<std::uint8_t>(1u << w);
+          if ((words & bit) == 0) continue;
+          for (const auto& rest : {std::vector<std::uint64_t>{}, others}) {
+            choices.push_back({rest, {{line, bit}}});
+            choices.push_back({rest, {{line, static_cast<std::uint8_t>(words & ~bit)}}});
+          }
         }
       }
-    }
-    for (const testing::CrashChoice& c : choices) {
-      const Recovered r = recover(s.crash_image(c), keys);
-      ++images;
-      ASSERT_TRUE(r.open.ok()) << "drain " << split_drain << " " << c.describe() << ": " << r.open.to_string();
-      EXPECT_TRUE(r.check.ok()) << "drain " << split_drain << " " << c.describe() << ": " << r.check.to_string();
-      for (int i = 0; i < 17; ++i) {
-        EXPECT_EQ(r.values.count(keys[i]) ? r.values.at(keys[i]) : "<absent>", "v" + std::to_string(i))
-            << "drain " << split_drain << " " << c.describe();
+      for (const testing::CrashChoice& c : choices) {
+        const Recovered r = recover(s.crash_image(c), keys);
+        ++out.images;
+        const std::string where = "split drain " + std::to_string(out.split_drains) + ", " + c.describe();
+        if (!r.open.ok() || !r.check.ok()) {
+          violation(where + ": " + r.open.to_string() + " / " + r.check.to_string());
+          continue;
+        }
+        for (int i = 0; i < 17; ++i) {
+          if (!r.values.count(keys[i]) || r.values.at(keys[i]) != "v" + std::to_string(i)) {
+            violation(where + ": key " + std::to_string(i) + " lost or changed");
+          }
+        }
+        if (r.values.count(keys[17])) violation(where + ": the unacknowledged insert is there");
+        out.rows.splits_not_committed += r.counters.splits_not_committed;
+        out.rows.splits_bump_lost += r.counters.splits_bump_lost;
+        out.rows.splits_rolled_back += r.counters.splits_rolled_back;
+        out.rows.splits_committed += r.counters.splits_committed;
       }
-      EXPECT_EQ(r.values.count(keys[17]), 0u) << "the insert was not acknowledged";
-      rows.splits_not_committed += r.counters.splits_not_committed;
-      rows.splits_bump_lost += r.counters.splits_bump_lost;
-      rows.splits_rolled_back += r.counters.splits_rolled_back;
-      rows.splits_committed += r.counters.splits_committed;
-    }
-  });
-  ASSERT_TRUE(put(keys[17], "v17").ok());
-  sim.set_crash_point_hook(nullptr);
-  EXPECT_EQ(split_drain, 3) << "drains #1, #2 and #3 of the split";
-  EXPECT_GT(images, 20u);
-  EXPECT_GE(rows.splits_not_committed, 1u) << "NotCommitted";
-  EXPECT_GE(rows.splits_bump_lost, 1u) << "CommittedBumpLost";
-  EXPECT_GE(rows.splits_rolled_back, 1u) << "BumpAloneRollsBack";
-  EXPECT_GE(rows.splits_committed, 1u) << "Committed";
+    });
+    EXPECT_TRUE(put(keys[17], "v17").ok());
+    sim.set_crash_point_hook(nullptr);
+    return out;
+  }
+};
+
+TEST_F(NehashSplitCrashTest, RebuildFromCrashImagesTakenMidSplit) {
+  const SplitExploration e = explore_split();
+  EXPECT_EQ(e.split_drains, 3) << "drains #1, #2 and #3 of the split";
+  EXPECT_GT(e.images, 20u);
+  EXPECT_EQ(e.violations, 0u) << e.first;
+  EXPECT_GE(e.rows.splits_not_committed, 1u) << "NotCommitted";
+  EXPECT_GE(e.rows.splits_bump_lost, 1u) << "CommittedBumpLost";
+  EXPECT_GE(e.rows.splits_rolled_back, 1u) << "BumpAloneRollsBack";
+  EXPECT_GE(e.rows.splits_committed, 1u) << "Committed";
   expect_check();
+}
+
+TEST_F(NehashSplitCrashTest, PlantedSplitNotFinishedIsCaught) {
+  engine::planted::bugs.store(engine::planted::kNehashSplitNotFinished);
+  EXPECT_GT(explore_split().violations, 0u);
+}
+
+TEST_F(NehashSplitCrashTest, PlantedTableBeforeGroupDurableIsCaught) {
+  engine::planted::bugs.store(engine::planted::kNehashTableBeforeGroupDurable);
+  const SplitExploration e = explore_split();
+  EXPECT_EQ(e.split_drains, 2) << "drain #1 left out";
+  EXPECT_GT(e.violations, 0u);
+}
+
+// Crashes every write form at each of its drains: every image a crash may
+// leave (any subset of the dirty lines, torn lines) must recover, pass
+// check(), and show the written key as before or after the write and every
+// other key as before. Returns the violations (the first few described).
+struct Exploration {
+  std::uint64_t images = 0;
+  std::uint64_t violations = 0;
+  std::string first;
+};
+
+class NehashWriteCrashTest : public NehashCrashTest {
+ protected:
+  Exploration explore_every_write_form() {
+    Exploration out;
+    testing::GranularityGuard granularity;
+    granularity.force("cache_line");
+    options_.pool_size = pool::kMinPoolSize;
+    options_.nehash_initial_dir_bits = 0;
+    create();
+    // Two keys sharing a home (the second lives in the conflict bucket), a
+    // third elsewhere that no operation touches, and one written last.
+    const auto pair = find_keys(at(0, 0, 1, 0, 9), 2, 8);
+    const auto other = find_keys(at(0, 0, 1, 1, 2), 2, 8);
+    const std::vector<std::string> keys = {pair[0], pair[1], other[0], other[1]};
+    std::map<std::string, std::string> now;  // acknowledged state
+    EXPECT_TRUE(put(other[0], "stays").ok());
+    now[other[0]] = "stays";
+    pool_->region().persist_all();
+    testing::PersistenceSim sim(pool_->region());
+    // The images of one drain, kept until the write returns: recovery may
+    // not run inside the write's read-side section (it waits for grace
+    // periods).
+    struct Point {
+      std::vector<std::byte> durable;
+      std::map<std::uint64_t, std::vector<std::byte>> visible;  // dirty line -> bytes
+      std::vector<testing::CrashChoice> choices;
+    };
+    std::vector<Point> points;
+    std::mt19937_64 rng(9);
+    sim.set_crash_point_hook([&](const testing::PersistenceSim& s) {
+      Point p;
+      p.durable = s.durable();
+      const std::vector<std::uint64_t> dirty = s.dirty_units();
+      for (std::uint64_t line : dirty) {
+        const std::byte* from = pool_->region().base() + line;
+        p.visible[line].assign(from, from + media::kCacheLineSize);
+      }
+      p.choices = testing::crash_choices(s, dirty, 6, 10, rng, 16);
+      points.push_back(std::move(p));
+    });
+    struct Op {
+      const char* what;
+      std::string key;
+      std::function<Status()> run;
+      std::optional<std::string> after;  // nullopt: removed
+    };
+    const std::string long1(40, 'L'), long2(200, 'M');
+    const std::vector<Op> ops = {
+        {"insert inline", pair[0], [&] { return put(pair[0], "a"); }, "a"},
+        {"insert pointer into the conflict bucket", pair[1], [&] { return put(pair[1], long1); }, long1},
+        {"update a", pair[0], [&] { return upd(pair[0], "b"); }, "b"},
+        {"update b", pair[1], [&] { return upd(pair[1], long2); }, long2},
+        {"update c inline -> pointer", pair[0], [&] { return upd(pair[0], long1); }, long1},
+        {"update c pointer -> inline", pair[1], [&] { return upd(pair[1], "s"); }, "s"},
+        {"update c inline length", pair[1], [&] { return upd(pair[1], "12345678"); }, "12345678"},
+        {"remove pointer", pair[0], [&] { return del(pair[0]); }, std::nullopt},
+        {"remove inline from the conflict bucket", pair[1], [&] { return del(pair[1]); }, std::nullopt},
+        {"insert after all of them", other[1], [&] { return put(other[1], "last"); }, "last"},
+    };
+    auto violation = [&](const std::string& what) {
+      if (++out.violations <= 3) out.first += what + "\n";
+    };
+    for (const Op& op : ops) {
+      points.clear();
+      EXPECT_TRUE(op.run().ok()) << op.what;
+      EXPECT_FALSE(points.empty()) << op.what;
+      for (std::size_t i = 0; i < points.size(); ++i) {
+        const Point& p = points[i];
+        for (const testing::CrashChoice& c : p.choices) {
+          std::vector<std::byte> image = p.durable;
+          for (std::uint64_t line : c.written) {
+            std::copy(p.visible.at(line).begin(), p.visible.at(line).end(), image.begin() + line);
+          }
+          for (const auto& [line, mask] : c.torn) {
+            for (unsigned w = 0; w < 8; ++w) {
+              if (mask & (1u << w)) {
+                std::copy_n(p.visible.at(line).begin() + 8 * w, 8, image.begin() + line + 8 * w);
+              }
+            }
+          }
+          const Recovered r = recover(image, keys);
+          ++out.images;
+          const std::string where =
+              std::string(op.what) + ", drain " + std::to_string(i + 1) + ", " + c.describe();
+          if (!r.open.ok() || !r.check.ok()) {
+            violation(where + ": " + r.open.to_string() + " / " + r.check.to_string());
+            continue;
+          }
+          for (const std::string& k : keys) {
+            const std::optional<std::string> got =
+                r.values.count(k) ? std::optional<std::string>(r.values.at(k)) : std::nullopt;
+            const std::optional<std::string> before =
+                now.count(k) ? std::optional<std::string>(now.at(k)) : std::nullopt;
+            if (got != before && !(k == op.key && got == op.after)) {
+              violation(where + ": key " + k + " is " + got.value_or("<absent>"));
+            }
+          }
+        }
+      }
+      if (op.after) {
+        now[op.key] = *op.after;
+      } else {
+        now.erase(op.key);
+      }
+    }
+    sim.set_crash_point_hook(nullptr);
+    for (const auto& [k, v] : now) EXPECT_EQ(value_of(k), v);
+    return out;
+  }
+  void TearDown() override {
+    engine::planted::bugs.store(engine::planted::kNone);
+    NehashCrashTest::TearDown();
+  }
+};
+
+TEST_F(NehashWriteCrashTest, EveryDrainOfEveryWriteFormRecoversToBeforeOrAfter) {
+  const Exploration e = explore_every_write_form();
+  EXPECT_GT(e.images, 100u);
+  EXPECT_EQ(e.violations, 0u) << e.first;
+  expect_check();
+}
+
+TEST_F(NehashWriteCrashTest, PlantedMetaBeforeSlotDurableIsCaught) {
+  engine::planted::bugs.store(engine::planted::kNehashMetaBeforeSlotDurable);
+  EXPECT_GT(explore_every_write_form().violations, 0u);
+}
+
+TEST_F(NehashWriteCrashTest, PlantedOpLogClearNotPersistedIsCaught) {
+  engine::planted::bugs.store(engine::planted::kNehashOpLogClearNotPersisted);
+  const Exploration e = explore_every_write_form();
+  EXPECT_GT(e.violations, 0u);
 }
 
 // ---------------------------------------------------------------------------
