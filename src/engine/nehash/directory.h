@@ -224,7 +224,6 @@ class Directory {
   // *_keys: whether that half holds a key (time stamps, §2.6 Step 3).
   void apply_split(const SplitPlan& plan, GroupRef* g, GroupRef* g1, bool lower_keys,
                    bool upper_keys);
-  Node* main_node() const { return main_.load(std::memory_order_acquire); }
 
   // --- full main expansion (case D; caller holds dir_mutex_ exclusive) ---
   // Whether a full expansion would stay within max_main_bits().
