@@ -13,7 +13,7 @@ namespace {
 
 // Intent slots of the heap log: an insert holds its item in one while an
 // expansion it triggers holds the new level in the other.
-constexpr unsigned kItemIntent = 0;
+[[maybe_unused]] constexpr unsigned kItemIntent = 0;  // write_item() allocation: the default slot
 constexpr unsigned kLevelIntent = 1;
 
 std::uint64_t round_key(Ctx c) {
