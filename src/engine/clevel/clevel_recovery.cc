@@ -7,6 +7,7 @@
 
 #include "engine/clevel/clevel.h"
 #include "engine/clevel/clevel_index.h"
+#include "engine/saved_count.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::clevel {
@@ -187,14 +188,10 @@ Status ClevelIndex::recover() {
   // Freed levels and cleared entries are durable before we serve.
   region_.drain();
   // 5. The saved item count is valid only until the next crash.
-  if (root_->count_valid == 1) {
-    count_base_.store(static_cast<std::int64_t>(root_->item_count));
+  if (const auto saved = take_count(region_, root_->item_count, root_->count_valid)) {
+    count_base_.store(static_cast<std::int64_t>(*saved));
     count_known_.store(true);
   }
-  root_->count_valid = 0;
-  // Invalid on media before any write is served: else a crash in this session
-  // would reopen with the old count taken for true.
-  region_.persist(&root_->count_valid, sizeof(std::uint64_t));
   // 6. Tag filters (DRAM) for the live levels, empty and not yet trusted:
   //    writers add to them from now on, and the first rehash thread adds the
   //    slots already there (build_filters), so open does not wait for a scan
@@ -290,14 +287,7 @@ void ClevelIndex::close() {
   // is closed too); without a saved count the next open counts on first
   // use, as after a crash.
   if (!count_known_.load()) return;
-  // The count is durable before the flag that vouches for it: the two words
-  // share a line, but a line may reach media in part (found by the crash
-  // checker: a torn line with the flag and not the count).
-  root_->item_count = size();
-  region_.persist(&root_->item_count, sizeof(std::uint64_t));
-  root_->count_valid = 1;
-  // Both are durable before the pool is marked clean (Store::close).
-  region_.persist(&root_->count_valid, sizeof(std::uint64_t));
+  save_count(region_, root_->item_count, root_->count_valid, size());
 }
 
 Status ClevelIndex::check() {

@@ -9,6 +9,7 @@
 #include "engine/dali/dali.h"
 #include "engine/dali/dali_index.h"
 #include "engine/planted.h"
+#include "engine/saved_count.h"
 
 namespace pmhash::engine::dali {
 namespace {
@@ -292,17 +293,14 @@ Status DaliIndex::recover() {
   unlinked_at_.reset(new std::atomic<std::uint64_t>[stripe_mask_ + 1]);
   for (std::uint64_t i = 0; i <= stripe_mask_; ++i) unlinked_at_[i].store(epochs_->current());
   // The saved item count is valid only until the next crash.
-  if (root_->count_valid == 1 && !crashed) {
-    count_base_.store(static_cast<std::int64_t>(root_->item_count));
-    approx_items_.store(static_cast<std::int64_t>(root_->item_count));
+  const auto saved = take_count(region_, root_->item_count, root_->count_valid);
+  if (saved && !crashed) {
+    count_base_.store(static_cast<std::int64_t>(*saved));
+    approx_items_.store(static_cast<std::int64_t>(*saved));
   } else {
     count_known_.store(false);
     counted_.reset(new std::atomic<bool>[stripe_mask_ + 1]());
   }
-  root_->count_valid = 0;
-  // Invalid on media before any write is served: else a crash in this
-  // session would reopen with the old count taken for true.
-  region_.persist(&root_->count_valid, sizeof(std::uint64_t));
   ready_ = true;
   return Status::OK();
 }
@@ -501,12 +499,7 @@ void DaliIndex::close() {
   // Two fences: every operation so far is durable, and the counter says so.
   epochs_->stop();
   if (!count_known_.load()) return;
-  // The count is durable before the flag that vouches for it (one line may
-  // reach media in part).
-  root_->item_count = size();
-  region_.persist(&root_->item_count, sizeof(std::uint64_t));
-  root_->count_valid = 1;
-  region_.persist(&root_->count_valid, sizeof(std::uint64_t));
+  save_count(region_, root_->item_count, root_->count_valid, size());
 }
 
 Status DaliIndex::check() {

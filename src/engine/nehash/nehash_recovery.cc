@@ -11,6 +11,7 @@
 #include "engine/nehash/nehash.h"
 #include "engine/nehash/nehash_index.h"
 #include "engine/planted.h"
+#include "engine/saved_count.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::nehash {
@@ -415,15 +416,9 @@ Status NehashIndex::recover() {
   });
 
   // W3. The saved item count is valid only until the next crash.
-  if (root_->count_valid == 1) {
-    count_base_.store(static_cast<std::int64_t>(root_->item_count));
+  if (const auto saved = take_count(region_, root_->item_count, root_->count_valid)) {
+    count_base_.store(static_cast<std::int64_t>(*saved));
     count_known_.store(true);
-  }
-  if (root_->count_valid != 0) {
-    root_->count_valid = 0;
-    // Invalid on media before any write is served: else a crash in this
-    // session would reopen with the old count taken for true.
-    region_.persist(&root_->count_valid, sizeof(std::uint64_t));
   }
   ready_ = true;
   return Status::OK();
@@ -440,13 +435,7 @@ void NehashIndex::close() {
   if (!ready_) return;
   // Only a count already known is saved (close never scans the groups).
   if (!count_known_.load()) return;
-  root_->item_count = size();
-  // The count is durable before the flag that vouches for it (one line, but
-  // a line may reach media in part).
-  region_.persist(&root_->item_count, sizeof(std::uint64_t));
-  root_->count_valid = 1;
-  // Both are durable before the pool is marked clean (Store::close).
-  region_.persist(&root_->count_valid, sizeof(std::uint64_t));
+  save_count(region_, root_->item_count, root_->count_valid, size());
 }
 
 Status NehashIndex::check() {
