@@ -72,9 +72,11 @@ struct Options {
   // directory starts with 2^n entries, and never has fewer after an open.
   // 0 .. 16.
   unsigned nehash_initial_dir_bits = 4;
-  // At open, split physically, in the background, the groups the rebuild
-  // attached to several main entries. Not implemented yet: true is refused
-  // with InvalidArgument.
+  // At open, split physically, in a background thread, every group the
+  // rebuild attached to several main entries, until each main entry has its
+  // own group (the paper's Step 6). Open does not wait for it and the store
+  // serves meanwhile; close stops it after the split in progress. Costs
+  // one group of 2^b * 256 bytes per split.
   bool nehash_split_shallow_on_open = false;
 
   // --- dali -----------------------------------------------------------

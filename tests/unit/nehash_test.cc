@@ -821,6 +821,74 @@ TEST_F(NehashRebuildTest, RebuildAttachesShallowGroupToAllItsEntries) {
   expect_check();
 }
 
+// Step 6 done physically (nehash_split_shallow_on_open): after open a
+// thread splits the depth-1 group (4 main entries) and the depth-2 group
+// (2 entries) until each of the 8 entries has its own group.
+TEST_F(NehashRebuildTest, SplitShallowOnOpenGivesEveryMainEntryItsOwnGroup) {
+  grow_mixed_depths();
+  const std::uint64_t groups = stats().groups;
+  options_.nehash_split_shallow_on_open = true;
+  ASSERT_TRUE(reopen().ok());
+  const Status s = nx().wait_shallow_splits();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_EQ(nx().directory().main_bits(), 3u);
+  for (std::uint64_t top = 0; top < 8; ++top) {
+    const nh::Probe p = probe_top(top, 3);
+    EXPECT_EQ(p.group_entries, 1u) << top;
+    EXPECT_EQ(p.group_depth, 3u) << top;
+  }
+  EXPECT_EQ(stats().groups, groups + 3 + 1);
+  EXPECT_EQ(stats().splits, 4u);
+  EXPECT_EQ(stats().levels, 1u) << "case A only: no node hangs from the main node";
+  expect_all_found(keys_);
+  expect_check();
+  // The splits are durable: a plain open finds the same shape.
+  options_.nehash_split_shallow_on_open = false;
+  ASSERT_TRUE(reopen().ok());
+  EXPECT_EQ(stats().groups, groups + 4);
+  for (std::uint64_t top = 0; top < 8; ++top) EXPECT_EQ(probe_top(top, 3).group_entries, 1u);
+  expect_all_found(keys_);
+  expect_check();
+}
+
+TEST_F(NehashRebuildTest, SplitShallowOnOpenRunsAlongsideWriters) {
+  grow_mixed_depths();
+  options_.nehash_split_shallow_on_open = true;
+  ASSERT_TRUE(reopen().ok());
+  // Writers go on while the thread splits (no wait before them): keys of
+  // the shallow group's range, which its splits move between groups.
+  const auto more = find_keys([](std::uint64_t h1) { return nh::top_bits(h1, 1) == 0; }, 12);
+  for (const auto& k : more) {
+    ASSERT_TRUE(put(k, "v-" + k).ok()) << k;
+    keys_.push_back(k);
+  }
+  for (std::size_t i = 0; i < keys_.size(); i += 3) {
+    ASSERT_TRUE(upd(keys_[i], "v-" + keys_[i]).ok()) << keys_[i];
+  }
+  ASSERT_TRUE(nx().wait_shallow_splits().ok());
+  for (std::uint64_t top = 0; top < 8; ++top) EXPECT_GE(probe_top(top, 3).group_depth, 3u) << top;
+  expect_all_found(keys_);
+  EXPECT_EQ(index_->size(), keys_.size());
+  expect_check();
+}
+
+TEST_F(NehashRebuildTest, CloseStopsTheShallowSplitAndTheRestWaitsForTheNextOpen) {
+  grow_mixed_depths();
+  options_.nehash_split_shallow_on_open = true;
+  ASSERT_TRUE(reopen().ok());
+  shut();  // at any point of the background work: at most the split in progress finishes
+  options_.nehash_split_shallow_on_open = false;
+  ASSERT_TRUE(reopen().ok());
+  expect_all_found(keys_);
+  expect_check();
+  options_.nehash_split_shallow_on_open = true;
+  ASSERT_TRUE(reopen().ok());
+  ASSERT_TRUE(nx().wait_shallow_splits().ok());
+  for (std::uint64_t top = 0; top < 8; ++top) EXPECT_EQ(probe_top(top, 3).group_entries, 1u) << top;
+  expect_all_found(keys_);
+  expect_check();
+}
+
 TEST_F(NehashEngineTest, RebuildOfEmptyPoolUsesInitialDirectoryBits) {
   options_.nehash_initial_dir_bits = 5;
   create();
@@ -1351,26 +1419,11 @@ TEST_F(NehashStoreTest, BadOptionsAreRefusedWithClearErrors) {
   o.nehash_initial_dir_bits = 17;
   EXPECT_TRUE(Store::create(path_, o, &s).is_invalid_argument());
   o = options_;
-  o.nehash_split_shallow_on_open = true;
-  st = Store::create(path_, o, &s);
-  EXPECT_TRUE(st.is_invalid_argument());
-  EXPECT_NE(st.message().find("not implemented"), std::string::npos) << st.message();
-  o = options_;
   o.durability = Durability::kEpoch;
   st = Store::create(path_, o, &s);
   EXPECT_TRUE(st.is_invalid_argument());
   EXPECT_NE(st.message().find("durability strict"), std::string::npos) << st.message();
   EXPECT_NE(::access(path_.c_str(), F_OK), 0) << "no file left behind";
-  // Open refuses the unimplemented option too, and leaves the pool as it was.
-  create();
-  ASSERT_TRUE(store_->insert("a", "b").ok());
-  ASSERT_TRUE(store_->close().ok());
-  store_.reset();
-  const std::string before = file_bytes(path_);
-  o = options_;
-  o.nehash_split_shallow_on_open = true;
-  EXPECT_TRUE(Store::open(path_, o, &s).is_invalid_argument());
-  EXPECT_TRUE(file_bytes(path_) == before);
 }
 
 TEST_F(NehashStoreTest, ManyKeysWithUpdatesRemovesAndReopen) {

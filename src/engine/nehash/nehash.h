@@ -190,9 +190,14 @@
 //   overlap: with the planned depths, no two groups cover a common prefix.
 //   2-3 G = max(D_L_Max, G0): a main node of 2^G entries.
 //   4-6 every group is attached to all 2^(G - L) main entries of its range
-//      (DEPARTURE: Step 6 splits in the directory, no key moves; the
-//      background physical split, option nehash_split_shallow_on_open, is
-//      not implemented and the option is refused).
+//      (DEPARTURE: Step 6 splits in the directory, no key moves, so open
+//      stays O(groups) and allocates nothing). With the option
+//      nehash_split_shallow_on_open, a thread started after open splits
+//      each such group physically by the ordinary split (forced, case A
+//      only: the main node is already G deep) until each main entry has its
+//      own group; writers meet it as any concurrent split, close stops it
+//      after the split in progress, and a crash leaves ordinary split
+//      states.
 //   Phase W: W1 replay slot updates, apply the kSplit rows, clear records,
 //   one drain; W2 heap recovery, keep(off) = a live group, segment, overflow
 //   block, or an item whose key hashes to its state and which a VALID

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/index.h"
@@ -61,6 +62,9 @@ class NehashIndex final : public Index {
   // Called at step 9 of every split, after the directory action, while the
   // group is still SPLITTING (tests park a split there).
   static void set_split_hook(std::function<void()> hook);
+  // Waits until the background split of shallow groups
+  // (nehash_split_shallow_on_open) has finished; returns what stopped it.
+  Status wait_shallow_splits();
 
  private:
   // A slot and the words that guard it: its bucket's lock word, its meta,
@@ -112,7 +116,15 @@ class NehashIndex final : public Index {
 
   // --- growing (nehash_split.cc) ---
   Status create_group(heap::ThreadCache* tc, std::uint64_t h1);
-  Status split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::uint64_t h1);
+  // `force`: split even if the key h1 would fit (the background split of
+  // shallow groups); then only a split in the directory's present shape
+  // (case A) is made.
+  Status split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::uint64_t h1,
+               bool force = false);
+  // The background thread of nehash_split_shallow_on_open: splits every
+  // group shallower than `bits` until each main entry has its own.
+  void split_shallow(unsigned bits);
+  void stop_shallow_splits();
   Status add_overflow(heap::ThreadCache* tc, GroupRef* g);
   Status expand_main(Node* seen_main);
   Status take_id(heap::ThreadCache* tc, std::uint32_t* id);
@@ -154,6 +166,9 @@ class NehashIndex final : public Index {
   mutable std::mutex recount_mutex_;
 
   std::atomic<std::uint64_t> splits_{0};
+  std::thread shallow_thread_;
+  std::atomic<bool> shallow_stop_{false};
+  Status shallow_status_;  // written by shallow_thread_, read after join
   OpenCounters open_counters_;
   // format() or recover() succeeded. An index whose recovery rejected the
   // pool writes nothing when it is destroyed.

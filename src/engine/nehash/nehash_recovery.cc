@@ -17,15 +17,6 @@
 namespace pmhash::engine::nehash {
 namespace {
 
-Status validate(const Options& o) {
-  if (o.nehash_split_shallow_on_open) {
-    return Status::InvalidArgument(
-        "nehash: nehash_split_shallow_on_open is not implemented yet (open attaches each "
-        "shallow group to all its main entries instead; leave the option false)");
-  }
-  return Status::OK();
-}
-
 Status encode_params(const Options& o, std::uint8_t* out) {
   if (o.nehash_bucket_bits < kMinBucketBits || o.nehash_bucket_bits > kMaxBucketBits) {
     return Status::InvalidArgument("nehash: bucket bits must be " + std::to_string(kMinBucketBits) +
@@ -37,7 +28,6 @@ Status encode_params(const Options& o, std::uint8_t* out) {
                                    std::to_string(kMaxInitialDirBits) + ", got " +
                                    std::to_string(o.nehash_initial_dir_bits));
   }
-  if (Status s = validate(o); !s.ok()) return s;
   const Params p{1, static_cast<std::uint8_t>(o.nehash_bucket_bits),
                  static_cast<std::uint8_t>(o.nehash_initial_dir_bits)};
   std::memcpy(out, &p, sizeof(p));
@@ -45,7 +35,6 @@ Status encode_params(const Options& o, std::uint8_t* out) {
 }
 
 Status create_index(const Env& env, std::unique_ptr<Index>* out) {
-  if (Status s = validate(env.options); !s.ok()) return s;
   auto index = std::make_unique<NehashIndex>(env);
   if (Status s = index->format(); !s.ok()) return s;
   *out = std::move(index);
@@ -53,7 +42,6 @@ Status create_index(const Env& env, std::unique_ptr<Index>* out) {
 }
 
 Status open_index(const Env& env, std::unique_ptr<Index>* out) {
-  if (Status s = validate(env.options); !s.ok()) return s;
   auto index = std::make_unique<NehashIndex>(env);
   if (Status s = index->recover(); !s.ok()) return s;
   *out = std::move(index);
@@ -421,6 +409,10 @@ Status NehashIndex::recover() {
     count_known_.store(true);
   }
   ready_ = true;
+  // Step 6 of the paper, in the background: the store serves meanwhile.
+  if (env_.options.nehash_split_shallow_on_open) {
+    shallow_thread_ = std::thread([this, bits = dir_->main_bits()] { split_shallow(bits); });
+  }
   return Status::OK();
 }
 
@@ -431,6 +423,8 @@ Status NehashIndex::recover() {
 void NehashIndex::close() {
   if (closed_) return;
   closed_ = true;
+  // Stops after the split in progress; the rest waits for the next open.
+  stop_shallow_splits();
   // A rejected pool is left as it was found.
   if (!ready_) return;
   // Only a count already known is saved (close never scans the groups).

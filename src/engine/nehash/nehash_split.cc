@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
 #include "engine/nehash/nehash.h"
 #include "engine/nehash/nehash_index.h"
@@ -174,7 +175,8 @@ bool NehashIndex::clean_stale(GroupRef* g, bool lock_buckets) {
   return any;
 }
 
-Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::uint64_t h1) {
+Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::uint64_t h1,
+                          bool force) {
   // 0. Exclusive right to split g, and no writer inside it.
   std::shared_lock dir_lock(dir_mutex_);
   std::uint32_t state = 0;
@@ -188,7 +190,7 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
     g->state.notify_all();
   };
   wait_unlocked(g);
-  if (g->depth.load() != d || has_room(g, h1)) {
+  if (g->depth.load() != d || (!force && has_room(g, h1))) {
     finish();
     return Status::OK();
   }
@@ -209,6 +211,13 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
   if (!planned) {
     finish();
     return Status::NoSpace("nehash: no DRAM for a directory node");
+  }
+  if (force && plan.kind != SplitCase::kShared) {
+    // Only a group shared by several entries is split in the background;
+    // any other split waits for a key that needs it.
+    Directory::discard(&plan);
+    finish();
+    return Status::OK();
   }
   if (plan.kind == SplitCase::kTwoTimeFull && dir_->can_expand()) {
     Node* seen = plan.leaf.path[0];
@@ -326,6 +335,49 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
   splits_.fetch_add(1, std::memory_order_relaxed);
   finish();
   return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// The background split of shallow groups (§5 Step 6, nehash.h "Open")
+// ---------------------------------------------------------------------------
+
+void NehashIndex::split_shallow(unsigned bits) {
+  Status status;
+  heap::ThreadCache* tc = heap_.thread(&status);
+  std::unordered_set<GroupRef*> skipped;
+  while (tc != nullptr && status.ok() && !shallow_stop_.load(std::memory_order_relaxed)) {
+    // The upper halves are new groups, shallow too until they reach `bits`:
+    // scan again until a scan finds none.
+    std::vector<GroupRef*> shallow;
+    dir_->for_each_group([&](GroupRef& g) {
+      if (g.depth.load() < bits && !skipped.contains(&g)) shallow.push_back(&g);
+    });
+    if (shallow.empty()) break;
+    for (GroupRef* g : shallow) {
+      unsigned d;
+      while (status.ok() && !shallow_stop_.load(std::memory_order_relaxed) &&
+             (d = g->depth.load()) < bits) {
+        status = split(tc, g, d, g->prefix, /*force=*/true);
+        // Not split, and no other split made it deeper: the directory has
+        // another shape than the rebuild left (left to writers).
+        if (status.ok() && g->depth.load() == d) {
+          skipped.insert(g);
+          break;
+        }
+      }
+    }
+  }
+  shallow_status_ = status;
+}
+
+void NehashIndex::stop_shallow_splits() {
+  shallow_stop_.store(true, std::memory_order_relaxed);
+  if (shallow_thread_.joinable()) shallow_thread_.join();
+}
+
+Status NehashIndex::wait_shallow_splits() {
+  if (shallow_thread_.joinable()) shallow_thread_.join();
+  return shallow_status_;
 }
 
 // ---------------------------------------------------------------------------
