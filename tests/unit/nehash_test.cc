@@ -530,6 +530,61 @@ TEST_F(NehashEngineTest, SplitClearsStaleSlots) {
   expect_check();
 }
 
+// A writer that reaches a splitting group takes its home slot's lock, sees
+// SPLITTING and unlocks (which subtracts its bit). When that lock is held
+// while step 10 locks the same bucket to clear its stale slots, the split
+// must wait for it: taking the bit over would release it twice, and the
+// borrow would leave slot locks set for good (every later reader and writer
+// of those slots would spin). The hook plays that writer on bucket 0, with
+// the lock word operations of NehashIndex::lock and unlock, and lets it go
+// once the split has taken the rest of the bucket (or, had it taken the bit
+// over, released the bucket).
+TEST_F(NehashEngineTest, SplitCleaningWaitsForAWriterBackingOffItsHomeLock) {
+  create();
+  const unsigned b = 1;
+  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 2);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 16);
+  // Stale in bucket 0 after the split, so step 10 locks bucket 0.
+  const auto upper_in_bucket_0 = find_keys(at(0b11, 2, b, 0, 15), 1);
+  ASSERT_TRUE(put(lower[0], "v").ok());
+  ASSERT_TRUE(put(upper_in_bucket_0[0], "v").ok());
+  for (const auto& k : upper) ASSERT_TRUE(put(k, "v").ok());
+  nh::GroupRef* g = group_of(lower[0]);
+  std::atomic<std::uint64_t>& word = g->lock[0];
+  const std::uint64_t bit = std::uint64_t{1} << 15;
+  std::thread writer;
+  NehashIndex::set_split_hook([&] {
+    // Step 9: the writer takes its home lock (nobody else holds it).
+    std::uint64_t cur = word.load();
+    ASSERT_EQ(cur & nh::kSlotLockMask, 0u);
+    ASSERT_TRUE(word.compare_exchange_strong(cur, cur | bit));
+    const std::uint64_t version = cur >> 16;
+    writer = std::thread([&word, bit, version] {
+      for (;;) {
+        const std::uint64_t w = word.load();
+        if ((w & nh::kSlotLockMask) == nh::kSlotLockMask || w >> 16 != version) break;
+        std::this_thread::yield();
+      }
+      word.fetch_add(nh::kVersionOne - bit);  // the writer backs off: unlock
+    });
+  });
+  const Status s = put(lower[1], "v");  // home (0, 0) and no free conflict slot: splits
+  if (writer.joinable()) writer.join();
+  NehashIndex::set_split_hook(nullptr);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_EQ(stats().splits, 1u);
+  // Checked before any read: a slot whose lock stayed set would hang it.
+  for (unsigned k = 0; k <= conflict_bucket(); ++k) {
+    ASSERT_EQ(g->lock[k].load() & nh::kSlotLockMask, 0u) << "bucket " << k;
+  }
+  EXPECT_FALSE(nh::meta_valid(meta(g, 0, 15))) << "the stale copy is cleared";
+  EXPECT_EQ(value_of(upper_in_bucket_0[0]), "v");
+  const auto fresh = find_keys(at(0b10, 2, b, 0, 15), 1);
+  EXPECT_TRUE(put(fresh[0], "v").ok());  // home (0, 15) of g, whose lock the writer held
+  EXPECT_EQ(value_of(fresh[0]), "v");
+  expect_check();
+}
+
 TEST_F(NehashEngineTest, KeysWithIdenticalHashUseOverflowBlocksWhenTheDirectoryCannotGrow) {
   options_.nehash_initial_dir_bits = 0;
   nh::testing::set_max_main_bits(3);

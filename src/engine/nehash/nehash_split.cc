@@ -161,8 +161,14 @@ bool NehashIndex::clean_stale(GroupRef* g, bool lock_buckets) {
     if (!found) continue;
     any = true;
     // All 16 slot locks: readers of the bucket wait, then retry on the
-    // version bump and fail the covering check.
-    if (lock_buckets) g->lock[k].fetch_or(kSlotLockMask, std::memory_order_seq_cst);
+    // version bump and fail the covering check. Taken one by one, as a
+    // writer takes one: a writer that reached g may hold its home slot's
+    // lock for a moment while it sees SPLITTING and backs off, and taking
+    // that bit over (fetch_or) would let both release it, the second
+    // subtraction borrowing and leaving slot locks set for good.
+    if (lock_buckets) {
+      for (unsigned s = 0; s < kSlotsPerBucket; ++s) lock(Place{&g->lock[k], nullptr, nullptr, s});
+    }
     for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
       if (stale(s)) {
         const std::uint16_t m = metas.meta[s].load(std::memory_order_relaxed);
