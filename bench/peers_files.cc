@@ -55,6 +55,7 @@
 
 #include "peers_detail.h"
 #include "table.h"
+#include "workload.h"
 
 namespace pmhash::bench {
 namespace {
@@ -666,7 +667,7 @@ class RocksPeer final : public Table {
     }
     if (s.IsNotFound()) {
       return Status::NotFound("rocksdb " + dir_.path() + ": transaction " + call + " '" +
-                              std::string(key) + "': not found");
+                              printable_key(key) + "': not found");
     }
     return status("transaction", call, s);
   }

@@ -125,7 +125,7 @@ inline std::uint64_t total_progress(const Workers& workers) {
   return done;
 }
 
-inline std::string quoted(std::string_view key) { return "'" + std::string(key) + "'"; }
+inline std::string quoted(std::string_view key) { return "'" + printable_key(key) + "'"; }
 
 // Counts the outcome of one operation; `expect_absent`: the key was never
 // inserted, NotFound is the only right answer.

@@ -12,7 +12,8 @@
 // is [0-9A-Za-z_.]: printable, shell-safe, and never a leading '-', so a key
 // can be passed to `pmhash get POOL KEY` as is. The remaining key_size - 11
 // characters are filler derived from the code, so keys sharing a prefix are
-// not artificially common.
+// not artificially common. pmhash-bench (ycsb.h) also takes keys of 8 to 10
+// bytes, which are binary (encode_key): the code's 8 bytes, then filler.
 //
 // A data set holds 2N keys: records [0, N) are inserted by the benchmarks,
 // records [N, 2N) are never inserted and serve as the keys of negative
@@ -58,8 +59,12 @@ class Failure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Characters needed to hold a 64-bit code in the 64-letter alphabet.
+// Characters needed to hold a 64-bit code in the 64-letter alphabet: the
+// shortest text key.
 inline constexpr std::size_t kMinKeySize = 11;
+// The shortest key of pmhash-bench (ycsb.h): keys of kMinBinaryKeySize to
+// kMinKeySize - 1 bytes are binary (encode_key).
+inline constexpr std::size_t kMinBinaryKeySize = 8;
 
 // The --key-size and --value-size flags, the same in every bench program.
 inline void add_item_size_options(CLI::App& app, std::size_t* key_size, std::size_t* value_size) {
@@ -96,6 +101,54 @@ inline void encode(std::uint64_t code, char* out, std::size_t size) {
     out[i] = kAlphabet[filler & 63];
     filler >>= 6;
   }
+}
+
+// Writes a key of `size` bytes for `code`. From kMinKeySize bytes on, the
+// text encoding above. Shorter keys (kMinBinaryKeySize and up) are binary:
+// the code's 8 bytes, least significant first, then filler bytes derived
+// from the code; distinct codes still give distinct keys, and since the code
+// is a SplitMix64 image the keys are spread uniformly, like the random
+// 8-byte integers of the papers' evaluations.
+inline void encode_key(std::uint64_t code, char* out, std::size_t size) {
+  if (size >= kMinKeySize) {
+    encode(code, out, size);
+    return;
+  }
+  std::uint64_t bits = code;
+  std::uint64_t filler = mix(code);
+  for (std::size_t i = 0; i < size; ++i) {
+    if (i < 8) {
+      out[i] = static_cast<char>(bits & 0xff);
+      bits >>= 8;
+    } else {
+      out[i] = static_cast<char>(filler & 0xff);
+      filler >>= 8;
+    }
+  }
+}
+
+// The code encode_key(code, ...) wrote into a binary key (size below
+// kMinKeySize).
+inline std::uint64_t decode_binary_key(std::string_view key) {
+  std::uint64_t code = 0;
+  for (std::size_t i = 0; i < 8 && i < key.size(); ++i) {
+    code |= std::uint64_t{static_cast<unsigned char>(key[i])} << (8 * i);
+  }
+  return code;
+}
+
+// A key as error messages show it: as is when every byte is printable,
+// else "0x" and its bytes in hex (binary keys).
+inline std::string printable_key(std::string_view key) {
+  const bool text = std::all_of(key.begin(), key.end(), [](char c) { return c > ' ' && c < 127; });
+  if (text) return std::string(key);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "0x";
+  for (char c : key) {
+    out += kHex[static_cast<unsigned char>(c) >> 4];
+    out += kHex[static_cast<unsigned char>(c) & 15];
+  }
+  return out;
 }
 
 class Dataset {

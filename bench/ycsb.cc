@@ -113,16 +113,30 @@ std::optional<WorkloadSpec> parse_workload(std::string_view name, std::string* e
                        std::to_string(kTxnWrites) + " update (YCSB+T, Dali paper sec. 5)";
     return spec;
   }
+  // The NEHASH paper's workloads (§6): reads and inserts of new keys.
+  if (name == "nehash-a" || name == "nehash-b" || name == "nehash-g") {
+    const char which = name.back();
+    const double read = which == 'a' ? 0.5 : which == 'b' ? 0.95 : 0.05;
+    const double insert = which == 'a' ? 0.5 : which == 'b' ? 0.05 : 0.95;
+    WorkloadSpec spec = make(std::string(name), mix_of(read, 0, insert, 0, 0), D::kUniform);
+    spec.description += " (new keys), uniform: the NEHASH paper's workload ";
+    spec.description += which;
+    return spec;
+  }
   constexpr std::string_view kMixed = "mixed:";
   if (name.starts_with(kMixed)) return parse_mixed(name, name.substr(kMixed.size()), error);
   *error = "unknown workload '" + std::string(name) +
            "' (workloads: load, a, b, c, d, f, insert, read, read-neg, update, delete, "
-           "mixed:R/I/U/D, txn)";
+           "mixed:R/I/U/D, txn, nehash-a, nehash-b, nehash-g)";
   return std::nullopt;
 }
 
 KeySpace::KeySpace(std::size_t key_size, std::size_t value_size, std::uint64_t seed)
     : key_size_(key_size), value_size_(value_size), salt_(mix(seed)) {
+  if (key_size < kMinBinaryKeySize) {
+    throw Failure("key size " + std::to_string(key_size) + " is too small: keys need at least " +
+                  std::to_string(kMinBinaryKeySize) + " bytes to be distinct");
+  }
   values_.resize(kValuePool * value_size);
   const std::uint64_t value_salt = mix(seed + 1);
   for (std::size_t i = 0; i < kValuePool; ++i) {

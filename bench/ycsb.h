@@ -18,6 +18,9 @@
 //   update           100                        uniform
 //   delete                         100          each record once, shuffled
 //   mixed:R/I/U/D  R% read, I% insert, U% update, D% delete    uniform
+//   nehash-a   50           50                    uniform        NEHASH a
+//   nehash-b   95           5                     uniform        NEHASH b
+//   nehash-g   5            95                    uniform        NEHASH g
 //   txn        transactions of 3 reads + 1 update               uniform   YCSB+T
 //
 // rmw (YCSB's read-modify-write) is a get followed by an update of the same
@@ -31,14 +34,23 @@
 // otherwise). A transaction is timed and counted as one operation, retries
 // after an abort included; tables without multi-key transactions are
 // skipped (table.h, Table::transactions_supported).
+// nehash-a, -b and -g are the workloads of the NEHASH paper's evaluation
+// (Cai et al., FITEE 2023, §6): a mix of reads and writes where a write is
+// the insert of a new key (which is what makes the index grow), uniform
+// keys; the same mixes as mixed:50/50/0/0, mixed:95/5/0/0 and
+// mixed:5/95/0/0, under names that say where they come from. Reads draw
+// from the loaded records and those inserted so far (a read of a record
+// another thread has not inserted yet may miss). The paper runs them with
+// 8-byte keys and values (--key-size 8 --value-size 8).
 // --distribution overrides the default of every workload except read-neg,
 // insert and delete, whose keys are fixed by what they measure.
 //
-// Keys. Record r's key is encode(mix(r ^ mix(seed))) from workload.h,
-// key_size bytes; records inserted by the run phase continue the numbering
-// at N; never-inserted keys are records from 2^40 on. Values come from a
-// pool of kValuePool pre-generated values; operation j writes value j mod
-// kValuePool.
+// Keys. Record r's key is encode_key(mix(r ^ mix(seed))) from workload.h,
+// key_size bytes (text from 11 bytes on, binary for 8 to 10 bytes, so that
+// the papers' 8-byte keys can be measured); records inserted by the run
+// phase continue the numbering at N; never-inserted keys are records from
+// 2^40 on. Values come from a pool of kValuePool pre-generated values;
+// operation j writes value j mod kValuePool.
 //
 // Streams. The run phase's operations are drawn as one global sequence
 // (deterministic by --seed and the workload) with YCSB's key choosers
@@ -125,6 +137,7 @@ class KeySpace {
   static constexpr std::uint64_t kNegativeBase = std::uint64_t{1} << 40;
   static constexpr std::size_t kValuePool = 1024;
 
+  // key_size: at least kMinBinaryKeySize (throws Failure otherwise).
   KeySpace(std::size_t key_size, std::size_t value_size, std::uint64_t seed);
 
   std::size_t key_size() const { return key_size_; }
@@ -132,7 +145,7 @@ class KeySpace {
 
   // Writes record r's key to out[0, key_size).
   void key(std::uint64_t record, char* out) const {
-    encode(mix(record ^ salt_), out, key_size_);
+    encode_key(mix(record ^ salt_), out, key_size_);
   }
   std::string key(std::uint64_t record) const {
     std::string k(key_size_, '\0');
