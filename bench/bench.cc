@@ -30,6 +30,18 @@
 // --durability for that engine, so that one run can compare an engine in
 // both modes.
 //
+// nehash. --nehash-bucket-bits B1,B2,... creates every nehash store with
+// each of those bucket-directory bits in turn, one series per value
+// ("nehash b=4"), next to the other engines (the NEHASH paper's §6.2
+// sweep); --nehash-initial-dir-bits sets the main directory's first width.
+// Both are usage errors without nehash in --engine.
+//
+// Open time. --reopen, after the load phase of each pmhash store, copies
+// the quiescent open pool (a crash image), closes the store, opens it again
+// and opens the copy (pmhash_table.h); each open's Stats::open_ns, the keys,
+// nehash's bucket groups and the heap bytes per key go to the table, the
+// JSON and the CSV. The run phase then runs on the reopened store.
+//
 // The txn workload (ycsb.h) runs only on tables with transactions
 // (Table::transactions_supported); any other engine is skipped for it, with
 // a row saying why in the table and an entry in the JSON's "skipped".
@@ -91,6 +103,9 @@ struct Config {
   std::uint64_t ceiling_region_mib = 1024;
   bool check = true;
   unsigned quiesce_timeout_s = 60;
+  std::vector<unsigned> nehash_bucket_bits;  // a sweep; empty: the default
+  std::optional<unsigned> nehash_initial_dir_bits;
+  bool reopen = false;
 };
 
 // Where the files of one run go: the pool file, and the peers' directories.
@@ -145,12 +160,21 @@ struct EngineSpec {
   std::string name;
   bool pmhash = false;  // a pmhash engine, not a peer
   std::optional<Durability> durability;
+  std::optional<unsigned> bucket_bits;  // nehash in a --nehash-bucket-bits sweep
 
+  // The series in tables and figures: the name, and b in a sweep.
+  std::string series() const {
+    return bucket_bits ? name + " b=" + std::to_string(*bucket_bits) : name;
+  }
+  // Distinct for every table the driver makes.
   std::string label() const {
-    if (!durability) return name;
-    return name + (*durability == Durability::kEpoch ? ":epoch" : ":strict");
+    std::string text = series();
+    if (durability) text += *durability == Durability::kEpoch ? ":epoch" : ":strict";
+    return text;
   }
 };
+
+constexpr const char* kNehash = "nehash";
 
 // Whether Store::create accepts `name` (an engine not in Store::engines(),
 // such as one still in progress): creates and closes a small store in DRAM.
@@ -172,6 +196,35 @@ void probe_pmhash_engine(const std::string& name, const std::string& known) {
   store->close();
 }
 
+// Expands every nehash entry into one per --nehash-bucket-bits value; a
+// usage error when a nehash flag is given without nehash in --engine.
+std::vector<EngineSpec> apply_nehash_options(const Config& config, std::vector<EngineSpec> engines) {
+  const bool nehash = std::any_of(engines.begin(), engines.end(),
+                                  [](const EngineSpec& e) { return e.name == kNehash; });
+  if (!nehash && !config.nehash_bucket_bits.empty()) {
+    throw Failure("--nehash-bucket-bits: no nehash engine in --engine (add nehash)");
+  }
+  if (!nehash && config.nehash_initial_dir_bits) {
+    throw Failure("--nehash-initial-dir-bits: no nehash engine in --engine (add nehash)");
+  }
+  if (config.nehash_bucket_bits.empty()) return engines;
+  std::vector<EngineSpec> out;
+  for (const EngineSpec& e : engines) {
+    if (e.name != kNehash) {
+      out.push_back(e);
+      continue;
+    }
+    for (unsigned b : config.nehash_bucket_bits) {
+      EngineSpec variant = e;
+      variant.bucket_bits = b;
+      const bool seen = std::any_of(out.begin(), out.end(),
+                                    [&](const EngineSpec& u) { return u.label() == variant.label(); });
+      if (!seen) out.push_back(variant);
+    }
+  }
+  return out;
+}
+
 std::vector<EngineSpec> resolve_engines(const std::vector<std::string>& requested) {
   const std::vector<std::string> finished = Store::engines();
   const std::vector<std::string> known = all_engines();
@@ -191,19 +244,19 @@ std::vector<EngineSpec> resolve_engines(const std::vector<std::string>& requeste
     }
     if (name == "all" || name == "pmhash" || name == "peers") {
       if (name != "peers") {
-        for (const std::string& e : finished) out.push_back({e, true, durability});
+        for (const std::string& e : finished) out.push_back({e, true, durability, std::nullopt});
       }
       if (name != "pmhash") {
-        for (const std::string& p : peer_names()) out.push_back({p, false, durability});
+        for (const std::string& p : peer_names()) out.push_back({p, false, durability, std::nullopt});
       }
       continue;
     }
     if (contains(peer_names(), name)) {
-      out.push_back({name, false, durability});
+      out.push_back({name, false, durability, std::nullopt});
       continue;
     }
     if (!contains(finished, name)) probe_pmhash_engine(name, known_list);
-    out.push_back({name, true, durability});
+    out.push_back({name, true, durability, std::nullopt});
   }
   std::vector<EngineSpec> unique;
   for (const EngineSpec& e : out) {
@@ -226,9 +279,12 @@ void validate(const Config& config) {
   if (!(config.zipf > 0 && config.zipf < 1)) {
     throw Failure("--zipf must be strictly between 0 and 1 (YCSB uses 0.99)");
   }
-  if (config.key_size < kMinKeySize || config.key_size > kMaxKeySize) {
-    throw Failure("--key-size must be between " + std::to_string(kMinKeySize) + " and " +
-                  std::to_string(kMaxKeySize) + " bytes");
+  if (config.key_size < kMinBinaryKeySize || config.key_size > kMaxKeySize) {
+    throw Failure("--key-size must be between " + std::to_string(kMinBinaryKeySize) + " and " +
+                  std::to_string(kMaxKeySize) + " bytes (8 to 10: binary keys)");
+  }
+  if (config.reopen && config.granularity == "none") {
+    throw Failure("--reopen needs a pool file: not with --granularity none (a DRAM store)");
   }
   if (config.value_size > kMaxValueSize) {
     throw Failure("--value-size must be at most " + std::to_string(kMaxValueSize) + " bytes");
@@ -387,6 +443,10 @@ class Driver {
     tc.key_size = config_.key_size;
     tc.value_size = config_.value_size;
     tc.threads = threads;
+    if (engine == kNehash) {
+      tc.nehash_bucket_bits = spec.bucket_bits;
+      tc.nehash_initial_dir_bits = config_.nehash_initial_dir_bits;
+    }
     try {
       if (spec.pmhash) return std::make_unique<PmhashTable>(engine, tc);
       return make_peer(engine, tc);
@@ -441,6 +501,11 @@ class Driver {
     }
     RunResult r;
     r.engine = engine.name;
+    r.series = engine.series();
+    if (auto* store = dynamic_cast<PmhashTable*>(table.get()); store && engine.name == kNehash) {
+      r.nehash_bucket_bits = store->options().nehash_bucket_bits;
+      r.nehash_initial_dir_bits = store->options().nehash_initial_dir_bits;
+    }
     r.kind = table->kind();
     r.durability = table->durability();
     r.threads = threads;
@@ -456,6 +521,11 @@ class Driver {
     r.load = run_phase(*table, load, threads, timeout);
     r.dram_after_load = dram_used(*table, dram_before);
     verify(*table, r.load, config_.records, label + " load");
+    if (config_.reopen) {
+      if (auto* store = dynamic_cast<PmhashTable*>(table.get())) {
+        r.reopen = reopen(*store, label);
+      }
+    }
 
     if (spec.run_phase) {
       PhaseWork run;
@@ -470,6 +540,27 @@ class Driver {
       verify(*table, *r.run, expected_items_after_run(spec, *r.run), label + " run");
     }
     return r;
+  }
+
+  // The clean and the crash reopen of a loaded store; each must hold every
+  // loaded key (a crash image of a strict store loses nothing acknowledged).
+  ReopenOutcome reopen(PmhashTable& store, const std::string& label) const {
+    ReopenOutcome out;
+    try {
+      out = store.reopen(config_.check);
+    } catch (const std::exception& e) {
+      throw Failure(label + " reopen: " + e.what());
+    }
+    if (out.clean.items != config_.records) {
+      throw Failure(label + " reopen: the cleanly closed store holds " +
+                    std::to_string(out.clean.items) + " keys after the open, expected " +
+                    std::to_string(config_.records));
+    }
+    if (out.crash && store.strict() && out.crash->items != config_.records) {
+      throw Failure(label + " reopen: the crash image holds " + std::to_string(out.crash->items) +
+                    " keys after recovery, expected " + std::to_string(config_.records));
+    }
+    return out;
   }
 
   // Keys expected in a pmhash store after the run phase, 0 when it depends
@@ -521,6 +612,11 @@ class Driver {
         {"seed", config_.seed},
         {"threads", config_.threads},
         {"engines", engine_labels()},
+        {"nehash_bucket_bits", config_.nehash_bucket_bits},
+        {"nehash_initial_dir_bits", config_.nehash_initial_dir_bits
+                                        ? nlohmann::json(*config_.nehash_initial_dir_bits)
+                                        : nlohmann::json(nullptr)},
+        {"reopen", config_.reopen},
         {"check", config_.check}};
     doc["ceilings"] = nlohmann::json::array();
     for (const Ceilings& c : ceilings_) doc["ceilings"].push_back(ceilings_json(c));
@@ -580,7 +676,9 @@ void add_options(CLI::App& app, Config& config) {
       ->capture_default_str();
   app.add_option("--workload", config.workloads,
                  "load, a, b, c, d, f, insert, read, read-neg, update, delete, mixed:R/I/U/D, "
-                 "txn (transactions of 3 reads + 1 update); comma-separated")
+                 "txn (transactions of 3 reads + 1 update), nehash-a, nehash-b, nehash-g (the "
+                 "NEHASH paper's 50/95/5% read, the rest inserts of new keys, uniform); "
+                 "comma-separated")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--records", config.records, "records inserted by the load phase")
@@ -595,7 +693,10 @@ void add_options(CLI::App& app, Config& config) {
   app.add_option("--distribution", config.distribution,
                  "zipfian, uniform or latest (default: the workload's own)");
   app.add_option("--zipf", config.zipf, "zipfian constant, in (0, 1)")->capture_default_str();
-  app.add_option("--key-size", config.key_size, "bytes per key")->capture_default_str();
+  app.add_option("--key-size", config.key_size,
+                 "bytes per key, at least 8; 8 to 10: binary keys (8 bytes of a scrambled record "
+                 "number), from 11: printable")
+      ->capture_default_str();
   app.add_option("--value-size", config.value_size, "bytes per value")->capture_default_str();
   app.add_option("--pool", config.pool,
                  "pool file, or a directory for it; the peers' files go in the same directory")
@@ -634,6 +735,19 @@ void add_options(CLI::App& app, Config& config) {
       ->check(CLI::Range(16, 1 << 20))
       ->capture_default_str();
   app.add_flag("!--no-check", config.check, "skip Store::check() after each phase");
+  app.add_option("--nehash-bucket-bits", config.nehash_bucket_bits,
+                 "nehash: bucket-directory bits b of each store (2^b buckets per group), "
+                 "comma-separated, 1 to 10; several values make a sweep, one series each "
+                 "(\"nehash b=4\"); default: the library's (6)")
+      ->delimiter(',')
+      ->check(CLI::Range(1u, 10u));
+  app.add_option("--nehash-initial-dir-bits", config.nehash_initial_dir_bits,
+                 "nehash: main-directory bits of a new store, 0 to 16 (default: the library's, 4)")
+      ->check(CLI::Range(0u, 16u));
+  app.add_flag("--reopen", config.reopen,
+               "after the load phase, close each pmhash store and open it again, and open a crash "
+               "image of it (a copy of the quiescent open pool); reports each open's time "
+               "(Stats::open_ns), keys, nehash groups and heap bytes per key");
   app.add_option("--quiesce-timeout", config.quiesce_timeout_s,
                  "seconds to wait for a resize to finish after a phase")
       ->capture_default_str();
@@ -661,7 +775,7 @@ int run(int argc, char** argv) {
   std::vector<WorkloadSpec> specs;
   try {
     validate(config);
-    engines = resolve_engines(config.engines);
+    engines = apply_nehash_options(config, resolve_engines(config.engines));
     specs = parse_workloads(config);
     resolve_paths(config.pool);
   } catch (const Failure& e) {

@@ -15,22 +15,124 @@
 // lock timeout; an attempt that returns Aborted (a lock wait timed out) is
 // retried. Whether the engine has transactions is asked once, at creation
 // (Store::transaction returns NotSupported for engines without them).
+//
+// Reopen (pmhash-bench --reopen, between the load and the run phase, on a
+// quiescent store): the open time of the store after a clean close and
+// after a crash, as the store measures it (Stats::open_ns).
+//   1 copy the pool file, holes kept, while the store is open: with no call
+//     in flight and no background writer, the file holds every store the
+//     engine issued, flushed or not, which is one of the states a crash at
+//     that moment may leave (any store may reach the media early), with the
+//     pool marked open: a legal crash image.
+//   2 close the store (clean), open it again; it serves the run phase.
+//   3 open the copy (crash recovery), check it, close it, remove it.
+// Engines that write the pool from a background thread (dali's epochs) are
+// not quiescent, so the copy could be torn; they get only the clean reopen,
+// and the reason is reported.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "pmhash/options.h"
 #include "pmhash/status.h"
 #include "pmhash/store.h"
 #include "pmhash/transaction.h"
 #include "table.h"
+#include "workload.h"
 
 namespace pmhash::bench {
+
+// One open of a pool, and the store's shape right after it.
+struct OpenMeasure {
+  std::uint64_t open_ns = 0;      // Stats::open_ns
+  std::uint64_t recovery_ns = 0;  // Stats::recovery_ns (0 after a clean close)
+  bool clean_shutdown = true;     // false: the open ran crash recovery
+  double wall_s = 0;              // Store::open as the caller saw it
+  std::uint64_t items = 0;
+  std::uint64_t groups = 0;       // nehash: bucket groups (0 for other engines)
+  std::uint64_t slots = 0;
+  std::uint64_t heap_used = 0;
+  double check_s = 0;             // Store::check after the open (0: not run)
+
+  double bytes_per_key() const {
+    return items == 0 ? 0 : static_cast<double>(heap_used) / static_cast<double>(items);
+  }
+};
+
+// What PmhashTable::reopen measured.
+struct ReopenOutcome {
+  OpenMeasure clean;
+  std::optional<OpenMeasure> crash;
+  std::string crash_skipped;  // why there is no crash open, if there is none
+  double copy_s = 0;                 // copying the crash image
+  std::uint64_t image_bytes = 0;     // bytes of data in it (holes left out)
+};
+
+// Copies the file `from` to `to` (replaced), keeping holes: only the data
+// extents are read (SEEK_DATA / SEEK_HOLE), and blocks of zeros in them are
+// not written. Returns the bytes written; throws std::runtime_error.
+inline std::uint64_t copy_sparse(const std::string& from, const std::string& to) {
+  const auto fail = [&](const std::string& what) {
+    throw std::runtime_error("copying " + from + " to " + to + ": " + what + ": " +
+                             std::strerror(errno));
+  };
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  const Fd in{::open(from.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (in.fd < 0) fail("open");
+  const Fd out{::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)};
+  if (out.fd < 0) fail("create");
+  struct stat st {};
+  if (::fstat(in.fd, &st) != 0) fail("fstat");
+  const off_t size = st.st_size;
+  if (::ftruncate(out.fd, size) != 0) fail("ftruncate");
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  std::vector<char> buffer(kChunk);
+  std::uint64_t written = 0;
+  off_t pos = 0;
+  while (pos < size) {
+    off_t data = ::lseek(in.fd, pos, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) break;  // only a hole is left
+      data = pos;                 // no SEEK_DATA here: read everything
+    }
+    off_t hole = ::lseek(in.fd, data, SEEK_HOLE);
+    if (hole < 0) hole = size;
+    for (off_t at = data; at < hole;) {
+      const auto n = static_cast<std::size_t>(std::min<off_t>(kChunk, hole - at));
+      const ssize_t got = ::pread(in.fd, buffer.data(), n, at);
+      if (got <= 0) fail("read");
+      const auto len = static_cast<std::size_t>(got);
+      const bool zeros = std::all_of(buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(len),
+                                     [](char c) { return c == 0; });
+      if (!zeros) {
+        if (::pwrite(out.fd, buffer.data(), len, at) != got) fail("write");
+        written += len;
+      }
+      at += got;
+    }
+    pos = hole;
+  }
+  return written;
+}
 
 class PmhashTable final : public Table {
  public:
@@ -42,6 +144,10 @@ class PmhashTable final : public Table {
     options.durability = config.durability;
     options.epoch_ms = static_cast<unsigned>(config.epoch_interval.count());
     options.pool_size = config.pool_size != 0 ? config.pool_size : default_pool_size(config);
+    if (config.nehash_bucket_bits) options.nehash_bucket_bits = *config.nehash_bucket_bits;
+    if (config.nehash_initial_dir_bits) {
+      options.nehash_initial_dir_bits = *config.nehash_initial_dir_bits;
+    }
     Status s = create(options);
     if (s.is_invalid_argument() && config.durability == Durability::kEpoch) {
       options.durability = Durability::kStrict;
@@ -55,6 +161,7 @@ class PmhashTable final : public Table {
     }
     durability_ = options.durability;
     epoch_ms_ = options.epoch_ms;
+    options_ = options;
     txn_options_.lock_timeout_ms = config.lock_timeout_ms;
     std::unique_ptr<Transaction> probe;
     txn_support_ = store_->transaction(txn_options_, &probe);
@@ -121,6 +228,8 @@ class PmhashTable final : public Table {
     out.fences = now.fences - at_start_.fences;
     out.expansions = now.expansions;
     out.items_moved = now.items_moved;
+    out.slots = now.slots;
+    if (engine_ == "nehash") out.groups = now.groups;
     if (durability_ == Durability::kEpoch) out.durability_points = now.epoch_fences;
     out.resizing = now.resizing;
     return out;
@@ -140,6 +249,46 @@ class PmhashTable final : public Table {
   // Store::check(): every invariant of the engine.
   Status check() const { return store_->check(); }
 
+  // The options the store was created with (defaults included).
+  const Options& options() const { return options_; }
+  bool strict() const { return durability_ == Durability::kStrict; }
+
+  // Closes and reopens the store, and opens a crash image of it (see the
+  // top of the file); `check`: run Store::check on both reopened stores
+  // (untimed). Call only between phases, with the store quiescent. Throws
+  // std::runtime_error naming what failed; the table is unusable then.
+  ReopenOutcome reopen(bool check) {
+    if (path_.empty()) throw std::runtime_error("a volatile store (granularity none) cannot be reopened");
+    ReopenOutcome out;
+    const std::string image = path_ + ".crash";
+    const bool background_writer = store_->stats().epoch != 0;
+    if (background_writer) {
+      out.crash_skipped = engine_ +
+                          " writes the pool from its epoch thread, so a copy of the open pool "
+                          "could be torn; no crash image";
+    } else {
+      const auto started = std::chrono::steady_clock::now();
+      out.image_bytes = copy_sparse(path_, image);
+      out.copy_s = seconds_since(started);
+    }
+    if (const Status s = store_->close(); !s.ok()) {
+      throw std::runtime_error("closing " + path_ + ": " + s.to_string());
+    }
+    store_.reset();
+    out.clean = open_and_measure(path_, check, &store_);
+    at_start_ = store_->stats();
+    if (!background_writer) {
+      std::unique_ptr<Store> crashed;
+      out.crash = open_and_measure(image, check, &crashed);
+      const Status s = crashed->close();
+      crashed.reset();
+      std::error_code ignored;
+      std::filesystem::remove(image, ignored);
+      if (!s.ok()) throw std::runtime_error("closing the crash image " + image + ": " + s.to_string());
+    }
+    return out;
+  }
+
  private:
   // One attempt; the Transaction aborts itself when destroyed uncommitted.
   Status attempt(const TxnRequest& request, std::string* buffer) {
@@ -157,8 +306,41 @@ class PmhashTable final : public Table {
   // NotFound naming the key (other statuses say enough already).
   static Status named(const Status& s, const char* op, std::string_view key) {
     if (!s.is_not_found()) return s;
-    return Status::NotFound(std::string("transaction ") + op + " '" + std::string(key) +
+    return Status::NotFound(std::string("transaction ") + op + " '" + printable_key(key) +
                             "': not found");
+  }
+
+  static double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  OpenMeasure open_and_measure(const std::string& path, bool check, std::unique_ptr<Store>* store) const {
+    Options options;
+    options.engine = engine_;
+    options.durability = durability_;
+    options.epoch_ms = epoch_ms_;
+    OpenMeasure m;
+    const auto started = std::chrono::steady_clock::now();
+    if (const Status s = Store::open(path, options, store); !s.ok()) {
+      throw std::runtime_error("reopening " + path + ": " + s.to_string());
+    }
+    m.wall_s = seconds_since(started);
+    const Stats st = (*store)->stats();
+    m.open_ns = st.open_ns;
+    m.recovery_ns = st.recovery_ns;
+    m.clean_shutdown = st.clean_shutdown;
+    m.items = st.items;
+    m.groups = st.groups;
+    m.slots = st.slots;
+    m.heap_used = st.heap_used;
+    if (check) {
+      const auto check_start = std::chrono::steady_clock::now();
+      if (const Status s = (*store)->check(); !s.ok()) {
+        throw std::runtime_error("check after reopening " + path + ": " + s.to_string());
+      }
+      m.check_s = seconds_since(check_start);
+    }
+    return m;
   }
 
   Status create(const Options& options) {
@@ -171,6 +353,7 @@ class PmhashTable final : public Table {
   Durability durability_ = Durability::kStrict;
   bool fell_back_to_strict_ = false;
   unsigned epoch_ms_ = 0;
+  Options options_;  // as created
   TransactionOptions txn_options_;
   Status txn_support_;  // what Store::transaction said at creation
   std::unique_ptr<Store> store_;

@@ -121,10 +121,28 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
       {"expansions", optional_json(expansions)},
       {"items_moved", optional_json(moved)},
       {"items_moved_per_resize", optional_json(moved_per_resize)},
+      {"slots", optional_json(p.after.slots)},
+      {"groups", optional_json(p.after.groups)},
       {"durable_every_ms", optional_json(durable_every_ms(p))},
       {"quiesce_s", p.quiesce_seconds},
       {"stream_exhausted", p.stream_exhausted},
   };
+}
+
+json open_json(const OpenMeasure& m) {
+  return {{"open_ns", m.open_ns},     {"recovery_ns", m.recovery_ns},
+          {"clean_shutdown", m.clean_shutdown}, {"wall_s", m.wall_s},
+          {"items", m.items},         {"groups", m.groups},
+          {"slots", m.slots},         {"heap_used", m.heap_used},
+          {"bytes_per_key", m.bytes_per_key()}, {"check_s", m.check_s}};
+}
+
+json reopen_json(const ReopenOutcome& r) {
+  return {{"copy_s", r.copy_s},
+          {"image_bytes", r.image_bytes},
+          {"clean", open_json(r.clean)},
+          {"crash", r.crash ? open_json(*r.crash) : json(nullptr)},
+          {"crash_skipped", r.crash_skipped.empty() ? json(nullptr) : json(r.crash_skipped)}};
 }
 
 std::string read_first_line(const std::string& path, const std::string& prefix) {
@@ -269,7 +287,15 @@ nlohmann::json ceilings_json(const Ceilings& c) {
 }
 
 nlohmann::json run_json(const RunResult& r) {
+  json options = nullptr;
+  if (r.nehash_bucket_bits) {
+    options = {{"nehash_bucket_bits", *r.nehash_bucket_bits},
+               {"nehash_initial_dir_bits", optional_json(r.nehash_initial_dir_bits)}};
+  }
   return {{"engine", r.engine},
+          {"series", r.series.empty() ? r.engine : r.series},
+          {"options", std::move(options)},
+          {"reopen", r.reopen ? reopen_json(*r.reopen) : json(nullptr)},
           {"kind", r.kind},
           {"durability", r.durability},
           {"durability_mode", durability_word(r.durability)},
@@ -293,7 +319,7 @@ void print_workload_header(std::ostream& out, const WorkloadSpec& spec, const st
 }
 
 namespace {
-constexpr const char* kRowFormat = "%-10s %3s %9s %9s %8s %8s %8s %8s %8s %6s %6s %7s  %s\n";
+constexpr const char* kRowFormat = "%-12s %3s %9s %9s %8s %8s %8s %8s %8s %6s %6s %7s  %s\n";
 }
 
 void print_row_header(std::ostream& out) {
@@ -313,7 +339,8 @@ void print_row(std::ostream& out, const RunResult& r) {
   std::string kind;
   const auto bpk = bytes_per_key(m, r.run ? r.dram_after_run : r.dram_after_load, &kind);
   char line[512];
-  std::snprintf(line, sizeof(line), kRowFormat, r.engine.c_str(),
+  const std::string& name = r.series.empty() ? r.engine : r.series;
+  std::snprintf(line, sizeof(line), kRowFormat, name.c_str(),
                 std::to_string(r.threads).c_str(), fixed(r.load.ops_per_s() / 1e6, 3).c_str(),
                 r.run ? fixed(r.run->ops_per_s() / 1e6, 3).c_str() : "-",
                 ceiling ? (fixed(100 * m.ops_per_s() / *ceiling, 1) + "%").c_str() : "-",
@@ -322,11 +349,29 @@ void print_row(std::ostream& out, const RunResult& r) {
                 flush ? fixed(*flush, 2).c_str() : "-", fence ? fixed(*fence, 2).c_str() : "-",
                 bpk ? fixed(*bpk, 0).c_str() : "-", durability_text(r, m).c_str());
   out << line;
+  if (r.reopen) print_reopen(out, *r.reopen);
+}
+
+void print_reopen(std::ostream& out, const ReopenOutcome& r) {
+  const auto shape = [](const OpenMeasure& m) {
+    std::string text = std::to_string(m.items) + " keys";
+    if (m.groups != 0) text += ", " + std::to_string(m.groups) + " groups";
+    return text + ", " + fixed(m.bytes_per_key(), 1) + " heap B/key";
+  };
+  out << "             reopen: clean open " << fixed(r.clean.open_ns / 1e6, 2) << " ms ("
+      << shape(r.clean) << ")";
+  if (r.crash) {
+    out << "; crash image open " << fixed(r.crash->open_ns / 1e6, 2) << " ms, recovery "
+        << fixed(r.crash->recovery_ns / 1e6, 2) << " ms (" << shape(*r.crash) << ")";
+  } else {
+    out << "; no crash image: " << r.crash_skipped;
+  }
+  out << "\n";
 }
 
 void print_skipped_row(std::ostream& out, const SkippedRun& s) {
   char line[512];
-  std::snprintf(line, sizeof(line), "%-10s %3u  skipped: %s\n", s.engine.c_str(), s.threads,
+  std::snprintf(line, sizeof(line), "%-12s %3u  skipped: %s\n", s.engine.c_str(), s.threads,
                 s.reason.c_str());
   out << line;
 }
@@ -355,7 +400,9 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
   out << "engine,kind,durability,threads,workload,distribution,load_ops,load_seconds,"
          "load_ops_per_s,run_ops,run_seconds,run_ops_per_s,ceiling_fraction,p50_ns,p90_ns,"
          "p99_ns,p999_ns,max_ns,flushes_per_op,fences_per_op,bytes_per_key,bytes_kind,"
-         "items_moved_per_resize,txn_aborts,durable_every_ms\n";
+         "items_moved_per_resize,txn_aborts,durable_every_ms,series,nehash_bucket_bits,"
+         "nehash_initial_dir_bits,slots,groups,reopen_items,reopen_groups,clean_open_ns,"
+         "crash_open_ns,crash_recovery_ns,reopen_bytes_per_key\n";
   for (const RunResult& r : runs) {
     const json j = run_json(r);
     const json& m = r.run ? j["run"] : j["load"];
@@ -379,7 +426,19 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
         << (m["bytes_kind"].is_null() ? "" : m["bytes_kind"].get<std::string>()) << ','
         << num(m["items_moved_per_resize"]) << ','
         << (m["transactions"].is_null() ? "" : std::to_string(m["transactions"]["aborts"].get<std::uint64_t>()))
-        << ',' << num(m["durable_every_ms"]) << '\n';
+        << ',' << num(m["durable_every_ms"]) << ',' << csv_field(j["series"].get<std::string>())
+        << ',' << csv_optional(r.nehash_bucket_bits) << ',' << csv_optional(r.nehash_initial_dir_bits)
+        << ',' << num(m["slots"]) << ',' << num(m["groups"]) << ',';
+    if (r.reopen) {
+      const ReopenOutcome& o = *r.reopen;
+      out << o.clean.items << ',' << o.clean.groups << ',' << o.clean.open_ns << ','
+          << (o.crash ? std::to_string(o.crash->open_ns) : "") << ','
+          << (o.crash ? std::to_string(o.crash->recovery_ns) : "") << ','
+          << fixed(o.clean.bytes_per_key(), 2);
+    } else {
+      out << ",,,,,";
+    }
+    out << '\n';
   }
 }
 

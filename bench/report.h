@@ -12,9 +12,12 @@
 //                     dependent_reads_per_s, independent_reads_per_s,
 //                     persists_per_s, seq_read_bytes_per_s,
 //                     seq_write_bytes_per_s } ],
-//     "runs": [ { engine, kind, durability, durability_mode (strict, epoch or
-//                 none), threads, workload, distribution,
-//                 load: PHASE, run: PHASE or null } ],
+//     "runs": [ { engine, series (the engine, or "nehash b=N" in a
+//                 --nehash-bucket-bits sweep), kind, durability,
+//                 durability_mode (strict, epoch or none), threads, workload,
+//                 distribution, options (nehash: {nehash_bucket_bits,
+//                 nehash_initial_dir_bits}; else null),
+//                 load: PHASE, run: PHASE or null, reopen: REOPEN or null } ],
 //     "skipped": [ { engine, kind, threads, workload, reason } ] }
 //                 (runs not made: an engine without transactions under the
 //                 txn workload; reason is the table's one-line note)
@@ -28,11 +31,18 @@
 //     p99, p999, max, histogram: [[upper bound ns, count]...]}},
 //     timeseries {interval_s, t_s: [end of each interval, s], ops_per_s: [...]}
 //     (the last interval may be shorter), load_factor [[ops, lf]...],
-//     flushes_per_op, fences_per_op, bytes_per_key, bytes_kind, expansions,
+//     flushes_per_op, fences_per_op, bytes_per_key, bytes_kind, slots and
+//     groups after the phase (pmhash; groups: nehash's bucket groups), expansions,
 //     items_moved, items_moved_per_resize, durable_every_ms (epoch
 //     durability: the phase's time over the epochs ended or syncs done in
 //     it, the loss interval achieved), quiesce_s, stream_exhausted.
 //   Fields that do not apply to a table are null.
+//
+//   REOPEN (--reopen; pmhash_table.h): copy_s, image_bytes, clean: OPEN,
+//     crash: OPEN or null, crash_skipped: why crash is null, or null.
+//   OPEN: open_ns and recovery_ns (Stats), clean_shutdown (false: recovery
+//     ran), wall_s (Store::open as called), items, groups, slots, heap_used,
+//     bytes_per_key (heap_used / items), check_s.
 //
 // The ceiling of a phase (bench --limits, ceilings.h) charges each read one
 // random line read (independent_reads_per_s), each insert, update or delete
@@ -50,12 +60,19 @@
 
 #include "ceilings.h"
 #include "phase.h"
+#include "pmhash_table.h"
 #include "ycsb.h"
 
 namespace pmhash::bench {
 
 struct RunResult {
   std::string engine;
+  // What tables and figures call the run's table: the engine, and for a
+  // --nehash-bucket-bits sweep its b ("nehash b=4").
+  std::string series;
+  // nehash: the creation options the store was made with.
+  std::optional<unsigned> nehash_bucket_bits;
+  std::optional<unsigned> nehash_initial_dir_bits;
   std::string kind;
   std::string durability;
   unsigned threads = 0;
@@ -68,6 +85,8 @@ struct RunResult {
   std::optional<std::uint64_t> dram_after_load;
   std::optional<std::uint64_t> dram_after_run;
   std::optional<Ceilings> ceilings;
+  // --reopen: the opens between the load and the run phase (pmhash only).
+  std::optional<ReopenOutcome> reopen;
 
   const PhaseOutcome& measured() const { return run ? *run : load; }
 };
@@ -100,6 +119,8 @@ void print_workload_header(std::ostream& out, const WorkloadSpec& spec, const st
 void print_row_header(std::ostream& out);
 void print_row(std::ostream& out, const RunResult& r);
 void print_skipped_row(std::ostream& out, const SkippedRun& s);
+// The line under a row with --reopen: open times, keys, groups, bytes/key.
+void print_reopen(std::ostream& out, const ReopenOutcome& r);
 void print_ceilings(std::ostream& out, const std::vector<Ceilings>& ceilings);
 
 // One CSV line per run, with a header line.

@@ -72,6 +72,10 @@ struct TableConfig {
   // Longest wait of a transaction for one lock before the attempt aborts
   // (tables whose transactions lock: pmhash engines, RocksDB).
   unsigned lock_timeout_ms = 100;
+  // pmhash nehash only: Options::nehash_bucket_bits and
+  // nehash_initial_dir_bits (unset: the library's defaults).
+  std::optional<unsigned> nehash_bucket_bits;
+  std::optional<unsigned> nehash_initial_dir_bits;
 };
 
 // One transaction of the txn workload.
@@ -121,6 +125,8 @@ struct TableStats {
   std::optional<std::uint64_t> fences;
   std::optional<std::uint64_t> expansions; // resizes
   std::optional<std::uint64_t> items_moved;
+  std::optional<std::uint64_t> slots;      // index capacity (pmhash)
+  std::optional<std::uint64_t> groups;     // nehash: bucket groups
   // Epoch durability: the points at which everything written before became
   // durable (epochs a pmhash engine ended, syncs a peer completed) since the
   // table was created. The run's seconds over their count is the interval

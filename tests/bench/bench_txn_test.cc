@@ -116,8 +116,8 @@ TEST_F(BenchTxn, EnginesWithoutTransactionsAreSkippedWithANote) {
   for (const json& run : doc["runs"]) runs.insert(run["workload"].get<std::string>());
   EXPECT_EQ(runs.count("txn"), 1u);
   EXPECT_EQ(runs.count("c"), 3u);
-  EXPECT_NE(r.out.find("clevel       1  skipped: "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("libcuckoo    1  skipped: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("clevel         1  skipped: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("libcuckoo      1  skipped: "), std::string::npos) << r.out;
 }
 
 // "pmhash" and "all" mean the finished engines only; any other engine
