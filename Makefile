@@ -13,6 +13,14 @@
 #                    load/A/B/C and transactions (3 reads + 1 update), into
 #                    docs/results/dali (about 14 minutes; DALI_RECORDS,
 #                    DALI_SECONDS, POOL_DIR: scripts/bench.sh)
+#   make bench-nehash the NEHASH paper's evaluation (8-byte keys and values,
+#                    /dev/shm, cache_line): workloads nehash-a/b/g at 1 and 2
+#                    threads against clevel; the bucket-directory bits sweep
+#                    1-10 (insert and search); open time after a clean close
+#                    and after a crash at 1M and 10M keys; into
+#                    docs/results/nehash (about 12 minutes; NEHASH_RECORDS,
+#                    NEHASH_SWEEP_RECORDS, NEHASH_OPEN_RECORDS, SHM_DIR:
+#                    scripts/bench.sh)
 #   make figures     regenerate every figure in docs/results from its JSON
 #   make bench       pmhash-microbench, pmhash against libcuckoo, repeated
 # Fuzzing (README, "Fuzzing"):
@@ -23,7 +31,8 @@
 #                    knobs in scripts/crash-long.sh)
 
 .PHONY: run test bootstrap bootstrap-plot build-release build-asan build-tsan \
-        build-fuzz bench bench-full bench-dali results figures crash-long fuzz clean
+        build-fuzz bench bench-full bench-dali bench-nehash results figures crash-long \
+        fuzz clean
 
 bootstrap:
 	./scripts/bootstrap.sh
@@ -69,6 +78,9 @@ results: build-release bootstrap-plot
 bench-dali: build-release bootstrap-plot
 	./scripts/bench.sh dali build/release
 
+bench-nehash: build-release bootstrap-plot
+	./scripts/bench.sh nehash build/release
+
 crash-long: build-release
 	./scripts/crash-long.sh build/release
 
@@ -79,6 +91,12 @@ figures: bootstrap-plot
 	    .venv/bin/python bench/plot.py --out docs/results/dali/$$part docs/results/dali/$$part.json; \
 	  fi; \
 	done
+	if [ -f docs/results/nehash/ycsb.json ]; then \
+	  n=docs/results/nehash; \
+	  .venv/bin/python bench/plot.py --out $$n --figures throughput,scaling,latency_cdf,op_latency_cdf $$n/ycsb.json && \
+	  .venv/bin/python bench/plot.py --out $$n --figures bucket_bits $$n/sweep.json && \
+	  .venv/bin/python bench/plot.py --out $$n --figures open_time $$n/open-*.json $$n/sweep.json; \
+	fi
 
 clean:
 	rm -rf build

@@ -106,6 +106,7 @@ struct Config {
   std::vector<unsigned> nehash_bucket_bits;  // a sweep; empty: the default
   std::optional<unsigned> nehash_initial_dir_bits;
   bool reopen = false;
+  bool list_engines = false;
 };
 
 // Where the files of one run go: the pool file, and the peers' directories.
@@ -726,6 +727,8 @@ void add_options(CLI::App& app, Config& config) {
   app.add_option("--json", config.json_path, "write the results as JSON (plot with bench/plot.py)");
   app.add_option("--csv", config.csv_path, "write one CSV line per run");
   app.add_flag("--limits", config.limits_only, "only measure this machine's ceilings");
+  app.add_flag("--list-engines", config.list_engines,
+               "print the finished pmhash engines (Store::engines()), one per line, and exit");
   app.add_flag("!--no-ceilings", config.ceilings, "do not measure the ceilings first");
   app.add_option("--ceiling-seconds", config.ceiling_seconds, "duration of each ceiling test")
       ->check(CLI::Range(0.01, 60.0))
@@ -766,6 +769,11 @@ int run(int argc, char** argv) {
     std::replace(what.begin(), what.end(), '\n', ' ');
     std::cerr << "pmhash-bench: " << what << " (see --help)\n";
     return 2;
+  }
+
+  if (config.list_engines) {
+    for (const std::string& e : Store::engines()) std::cout << e << "\n";
+    return 0;
   }
 
   std::string command;

@@ -33,8 +33,27 @@ Figures (written into DIR, default <repo>/docs/results; each path printed)
                        the last one ending with the phase.
   load_factor.png      load factor against keys inserted during the load,
                        one line per engine that reported a curve.
-Workloads are ordered load, a, b, c, d, f, txn, insert, read, read-neg,
-update, delete, then mixed:* and any other name in order of appearance.
+  op_latency_cdf.png   (only when --figures names it)
+                       insert latency in the workload with the largest
+                       insert share and read latency in the one with the
+                       largest read share (the NEHASH paper's Figs. 11-12),
+                       largest thread count, p99 of each series marked.
+  bucket_bits.png      only with runs of several nehash bucket-directory
+                       bits (pmhash-bench --nehash-bucket-bits): insert
+                       (load phase) and search (run phase of a 100% read
+                       workload) throughput and heap bytes per key against
+                       b, one line per thread count; other engines in the
+                       same files as dashed reference lines.
+  open_time.png        only with runs that have "reopen" (pmhash-bench
+                       --reopen): open time after a clean close and after
+                       a crash against keys, one line per series measured
+                       at several sizes; and nehash's open time against its
+                       bucket groups (every run, any b), log-log.
+--figures NAME,... (stems, e.g. throughput,bucket_bits) writes only those.
+Workloads are ordered load, a, b, c, d, f, txn, nehash-a, nehash-b,
+nehash-g, insert, read, read-neg, update, delete, then mixed:* and any
+other name in order of appearance.  A run's series is its "series" field
+when it has one (a sweep's "nehash b=4"), else its engine.
 The txn workload's throughput counts transactions (Mtxn/s), each of 3 reads
 and 1 update; its axes and tables say so.  Runs a file lists under
 "skipped" (an engine without transactions under txn) are named in the
@@ -65,8 +84,9 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "docs" / "results"
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 
-WORKLOAD_ORDER = ["load", "a", "b", "c", "d", "f", "txn", "insert", "read",
-                  "read-neg", "update", "delete"]
+WORKLOAD_ORDER = ["load", "a", "b", "c", "d", "f", "txn", "nehash-a",
+                  "nehash-b", "nehash-g", "insert", "read", "read-neg",
+                  "update", "delete"]
 # Workloads whose operations are transactions (pmhash-bench: "txn").
 TXN_WORKLOADS = {"txn"}
 
@@ -380,14 +400,20 @@ def with_series(runs):
     engine under several durability texts (so they are not averaged)."""
     texts = {}
     for r in runs:
-        texts.setdefault(r["engine"], set()).add(r["durability"])
+        texts.setdefault(base_series(r), set()).add(r["durability"])
     out = []
     for r in runs:
-        series = r["engine"]
+        series = base_series(r)
         if len(texts[series]) > 1:
             series += f" [{r['durability'].split(':')[0]}]"
         out.append({**r, "series": series})
     return out
+
+
+def base_series(run):
+    """The run's own series name ("nehash b=4" in a bucket-bits sweep),
+    else its engine (files written before runs had one)."""
+    return run.get("series") or run["engine"]
 
 
 def ordered_workloads(runs):
@@ -549,6 +575,8 @@ MIN_FIGURE_W = 7.0
 def legend_shape(width, labels):
     """(columns, rows) of a legend of labels that fits in width inches."""
     labels = list(labels)
+    if not labels:
+        return 1, 0
     longest = max(len(s) for s in labels)
     cols = max(1, min(len(labels), int(width / (0.06 * longest + 0.7))))
     return cols, math.ceil(len(labels) / cols)
@@ -609,9 +637,10 @@ class Canvas:
         height = fig.get_figheight()
         footer_h = (FOOTER_LINE_H * len(footer) + 0.08) / height
         legend_h = (LEGEND_ROW_H * rows + LEGEND_PAD_H) / height
-        fig.legend(handles, labels, loc="lower center", ncols=cols,
-                   bbox_to_anchor=(0.5, footer_h), fontsize=8, frameon=False,
-                   borderaxespad=0.2)
+        if labels:
+            fig.legend(handles, labels, loc="lower center", ncols=cols,
+                       bbox_to_anchor=(0.5, footer_h), fontsize=8,
+                       frameon=False, borderaxespad=0.2)
         fig.get_layout_engine().set(rect=(0, footer_h + legend_h, 1,
                                           1 - footer_h - legend_h))
         fig.text(0.005, 0.04 / height, "\n".join(footer), fontsize=7,
@@ -821,13 +850,226 @@ def plot_load_factor(canvas):
     return canvas.finish(fig, "Load factor during the load phase", shown)
 
 
+def busiest_workload(runs, op):
+    """The workload whose run phase has the largest share of op (None if
+    no run phase has any)."""
+    best, share = None, 0.0
+    for r in runs:
+        if r["run"] is None:
+            continue
+        s = r["run"]["mix"].get(op, 0)
+        if s > share:
+            best, share = r["workload"], s
+    return best
+
+
+def format_ns(ns):
+    return f"{ns / 1000:.2g} µs" if ns >= 1000 else f"{ns:.0f} ns"
+
+
+def plot_op_latency_cdf(canvas):
+    top = thread_counts(canvas.runs)[-1]
+    runs = [r for r in canvas.runs if r["threads"] == top]
+    panels = []
+    for op, word in (("insert", "insertion"), ("read", "search")):
+        workload = busiest_workload(runs, op)
+        if workload is not None:
+            panels.append((op, word, workload))
+    if not panels:
+        raise Skip(f"no run phase with inserts or reads at {thread_word(top)}")
+    fig, axes = canvas.grid(len(panels), 5.0, 3.6, max_w=11.0)
+    shown = []
+    for ax, (op, word, workload) in zip(axes, panels):
+        notes = []
+        for name in canvas.series:
+            mine = [r for r in runs if r["series"] == name
+                    and r["workload"] == workload
+                    and op in r["run"]["latency_ns"]]
+            if not mine:
+                continue
+            lat = mine[0]["run"]["latency_ns"][op]
+            colour = canvas.colour[name]
+            ax.plot(*cdf_points(lat["histogram"]), color=colour)
+            ax.plot([lat["p99"]], [0.99], marker="o", color=colour, ms=5)
+            ax.axvline(lat["p99"], color=colour, ls=":", lw=0.9)
+            notes.append((f"{name}: p99 {format_ns(lat['p99'])}", colour))
+            if name not in shown:
+                shown.append(name)
+        ax.axhline(0.99, color="0.5", lw=0.6, ls="--")
+        for i, (text, colour) in enumerate(notes):
+            ax.text(0.97, 0.45 - 0.08 * i, text, transform=ax.transAxes,
+                    fontsize=8, color=colour, va="top", ha="right",
+                    bbox={"facecolor": "white", "edgecolor": "none",
+                          "alpha": 0.8, "pad": 1})
+        ax.set_title(f"{word} latency · workload {workload}", fontsize=10)
+        ax.set_xscale("log")
+        ax.set_xlabel("latency (ns)")
+        ax.set_ylabel(f"fraction of {op}s ≤ x")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    return canvas.finish(fig, f"Insertion and search latency · "
+                         f"{thread_word(top)} (dot and dotted line: p99)",
+                         shown)
+
+
+def bucket_bits_of(run):
+    options = run.get("options") or {}
+    return options.get("nehash_bucket_bits")
+
+
+def plot_bucket_bits(canvas):
+    sweep = [r for r in canvas.runs if bucket_bits_of(r) is not None]
+    bits = sorted(set(bucket_bits_of(r) for r in sweep))
+    if len(bits) < 2:
+        raise Skip("no nehash runs of several bucket-directory bits")
+    others = [r for r in canvas.runs if bucket_bits_of(r) is None]
+    threads = thread_counts(sweep)
+    palette = canvas.plt.get_cmap("tab10")
+    colour = {t: palette(i) for i, t in enumerate(threads)}
+
+    def search_phase(r):
+        run = r["run"]
+        return run if run is not None and run["mix"].get("read", 0) == 1 else None
+
+    panels = [
+        ("insert throughput (load phase)", "Mops/s",
+         lambda r: r["load"]["ops_per_s"] / 1e6 if r["load"] else None),
+        ("search throughput (run phase, 100% read)", "Mops/s",
+         lambda r: search_phase(r)["ops_per_s"] / 1e6 if search_phase(r) else None),
+        ("pool heap bytes per key after the load", "bytes per key",
+         lambda r: r["load"]["bytes_per_key"] if r["load"] else None),
+    ]
+    fig, axes = canvas.grid(len(panels), 4.4, 3.5, max_w=14.0)
+    handles, labels = [], []
+    for ax, (title, unit, value) in zip(axes, panels):
+        for t in threads:
+            pts = {}
+            for r in sweep:
+                v = value(r) if r["threads"] == t else None
+                if v is not None:
+                    pts.setdefault(bucket_bits_of(r), []).append(v)
+            if not pts:
+                continue
+            xs = sorted(pts)
+            line, = ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs],
+                            marker="o", color=colour[t])
+            if ax is axes[0]:
+                handles.append(line)
+                labels.append(f"nehash, {thread_word(t)}")
+            for i, name in enumerate(unique(r["series"] for r in others)):
+                vs = [value(r) for r in others
+                      if r["series"] == name and r["threads"] == t]
+                vs = [v for v in vs if v is not None]
+                if vs:
+                    ref = ax.axhline(sum(vs) / len(vs), color=colour[t],
+                                     ls=["--", "-.", ":"][i % 3], lw=1)
+                    if ax is axes[0]:
+                        handles.append(ref)
+                        labels.append(f"{name}, {thread_word(t)}")
+        ax.axvline(6, color="0.6", lw=0.8)
+        ax.text(6, 0.02, " b=6 (paper)", transform=ax.get_xaxis_transform(),
+                fontsize=7, color="0.4")
+        ax.set_xticks(bits)
+        ax.set_xlabel("bucket-directory bits b (2^b buckets per group)")
+        ax.set_ylabel(unit)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0].legend(handles, labels, fontsize=7, loc="lower right")
+    return canvas.finish(fig, "nehash bucket-directory bits (NEHASH paper §6.2)", [])
+
+
+def plot_open_time(canvas):
+    reopened = [r for r in canvas.runs if r.get("reopen")]
+    if not reopened:
+        raise Skip("no run has a reopen phase (pmhash-bench --reopen)")
+    fig, axes = canvas.grid(2, 5.2, 3.8, max_w=11.0)
+    ax = axes[0]
+    shown = []
+    for name in canvas.series:
+        mine = [r for r in reopened if r["series"] == name]
+        sizes = sorted(set(r["reopen"]["clean"]["items"] for r in mine))
+        if len(sizes) < 2:
+            continue
+        for kind, style in (("clean", "-"), ("crash", "--")):
+            pts = {}
+            for r in mine:
+                m = r["reopen"][kind]
+                if m is not None:
+                    pts.setdefault(m["items"], []).append(m["open_ns"] / 1e6)
+            if pts:
+                xs = sorted(pts)
+                ax.plot(xs, [min(pts[x]) for x in xs], ls=style, marker="o",
+                        color=canvas.colour[name])
+        shown.append(name)
+    plain = canvas.plt.FuncFormatter(lambda v, _: f"{v:g}")
+    # Minor ticks of a log axis: label 2x and 5x only.
+    sparse = canvas.plt.FuncFormatter(
+        lambda v, _: f"{v:g}" if f"{v:.1e}"[0] in "25" else "")
+    sparse_keys = canvas.plt.FuncFormatter(
+        lambda v, _: human(v) if f"{v:.1e}"[0] in "25" else "")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(canvas.plt.FuncFormatter(lambda v, _: human(v)))
+    ax.xaxis.set_minor_formatter(sparse_keys)
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(sparse)
+    ax.set_xlabel("keys in the pool")
+    ax.set_ylabel("open time (ms, Stats::open_ns)")
+    ax.set_title("open time against keys (solid: clean, dashed: crash)",
+                 fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax = axes[1]
+    nehash = [r for r in reopened if r["engine"] == "nehash"]
+    if nehash:
+        palette = canvas.plt.get_cmap("viridis")
+        # One run per (b, keys): the sweep measures each b at every thread
+        # count, and the open does not depend on the load's threads.
+        first = {}
+        for r in nehash:
+            first.setdefault((bucket_bits_of(r), r["reopen"]["clean"]["items"]), r)
+        for kind, marker in (("clean", "o"), ("crash", "x")):
+            for r in first.values():
+                m = r["reopen"][kind]
+                if m is None or m["groups"] == 0:
+                    continue
+                b = bucket_bits_of(r)
+                shade = palette(((b or 6) - 1) / 9)
+                ax.scatter([m["groups"]], [m["open_ns"] / 1e6], marker=marker,
+                           color=shade, s=28)
+                if kind == "clean":
+                    ax.annotate(f"b={b}, {human(m['items'])} keys",
+                                (m["groups"], m["open_ns"] / 1e6), fontsize=6,
+                                xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(canvas.plt.FuncFormatter(lambda v, _: human(v)))
+        ax.xaxis.set_minor_formatter(sparse_keys)
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(sparse)
+        ax.set_title("nehash: open time against bucket groups (o clean, x crash)",
+                     fontsize=10)
+        ax.set_xlabel("bucket groups")
+        ax.set_ylabel("open time (ms)")
+        ax.grid(alpha=0.3, which="both")
+    else:
+        ax.set_visible(False)
+    return canvas.finish(fig, "Open (rebuild) time after a clean close and after a crash",
+                         shown)
+
+
 FIGURES = [
     ("throughput.png", plot_throughput),
     ("scaling.png", plot_scaling),
     ("latency_cdf.png", plot_latency_cdf),
     ("load_timeseries.png", plot_load_timeseries),
     ("load_factor.png", plot_load_factor),
+    ("op_latency_cdf.png", plot_op_latency_cdf),
+    ("bucket_bits.png", plot_bucket_bits),
+    ("open_time.png", plot_open_time),
 ]
+# Written only when --figures names them.
+ON_REQUEST = {"op_latency_cdf"}
 
 
 # --------------------------------------------------------------------------
@@ -880,6 +1122,9 @@ def markdown_tables(docs):
             lines.append(f"- {name}: {text}")
         lines.append("")
         lines.extend(transaction_lines(runs))
+        lines.extend(op_p99_lines(runs))
+        lines.extend(bucket_bits_lines(runs))
+        lines.extend(reopen_lines(runs))
     lines.extend(skipped_lines(docs))
     ceilings = [c for d in docs for c in d["ceilings"]]
     if ceilings:
@@ -916,6 +1161,102 @@ def transaction_lines(runs):
     return lines
 
 
+def op_p99_lines(runs):
+    """p99 of inserts in the workload with the most inserts and of reads in
+    the one with the most reads, per series and thread count (the figure
+    op_latency_cdf.png); nothing unless some run phase has both kinds."""
+    insert_w = busiest_workload(runs, "insert")
+    read_w = busiest_workload(runs, "read")
+    if insert_w is None or read_w is None or insert_w == read_w:
+        return []
+    lines = [f"p99 latency: insert in {insert_w}, search in {read_w}:", "",
+             "| series | threads | insert p50 | insert p99 | search p50 | search p99 |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name in series_names(runs):
+        for t in thread_counts(runs):
+            cells = []
+            for workload, op in ((insert_w, "insert"), (read_w, "read")):
+                lat = next((r["run"]["latency_ns"].get(op) for r in runs
+                            if r["series"] == name and r["threads"] == t
+                            and r["workload"] == workload and r["run"]), None)
+                cells += [format_ns(lat["p50"]), format_ns(lat["p99"])] if lat else ["-", "-"]
+            if cells != ["-"] * 4:
+                lines.append(f"| {name} | {t} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def bucket_bits_lines(runs):
+    """The bucket-bits sweep: insert (load) and search (100% read run)
+    Mops/s per thread count, groups and heap bytes per key after the load,
+    and the clean open time when measured."""
+    sweep = [r for r in runs if bucket_bits_of(r) is not None]
+    bits = sorted(set(bucket_bits_of(r) for r in sweep))
+    if len(bits) < 2:
+        return []
+    threads = thread_counts(sweep)
+    head = ["b"]
+    for t in threads:
+        head += [f"insert {t} thr", f"search {t} thr"]
+    head += ["groups", "slots per key", "heap B/key", "clean open"]
+    lines = ["nehash bucket-directory bits (Mops/s; groups, space and open "
+             "time after the load):", "",
+             "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+    def cell(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
+    for b in bits:
+        mine = [r for r in sweep if bucket_bits_of(r) == b]
+        row = [str(b)]
+        for t in threads:
+            at = [r for r in mine if r["threads"] == t]
+            row.append(cell(mean([r["load"]["ops_per_s"] / 1e6 for r in at]), ".2f"))
+            row.append(cell(mean([r["run"]["ops_per_s"] / 1e6 for r in at
+                                  if r["run"] and r["run"]["mix"].get("read", 0) == 1]), ".2f"))
+        first = mine[0]["load"]
+        groups = first.get("groups")
+        items = first["ops"]
+        row.append(cell(groups, "d"))
+        row.append(cell(first["slots"] / items if first.get("slots") else None, ".1f"))
+        row.append(cell(first.get("bytes_per_key"), ".0f"))
+        opens = [r["reopen"]["clean"]["open_ns"] / 1e6 for r in mine if r.get("reopen")]
+        row.append(f"{min(opens):.2f} ms" if opens else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    return lines
+
+
+def reopen_lines(runs):
+    """Open time after a clean close and after a crash, per series and key
+    count (the fastest of the runs measured), with groups and space."""
+    reopened = [r for r in runs if r.get("reopen")
+                and bucket_bits_of(r) in (None, 6) and "b=" not in r["series"]]
+    if not reopened:
+        return []
+    lines = ["Open time (Stats::open_ns; the fastest of the runs of each size):", "",
+             "| series | keys | groups | heap B/key | clean open | crash open | crash open per key |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    keyed = {}
+    for r in reopened:
+        keyed.setdefault((r["series"], r["reopen"]["clean"]["items"]), []).append(r["reopen"])
+    for (name, items), opens in sorted(keyed.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        clean = min(o["clean"]["open_ns"] for o in opens) / 1e6
+        crashes = [o["crash"]["open_ns"] for o in opens if o["crash"]]
+        crash = f"{min(crashes) / 1e6:.2f} ms" if crashes else "-"
+        per_key = f"{min(crashes) / items:.0f} ns" if crashes else "-"
+        first = opens[0]["clean"]
+        groups = str(first["groups"]) if first["groups"] else "-"
+        lines.append(f"| {name} | {human(items)} | {groups} | {first['bytes_per_key']:.0f} | "
+                     f"{clean:.2f} ms | {crash} | {per_key} |")
+    lines.append("")
+    return lines
+
+
 def skipped_lines(docs):
     """The runs the files list as skipped, once per engine, workload and
     reason."""
@@ -938,7 +1279,7 @@ def quantize_png(path):
     small.save(path, optimize=True)
 
 
-def write_figures(docs, out_dir):
+def write_figures(docs, out_dir, only=None):
     plt = import_matplotlib()
     runs = with_series([r for d in docs for r in d["runs"]])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -947,6 +1288,9 @@ def write_figures(docs, out_dir):
         return
     canvas = Canvas(plt, docs, runs)
     for name, plot in FIGURES:
+        stem = name.removesuffix(".png")
+        if (only is None and stem in ON_REQUEST) or (only is not None and stem not in only):
+            continue
         try:
             fig = plot(canvas)
         except Skip as why:
@@ -972,6 +1316,9 @@ def parse_args(argv):
                         help="print the README's tables (throughput per "
                              "workload and engine, ceilings) instead of "
                              "writing figures")
+    parser.add_argument("--figures", metavar="NAME,...",
+                        help="write only these figures (file stems, e.g. "
+                             "throughput,bucket_bits)")
     parser.add_argument("--check", action="store_true",
                         help="only validate the files; exit 0 if all are "
                              "valid, 1 with one line per problem otherwise")
@@ -987,7 +1334,15 @@ def main(argv):
         if args.markdown:
             print(markdown_tables(docs))
         else:
-            write_figures(docs, args.out)
+            only = None
+            if args.figures:
+                only = set(args.figures.split(","))
+                known = {name.removesuffix(".png") for name, _ in FIGURES}
+                if only - known:
+                    raise InputError(f"--figures: unknown figure "
+                                     f"{', '.join(sorted(only - known))} (figures: "
+                                     f"{', '.join(sorted(known))})")
+            write_figures(docs, args.out, only)
     except InputError as e:
         print(f"plot: {e}", file=sys.stderr)
         return 2

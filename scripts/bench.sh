@@ -6,6 +6,8 @@
 #   scripts/bench.sh full    BUILD_DIR   (make bench-full) paper-sized
 #   scripts/bench.sh dali    BUILD_DIR   (make bench-dali) dali against its
 #                                        peers, about 14 minutes
+#   scripts/bench.sh nehash  BUILD_DIR   (make bench-nehash) the NEHASH
+#                                        paper's evaluation, about 12 minutes
 #
 # Each profile runs pmhash-bench once (ceilings first, then every workload,
 # thread count and engine), writes RESULT.json and RESULT.csv, prints the
@@ -41,10 +43,36 @@
 # 1000000) scales the records, DALI_SECONDS (default 2) bounds each run
 # phase; the load phases take most of the time (1M records: about 9 minutes
 # for disk, 5 for shm on the project's 2-core VM).
+#
+# The nehash profile (the nehash engine's issue; the NEHASH paper, sec. 6):
+# 8-byte keys and values, pools in SHM_DIR (default /dev/shm) with
+# cache_line granularity, strict durability, nehash against clevel (and
+# pmeh once Store::engines() lists it), in three parts:
+#
+#   ycsb    workloads nehash-a, nehash-b, nehash-g (50, 95 and 5% reads, the
+#           rest inserts of new keys, uniform) at 1 and 2 threads;
+#           NEHASH_RECORDS (default 2000000) records loaded, as many
+#           operations run.
+#   sweep   nehash with bucket-directory bits 1, 2, 4, 6, 8, 10 (sec. 6.2)
+#           and clevel for reference, workload read at 1 and 2 threads: the
+#           load phase is the insert throughput, the run the search
+#           throughput; with --reopen, so that the open time is also seen
+#           against the number of groups at a fixed key count.
+#           NEHASH_SWEEP_RECORDS (default 1000000).
+#   open    --reopen after loading each of NEHASH_OPEN_RECORDS (default
+#           "1000000 10000000") keys at 2 threads: the open time after a
+#           clean close and after a crash (a copy of the open, quiescent
+#           pool), keys, groups and heap bytes per key.
+#
+# into docs/results/nehash/{ycsb,sweep,open-N}.{json,csv}, and figures in
+# docs/results/nehash/: throughput.png, scaling.png, latency_cdf.png and
+# op_latency_cdf.png (insert latency in nehash-g, search latency in
+# nehash-b, p99 marked) from ycsb; bucket_bits.png from sweep; open_time.png
+# from the open files and sweep.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-  echo "usage: $0 quick|results|full|dali BUILD_DIR [pmhash-bench flags...]" >&2
+  echo "usage: $0 quick|results|full|dali|nehash BUILD_DIR [pmhash-bench flags...]" >&2
   exit 2
 fi
 cd "$(dirname "$0")/.."
@@ -76,8 +104,11 @@ case "$profile" in
   dali)
     out=docs/results/dali
     ;;
+  nehash)
+    out=docs/results/nehash
+    ;;
   *)
-    echo "$0: unknown profile '$profile' (quick, results, full or dali)" >&2
+    echo "$0: unknown profile '$profile' (quick, results, full, dali or nehash)" >&2
     exit 2
     ;;
 esac
@@ -110,6 +141,41 @@ if [ "$profile" = dali ]; then
     "$python" bench/plot.py --out "$out/$part" "$out/$part.json"
   done
   echo "bench.sh: dali profile: results in $out/{disk,shm}.{json,csv}, figures in $out/{disk,shm}/"
+  exit 0
+fi
+
+if [ "$profile" = nehash ]; then
+  records=${NEHASH_RECORDS:-2000000}
+  sweep_records=${NEHASH_SWEEP_RECORDS:-1000000}
+  open_records=${NEHASH_OPEN_RECORDS:-1000000 10000000}
+  shm_dir=${SHM_DIR:-/dev/shm}
+  # nehash against clevel, and pmeh when it is a finished engine.
+  engines=nehash,clevel
+  if "$bench" --list-engines | grep -qx pmeh; then engines=$engines,pmeh; fi
+  common=(--key-size 8 --value-size 8 --pool "$shm_dir" --granularity cache_line
+          --durability strict)
+  echo "bench.sh: nehash, part 1 of 3: workloads nehash-a/b/g, $records records, engines $engines"
+  "$bench" "${common[@]}" --engine "$engines" --workload nehash-a,nehash-b,nehash-g \
+    --threads 1,2 --records "$records" \
+    --json "$out/ycsb.json" --csv "$out/ycsb.csv" "$@"
+  echo "bench.sh: nehash, part 2 of 3: bucket-directory bits 1-10, $sweep_records records"
+  "$bench" "${common[@]}" --engine nehash,clevel --nehash-bucket-bits 1,2,4,6,8,10 \
+    --workload read --threads 1,2 --records "$sweep_records" --reopen --no-ceilings \
+    --json "$out/sweep.json" --csv "$out/sweep.csv" "$@"
+  open_files=()
+  rm -f "$out"/open-*.json "$out"/open-*.csv
+  for n in $open_records; do
+    echo "bench.sh: nehash, part 3 of 3: open time after loading $n keys"
+    "$bench" "${common[@]}" --engine "$engines" --workload load --threads 2 \
+      --records "$n" --reopen --no-ceilings \
+      --json "$out/open-$n.json" --csv "$out/open-$n.csv" "$@"
+    open_files+=("$out/open-$n.json")
+  done
+  "$python" bench/plot.py --out "$out" --figures throughput,scaling,latency_cdf,op_latency_cdf \
+    "$out/ycsb.json"
+  "$python" bench/plot.py --out "$out" --figures bucket_bits "$out/sweep.json"
+  "$python" bench/plot.py --out "$out" --figures open_time "${open_files[@]}" "$out/sweep.json"
+  echo "bench.sh: nehash profile: results in $out/{ycsb,sweep,open-*}.{json,csv}, figures in $out/"
   exit 0
 fi
 
