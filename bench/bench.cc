@@ -50,6 +50,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -425,7 +426,8 @@ class Driver {
   }
 
   std::unique_ptr<Table> make_table(const EngineSpec& spec, unsigned threads,
-                                    bool transactions) const {
+                                    const WorkloadSpec& workload) const {
+    const bool transactions = workload.mix.has(OpType::kTxn);
     const std::string& engine = spec.name;
     TableConfig tc;
     tc.pool_path = paths_.pool_file;
@@ -441,6 +443,12 @@ class Driver {
     tc.transactions = transactions;
     tc.lock_timeout_ms = config_.lock_timeout_ms;
     tc.capacity_hint = config_.records + config_.ops.value_or(config_.records);
+    tc.max_keys = config_.records;
+    if (workload.run_phase) {
+      const double inserts = workload.mix[OpType::kInsert] *
+                             static_cast<double>(config_.ops.value_or(config_.records));
+      tc.max_keys += static_cast<std::uint64_t>(std::ceil(inserts * 1.05)) + 1000;
+    }
     tc.key_size = config_.key_size;
     tc.value_size = config_.value_size;
     tc.threads = threads;
@@ -493,7 +501,7 @@ class Driver {
     const std::string label = engine.label() + " t=" + std::to_string(threads) + " " + spec.name;
     const std::uint64_t dram_before = malloc_in_use();
     const bool transactions = spec.mix.has(OpType::kTxn);
-    std::unique_ptr<Table> table = make_table(engine, threads, transactions);
+    std::unique_ptr<Table> table = make_table(engine, threads, spec);
     if (transactions) {
       if (const Status s = table->transactions_supported(); !s.ok()) {
         skipped_.push_back({engine.name, table->kind(), threads, spec.name, s.message()});

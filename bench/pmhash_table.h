@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -143,7 +144,8 @@ class PmhashTable final : public Table {
     options.force = true;
     options.durability = config.durability;
     options.epoch_ms = static_cast<unsigned>(config.epoch_interval.count());
-    options.pool_size = config.pool_size != 0 ? config.pool_size : default_pool_size(config);
+    options.pool_size =
+        config.pool_size != 0 ? config.pool_size : default_pool_size(engine, config);
     if (config.nehash_bucket_bits) options.nehash_bucket_bits = *config.nehash_bucket_bits;
     if (config.nehash_initial_dir_bits) {
       options.nehash_initial_dir_bits = *config.nehash_initial_dir_bits;
@@ -182,9 +184,37 @@ class PmhashTable final : public Table {
   // Bytes of a pool that holds `capacity_hint` items comfortably: the
   // items, the index at its largest (two levels, load factor near 1/2 right
   // after an expansion) and the heap's slack, at least 1 GiB (sparse).
-  static std::uint64_t default_pool_size(const TableConfig& config) {
+  // nehash needs more per key (nehash_bytes_per_key), for the keys it
+  // holds at most (max_keys, which leaves out the keys a run phase only
+  // updates or reads: the pool is allocated, not sparse, on tmpfs).
+  static std::uint64_t default_pool_size(const std::string& engine, const TableConfig& config) {
     const std::uint64_t per_key = 200 + 2 * (config.key_size + config.value_size);
-    return std::max<std::uint64_t>(std::uint64_t{1} << 30, config.capacity_hint * per_key);
+    std::uint64_t bytes = config.capacity_hint * per_key;
+    if (engine == "nehash") {
+      const unsigned b = config.nehash_bucket_bits.value_or(Options{}.nehash_bucket_bits);
+      const std::uint64_t keys = config.max_keys != 0 ? config.max_keys : config.capacity_hint;
+      bytes = keys * (per_key + nehash_bytes_per_key(b));
+    }
+    return std::max<std::uint64_t>(std::uint64_t{1} << 30, bytes);
+  }
+
+  // An estimate, with a margin, of the pool bytes per key of nehash's bucket
+  // groups (engine/nehash/layout.h): a key has one home slot, and a group
+  // splits once its single conflict bucket is full, by the birthday bound
+  // after about sqrt(16 x slots) keys for 16 x (2^b + 1) slots. A group is
+  // (2^b + 1) buckets of 16 slots of 16 B plus a 32-byte meta row each, and
+  // the heap rounds a block above 64 KiB up to whole 256 KiB chunks
+  // (b >= 8). Groups hold about half of that many keys (they split at
+  // random times): the group's bytes over half of sqrt(16 x slots), about
+  // 1.7 times what loads of uniform keys use for every b.
+  static std::uint64_t nehash_bytes_per_key(unsigned b) {
+    const double buckets = static_cast<double>((std::uint64_t{1} << b) + 1);
+    double group = 64 + buckets * (16 * 16 + 32);
+    constexpr double kSmall = 64 * 1024;
+    constexpr double kChunk = 256 * 1024;
+    if (group > kSmall) group = std::ceil(group / kChunk) * kChunk;
+    const double keys = std::sqrt(16 * 16 * buckets) / 2;
+    return static_cast<std::uint64_t>(group / keys);
   }
 
   std::string name() const override { return engine_; }

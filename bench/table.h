@@ -60,6 +60,8 @@ struct TableConfig {
   std::chrono::milliseconds epoch_interval{10};
   // Sizing hints: the most keys the table will hold, and item sizes.
   std::uint64_t capacity_hint = 0;
+  // The most keys the table holds at once, when known (0: capacity_hint).
+  std::uint64_t max_keys = 0;
   std::size_t key_size = 16;
   std::size_t value_size = 16;
   // Threads that will call the table at once.

@@ -149,6 +149,27 @@ TEST(BinaryKeys, EveryEngineAndPeerReadsBackWhatItStored) {
   }
 }
 
+// A nehash store of large groups holds a million keys in the pool the
+// table sizes by default (b = 8 needs about 1.2 KB of pool per key: its
+// groups are 256 KiB heap runs that split at a few hundred keys; a pool
+// sized for clevel ran out at 0.9M keys).
+TEST(NehashPool, TheDefaultPoolHoldsAMillionKeysWithEightBucketBits) {
+  TableConfig config;
+  config.granularity = "none";
+  config.key_size = 8;
+  config.value_size = 8;
+  config.capacity_hint = 1'000'000;
+  config.max_keys = 1'000'000;
+  config.nehash_bucket_bits = 8;
+  PmhashTable table("nehash", config);
+  const KeySpace space(8, 8, 5);
+  for (std::uint64_t r = 0; r < 1'000'000; ++r) {
+    const Status s = table.insert(space.key(r), space.value(r));
+    ASSERT_TRUE(s.ok()) << "record " << r << ": " << s.to_string();
+  }
+  EXPECT_EQ(table.stats().items, 1'000'000u);
+}
+
 // --- the nehash workloads ---------------------------------------------------------
 
 TEST(NehashWorkloads, AreThePapersMixesOfReadsAndNewInsertsWithUniformKeys) {
@@ -375,6 +396,14 @@ TEST_F(NehashBench, ReopenReportsTheOpenTimeKeysAndGroupsOfACleanAndACrashOpen) 
   for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
     EXPECT_NE(entry.path().extension(), ".crash") << entry.path();
   }
+}
+
+TEST_F(NehashBench, ListEnginesPrintsTheFinishedEngines) {
+  const SpawnResult r = run_program(PMHASH_BENCH_PATH, {"--list-engines"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::string expected;
+  for (const std::string& e : Store::engines()) expected += e + "\n";
+  EXPECT_EQ(r.out, expected);
 }
 
 TEST_F(NehashBench, BadNehashAndReopenFlagsAreOneLineUsageErrors) {
