@@ -67,6 +67,7 @@ struct OpenMeasure {
   std::uint64_t groups = 0;       // nehash: bucket groups (0 for other engines)
   std::uint64_t slots = 0;
   std::uint64_t heap_used = 0;
+  std::uint64_t dram_bytes = 0;   // Stats::dram_bytes (nehash: its directory)
   double check_s = 0;             // Store::check after the open (0: not run)
 
   double bytes_per_key() const {
@@ -363,6 +364,7 @@ class PmhashTable final : public Table {
     m.groups = st.groups;
     m.slots = st.slots;
     m.heap_used = st.heap_used;
+    m.dram_bytes = st.dram_bytes;
     if (check) {
       const auto check_start = std::chrono::steady_clock::now();
       if (const Status s = (*store)->check(); !s.ok()) {

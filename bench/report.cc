@@ -134,6 +134,7 @@ json open_json(const OpenMeasure& m) {
           {"clean_shutdown", m.clean_shutdown}, {"wall_s", m.wall_s},
           {"items", m.items},         {"groups", m.groups},
           {"slots", m.slots},         {"heap_used", m.heap_used},
+          {"dram_bytes", m.dram_bytes},
           {"bytes_per_key", m.bytes_per_key()}, {"check_s", m.check_s}};
 }
 

@@ -42,6 +42,7 @@
 //     crash: OPEN or null, crash_skipped: why crash is null, or null.
 //   OPEN: open_ns and recovery_ns (Stats), clean_shutdown (false: recovery
 //     ran), wall_s (Store::open as called), items, groups, slots, heap_used,
+//     dram_bytes (what the index keeps in DRAM: nehash's directory),
 //     bytes_per_key (heap_used / items), check_s.
 //
 // The ceiling of a phase (bench --limits, ceilings.h) charges each read one
