@@ -91,7 +91,7 @@ std::string find_overlap(const std::vector<Entry>& entries) {
 }  // namespace
 
 const EngineInfo kEngineInfo = {"nehash", &encode_params, &create_index, &open_index,
-                                /*in_progress=*/true};
+                                /*in_progress=*/false};
 
 Status NehashIndex::fail(const std::string& what) const {
   return Status::Corruption("pool " + env_.pool->path() + ": nehash: " + what);
