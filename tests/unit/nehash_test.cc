@@ -1114,11 +1114,18 @@ class NehashCrashTest : public NehashEngineTest {
     Status open, check;
     NehashIndex::OpenCounters counters;
     std::map<std::string, std::string> values;
+    // With crash_recovery: the images a crash at each drain of this
+    // recovery may leave, each recovered in turn.
+    std::vector<Recovered> again;
   };
   // Opens a copy of a crash image as a pool of its own, and reads it back.
-  Recovered recover(const std::vector<std::byte>& image, const std::vector<std::string>& keys) {
+  // With `crash_recovery`, the recovery is crashed too: at each of its
+  // drains, every image the crash may leave (any subset of the dirty lines,
+  // torn lines) is recovered again, into `again`.
+  Recovered recover(const std::vector<std::byte>& image, const std::vector<std::string>& keys,
+                    bool crash_recovery = false) {
     Recovered r;
-    const std::string copy = path_ + ".image";
+    const std::string copy = path_ + (crash_recovery ? ".image-crashed" : ".image");
     {
       std::ofstream out(copy, std::ios::binary | std::ios::trunc);
       out.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
@@ -1126,11 +1133,26 @@ class NehashCrashTest : public NehashEngineTest {
     std::unique_ptr<pool::Pool> p;
     std::unique_ptr<heap::Heap> h;
     std::unique_ptr<engine::Index> index;
+    std::vector<std::vector<std::byte>> crashed;
     r.open = pool::Pool::open(copy, "nehash", &p);
     if (r.open.ok()) r.open = heap::Heap::open(p->region(), p->heap_offset(), p->heap_size(), &h);
     if (r.open.ok()) {
       engine::Env env{p.get(), h.get(), options_};
+      // The image is what media holds; the recovery's drains are the crash
+      // points.
+      std::unique_ptr<testing::PersistenceSim> sim;
+      std::mt19937_64 rng(17);
+      if (crash_recovery) {
+        sim = std::make_unique<testing::PersistenceSim>(p->region());
+        sim->set_crash_point_hook([&](const testing::PersistenceSim& s) {
+          const std::vector<std::uint64_t> dirty = s.dirty_units();
+          for (const testing::CrashChoice& c : testing::crash_choices(s, dirty, 5, 8, rng, 12)) {
+            crashed.push_back(s.crash_image(c));
+          }
+        });
+      }
       r.open = engine::find_engine("nehash")->open(env, &index);
+      sim.reset();
     }
     if (r.open.ok()) {
       p->begin_session();
@@ -1148,6 +1170,7 @@ class NehashCrashTest : public NehashEngineTest {
     h.reset();
     p.reset();
     ::unlink(copy.c_str());
+    for (const std::vector<std::byte>& c : crashed) r.again.push_back(recover(c, keys));
     return r;
   }
 };
@@ -1157,6 +1180,7 @@ class NehashCrashTest : public NehashEngineTest {
 // and the recovery rows taken.
 struct SplitExploration {
   std::uint64_t images = 0;
+  std::uint64_t recovery_images = 0;  // images of a crashed recovery
   std::uint64_t violations = 0;
   std::string first;
   int split_drains = 0;
@@ -1169,7 +1193,9 @@ class NehashSplitCrashTest : public NehashCrashTest {
     engine::planted::bugs.store(engine::planted::kNone);
     NehashCrashTest::TearDown();
   }
-  SplitExploration explore_split() {
+  // With crash_recovery, each image's recovery is crashed at its drains
+  // too, and every image that leaves is judged the same way.
+  SplitExploration explore_split(bool crash_recovery = false) {
     SplitExploration out;
     testing::GranularityGuard granularity;
     granularity.force("cache_line");
@@ -1216,13 +1242,10 @@ class NehashSplitCrashTest : public NehashCrashTest {
           }
         }
       }
-      for (const testing::CrashChoice& c : choices) {
-        const Recovered r = recover(s.crash_image(c), keys);
-        ++out.images;
-        const std::string where = "split drain " + std::to_string(out.split_drains) + ", " + c.describe();
+      auto judge = [&](const Recovered& r, const std::string& where) {
         if (!r.open.ok() || !r.check.ok()) {
           violation(where + ": " + r.open.to_string() + " / " + r.check.to_string());
-          continue;
+          return;
         }
         for (int i = 0; i < 17; ++i) {
           if (!r.values.count(keys[i]) || r.values.at(keys[i]) != "v" + std::to_string(i)) {
@@ -1230,6 +1253,17 @@ class NehashSplitCrashTest : public NehashCrashTest {
           }
         }
         if (r.values.count(keys[17])) violation(where + ": the unacknowledged insert is there");
+      };
+      for (const testing::CrashChoice& c : choices) {
+        const Recovered r = recover(s.crash_image(c), keys, crash_recovery);
+        ++out.images;
+        const std::string where = "split drain " + std::to_string(out.split_drains) + ", " + c.describe();
+        judge(r, where);
+        for (std::size_t k = 0; k < r.again.size(); ++k) {
+          judge(r.again[k], where + ", then its recovery crashed (image " + std::to_string(k) + ")");
+        }
+        out.recovery_images += r.again.size();
+        if (!r.open.ok() || !r.check.ok()) continue;
         out.rows.splits_not_committed += r.counters.splits_not_committed;
         out.rows.splits_bump_lost += r.counters.splits_bump_lost;
         out.rows.splits_rolled_back += r.counters.splits_rolled_back;
@@ -1254,6 +1288,18 @@ TEST_F(NehashSplitCrashTest, RebuildFromCrashImagesTakenMidSplit) {
   expect_check();
 }
 
+// Recovery finishes a committed split (it cleans the group's stale slots)
+// and must be restartable: a crash at any drain of it leaves an image that
+// recovers again. (Recovery once cleared the split record in the same drain
+// as the cleaning: an image with the cleared record and a stale slot kept a
+// key outside its group's range.)
+TEST_F(NehashSplitCrashTest, ACrashDuringRecoveryOfASplitRecoversAgain) {
+  const SplitExploration e = explore_split(/*crash_recovery=*/true);
+  EXPECT_GT(e.recovery_images, 100u);
+  EXPECT_EQ(e.violations, 0u) << e.first;
+  EXPECT_GE(e.rows.splits_bump_lost + e.rows.splits_committed, 1u) << "no recovery cleaned a group";
+}
+
 TEST_F(NehashSplitCrashTest, PlantedSplitNotFinishedIsCaught) {
   engine::planted::bugs.store(engine::planted::kNehashSplitNotFinished);
   EXPECT_GT(explore_split().violations, 0u);
@@ -1272,13 +1318,16 @@ TEST_F(NehashSplitCrashTest, PlantedTableBeforeGroupDurableIsCaught) {
 // other key as before. Returns the violations (the first few described).
 struct Exploration {
   std::uint64_t images = 0;
+  std::uint64_t recovery_images = 0;  // images of a crashed recovery
   std::uint64_t violations = 0;
   std::string first;
 };
 
 class NehashWriteCrashTest : public NehashCrashTest {
  protected:
-  Exploration explore_every_write_form() {
+  // With crash_recovery, each image's recovery is crashed at its drains
+  // too, and every image that leaves is judged the same way.
+  Exploration explore_every_write_form(bool crash_recovery = false) {
     Exploration out;
     testing::GranularityGuard granularity;
     granularity.force("cache_line");
@@ -1356,23 +1405,30 @@ class NehashWriteCrashTest : public NehashCrashTest {
               }
             }
           }
-          const Recovered r = recover(image, keys);
+          const Recovered r = recover(image, keys, crash_recovery);
           ++out.images;
           const std::string where =
               std::string(op.what) + ", drain " + std::to_string(i + 1) + ", " + c.describe();
-          if (!r.open.ok() || !r.check.ok()) {
-            violation(where + ": " + r.open.to_string() + " / " + r.check.to_string());
-            continue;
-          }
-          for (const std::string& k : keys) {
-            const std::optional<std::string> got =
-                r.values.count(k) ? std::optional<std::string>(r.values.at(k)) : std::nullopt;
-            const std::optional<std::string> before =
-                now.count(k) ? std::optional<std::string>(now.at(k)) : std::nullopt;
-            if (got != before && !(k == op.key && got == op.after)) {
-              violation(where + ": key " + k + " is " + got.value_or("<absent>"));
+          auto judge = [&](const Recovered& rec, const std::string& at) {
+            if (!rec.open.ok() || !rec.check.ok()) {
+              violation(at + ": " + rec.open.to_string() + " / " + rec.check.to_string());
+              return;
             }
+            for (const std::string& k : keys) {
+              const std::optional<std::string> got =
+                  rec.values.count(k) ? std::optional<std::string>(rec.values.at(k)) : std::nullopt;
+              const std::optional<std::string> before =
+                  now.count(k) ? std::optional<std::string>(now.at(k)) : std::nullopt;
+              if (got != before && !(k == op.key && got == op.after)) {
+                violation(at + ": key " + k + " is " + got.value_or("<absent>"));
+              }
+            }
+          };
+          judge(r, where);
+          for (std::size_t k = 0; k < r.again.size(); ++k) {
+            judge(r.again[k], where + ", then its recovery crashed (image " + std::to_string(k) + ")");
           }
+          out.recovery_images += r.again.size();
         }
       }
       if (op.after) {
@@ -1396,6 +1452,17 @@ TEST_F(NehashWriteCrashTest, EveryDrainOfEveryWriteFormRecoversToBeforeOrAfter) 
   EXPECT_GT(e.images, 100u);
   EXPECT_EQ(e.violations, 0u) << e.first;
   expect_check();
+}
+
+// Recovery replays a committed slot update (case c) and must be
+// restartable: a crash at any drain of it leaves an image that recovers to
+// before or after the write. (Recovery once cleared the record in the same
+// drain as the replayed slot: an image with the cleared record and the
+// slot's meta but not its words held a torn slot.)
+TEST_F(NehashWriteCrashTest, ACrashDuringRecoveryOfASlotUpdateRecoversAgain) {
+  const Exploration e = explore_every_write_form(/*crash_recovery=*/true);
+  EXPECT_GT(e.recovery_images, 100u);
+  EXPECT_EQ(e.violations, 0u) << e.first;
 }
 
 TEST_F(NehashWriteCrashTest, PlantedMetaBeforeSlotDurableIsCaught) {

@@ -198,8 +198,9 @@
 //      own group; writers meet it as any concurrent split, close stops it
 //      after the split in progress, and a crash leaves ordinary split
 //      states.
-//   Phase W: W1 replay slot updates, apply the kSplit rows, clear records,
-//   one drain; W2 heap recovery, keep(off) = a live group, segment, overflow
+//   Phase W: W1 replay slot updates, apply the kSplit rows, drain, clear
+//   the records (a record outlives what it stands for), drain; W2 heap
+//   recovery, keep(off) = a live group, segment, overflow
 //   block, or an item whose key hashes to its state and which a VALID
 //   pointer slot of its covering group names; W3 times restart, count from
 //   the root if a clean close saved it (else recounted on first use),

@@ -342,7 +342,7 @@ Status NehashIndex::recover() {
     // Without a next segment, holes past the last id are the counter's.
   }
 
-  // W1. Replays, the kSplit rows, the records cleared; one drain.
+  // W1. Replays and the kSplit rows, drained; then the records cleared.
   for (const SlotFix& f : slot_fixes) {
     f.slot->w0.store(f.log->w0.load());
     f.slot->w1.store(f.log->w1.load());
@@ -360,12 +360,18 @@ Status NehashIndex::recover() {
     clean_stale(refs[f.entry], /*lock_buckets=*/false);
     open_counters_.slots_read += buckets_per_group(b_) * kSlotsPerBucket;
   }
+  // The replayed slots, table words and cleaned slots are durable before a
+  // record is cleared: else a crash of this recovery could keep a cleared
+  // record and lose what it stood for (a torn slot, a group at its old
+  // depth overlapping its new half, stale slots out of range), and the next
+  // recovery would not know to redo it.
+  if (!records.empty()) region_.drain();
   for (OpLog* log : records) {
     log->op.store(kOpNone);
     region_.flush(&log->op, sizeof(std::uint64_t));
   }
-  // Slots, table words and cleared records are durable before heap
-  // recovery decides on the blocks they name, and before we serve.
+  // Cleared records are durable before heap recovery decides on the blocks
+  // they name, and before we serve.
   region_.drain();
 
   // W2. Heap recovery: a block named by a log is kept if the index reaches it.
