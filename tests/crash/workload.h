@@ -72,6 +72,25 @@ inline std::optional<std::pair<unsigned, std::uint64_t>> parse_key(const std::st
 
 namespace detail {
 
+// A value of at most 8 bytes naming operation i (and the step `salt` of a
+// transaction): '#' and i * 8 + salt in base 62, zero-padded to `len` bytes
+// (5 to 8), so that short values come in several lengths. Engines that keep
+// short pairs inside the slot (nehash) change a slot's form when a value
+// crosses 8 bytes and its length otherwise. "" when the number needs more
+// than 7 digits.
+inline std::string short_value(std::uint64_t i, unsigned salt, std::size_t len) {
+  static constexpr char kDigits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  std::uint64_t n = i * 8 + salt;
+  std::string digits;
+  do {
+    digits.insert(digits.begin(), kDigits[n % 62]);
+    n /= 62;
+  } while (n != 0);
+  if (digits.size() > 7) return "";
+  if (digits.size() + 1 < len) digits.insert(0, len - 1 - digits.size(), '0');
+  return "#" + digits;
+}
+
 // A write or read of the phase's mix; `salt` tells apart the steps of one
 // transaction.
 inline Op simple_op(const WorkloadSpec& w, unsigned thread, std::uint64_t i, unsigned phase,
@@ -92,11 +111,14 @@ inline Op simple_op(const WorkloadSpec& w, unsigned thread, std::uint64_t i, uns
           : Op::kGet;
   op.key = w.keys == 0 ? 0 : rng() % w.keys;
   if (op.kind != Op::kRemove && op.kind != Op::kGet) {
-    op.value.append("v").append(std::to_string(w.seed)).append(".").append(std::to_string(thread));
-    op.value.append(".").append(std::to_string(i)).append(".");
-    if (salt != 0) op.value.append("s").append(std::to_string(salt)).append(".");
     const std::size_t pad = rng() % 4 == 0 ? 100 + 100 * (rng() % 2) : rng() % 24;
-    op.value.append(pad, static_cast<char>('a' + i % 26));
+    if (pad < 4) op.value = short_value(i, salt, 5 + pad);
+    if (op.value.empty()) {
+      op.value.append("v").append(std::to_string(w.seed)).append(".").append(std::to_string(thread));
+      op.value.append(".").append(std::to_string(i)).append(".");
+      if (salt != 0) op.value.append("s").append(std::to_string(salt)).append(".");
+      op.value.append(pad, static_cast<char>('a' + i % 26));
+    }
   }
   return op;
 }
@@ -105,9 +127,9 @@ inline Op simple_op(const WorkloadSpec& w, unsigned thread, std::uint64_t i, uns
 
 // Operation i of thread t. Values carry the operation's identity and vary
 // in length (a torn or stale value never equals an expected one); one in
-// four spans several cache lines. (Long values come in two lengths only, so
-// that a small pool does not run out of chunks for one slab per size class
-// and thread.)
+// four spans several cache lines, one in eight is at most 8 bytes. (Long
+// values come in two lengths only, so that a small pool does not run out of
+// chunks for one slab per size class and thread.)
 inline Op op_at(const WorkloadSpec& w, unsigned thread, std::uint64_t i) {
   std::mt19937_64 rng(w.seed * 0x9e3779b97f4a7c15ull + thread * 0x100000001b3ull + i);
   // Grow for the first 45 %, churn for 25 %, then empty.
