@@ -7,9 +7,12 @@
 // the oracle; at least kMinImages images. Engines that persist by epochs
 // are explored with strict durability and with epoch durability, on
 // cache_line and page granularity (where any dirty line, or page, may reach
-// media in any order). Then the classic mistakes of engine/planted.h,
-// planted one at a time (three into clevel, two into dali): the explorer
-// must report each, and the reproducer it saves must replay the violation.
+// media in any order). nehash is explored with groups of two buckets under a
+// one-entry main directory (the explorer's default), so that the workload
+// splits groups and expands the directory: the runs must do both. Then the
+// classic mistakes of engine/planted.h, planted one at a time (three into
+// clevel, two into dali, four into nehash): the explorer must report each,
+// and the reproducer it saves must replay the violation.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -67,9 +70,15 @@ struct Exploration {
   const char* ops;
   const char* durability;
   const char* granularity;
+  const char* keys = "150";
 };
 
 std::vector<Exploration> runs_of(const std::string& engine) {
+  if (engine == "nehash") {
+    // More keys: a few hundred make the tiny groups split several times and
+    // the directory expand.
+    return {{"1", "700", "strict", "cache_line", "300"}, {"2", "350", "strict", "cache_line", "300"}};
+  }
   if (!crashtest::accepts_epoch_durability(engine)) {
     return {{"1", "700", "strict", "cache_line"}, {"2", "350", "strict", "cache_line"}};
   }
@@ -84,7 +93,7 @@ TEST_P(CrashExplore, EveryCrashImageRecoversToAPromisedState) {
   for (const Exploration& run : runs_of(GetParam())) {
     const SpawnResult r = run_program(
         kExplorer, {"--engine", GetParam(), "--seed", "1", "--threads", run.threads, "--ops", run.ops, "--keys",
-                    "150", "--durability", run.durability, "--granularity", run.granularity, "--samples", "8",
+                    run.keys, "--durability", run.durability, "--granularity", run.granularity, "--samples", "8",
                     "--summary", summary_, "--reproducers", reproducers_});
     ASSERT_EQ(r.exit_code, 0) << "threads " << run.threads << " " << run.durability << " " << run.granularity
                               << "\n" << describe(r);
@@ -93,6 +102,10 @@ TEST_P(CrashExplore, EveryCrashImageRecoversToAPromisedState) {
   EXPECT_GE(sum_field(summary_, "images"), kMinImages) << "explore more: raise --ops";
   EXPECT_GT(sum_field(summary_, "recovery_images"), 0u) << "no recovery was crashed";
   EXPECT_EQ(sum_field(summary_, "violations"), 0u);
+  if (GetParam() == "nehash") {
+    EXPECT_GT(sum_field(summary_, "splits"), 0u) << "no group split was crashed";
+    EXPECT_GT(sum_field(summary_, "full_expansions"), 0u) << "no full expansion was crashed";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, CrashExplore, ::testing::ValuesIn(Store::engines()),
@@ -140,7 +153,11 @@ INSTANTIATE_TEST_SUITE_P(EveryEngine, PlantedBug,
                                            Bug{"clevel", "no-fence-before-context-swap", "strict"},
                                            Bug{"clevel", "progress-not-persisted", "strict"},
                                            Bug{"dali", "dali-only-one-epoch-fails", "epoch"},
-                                           Bug{"dali", "dali-bucket-not-fenced", "epoch"}),
+                                           Bug{"dali", "dali-bucket-not-fenced", "epoch"},
+                                           Bug{"nehash", "nehash-meta-before-slot-durable", "strict"},
+                                           Bug{"nehash", "nehash-table-before-group-durable", "strict"},
+                                           Bug{"nehash", "nehash-split-not-finished", "strict"},
+                                           Bug{"nehash", "nehash-op-log-clear-not-persisted", "strict"}),
                          [](const auto& info) {
                            std::string name = info.param.name;
                            for (char& c : name) {

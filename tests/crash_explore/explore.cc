@@ -4,6 +4,7 @@
 //                        [--keys N] [--granularity cache_line|page|byte]
 //                        [--durability strict|epoch] [--epoch-ms N]
 //                        [--ops-per-epoch N]
+//                        [--nehash-bucket-bits N] [--nehash-initial-dir-bits N]
 //                        [--exhaustive N] [--samples N] [--every N]
 //                        [--verifiers N] [--recovery-crash-every N]
 //                        [--plant BUG] [--reproducers DIR] [--summary FILE]
@@ -86,6 +87,10 @@ struct Config {
   std::string durability = "strict";
   unsigned epoch_ms = 1;
   std::uint64_t ops_per_epoch = 4;
+  // Tiny nehash groups (2 buckets) under a one-entry main directory: the
+  // workload splits groups and expands the directory throughout.
+  unsigned nehash_bucket_bits = 1;
+  unsigned nehash_initial_dir_bits = 0;
   std::size_t exhaustive = 4;
   std::size_t samples = 4;
   std::size_t singles = 16;
@@ -129,9 +134,14 @@ unsigned plant_mask(const std::string& name) {
   if (name == "progress-not-persisted") return kProgressNotPersisted;
   if (name == "dali-only-one-epoch-fails") return kDaliOnlyOneEpochFails;
   if (name == "dali-bucket-not-fenced") return kDaliBucketNotFenced;
+  if (name == "nehash-meta-before-slot-durable") return kNehashMetaBeforeSlotDurable;
+  if (name == "nehash-table-before-group-durable") return kNehashTableBeforeGroupDurable;
+  if (name == "nehash-split-not-finished") return kNehashSplitNotFinished;
+  if (name == "nehash-op-log-clear-not-persisted") return kNehashOpLogClearNotPersisted;
   usage("unknown --plant '" + name +
         "' (slot-before-item, no-fence-before-context-swap, progress-not-persisted, "
-        "dali-only-one-epoch-fails, dali-bucket-not-fenced)");
+        "dali-only-one-epoch-fails, dali-bucket-not-fenced, nehash-meta-before-slot-durable, "
+        "nehash-table-before-group-durable, nehash-split-not-finished, nehash-op-log-clear-not-persisted)");
 }
 
 Config parse(int argc, char** argv) {
@@ -151,6 +161,10 @@ Config parse(int argc, char** argv) {
     else if (flag == "--durability") c.durability = value();
     else if (flag == "--epoch-ms") c.epoch_ms = static_cast<unsigned>(number(flag, value()));
     else if (flag == "--ops-per-epoch") c.ops_per_epoch = number(flag, value());
+    else if (flag == "--nehash-bucket-bits") c.nehash_bucket_bits = static_cast<unsigned>(number(flag, value()));
+    else if (flag == "--nehash-initial-dir-bits") {
+      c.nehash_initial_dir_bits = static_cast<unsigned>(number(flag, value()));
+    }
     else if (flag == "--transactions") c.w.transactions = number(flag, value()) != 0;
     else if (flag == "--exhaustive") c.exhaustive = number(flag, value());
     else if (flag == "--samples") c.samples = number(flag, value());
@@ -200,6 +214,14 @@ Config parse(int argc, char** argv) {
   if (c.ops_per_epoch == 0) usage("--ops-per-epoch must be positive");
   (void)plant_mask(c.plant);
   return c;
+}
+
+// " (40 groups, 39 splits, 3 full expansions)" for a
+// nehash store, else "".
+std::string nehash_shape(const Stats& st) {
+  if (st.engine != "nehash") return "";
+  return " (" + std::to_string(st.groups) + " groups, " + std::to_string(st.splits) + " splits, " +
+         std::to_string(st.full_expansions) + " full expansions)";
 }
 
 // Per thread "done:seen:synced", then for epoch durability "@e=n/e=n...";
@@ -636,7 +658,9 @@ std::string Explorer::rerun_command(std::uint64_t point) const {
                     std::to_string(c_.w.threads) + " --ops " + std::to_string(c_.w.ops) + " --keys " +
                     std::to_string(c_.w.keys) + " --granularity " + c_.granularity + " --durability " +
                     c_.durability + " --epoch-ms " + std::to_string(c_.epoch_ms) + " --ops-per-epoch " +
-                    std::to_string(c_.ops_per_epoch) + " --exhaustive " +
+                    std::to_string(c_.ops_per_epoch) + " --nehash-bucket-bits " +
+                    std::to_string(c_.nehash_bucket_bits) + " --nehash-initial-dir-bits " +
+                    std::to_string(c_.nehash_initial_dir_bits) + " --exhaustive " +
                     std::to_string(c_.exhaustive) + " --samples " + std::to_string(c_.samples) + " --singles " +
                     std::to_string(c_.singles) + " --points " +
                     std::to_string(from) + "-" + std::to_string(point + 20);
@@ -755,6 +779,8 @@ int Explorer::run() {
   o.clevel_min_level_log2 = 2;
   o.clevel_shrink_threshold = 0.15;
   o.dali_initial_log2 = 2;  // tiny: the workload grows the table all the time
+  o.nehash_bucket_bits = c_.nehash_bucket_bits;
+  o.nehash_initial_dir_bits = c_.nehash_initial_dir_bits;
   // A crash point stops the epoch worker while it dispatches images, and
   // every thread entering an epoch waits for it meanwhile, locks held: no
   // lock wait of a single operation may time out for that.
@@ -770,6 +796,7 @@ int Explorer::run() {
 
   const auto start = std::chrono::steady_clock::now();
   std::uint64_t crash_points = 0;
+  Stats shape;  // the table's growth the workload caused, before close
   {
     PersistenceSim sim(store_testing::region(*store_));
     sim.set_crash_point_hook([this](const PersistenceSim& s) { at_crash_point(s); });
@@ -778,6 +805,7 @@ int Explorer::run() {
     for (std::thread& th : threads) th.join();
     // Crashes during the last resize and during close are crash points too.
     while (!workload_failed_ && !stopping() && store_->stats().resizing) std::this_thread::yield();
+    shape = store_->stats();
     (void)store_->close();
     sim.set_crash_point_hook(nullptr);
     crash_points = sim.crash_points();
@@ -793,27 +821,32 @@ int Explorer::run() {
 
   std::printf(
       "engine %s seed %llu threads %u ops %llu granularity %s durability %s%s: %llu crash points, %llu explored, "
-      "%llu crash images, %llu crashes during recovery, %llu violations, largest dirty set %llu, %.1f s\n",
+      "%llu crash images, %llu crashes during recovery, %llu violations, largest dirty set %llu, %llu expansions%s, "
+      "%.1f s\n",
       c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
       static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.durability.c_str(),
       c_.plant.empty() ? "" : (" planted " + c_.plant).c_str(), static_cast<unsigned long long>(crash_points),
       static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
       static_cast<unsigned long long>(recovery_images_), static_cast<unsigned long long>(violations_.load()),
-      static_cast<unsigned long long>(largest_dirty_), seconds);
+      static_cast<unsigned long long>(largest_dirty_), static_cast<unsigned long long>(shape.expansions),
+      nehash_shape(shape).c_str(), seconds);
   if (!c_.summary.empty()) {
     if (FILE* f = std::fopen(c_.summary.c_str(), "a")) {
       std::fprintf(f,
                    "{\"engine\":\"%s\",\"seed\":%llu,\"threads\":%u,\"ops\":%llu,\"granularity\":\"%s\","
                    "\"durability\":\"%s\","
                    "\"planted\":\"%s\",\"crash_points\":%llu,\"explored\":%llu,\"images\":%llu,"
-                   "\"recovery_images\":%llu,\"violations\":%llu,\"seconds\":%.1f}\n",
+                   "\"recovery_images\":%llu,\"violations\":%llu,\"expansions\":%llu,\"splits\":%llu,"
+                   "\"full_expansions\":%llu,\"seconds\":%.1f}\n",
                    c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
                    static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.durability.c_str(),
                    c_.plant.c_str(),
                    static_cast<unsigned long long>(crash_points),
                    static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
                    static_cast<unsigned long long>(recovery_images_),
-                   static_cast<unsigned long long>(violations_.load()), seconds);
+                   static_cast<unsigned long long>(violations_.load()),
+                   static_cast<unsigned long long>(shape.expansions), static_cast<unsigned long long>(shape.splits),
+                   static_cast<unsigned long long>(shape.full_expansions), seconds);
       std::fclose(f);
     }
   }
