@@ -79,6 +79,25 @@ struct Options {
   // one group of 2^b * 256 bytes per split.
   bool nehash_split_shallow_on_open = false;
 
+  // --- pmeh -----------------------------------------------------------
+  // Zone bits Z (create only; kept in the pool): the hash space is cut into
+  // 2^Z zones by the top Z bits of the hash, each written by one owner
+  // thread. 0 .. 8.
+  unsigned pmeh_zone_bits = 6;
+  // Segment size in KiB (create only; kept in the pool): 4, 8, 16, 32 or 64.
+  unsigned pmeh_segment_kib = 16;
+  // Owner threads that run every write, 1 .. 64; 0 = one per hardware
+  // thread. Not kept in the pool: each open may choose another number.
+  unsigned pmeh_workers = 0;
+  // A full segment splits into 2^k, k = 1 .. 3.
+  unsigned pmeh_split_bits = 3;
+  // Buckets a split moves per write in its zone; 0 = the whole split at once.
+  unsigned pmeh_split_step = 4;
+  // Hot zones switch to per-segment locks so that any thread writes them.
+  bool pmeh_opportunistic = true;
+  // Reads go to the zone's owner too (to measure against optimistic reads).
+  bool pmeh_delegate_reads = false;
+
   // --- dali -----------------------------------------------------------
   // Buckets of a new table, as a power of two (32 bytes each). The table
   // grows online, one bucket split at a time (linear hashing), and never

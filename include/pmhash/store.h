@@ -60,6 +60,15 @@ struct Stats {
   std::uint64_t full_expansions = 0;
   std::uint64_t rule1_nodes = 0;
   std::uint64_t rule2_nodes = 0;
+  // Engines with segments and delegated writes (pmeh; 0 for the others):
+  // live segments, bytes split moves copied since open (16-byte slot plus
+  // its 2-byte meta per moved pair; items are not copied), operations run
+  // by an owner thread on a caller's behalf, and optimistic reads that
+  // failed validation and ran again, since open.
+  std::uint64_t segments = 0;
+  std::uint64_t bytes_moved = 0;
+  std::uint64_t delegated_ops = 0;
+  std::uint64_t read_retries = 0;
   // Engines that persist by epochs (dali); 0 / empty otherwise.
   std::uint64_t epoch = 0;          // the epoch operations run in now
   std::uint64_t durable_epoch = 0;  // every operation of an epoch <= this is durable

@@ -5,13 +5,14 @@
 #include "engine/dali/dali.h"
 #include "engine/index.h"
 #include "engine/nehash/nehash.h"
+#include "engine/pmeh/pmeh.h"
 
 namespace pmhash::engine {
 namespace {
 
-const std::array<const EngineInfo*, 3>& engines() {
-  static const std::array<const EngineInfo*, 3> all = {&clevel::kEngineInfo, &dali::kEngineInfo,
-                                                       &nehash::kEngineInfo};
+const std::array<const EngineInfo*, 4>& engines() {
+  static const std::array<const EngineInfo*, 4> all = {&clevel::kEngineInfo, &dali::kEngineInfo,
+                                                       &nehash::kEngineInfo, &pmeh::kEngineInfo};
   return all;
 }
 

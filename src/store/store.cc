@@ -37,7 +37,8 @@ Status check_value(std::string_view value) {
 }
 
 Status check_options(const engine::EngineInfo& info, const Options& options) {
-  if (options.durability == Durability::kEpoch && (info.name == "clevel" || info.name == "nehash")) {
+  if (options.durability == Durability::kEpoch &&
+      (info.name == "clevel" || info.name == "nehash" || info.name == "pmeh")) {
     return Status::InvalidArgument("engine " + std::string(info.name) +
                                    " persists every write before it returns: use durability strict");
   }

@@ -1,0 +1,511 @@
+// engine/pmeh/pmeh.cc - reading and writing keys (design in pmeh.h §4).
+#include "engine/pmeh/pmeh.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+#include <thread>
+
+#include "engine/item.h"
+#include "engine/pmeh/pmeh_index.h"
+#include "sync/rcu.h"
+
+namespace pmhash::engine::pmeh {
+namespace {
+
+// A read that fails validation this many times in a row goes to the owner
+// (§3, "Reads"): bounded retries under heavy writing.
+constexpr unsigned kReadAttempts = 16;
+// A for_each scan of one segment is retried this often before the owner
+// copies the segment for it (§4.6).
+constexpr unsigned kScanAttempts = 4;
+
+inline void cpu_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+PmehIndex::PmehIndex(const Env& env)
+    : env_(env),
+      region_(env.pool->region()),
+      heap_(*env.heap),
+      root_(reinterpret_cast<Root*>(env.pool->root())),
+      mailboxes_(new Mailbox[kMaxThreads]),
+      counts_(new Stripe[kMaxThreads]) {
+  Params p{};
+  std::memcpy(&p, env.pool->header().engine_params, sizeof(p));
+  z_ = p.zone_bits;
+  s_ = p.segment_log2;
+  nb_ = s_ >= kMinSegmentLog2 && s_ <= kMaxSegmentLog2 ? buckets_per_segment(s_) : 0;
+  delegate_reads_ = env.options.pmeh_delegate_reads;
+}
+
+PmehIndex::~PmehIndex() {
+  close();
+  if (seg_state_ != nullptr) ::munmap(seg_state_, seg_state_bytes_);
+}
+
+std::uint64_t PmehIndex::segment_of(std::uint64_t h1) const {
+  const Dir* d = zones_[zone_of(h1)].dir.load(std::memory_order_acquire);
+  return d->entry[top_bits(h1, d->depth)].load(std::memory_order_acquire);
+}
+
+// ---------------------------------------------------------------------------
+// Slots
+// ---------------------------------------------------------------------------
+
+bool PmehIndex::matches(const SlotView& v, const Key& key) const {
+  if (!meta_valid(v.meta) || meta_fp(v.meta) != fingerprint(key.h2)) return false;
+  if (meta_is_inline(v.meta)) {
+    return key.bytes.size() <= kInlineMax && meta_key_len(v.meta) == key.bytes.size() &&
+           v.w0 == pack_word(key.bytes);
+  }
+  if (v.w1 != key.h1 || pool::pptr_tag(v.w0) != pointer_tag(key.h2)) return false;
+  return item_key(region_.at<ItemHeader>(pool::pptr_offset(v.w0))) == key.bytes;
+}
+
+PmehIndex::Pos PmehIndex::find(SegmentHeader* h, const Key& key) const {
+  Bucket* buckets = segment_buckets(h);
+  const unsigned home = home_bucket(key.h1, nb_);
+  for (unsigned j : {home, (home + 1) % nb_}) {
+    Bucket& b = buckets[j];
+    for (unsigned p = 0; p < kSlotsPerBucket; ++p) {
+      const SlotView v{b.meta[p].load(std::memory_order_relaxed),
+                       b.slot[p].w0.load(std::memory_order_relaxed),
+                       b.slot[p].w1.load(std::memory_order_relaxed)};
+      if (matches(v, key)) return {&b, p};
+    }
+  }
+  return {};
+}
+
+PmehIndex::SlotView PmehIndex::new_view(const Key& key, std::string_view value,
+                                        std::uint64_t item) const {
+  const std::uint16_t fp = fingerprint(key.h2);
+  if (item == 0) {
+    return {meta_inline(key.bytes.size(), value.size(), fp), pack_word(key.bytes), pack_word(value)};
+  }
+  return {meta_pointer(fp), pool::pptr_make(item, pointer_tag(key.h2)), key.h1};
+}
+
+void PmehIndex::store_new(const Pos& at, const SlotView& v) {
+  Slot& slot = at.bucket->slot[at.p];
+  slot.w0.store(v.w0, std::memory_order_release);
+  slot.w1.store(v.w1, std::memory_order_release);
+  region_.flush(&slot, sizeof(Slot));
+  // Drain #1: the slot words (and the caller's item, drained by the caller)
+  // are durable before the meta that makes them visible. The meta on media
+  // is not VALID: the last write of this segment drained before its version
+  // became even again.
+  region_.drain();
+  at.bucket->meta[at.p].store(v.meta, std::memory_order_release);
+  region_.flush(&at.bucket->meta[at.p], sizeof(std::uint16_t));
+  // Drain #2: the insert is durable before it is acknowledged.
+  region_.drain();
+}
+
+void PmehIndex::update_slot(heap::ThreadCache* tc, const Pos& at, const SlotView& old,
+                            const SlotView& fresh) {
+  Slot& slot = at.bucket->slot[at.p];
+  std::atomic<std::uint16_t>& meta = at.bucket->meta[at.p];
+  const bool old_inline = meta_is_inline(old.meta);
+  const bool new_inline = meta_is_inline(fresh.meta);
+  if (old_inline && new_inline && meta_value_len(old.meta) == meta_value_len(fresh.meta)) {
+    // (a) Only the value word changes: one atomic store.
+    slot.w1.store(fresh.w1, std::memory_order_release);
+    // The new value is durable before the update is acknowledged.
+    region_.persist(&slot.w1, sizeof(std::uint64_t));
+    return;
+  }
+  if (!old_inline) tc->retire(pool::pptr_offset(old.w0));
+  if (!old_inline && !new_inline) {
+    // (b) Pointer to pointer: w1 (= h1) and the meta stay.
+    // Drain #1: the old item's retire entry is durable before the slot stops
+    // naming it (the new item was drained by the caller).
+    region_.drain();
+    slot.w0.store(fresh.w0, std::memory_order_release);
+    // Persist #2: the update is durable before it is acknowledged.
+    region_.persist(&slot.w0, sizeof(std::uint64_t));
+    return;
+  }
+  // (c) The meta and the words change, in two lines: through the op log of
+  // the owner's heap slot.
+  OpLog& log = root_->op_log[tc->slot()];
+  log.op.store(kOpNone, std::memory_order_relaxed);
+  log.meta.store(log_meta(fresh.meta, region_.offset_of(&meta)), std::memory_order_relaxed);
+  log.w0.store(fresh.w0, std::memory_order_relaxed);
+  log.w1.store(fresh.w1, std::memory_order_relaxed);
+  region_.flush(&log, sizeof(OpLog));
+  // Drain #1: the record's fields (and the retire entry) are durable before
+  // the record can be taken as committed.
+  region_.drain();
+  log.op.store(op_slot_update(region_.offset_of(&slot)), std::memory_order_relaxed);
+  // Persist #2, the commit point: from here recovery writes the new slot.
+  region_.persist(&log.op, sizeof(std::uint64_t));
+  slot.w0.store(fresh.w0, std::memory_order_release);
+  slot.w1.store(fresh.w1, std::memory_order_release);
+  meta.store(fresh.meta, std::memory_order_release);
+  region_.flush(&slot, sizeof(Slot));
+  region_.flush(&meta, sizeof(std::uint16_t));
+  // Drain #3: the slot is whole on media before the record is cleared.
+  region_.drain();
+  log.op.store(kOpNone, std::memory_order_relaxed);
+  // Persist #4: a committed record always belongs to an operation in
+  // flight, so a replay never undoes a later write of this slot.
+  region_.persist(&log.op, sizeof(std::uint64_t));
+}
+
+// ---------------------------------------------------------------------------
+// Reads (§4.1): lock-free and optimistic, on the caller's thread
+// ---------------------------------------------------------------------------
+
+PmehIndex::Probe PmehIndex::probe(SegmentHeader* h, std::atomic<std::uint64_t>& st,
+                                  std::uint64_t v1, const Key& key, std::string* out) const {
+  Bucket* buckets = segment_buckets(h);
+  const unsigned home = home_bucket(key.h1, nb_);
+  const std::uint16_t fp = fingerprint(key.h2);
+  bool found = false;
+  for (unsigned j : {home, (home + 1) % nb_}) {
+    Bucket& b = buckets[j];
+    for (unsigned p = 0; p < kSlotsPerBucket && !found; ++p) {
+      // Acquire loads: a word written inside a write section orders the
+      // version re-read below after that section's odd bump.
+      const std::uint16_t m = b.meta[p].load(std::memory_order_acquire);
+      if (!meta_valid(m) || meta_fp(m) != fp) continue;
+      const std::uint64_t w0 = b.slot[p].w0.load(std::memory_order_acquire);
+      const std::uint64_t w1 = b.slot[p].w1.load(std::memory_order_acquire);
+      if (meta_is_inline(m)) {
+        if (key.bytes.size() > kInlineMax || meta_key_len(m) != key.bytes.size() ||
+            w0 != pack_word(key.bytes) || meta_value_len(m) > kInlineMax) {
+          continue;
+        }
+        out->assign(unpack_word(w1, meta_value_len(m)));
+        found = true;
+      } else {
+        if (w1 != key.h1 || pool::pptr_tag(w0) != pointer_tag(key.h2)) continue;
+        // The item may be read only if the slot named it in a consistent
+        // state: then it is retired after this version and freed after our
+        // read section.
+        if (st.load(std::memory_order_acquire) != v1) return Probe::kRetry;
+        const auto* item = region_.at<ItemHeader>(pool::pptr_offset(w0));
+        if (item_key(item) != key.bytes) continue;
+        out->assign(item_value(item));
+        found = true;
+      }
+    }
+    if (found) break;
+  }
+  if (st.load(std::memory_order_acquire) != v1) return Probe::kRetry;
+  return found ? Probe::kFound : Probe::kNotFound;
+}
+
+Status PmehIndex::get(const Key& key, std::string* value) {
+  if (!delegate_reads_) {
+    for (unsigned attempt = 0; attempt < kReadAttempts; ++attempt) {
+      Probe r = Probe::kRetry;
+      {
+        rcu::ReadGuard guard;
+        const std::uint64_t off = segment_of(key.h1);
+        std::atomic<std::uint64_t>& st = seg_state(off);
+        const std::uint64_t v1 = st.load(std::memory_order_acquire);
+        if ((v1 & 1) == 0) r = probe(seg(off), st, v1, key, value);
+      }
+      if (r == Probe::kFound) return Status::OK();
+      if (r == Probe::kNotFound) return Status::NotFound();
+      read_retries_.fetch_add(1, std::memory_order_relaxed);
+      cpu_pause();
+    }
+  }
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  Request req;
+  req.op = Request::kGet;
+  req.key = &key;
+  req.out = value;
+  return delegate(tc, zone_of(key.h1), req, nullptr);
+}
+
+Status PmehIndex::owner_get(const Key& key, std::string* out) const {
+  // The owner is the zone's only writer: the version cannot move.
+  const std::uint64_t off = segment_of(key.h1);
+  std::atomic<std::uint64_t>& st = seg_state(off);
+  const Probe r = probe(seg(off), st, st.load(std::memory_order_acquire), key, out);
+  return r == Probe::kFound ? Status::OK() : Status::NotFound();
+}
+
+// ---------------------------------------------------------------------------
+// Writes (§4.2 - §4.4): prepared by the caller, run by the zone's owner
+// ---------------------------------------------------------------------------
+
+Status PmehIndex::write(Request::Op op, const Key& key, std::string_view value) {
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  std::uint64_t item = 0;
+  if (op != Request::kRemove && !fits_inline(key.bytes.size(), value.size())) {
+    const std::size_t n = item_size(key.bytes.size(), value.size());
+    if (s = tc->allocate(n, &item, false, kItemIntent); !s.ok()) return s;
+    auto* h = region_.at<ItemHeader>(item);
+    item_write(h, key.h1, key.bytes, value);
+    region_.flush(h, n);
+    // The item, its allocation bit and intent are durable before the owner
+    // publishes it: the owner's drain orders only the owner's own flushes.
+    region_.drain();
+  }
+  Request req;
+  req.op = op;
+  req.key = &key;
+  req.value = value;
+  req.item = item;
+  Request result;
+  s = delegate(tc, zone_of(key.h1), req, &result);
+  if (item != 0) {
+    if (!result.published) tc->free_unpublished(item);  // no other thread ever saw it
+    tc->clear_intent(kItemIntent);
+  }
+  return s;
+}
+
+Status PmehIndex::insert(const Key& key, std::string_view value) {
+  return write(Request::kInsert, key, value);
+}
+Status PmehIndex::update(const Key& key, std::string_view value) {
+  return write(Request::kUpdate, key, value);
+}
+Status PmehIndex::upsert(const Key& key, std::string_view value) {
+  return write(Request::kUpsert, key, value);
+}
+Status PmehIndex::remove(const Key& key) { return write(Request::kRemove, key, {}); }
+
+Status PmehIndex::execute(heap::ThreadCache* tc, Request& r) {
+  switch (r.op) {
+    case Request::kGet: {
+      rcu::ReadGuard guard;
+      return owner_get(*r.key, r.out);
+    }
+    case Request::kScan:
+      copy_segment(r.scan_x, /*optimistic=*/false, r.batch, &r.scan_next, &r.scan_last);
+      return Status::OK();
+    default:
+      return owner_write(tc, r);
+  }
+}
+
+Status PmehIndex::owner_write(heap::ThreadCache* tc, Request& r) {
+  const Key& key = *r.key;
+  // An update or remove may retire an item: room before the read section.
+  if (r.op != Request::kInsert) tc->reserve_retire(1);
+  rcu::ReadGuard guard;
+  const std::uint64_t off = segment_of(key.h1);
+  SegmentHeader* h = seg(off);
+  std::atomic<std::uint64_t>& st = seg_state(off);
+  const Pos at = find(h, key);
+  if (at && r.op == Request::kInsert) return Status::AlreadyExists("key exists");
+  if (!at && (r.op == Request::kUpdate || r.op == Request::kRemove)) return Status::NotFound();
+  Pos target = at;
+  if (!target) {
+    Bucket* buckets = segment_buckets(h);
+    const unsigned home = home_bucket(key.h1, nb_);
+    for (unsigned j : {home, (home + 1) % nb_}) {
+      for (unsigned p = 0; p < kSlotsPerBucket && !target; ++p) {
+        if (!meta_valid(buckets[j].meta[p].load(std::memory_order_relaxed))) target = {&buckets[j], p};
+      }
+      if (target) break;
+    }
+    if (!target) {
+      return Status::NoSpace("pmeh: the window of the key's segment (depth " +
+                             std::to_string(h->depth) + ") is full, and segments do not split yet");
+    }
+  }
+  // Odd: optimistic readers of this segment retry until the write is done.
+  st.fetch_add(1, std::memory_order_acq_rel);
+  Bucket& b = *target.bucket;
+  const SlotView old{b.meta[target.p].load(std::memory_order_relaxed),
+                     b.slot[target.p].w0.load(std::memory_order_relaxed),
+                     b.slot[target.p].w1.load(std::memory_order_relaxed)};
+  if (r.op == Request::kRemove) {
+    if (!meta_is_inline(old.meta)) {
+      tc->retire(pool::pptr_offset(old.w0));
+      // Drain #1: the retire entry is durable before the slot stops naming
+      // the item (else a crash would leak it).
+      region_.drain();
+    }
+    b.meta[target.p].store(static_cast<std::uint16_t>(old.meta & ~kMetaValid),
+                           std::memory_order_release);
+    // The removal is durable before it is acknowledged (inline: the only fence).
+    region_.persist(&b.meta[target.p], sizeof(std::uint16_t));
+    add_count(tc, -1);
+  } else if (at) {
+    update_slot(tc, at, old, new_view(key, r.value, r.item));
+    r.published = r.item != 0;
+  } else {
+    store_new(target, new_view(key, r.value, r.item));
+    r.published = r.item != 0;
+    add_count(tc, 1);
+  }
+  // Even: every store above is durable (quiescent unlock), so the next
+  // writer of these slots need not fence first.
+  st.fetch_add(1, std::memory_order_release);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Iteration and counting (§4.6)
+// ---------------------------------------------------------------------------
+
+bool PmehIndex::copy_segment(std::uint64_t x, bool optimistic,
+                             std::vector<std::pair<std::string, std::string>>* batch,
+                             std::uint64_t* next, bool* last) const {
+  rcu::ReadGuard guard;
+  const std::uint64_t off = segment_of(x);
+  SegmentHeader* h = seg(off);
+  std::atomic<std::uint64_t>& st = seg_state(off);
+  const std::uint64_t v1 = st.load(std::memory_order_acquire);
+  if (optimistic && (v1 & 1) != 0) return false;
+  std::vector<SlotView> raw;
+  Bucket* buckets = segment_buckets(h);
+  for (unsigned j = 0; j < nb_; ++j) {
+    for (unsigned p = 0; p < kSlotsPerBucket; ++p) {
+      const std::uint16_t m = buckets[j].meta[p].load(std::memory_order_acquire);
+      if (!meta_valid(m)) continue;
+      raw.push_back({m, buckets[j].slot[p].w0.load(std::memory_order_acquire),
+                     buckets[j].slot[p].w1.load(std::memory_order_acquire)});
+    }
+  }
+  if (optimistic && st.load(std::memory_order_acquire) != v1) return false;
+  // A consistent copy: every item it names is freed only after our read
+  // section.
+  for (const SlotView& v : raw) {
+    if (meta_is_inline(v.meta)) {
+      batch->emplace_back(unpack_word(v.w0, meta_key_len(v.meta)),
+                          unpack_word(v.w1, meta_value_len(v.meta)));
+    } else {
+      const auto* item = region_.at<ItemHeader>(pool::pptr_offset(v.w0));
+      batch->emplace_back(item_key(item), item_value(item));
+    }
+  }
+  const unsigned depth = h->depth;
+  const std::uint64_t top = top_bits(h->prefix, depth);
+  *last = depth == 0 || top == (std::uint64_t{1} << depth) - 1;
+  *next = *last ? 0 : (top + 1) << (64 - depth);
+  return true;
+}
+
+Status PmehIndex::for_each(const ForEachFn& fn) {
+  // Walks each zone's hash range in prefix order. x always starts a
+  // segment's range (ranges only subdivide), so every point of the hash
+  // space is visited once (§4.6).
+  std::vector<std::pair<std::string, std::string>> batch;
+  for (unsigned z = 0; z < (1u << z_); ++z) {
+    std::uint64_t x = z_ == 0 ? 0 : std::uint64_t{z} << (64 - z_);
+    for (;;) {
+      batch.clear();
+      std::uint64_t next = 0;
+      bool last = false;
+      bool copied = false;
+      for (unsigned attempt = 0; attempt < kScanAttempts && !copied; ++attempt) {
+        batch.clear();
+        copied = copy_segment(x, /*optimistic=*/true, &batch, &next, &last);
+      }
+      if (!copied) {
+        batch.clear();
+        Status s;
+        heap::ThreadCache* tc = heap_.thread(&s);
+        if (tc == nullptr) return s;
+        Request req;
+        req.op = Request::kScan;
+        req.scan_x = x;
+        req.batch = &batch;
+        Request result;
+        if (s = delegate(tc, z, req, &result); !s.ok()) return s;
+        next = result.scan_next;
+        last = result.scan_last;
+      }
+      for (auto& [k, v] : batch) {
+        if (!fn(k, v)) return Status::OK();
+      }
+      if (last || zone_of(next) != z) break;
+      x = next;
+    }
+  }
+  return Status::OK();
+}
+
+void PmehIndex::add_count(heap::ThreadCache* tc, std::int64_t delta) {
+  counts_[tc->slot()].v.fetch_add(delta, std::memory_order_relaxed);
+}
+
+void PmehIndex::recount() const {
+  std::lock_guard lock(recount_mutex_);
+  if (count_known_.load()) return;
+  // After a crash the saved count is gone: count every segment's VALID
+  // slots. Writes running meanwhile may or may not be counted (size() is
+  // exact only when quiescent).
+  std::int64_t before = 0;
+  for (unsigned i = 0; i < kMaxThreads; ++i) before += counts_[i].v.load();
+  std::int64_t n = 0;
+  std::vector<std::pair<std::string, std::string>> batch;
+  for (unsigned z = 0; z < (1u << z_); ++z) {
+    std::uint64_t x = z_ == 0 ? 0 : std::uint64_t{z} << (64 - z_);
+    for (;;) {
+      std::uint64_t next = 0;
+      bool last = false;
+      batch.clear();
+      while (!copy_segment(x, /*optimistic=*/true, &batch, &next, &last)) batch.clear();
+      n += static_cast<std::int64_t>(batch.size());
+      if (last || zone_of(next) != z) break;
+      x = next;
+    }
+  }
+  count_base_.store(n - before);
+  count_known_.store(true);
+}
+
+std::uint64_t PmehIndex::size() const {
+  if (!count_known_.load(std::memory_order_acquire)) recount();
+  std::int64_t n = count_base_.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < kMaxThreads; ++i) n += counts_[i].v.load(std::memory_order_relaxed);
+  return n < 0 ? 0 : static_cast<std::uint64_t>(n);
+}
+
+Status PmehIndex::sync() {
+  // Every acknowledged write is already durable (strict durability).
+  return Status::OK();
+}
+
+void PmehIndex::fill_stats(Stats* st) const {
+  st->items = size();
+  std::uint64_t segments = 0;
+  unsigned levels = 0;
+  for (unsigned i = 0; i < kMaxDirs; ++i) {
+    if (dirs_[i].load(std::memory_order_acquire) != nullptr) ++levels;
+  }
+  // Distinct segments: each zone's directory names a segment of depth L
+  // by 2^(G-L) consecutive entries.
+  {
+    rcu::ReadGuard guard;
+    for (unsigned z = 0; z < (1u << z_); ++z) {
+      const Dir* d = zones_[z].dir.load(std::memory_order_acquire);
+      const std::uint64_t per_zone = std::uint64_t{1} << (d->depth - z_);
+      for (std::uint64_t e = std::uint64_t{z} * per_zone; e < (z + 1) * per_zone;) {
+        const SegmentHeader* h = seg(d->entry[e].load(std::memory_order_acquire));
+        ++segments;
+        e += std::uint64_t{1} << (d->depth - std::min<unsigned>(h->depth, d->depth));
+      }
+    }
+  }
+  st->segments = segments;
+  st->delegated_ops = delegated_.load(std::memory_order_relaxed);
+  st->read_retries = read_retries_.load(std::memory_order_relaxed);
+  st->slots = segments * nb_ * kSlotsPerBucket;
+  st->load_factor = st->slots == 0 ? 0 : static_cast<double>(st->items) / st->slots;
+  st->levels = levels;
+  st->dram_bytes = sizeof(Zone) * (std::size_t{1} << z_) + sizeof(Mailbox) * kMaxThreads +
+                   sizeof(Owner) * owners_.size() + sizeof(Dir) * levels;
+}
+
+}  // namespace pmhash::engine::pmeh

@@ -1,0 +1,94 @@
+// engine/pmeh/pmeh.h - PMEH: parallel multi-split extendible hashing for
+// persistent memory (Hu et al., ICPP'21, slides only; issue 7).
+//
+// The full design, with every departure from the slides argued, is
+// docs/design/pmeh.md; "§n" refers to it. This comment condenses it and
+// says what the code implements so far.
+//
+// ---------------------------------------------------------------------------
+// Layout (§1, layout.h)
+// ---------------------------------------------------------------------------
+//   Root (pool root area): magic, version, Z, s; dir_array[64] (directory
+//   offsets by id); the saved item count; split[256] (one split record per
+//   zone); op_log[256] (one 32-byte record per heap thread slot).
+//
+//   Directory (heap block): 256-byte header {magic, id, G, Z, zone_filled
+//   bitmap}, then 2^G entries; entry i = the segment covering the h1 whose
+//   top G bits are i. Zone z = the top Z bits of h1 owns the entries
+//   [z 2^(G-Z), (z+1) 2^(G-Z)).
+//
+//   Segment (heap block of exactly 2^s bytes, s = 12..16): 256-byte header
+//   {magic, prefix, depth L, nb | children[8] | split word, moved[4]}, then
+//   nb = 2^s/256 - 1 buckets of 256 bytes:
+//       +-----------+---------+---------------------------------+
+//       | meta[14]  | 4 B pad | slot[14], 16 B each {w0, w1}    |
+//       +-----------+---------+---------------------------------+
+//   meta: VALID | INLINE | key_len | value_len | fp (h2 & 63); an inline
+//   slot holds an 8-byte key and value, a pointer slot pptr(item, h2 >> 48)
+//   and h1. A key's window is buckets {b, b+1 mod nb}, b = ((h1 & 2^32-1)
+//   nb) >> 32; any slot of the window.
+//
+// ---------------------------------------------------------------------------
+// Threads (§3)
+// ---------------------------------------------------------------------------
+//   W owner threads (pmeh_workers) start with the store; zone z belongs to
+//   owner z mod W, which alone writes the zone's segments. A caller
+//   prepares an item if the pair is not inline (allocate with intent 0,
+//   write, flush, drain), fills its mailbox (one per heap slot), rings its
+//   bit in the owner's doorbell, and waits (spins 4 us, then parks). The
+//   owner serves every rung bit, then spins 20 us, then sleeps; the
+//   doorbell/sleeping and done/parked pairs are seq_cst Dekker handshakes,
+//   so no wake-up is lost.
+//
+//   Reads run on the caller's thread, lock-free: every write to a segment
+//   happens between two bumps of its DRAM version (odd inside); a read
+//   copies what it found and retries if the version moved (16 times, then
+//   it is delegated too). A pointer slot's item is read only after the
+//   version is validated; RCU keeps it until the read section ends.
+//
+// ---------------------------------------------------------------------------
+// Persist order (§8.1); every write is durable when it returns
+// ---------------------------------------------------------------------------
+//   insert      item, intent (caller) -> slot words -> meta VALID
+//   update (a)  inline, same value length: w1, one persist
+//          (b)  pointer to pointer: retire old item -> w0
+//          (c)  otherwise: op-log fields -> op -> slot and meta -> op = 0
+//   remove      (pointer: retire item ->) meta VALID cleared
+//   A segment's version becomes even only after its stores are durable.
+//
+// ---------------------------------------------------------------------------
+// Open (§9): O(threads + in-flight splits)
+// ---------------------------------------------------------------------------
+//   V: root, op logs, the run of directories (contiguous ids, G growing),
+//   each zone's directory = the newest with its bit. W1: replay committed
+//   slot updates, clear them; drop directories no zone uses. W2: heap
+//   recovery; keep(off) = a live directory, a segment its zone's directory
+//   names at its prefix, or an item whose key hashes to its state and that
+//   a VALID pointer slot of its window names. W3: the saved count (else
+//   recounted on first use). No segment is scanned.
+//
+// ---------------------------------------------------------------------------
+// check() (§10, the items implemented so far)
+// ---------------------------------------------------------------------------
+//   1 root, op logs empty, no split record. 2 directories: contiguous,
+//   allocated, headers right, G increasing, DRAM mirrors them. 3 every
+//   entry of each zone names an allocated segment whose prefix and depth
+//   agree, by exactly its aligned run. 5 slots well formed, inline exactly
+//   when the pair fits, in range, in the key's window, right fp and tag. 6
+//   no key twice. 7 no segment version odd. 8 the count; every allocated
+//   block is a directory, a segment or one slot's item.
+//
+// ---------------------------------------------------------------------------
+// Not implemented yet (issue 7 stays open; kEngineInfo.in_progress)
+// ---------------------------------------------------------------------------
+//   Multi-split and directory growth (§5, §6): a full window is NoSpace.
+//   Recovery of split records (§8.2); the hot-zone switch (§7).
+#pragma once
+
+#include "engine/index.h"
+
+namespace pmhash::engine::pmeh {
+
+extern const EngineInfo kEngineInfo;
+
+}  // namespace pmhash::engine::pmeh

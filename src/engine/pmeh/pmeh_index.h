@@ -1,0 +1,194 @@
+// engine/pmeh/pmeh_index.h - the pmeh Index (internal; see pmeh.h).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine/index.h"
+#include "engine/pmeh/layout.h"
+#include "heap/heap.h"
+#include "media/region.h"
+
+namespace pmhash::engine::pmeh {
+
+// Intent slots (heap.h): a caller's item in 0; an owner's segments and
+// directories in 1 (the slides' per-thread directory pointer, §1.6).
+inline constexpr unsigned kItemIntent = 0;
+inline constexpr unsigned kBlockIntent = 1;
+inline constexpr unsigned kMaxWorkers = 64;
+
+// A live directory, mirroring dir_array[id].
+struct Dir {
+  std::uint64_t off = 0;
+  DirHeader* hdr = nullptr;
+  std::atomic<std::uint64_t>* entry = nullptr;
+  unsigned depth = 0;  // G
+  unsigned id = 0;
+};
+
+struct alignas(64) Zone {
+  std::atomic<Dir*> dir{nullptr};  // the newest directory with the zone's bit set
+  unsigned owner = 0;              // z mod W
+};
+
+// A write (or a delegated read or scan) handed to a zone's owner. The
+// caller's key, value and output stay valid: the caller waits for `done`.
+struct Request {
+  enum Op : std::uint8_t { kGet, kInsert, kUpdate, kUpsert, kRemove, kScan } op = kGet;
+  const Key* key = nullptr;
+  std::string_view value;
+  std::uint64_t item = 0;    // the caller's prepared item (0: the pair is inline)
+  std::string* out = nullptr;  // kGet
+  std::uint64_t scan_x = 0;    // kScan: a point of the segment to copy
+  std::vector<std::pair<std::string, std::string>>* batch = nullptr;  // kScan
+  std::uint64_t scan_next = 0;  // kScan result: the end of the segment's range
+  bool scan_last = false;       // kScan result: the range ended the hash space
+  bool published = false;       // result: the item is named by a slot now
+};
+
+struct alignas(128) Mailbox {
+  Request req;
+  Status result;
+  std::atomic<std::uint32_t> done{1};
+  std::atomic<std::uint32_t> parked{0};
+};
+
+struct Owner {
+  std::thread thread;
+  alignas(64) std::atomic<std::uint64_t> doorbell[4] = {};  // bit t: mailbox t rang
+  alignas(64) std::atomic<std::uint32_t> sleeping{0};
+  std::atomic<int> started{0};  // 1: running, -1: could not take a heap slot
+  Status start_error;           // written before started = -1
+};
+
+class PmehIndex final : public Index {
+ public:
+  explicit PmehIndex(const Env& env);
+  ~PmehIndex() override;
+
+  // Writes an empty index (create, §14): root, first directory, 2^Z segments.
+  Status format();
+  // Validates the pool and recovers it (open, §9).
+  Status recover();
+  // Starts the owner threads (after format or recover).
+  Status start_owners();
+
+  Status get(const Key& key, std::string* value) override;
+  Status insert(const Key& key, std::string_view value) override;
+  Status update(const Key& key, std::string_view value) override;
+  Status upsert(const Key& key, std::string_view value) override;
+  Status remove(const Key& key) override;
+  Status for_each(const ForEachFn& fn) override;
+  std::uint64_t size() const override;
+  Status sync() override;
+  Status check() override;
+  void fill_stats(Stats* stats) const override;
+  void close() override;
+
+  // --- for tests ---
+  unsigned workers() const { return static_cast<unsigned>(owners_.size()); }
+  unsigned nb() const { return nb_; }
+  // Writes the owners ran and reads that were delegated, since open.
+  std::uint64_t delegated_ops() const { return delegated_.load(); }
+  // Optimistic reads that failed validation and retried, since open.
+  std::uint64_t read_retries() const { return read_retries_.load(); }
+
+ private:
+  struct SlotView {
+    std::uint16_t meta = 0;
+    std::uint64_t w0 = 0, w1 = 0;
+  };
+  struct Pos {
+    Bucket* bucket = nullptr;
+    unsigned p = 0;
+    explicit operator bool() const { return bucket != nullptr; }
+  };
+
+  // --- addressing ---
+  unsigned zone_of(std::uint64_t h1) const { return static_cast<unsigned>(top_bits(h1, z_)); }
+  // The segment covering h1 in its zone's directory (inside a read section).
+  std::uint64_t segment_of(std::uint64_t h1) const;
+  SegmentHeader* seg(std::uint64_t off) const { return region_.at<SegmentHeader>(off); }
+  std::atomic<std::uint64_t>& seg_state(std::uint64_t off) const { return seg_state_[off >> s_]; }
+
+  // --- slots ---
+  bool matches(const SlotView& v, const Key& key) const;
+  // Owner only (no concurrent writer): where key is in the segment's window.
+  Pos find(SegmentHeader* h, const Key& key) const;
+  SlotView new_view(const Key& key, std::string_view value, std::uint64_t item) const;
+  void store_new(const Pos& at, const SlotView& v);
+  void update_slot(heap::ThreadCache* tc, const Pos& at, const SlotView& old, const SlotView& fresh);
+
+  // --- operations ---
+  Status write(Request::Op op, const Key& key, std::string_view value);
+  // Hands a request to the zone's owner and waits for its result.
+  Status delegate(heap::ThreadCache* tc, unsigned zone, const Request& req, Request* result_req);
+  // Runs a request on owner thread `tc` (zones.cc dispatches here).
+  Status execute(heap::ThreadCache* tc, Request& r);
+  Status owner_write(heap::ThreadCache* tc, Request& r);
+  Status owner_get(const Key& key, std::string* out) const;
+  // Copies the VALID pairs of the segment covering x; false if a writer
+  // moved its version meanwhile (optimistic) .
+  bool copy_segment(std::uint64_t x, bool optimistic,
+                    std::vector<std::pair<std::string, std::string>>* batch, std::uint64_t* next,
+                    bool* last) const;
+  enum class Probe { kFound, kNotFound, kRetry };
+  Probe probe(SegmentHeader* h, std::atomic<std::uint64_t>& st, std::uint64_t v1, const Key& key,
+              std::string* out) const;
+
+  // --- owners (zones.cc) ---
+  void owner_loop(unsigned i);
+  void stop_owners();
+
+  // --- recovery and accounting (pmeh_recovery.cc) ---
+  Status map_seg_state();
+  void recount() const;
+  void add_count(heap::ThreadCache* tc, std::int64_t delta);
+  Status fail(const std::string& what) const;
+
+  Env env_;
+  media::Region& region_;
+  heap::Heap& heap_;
+  Root* root_;
+  unsigned z_ = 0;   // Z
+  unsigned s_ = 0;   // segment_log2
+  unsigned nb_ = 0;  // buckets per segment
+  bool delegate_reads_ = false;
+
+  std::atomic<Dir*> dirs_[kMaxDirs] = {};
+  std::vector<std::unique_ptr<Dir>> dir_store_;  // owns every Dir
+  std::unique_ptr<Zone[]> zones_;
+  // One version word per 2^s bytes of pool (§2), in a sparse anonymous
+  // mapping: bits 0..62 the version (odd while a writer is inside), bit 63
+  // DEAD (the segment has been split away).
+  std::atomic<std::uint64_t>* seg_state_ = nullptr;
+  std::size_t seg_state_bytes_ = 0;
+
+  std::unique_ptr<Mailbox[]> mailboxes_;
+  std::vector<std::unique_ptr<Owner>> owners_;
+  std::atomic<bool> stop_{false};
+
+  struct alignas(64) Stripe {
+    std::atomic<std::int64_t> v{0};
+  };
+  std::unique_ptr<Stripe[]> counts_;
+  mutable std::atomic<std::int64_t> count_base_{0};
+  mutable std::atomic<bool> count_known_{false};
+  mutable std::mutex recount_mutex_;
+
+  std::atomic<std::uint64_t> delegated_{0};
+  mutable std::atomic<std::uint64_t> read_retries_{0};
+  // format() or recover() succeeded. An index whose recovery rejected the
+  // pool writes nothing when it is destroyed.
+  bool ready_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace pmhash::engine::pmeh

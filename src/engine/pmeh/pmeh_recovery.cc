@@ -1,0 +1,502 @@
+// engine/pmeh/pmeh_recovery.cc - create, open (§9), close, check (§10) and
+// the engine's registration (design in pmeh.h).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <unordered_set>
+
+#include "engine/item.h"
+#include "engine/pmeh/pmeh.h"
+#include "engine/pmeh/pmeh_index.h"
+#include "engine/saved_count.h"
+#include "sync/rcu.h"
+
+namespace pmhash::engine::pmeh {
+namespace {
+
+Status encode_params(const Options& o, std::uint8_t* out) {
+  if (o.pmeh_zone_bits > kMaxZoneBits) {
+    return Status::InvalidArgument("pmeh: zone bits must be 0.." + std::to_string(kMaxZoneBits) +
+                                   ", got " + std::to_string(o.pmeh_zone_bits));
+  }
+  const unsigned kib = o.pmeh_segment_kib;
+  if (kib < 4 || kib > 64 || (kib & (kib - 1)) != 0) {
+    return Status::InvalidArgument("pmeh: segment size must be 4, 8, 16, 32 or 64 KiB, got " +
+                                   std::to_string(kib));
+  }
+  const Params p{1, static_cast<std::uint8_t>(o.pmeh_zone_bits),
+                 static_cast<std::uint8_t>(std::countr_zero(kib) + 10)};
+  std::memcpy(out, &p, sizeof(p));
+  return Status::OK();
+}
+
+// The run-time options, checked at create and open.
+Status check_run_options(const Options& o) {
+  if (o.pmeh_workers > kMaxWorkers) {
+    return Status::InvalidArgument("pmeh: workers must be 1.." + std::to_string(kMaxWorkers) +
+                                   " (0: one per hardware thread), got " +
+                                   std::to_string(o.pmeh_workers));
+  }
+  if (o.pmeh_split_bits < 1 || o.pmeh_split_bits > kMaxSplitBits) {
+    return Status::InvalidArgument("pmeh: split bits must be 1.." + std::to_string(kMaxSplitBits) +
+                                   ", got " + std::to_string(o.pmeh_split_bits));
+  }
+  if (o.pmeh_split_step > 255) {
+    return Status::InvalidArgument("pmeh: split step must be 0..255 buckets, got " +
+                                   std::to_string(o.pmeh_split_step));
+  }
+  return Status::OK();
+}
+
+Status create_index(const Env& env, std::unique_ptr<Index>* out) {
+  if (Status s = check_run_options(env.options); !s.ok()) return s;
+  auto index = std::make_unique<PmehIndex>(env);
+  if (Status s = index->format(); !s.ok()) return s;
+  if (Status s = index->start_owners(); !s.ok()) return s;
+  *out = std::move(index);
+  return Status::OK();
+}
+
+Status open_index(const Env& env, std::unique_ptr<Index>* out) {
+  if (Status s = check_run_options(env.options); !s.ok()) return s;
+  auto index = std::make_unique<PmehIndex>(env);
+  if (Status s = index->recover(); !s.ok()) return s;
+  if (Status s = index->start_owners(); !s.ok()) return s;
+  *out = std::move(index);
+  return Status::OK();
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+const EngineInfo kEngineInfo = {"pmeh", &encode_params, &create_index, &open_index,
+                                /*in_progress=*/true};
+
+Status PmehIndex::fail(const std::string& what) const {
+  return Status::Corruption("pool " + env_.pool->path() + ": pmeh: " + what);
+}
+
+Status PmehIndex::map_seg_state() {
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t words = (region_.size() >> s_) + 1;
+  seg_state_bytes_ = (words * sizeof(std::uint64_t) + page - 1) / page * page;
+  // Zero pages until touched: 8 bytes of DRAM per 2^s bytes of pool at most.
+  void* p = ::mmap(nullptr, seg_state_bytes_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    seg_state_bytes_ = 0;
+    return Status::IOError("pmeh: cannot map " + std::to_string(seg_state_bytes_) +
+                           " bytes for segment versions");
+  }
+  seg_state_ = static_cast<std::atomic<std::uint64_t>*>(p);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Create
+// ---------------------------------------------------------------------------
+
+Status PmehIndex::format() {
+  if (Status s = map_seg_state(); !s.ok()) return s;
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  const unsigned zn = 1u << z_;
+  std::memset(static_cast<void*>(root_), 0, sizeof(Root));
+  root_->layout_version = kLayoutVersion;
+  root_->zone_bits = static_cast<std::uint8_t>(z_);
+  root_->segment_log2 = static_cast<std::uint8_t>(s_);
+  // The first directory (G = Z, every zone's bit set) and one empty
+  // segment of depth Z per zone. A crash before the root's magic is durable
+  // leaves a pool that open rejects ("root is not initialised").
+  std::uint64_t dir_off = 0;
+  if (s = tc->allocate(dir_bytes(z_), &dir_off, false, kBlockIntent); !s.ok()) return s;
+  auto* dh = region_.at<DirHeader>(dir_off);
+  std::memset(static_cast<void*>(dh), 0, sizeof(DirHeader));
+  dh->magic = kDirMagic;
+  dh->id = 0;
+  dh->depth = static_cast<std::uint8_t>(z_);
+  dh->zone_bits = static_cast<std::uint8_t>(z_);
+  for (unsigned z = 0; z < zn; ++z) {
+    dh->zone_filled[z / 64].fetch_or(std::uint64_t{1} << (z % 64), std::memory_order_relaxed);
+  }
+  for (unsigned z = 0; z < zn; ++z) {
+    std::uint64_t off = 0;
+    if (s = tc->allocate(std::size_t{1} << s_, &off, /*zero=*/true, kBlockIntent); !s.ok()) {
+      return Status::NoSpace("pmeh: the pool has no room for the " + std::to_string(zn) +
+                             " first segments of " + std::to_string((1u << s_) / 1024) +
+                             " KiB (a larger pool, or fewer zone bits)");
+    }
+    auto* h = region_.at<SegmentHeader>(off);
+    h->magic = kSegmentMagic;
+    h->prefix = z_ == 0 ? 0 : std::uint64_t{z} << (64 - z_);
+    h->depth = static_cast<std::uint8_t>(z_);
+    h->nb = static_cast<std::uint8_t>(nb_);
+    region_.flush(h, sizeof(SegmentHeader));
+    dir_entries(dh)[z].store(off, std::memory_order_relaxed);
+  }
+  region_.flush(dh, dir_bytes(z_));
+  // The directory and its segments are durable before the root names them.
+  region_.drain();
+  root_->dir_array[0].store(dir_off, std::memory_order_relaxed);
+  region_.persist(root_, sizeof(Root));
+  root_->magic = kRootMagic;
+  // The index exists once the magic is durable.
+  region_.persist(&root_->magic, sizeof(std::uint64_t));
+  tc->clear_intent(kBlockIntent);
+
+  dir_store_.push_back(std::make_unique<Dir>(Dir{dir_off, dh, dir_entries(dh), z_, 0}));
+  dirs_[0].store(dir_store_.back().get());
+  zones_.reset(new Zone[zn]);
+  for (unsigned z = 0; z < zn; ++z) zones_[z].dir.store(dir_store_.back().get());
+  count_known_.store(true);
+  ready_ = true;
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Open: phase V reads only (a rejected pool stays unchanged), phase W writes
+// ---------------------------------------------------------------------------
+
+Status PmehIndex::recover() {
+  Params p{};
+  std::memcpy(&p, env_.pool->header().engine_params, sizeof(p));
+  if (p.version != 1 || p.zone_bits > kMaxZoneBits || p.segment_log2 < kMinSegmentLog2 ||
+      p.segment_log2 > kMaxSegmentLog2) {
+    return fail("pool-header parameters {version " + std::to_string(p.version) + ", Z " +
+                std::to_string(p.zone_bits) + ", s " + std::to_string(p.segment_log2) +
+                "} are not valid");
+  }
+  // V0. The root.
+  if (root_->magic != kRootMagic) return fail("root is not initialised");
+  if (root_->layout_version != kLayoutVersion) {
+    return fail("root layout version " + std::to_string(root_->layout_version) + ", expected " +
+                std::to_string(kLayoutVersion));
+  }
+  if (root_->zone_bits != z_ || root_->segment_log2 != s_) {
+    return fail("root says Z = " + std::to_string(root_->zone_bits) + ", s = " +
+                std::to_string(root_->segment_log2) + ", the pool header Z = " +
+                std::to_string(z_) + ", s = " + std::to_string(s_));
+  }
+  const unsigned zn = 1u << z_;
+  for (unsigned z = 0; z < kSplitRecords; ++z) {
+    if (root_->split[z].load() != 0) {
+      return fail("zone " + std::to_string(z) +
+                  " has a split record, and this build does not split segments yet");
+    }
+  }
+  // Op logs: only slot updates. A record names a slot and its meta; their
+  // distance fixes the slot's position p in a bucket (slot = bucket + 32 +
+  // 16 p, meta = bucket + 2 p) and the bucket's 64-byte alignment.
+  std::vector<OpLog*> replays;
+  for (unsigned t = 0; t < kOpLogs; ++t) {
+    OpLog& log = root_->op_log[t];
+    const std::uint64_t op = log.op.load();
+    if (op == 0) continue;
+    const std::string who = "op log " + std::to_string(t);
+    if (op_kind(op) != kOpSlotUpdate || (op >> 48) != 0) return fail(who + " is malformed");
+    const std::uint64_t slot_off = op_slot_offset(op);
+    const std::uint64_t meta_off = log_meta_offset(log.meta.load());
+    const std::uint64_t d = slot_off - meta_off;
+    const std::uint64_t pos = (d - 32) / 14;
+    const std::uint16_t m = log_meta_value(log.meta.load());
+    bool ok = slot_off > meta_off && d >= 32 && (d - 32) % 14 == 0 && pos < kSlotsPerBucket &&
+              (meta_off - 2 * pos) % 64 == 0 && slot_off + sizeof(Slot) <= region_.size();
+    if (ok && meta_valid(m) && !meta_is_inline(m)) {
+      ok = heap_.is_allocated(pool::pptr_offset(log.w0.load()));
+    }
+    if (!ok) return fail(who + " holds a slot update that names no slot of a bucket");
+    replays.push_back(&log);
+  }
+  // Directories: a contiguous run of ids, G increasing with the id.
+  std::vector<unsigned> ids;
+  for (unsigned id = 0; id < kMaxDirs; ++id) {
+    const std::uint64_t off = root_->dir_array[id].load();
+    if (off == 0) continue;
+    if (!ids.empty() && ids.back() != id - 1) {
+      return fail("directory ids are not contiguous (" + std::to_string(ids.back()) + " then " +
+                  std::to_string(id) + ")");
+    }
+    const auto* h = region_.at<DirHeader>(off);
+    if (!heap_.is_allocated(off) || heap_.block_size(off) < sizeof(DirHeader) ||
+        h->magic != kDirMagic || h->id != id || h->zone_bits != z_ || h->depth < z_ ||
+        h->depth > kMaxDepth || heap_.block_size(off) < dir_bytes(h->depth)) {
+      return fail("directory " + std::to_string(id) + " at offset " + hex(off) +
+                  " is not an allocated directory with its id, Z and size");
+    }
+    if (!ids.empty() &&
+        h->depth <= region_.at<DirHeader>(root_->dir_array[ids.back()].load())->depth) {
+      return fail("directory " + std::to_string(id) + " is not deeper than directory " +
+                  std::to_string(ids.back()));
+    }
+    ids.push_back(id);
+  }
+  if (ids.empty()) return fail("no directory");
+  // V1. Each zone's directory: the newest with its bit.
+  std::vector<unsigned> zone_dir(zn, kMaxDirs);
+  unsigned oldest = kMaxDirs;
+  for (unsigned z = 0; z < zn; ++z) {
+    for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+      const auto* h = region_.at<DirHeader>(root_->dir_array[*it].load());
+      if ((h->zone_filled[z / 64].load() >> (z % 64)) & 1) {
+        zone_dir[z] = *it;
+        break;
+      }
+    }
+    if (zone_dir[z] == kMaxDirs) return fail("zone " + std::to_string(z) + " is in no directory");
+    oldest = std::min(oldest, zone_dir[z]);
+  }
+
+  // Phase W.
+  if (Status s = map_seg_state(); !s.ok()) return s;
+  // W1. Committed slot updates replayed (idempotent); records cleared; the
+  // directories no zone uses any more dropped (they are freed by heap
+  // recovery: keep() says no).
+  for (OpLog* log : replays) {
+    const std::uint64_t slot_off = op_slot_offset(log->op.load());
+    auto* slot = region_.at<Slot>(slot_off);
+    auto* meta = region_.at<std::atomic<std::uint16_t>>(log_meta_offset(log->meta.load()));
+    slot->w0.store(log->w0.load());
+    slot->w1.store(log->w1.load());
+    meta->store(log_meta_value(log->meta.load()));
+    region_.flush(slot, sizeof(Slot));
+    region_.flush(meta, sizeof(std::uint16_t));
+  }
+  // The replayed slots are durable before their records are cleared.
+  if (!replays.empty()) region_.drain();
+  for (OpLog* log : replays) {
+    log->op.store(kOpNone);
+    region_.flush(&log->op, sizeof(std::uint64_t));
+  }
+  std::unordered_set<std::uint64_t> dir_offs;
+  for (unsigned id : ids) {
+    if (id < oldest) {
+      root_->dir_array[id].store(0);
+      region_.flush(&root_->dir_array[id], sizeof(std::uint64_t));
+    } else {
+      dir_offs.insert(root_->dir_array[id].load());
+    }
+  }
+  // Cleared records and dropped directories are durable before heap
+  // recovery frees what they named, and before we serve.
+  region_.drain();
+  // The DRAM mirror.
+  for (unsigned id : ids) {
+    if (id < oldest) continue;
+    const std::uint64_t off = root_->dir_array[id].load();
+    auto* h = region_.at<DirHeader>(off);
+    dir_store_.push_back(std::make_unique<Dir>(Dir{off, h, dir_entries(h), h->depth, id}));
+    dirs_[id].store(dir_store_.back().get());
+  }
+  zones_.reset(new Zone[zn]);
+  for (unsigned z = 0; z < zn; ++z) zones_[z].dir.store(dirs_[zone_dir[z]].load());
+
+  // W2. Heap recovery: a block named by a log is kept if the index reaches it.
+  heap_.recover([&](std::uint64_t off) {
+    if (dir_offs.contains(off)) return true;
+    const std::size_t size = heap_.block_size(off);
+    if (size == (std::size_t{1} << s_)) {
+      const auto* h = region_.at<SegmentHeader>(off);
+      if (h->magic == kSegmentMagic && h->depth >= z_ && h->depth <= kMaxDepth) {
+        rcu::ReadGuard guard;
+        if (segment_of(h->prefix) == off) return true;
+      }
+    }
+    if (size < sizeof(ItemHeader)) return false;
+    const auto* item = region_.at<ItemHeader>(off);
+    if (item->key_len > kMaxKeySize ||
+        sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len > size) {
+      return false;
+    }
+    const Key key = make_key(item_key(item));
+    if (item->state.load() != key.h1) return false;
+    rcu::ReadGuard guard;
+    Bucket* buckets = segment_buckets(seg(segment_of(key.h1)));
+    const unsigned home = home_bucket(key.h1, nb_);
+    for (unsigned j : {home, (home + 1) % nb_}) {
+      for (unsigned q = 0; q < kSlotsPerBucket; ++q) {
+        const std::uint16_t m = buckets[j].meta[q].load();
+        if (meta_valid(m) && !meta_is_inline(m) &&
+            pool::pptr_offset(buckets[j].slot[q].w0.load()) == off &&
+            buckets[j].slot[q].w1.load() == key.h1) {
+          return true;
+        }
+      }
+    }
+    return false;
+  });
+
+  // W3. The saved item count is valid only until the next crash.
+  if (const auto saved = take_count(region_, root_->item_count, root_->count_valid)) {
+    count_base_.store(static_cast<std::int64_t>(*saved));
+    count_known_.store(true);
+  }
+  ready_ = true;
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Close and check
+// ---------------------------------------------------------------------------
+
+void PmehIndex::close() {
+  if (closed_) return;
+  closed_ = true;
+  stop_owners();
+  // A rejected pool is left as it was found.
+  if (!ready_) return;
+  // Only a count already known is saved (close never scans the segments).
+  if (!count_known_.load()) return;
+  save_count(region_, root_->item_count, root_->count_valid, size());
+}
+
+Status PmehIndex::check() {
+  // Quiescent: no operation in flight (the owners are idle).
+  heap_.drain_all();  // retired blocks must not look like leaks
+  rcu::ReadGuard guard;
+  const unsigned zn = 1u << z_;
+  // 1. Root.
+  if (root_->magic != kRootMagic || root_->layout_version != kLayoutVersion ||
+      root_->zone_bits != z_ || root_->segment_log2 != s_) {
+    return fail("root does not match the pool header");
+  }
+  for (unsigned t = 0; t < kOpLogs; ++t) {
+    if (root_->op_log[t].op.load() != 0) return fail("op log " + std::to_string(t) + " is not empty");
+  }
+  for (unsigned z = 0; z < kSplitRecords; ++z) {
+    if (root_->split[z].load() != 0) return fail("zone " + std::to_string(z) + " has a split record");
+  }
+  // 2. Directories.
+  std::unordered_set<std::uint64_t> known;  // every block the index reaches
+  int prev_depth = -1;
+  unsigned live = 0;
+  for (unsigned id = 0; id < kMaxDirs; ++id) {
+    const std::uint64_t off = root_->dir_array[id].load();
+    const Dir* d = dirs_[id].load();
+    if (off == 0 && d == nullptr) continue;
+    if (d == nullptr || d->off != off) {
+      return fail("directory " + std::to_string(id) + " in DRAM does not match dir_array");
+    }
+    const DirHeader* h = d->hdr;
+    if (!heap_.is_allocated(off) || heap_.block_size(off) < dir_bytes(d->depth) ||
+        h->magic != kDirMagic || h->id != id || h->depth != d->depth || h->zone_bits != z_ ||
+        static_cast<int>(h->depth) <= prev_depth) {
+      return fail("directory " + std::to_string(id) + " has a damaged header");
+    }
+    prev_depth = h->depth;
+    known.insert(off);
+    ++live;
+  }
+  if (live == 0) return fail("no directory");
+  // 3. Entries, 5. slots, 6. no duplicates.
+  std::unordered_set<std::string> keys;
+  std::uint64_t items = 0;
+  for (unsigned z = 0; z < zn; ++z) {
+    const Dir* d = zones_[z].dir.load();
+    if (((d->hdr->zone_filled[z / 64].load() >> (z % 64)) & 1) == 0) {
+      return fail("zone " + std::to_string(z) + " uses directory " + std::to_string(d->id) +
+                  ", which does not have its bit");
+    }
+    const unsigned g = d->depth;
+    const std::uint64_t per_zone = std::uint64_t{1} << (g - z_);
+    for (std::uint64_t e = z * per_zone; e < (z + 1) * per_zone;) {
+      const std::uint64_t off = d->entry[e].load();
+      const std::string who = "zone " + std::to_string(z) + " entry " + std::to_string(e) +
+                              " of directory " + std::to_string(d->id);
+      if (!heap_.is_allocated(off) || heap_.block_size(off) != (std::size_t{1} << s_)) {
+        return fail(who + " names offset " + hex(off) + ", which is not an allocated segment");
+      }
+      auto* h = seg(off);
+      const unsigned l = h->depth;
+      if (h->magic != kSegmentMagic || l < z_ || l > g || h->nb != nb_ ||
+          top_bits(h->prefix, l) != (e >> (g - l)) ||
+          (l < 64 && (l == 0 ? h->prefix : h->prefix << l) != 0)) {
+        return fail(who + " names a segment whose header does not match the entry");
+      }
+      if (h->split.load() != 0) return fail(who + " names a segment with a split word");
+      const std::uint64_t run = std::uint64_t{1} << (g - l);
+      if (e % run != 0) return fail(who + " starts an unaligned run");
+      for (std::uint64_t f = e; f < e + run; ++f) {
+        if (d->entry[f].load() != off) {
+          return fail(who + ": the segment is not named by all its " + std::to_string(run) + " entries");
+        }
+      }
+      if (!known.insert(off).second) return fail(who + " names a block named elsewhere too");
+      if ((seg_state(off).load() & 1) != 0) return fail(who + ": a writer is inside its segment");
+      Bucket* buckets = segment_buckets(h);
+      for (unsigned j = 0; j < nb_; ++j) {
+        for (unsigned q = 0; q < kSlotsPerBucket; ++q) {
+          const std::uint16_t m = buckets[j].meta[q].load();
+          if (!meta_valid(m)) continue;
+          const std::uint64_t w0 = buckets[j].slot[q].w0.load();
+          const std::uint64_t w1 = buckets[j].slot[q].w1.load();
+          const std::string where = "segment " + hex(off) + " bucket " + std::to_string(j) +
+                                    " slot " + std::to_string(q);
+          std::string key;
+          std::uint64_t h1 = 0;
+          if (meta_is_inline(m)) {
+            const unsigned kl = meta_key_len(m), vl = meta_value_len(m);
+            if (kl > 8 || vl > 8 || (kl < 8 && (w0 >> (8 * kl)) != 0) ||
+                (vl < 8 && (w1 >> (8 * vl)) != 0)) {
+              return fail(where + " has a malformed inline slot");
+            }
+            key = std::string(unpack_word(w0, kl));
+            h1 = make_key(key).h1;
+          } else {
+            const std::uint64_t ioff = pool::pptr_offset(w0);
+            if ((m & ~(kMetaValid | kMetaFpMask)) != 0 || !heap_.is_allocated(ioff)) {
+              return fail(where + " has a malformed pointer slot");
+            }
+            const auto* item = region_.at<ItemHeader>(ioff);
+            if (heap_.block_size(ioff) <
+                sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len) {
+              return fail(where + " names an item larger than its block");
+            }
+            key = std::string(item_key(item));
+            h1 = w1;
+            const Key k = make_key(key);
+            if (item->state.load() != h1 || k.h1 != h1 || pool::pptr_tag(w0) != pointer_tag(k.h2)) {
+              return fail(where + " names an item whose hash does not match the slot");
+            }
+            if (fits_inline(item->key_len, item->value_len)) {
+              return fail(where + " points to an item small enough to be inline");
+            }
+            if (!known.insert(ioff).second) return fail(where + " names an item named elsewhere too");
+          }
+          const Key k = make_key(key);
+          if (!in_range(h1, h->prefix, l)) return fail(where + " holds a key outside its segment's range");
+          if (meta_fp(m) != fingerprint(k.h2)) return fail(where + " has a wrong fingerprint");
+          const unsigned home = home_bucket(h1, nb_);
+          if (j != home && j != (home + 1) % nb_) return fail(where + " holds a key outside its window");
+          if (!keys.insert(key).second) return fail(where + " holds a key stored twice");
+          ++items;
+        }
+      }
+      e += run;
+    }
+  }
+  // 8. Count and leaks.
+  if (count_known_.load() && size() != items) {
+    return fail("item count " + std::to_string(size()) + " but " + std::to_string(items) +
+                " keys in the segments");
+  }
+  std::string leak;
+  heap_.for_each_allocated([&](std::uint64_t off, std::size_t) {
+    if (leak.empty() && !known.contains(off)) {
+      leak = "heap block at offset " + hex(off) + " is allocated but unreachable";
+    }
+  });
+  if (!leak.empty()) return fail(leak);
+  return Status::OK();
+}
+
+}  // namespace pmhash::engine::pmeh

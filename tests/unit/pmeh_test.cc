@@ -1,0 +1,424 @@
+// Unit tests of the pmeh engine (src/engine/pmeh/pmeh.h,
+// docs/design/pmeh.md §13.1): slots, delegation to owner threads,
+// optimistic reads, iteration, clean and unclean reopen, check().
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/hash.h"
+#include "engine/pmeh/layout.h"
+#include "pmhash/store.h"
+#include "scratch_file.h"
+
+namespace pmhash {
+namespace {
+
+namespace pm = engine::pmeh;
+
+// Threads of this process whose name starts with "pmeh-owner".
+unsigned owner_threads() {
+  unsigned n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(e.path() / "comm");
+    std::string name;
+    std::getline(in, name);
+    if (name.rfind("pmeh-owner", 0) == 0) ++n;
+  }
+  return n;
+}
+
+class PmehStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = testing::scratch_path("pmhash-pmeh") + ".pool";
+    ::unlink(path_.c_str());
+    options_.engine = "pmeh";
+    options_.pool_size = 64u << 20;
+    options_.pmeh_zone_bits = 4;
+    options_.pmeh_segment_kib = 16;
+    options_.pmeh_workers = 2;
+  }
+  void TearDown() override {
+    store_.reset();
+    ::unlink(path_.c_str());
+    ::unlink((path_ + ".copy").c_str());
+  }
+  void create() {
+    const Status s = Store::create(path_, options_, &store_);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  void reopen(const Options& o) {
+    ASSERT_TRUE(store_->close().ok());
+    store_.reset();
+    const Status s = Store::open(path_, o, &store_);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  void reopen() {
+    Options o = options_;
+    o.engine.clear();
+    reopen(o);
+  }
+  static std::string key(int i) { return "key-" + std::to_string(i); }
+  // Inline (<= 8 bytes) for i % 3 == 0, an item otherwise.
+  static std::string value(int i) {
+    return i % 3 == 0 ? "v" + std::to_string(i % 1000) : std::string(10 + i % 40, 'a' + i % 26);
+  }
+  void expect_check() {
+    const Status s = store_->check();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  std::string get(const std::string& k) {
+    std::string v;
+    const Status s = store_->get(k, &v);
+    return s.ok() ? v : "<" + s.to_string() + ">";
+  }
+
+  std::string path_;
+  Options options_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(PmehStoreTest, InProgressEngineIsCreatedByNameButNotListed) {
+  const auto engines = Store::engines();
+  EXPECT_EQ(std::find(engines.begin(), engines.end(), "pmeh"), engines.end());
+  create();
+  const Stats st = store_->stats();
+  EXPECT_EQ(st.engine, "pmeh");
+  EXPECT_EQ(st.segments, 16u) << "one segment per zone at create";
+  EXPECT_EQ(st.levels, 1u) << "one directory";
+  EXPECT_EQ(st.slots, 16u * pm::buckets_per_segment(14) * pm::kSlotsPerBucket);
+  expect_check();
+}
+
+TEST_F(PmehStoreTest, BadOptionsAreRefusedWithClearErrors) {
+  std::unique_ptr<Store> s;
+  auto refused = [&](const Options& o, const std::string& words) {
+    const Status st = Store::create(path_, o, &s);
+    EXPECT_TRUE(st.is_invalid_argument()) << st.to_string();
+    EXPECT_NE(st.message().find(words), std::string::npos) << st.message();
+  };
+  Options o = options_;
+  o.pmeh_zone_bits = 9;
+  refused(o, "zone bits");
+  o = options_;
+  o.pmeh_segment_kib = 12;
+  refused(o, "segment size");
+  o = options_;
+  o.pmeh_segment_kib = 128;
+  refused(o, "segment size");
+  o = options_;
+  o.pmeh_workers = 65;
+  refused(o, "workers");
+  o = options_;
+  o.pmeh_split_bits = 0;
+  refused(o, "split bits");
+  o = options_;
+  o.pmeh_split_bits = 4;
+  refused(o, "split bits");
+  o = options_;
+  o.pmeh_split_step = 256;
+  refused(o, "split step");
+  o = options_;
+  o.durability = Durability::kEpoch;
+  refused(o, "durability strict");
+  EXPECT_NE(::access(path_.c_str(), F_OK), 0) << "no file left behind";
+}
+
+TEST_F(PmehStoreTest, InsertGetAndRemoveInlineAndPointerPairs) {
+  create();
+  ASSERT_TRUE(store_->insert("k", "v").ok());                        // inline
+  ASSERT_TRUE(store_->insert("a-long-key", "a-long-value").ok());    // item
+  ASSERT_TRUE(store_->insert("12345678", "87654321").ok());          // inline, 8 + 8
+  ASSERT_TRUE(store_->insert("", "").ok());                          // inline, empty
+  EXPECT_TRUE(store_->insert("k", "w").is_already_exists());
+  EXPECT_TRUE(store_->insert("a-long-key", "x").is_already_exists());
+  EXPECT_EQ(get("k"), "v");
+  EXPECT_EQ(get("a-long-key"), "a-long-value");
+  EXPECT_EQ(get("12345678"), "87654321");
+  EXPECT_EQ(get(""), "");
+  EXPECT_EQ(get("missing"), "<" + Status::NotFound().to_string() + ">");
+  EXPECT_EQ(store_->size(), 4u);
+  expect_check();
+  ASSERT_TRUE(store_->remove("k").ok());
+  ASSERT_TRUE(store_->remove("a-long-key").ok());
+  EXPECT_TRUE(store_->remove("k").is_not_found());
+  EXPECT_TRUE(store_->remove("a-long-key").is_not_found());
+  std::string v;
+  EXPECT_TRUE(store_->get("a-long-key", &v).is_not_found());
+  EXPECT_EQ(store_->size(), 2u);
+  expect_check();  // the removed item is freed, not leaked
+  ASSERT_TRUE(store_->insert("k", "again").ok());
+  EXPECT_EQ(get("k"), "again");
+  expect_check();
+}
+
+TEST_F(PmehStoreTest, UpdateEveryFormKeepsTheKeyAndFreesOldItems) {
+  create();
+  ASSERT_TRUE(store_->insert("key", "1234").ok());
+  ASSERT_TRUE(store_->update("key", "abcd").ok());  // (a) inline, same length
+  EXPECT_EQ(get("key"), "abcd");
+  ASSERT_TRUE(store_->update("key", "ab").ok());  // (c) inline, other length
+  EXPECT_EQ(get("key"), "ab");
+  ASSERT_TRUE(store_->update("key", "a value longer than eight").ok());  // (c) to pointer
+  EXPECT_EQ(get("key"), "a value longer than eight");
+  ASSERT_TRUE(store_->update("key", "another long value").ok());  // (b) pointer to pointer
+  EXPECT_EQ(get("key"), "another long value");
+  ASSERT_TRUE(store_->update("key", "short").ok());  // (c) back inline
+  EXPECT_EQ(get("key"), "short");
+  EXPECT_TRUE(store_->update("nokey", "x").is_not_found());
+  EXPECT_EQ(store_->size(), 1u);
+  expect_check();  // every replaced item freed; op logs empty
+}
+
+TEST_F(PmehStoreTest, UpsertInsertsThenUpdates) {
+  create();
+  ASSERT_TRUE(store_->upsert("u", "1").ok());
+  EXPECT_EQ(get("u"), "1");
+  ASSERT_TRUE(store_->upsert("u", "a value that needs an item").ok());
+  EXPECT_EQ(get("u"), "a value that needs an item");
+  ASSERT_TRUE(store_->upsert("a key that needs an item", "v").ok());
+  ASSERT_TRUE(store_->upsert("a key that needs an item", "w").ok());
+  EXPECT_EQ(get("a key that needs an item"), "w");
+  EXPECT_EQ(store_->size(), 2u);
+  expect_check();
+}
+
+TEST_F(PmehStoreTest, ManyKeysWithUpdatesRemovesAndReopen) {
+  create();
+  const int n = 3000;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok()) << i;
+  for (int i = 0; i < n; i += 2) ASSERT_TRUE(store_->update(key(i), value(i + 1)).ok()) << i;
+  for (int i = 0; i < n; i += 5) ASSERT_TRUE(store_->remove(key(i)).ok()) << i;
+  expect_check();
+  auto expected = [&](int i) { return i % 2 == 0 ? value(i + 1) : value(i); };
+  reopen();
+  EXPECT_TRUE(store_->stats().clean_shutdown);
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(n - n / 5));
+  for (int i = 0; i < n; ++i) {
+    std::string v;
+    const Status s = store_->get(key(i), &v);
+    if (i % 5 == 0) {
+      EXPECT_TRUE(s.is_not_found()) << i;
+    } else {
+      ASSERT_TRUE(s.ok()) << i << ": " << s.to_string();
+      EXPECT_EQ(v, expected(i)) << i;
+    }
+  }
+  expect_check();
+}
+
+TEST_F(PmehStoreTest, OpenWithOtherWorkerCountKeepsEveryKey) {
+  create();
+  for (int i = 0; i < 500; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  Options o = options_;
+  o.engine.clear();
+  o.pmeh_workers = 1;
+  reopen(o);
+  EXPECT_EQ(owner_threads(), 1u);
+  for (int i = 0; i < 500; ++i) ASSERT_EQ(get(key(i)), value(i)) << i;
+  o.pmeh_workers = 3;
+  reopen(o);
+  EXPECT_EQ(owner_threads(), 3u);
+  for (int i = 500; i < 1000; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(get(key(i)), value(i)) << i;
+  expect_check();
+}
+
+TEST_F(PmehStoreTest, OwnersStartAndStopWithTheStore) {
+  ASSERT_EQ(owner_threads(), 0u);
+  create();
+  EXPECT_EQ(owner_threads(), 2u);
+  ASSERT_TRUE(store_->close().ok());
+  EXPECT_EQ(owner_threads(), 0u);
+  store_.reset();
+  Options o = options_;
+  o.engine.clear();
+  ASSERT_TRUE(Store::open(path_, o, &store_).ok());
+  EXPECT_EQ(owner_threads(), 2u);
+  store_.reset();  // destroying the store closes it
+  EXPECT_EQ(owner_threads(), 0u);
+}
+
+TEST_F(PmehStoreTest, UncleanReopenRecountsAndFreesNothingLive) {
+  create();
+  const int n = 1200;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  for (int i = 0; i < n; i += 4) ASSERT_TRUE(store_->remove(key(i)).ok());
+  // Every write is durable when it returns: a copy of the file now is what
+  // a crash now would leave (the pool is not marked clean).
+  std::filesystem::copy_file(path_, path_ + ".copy");
+  store_.reset();
+  Options o = options_;
+  o.engine.clear();
+  ASSERT_TRUE(Store::open(path_ + ".copy", o, &store_).ok());
+  EXPECT_FALSE(store_->stats().clean_shutdown);
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(n - n / 4));
+  for (int i = 0; i < n; ++i) {
+    if (i % 4 == 0) {
+      std::string v;
+      EXPECT_TRUE(store_->get(key(i), &v).is_not_found()) << i;
+    } else {
+      ASSERT_EQ(get(key(i)), value(i)) << i;
+    }
+  }
+  expect_check();  // no leak, nothing live freed
+}
+
+TEST_F(PmehStoreTest, ForEachVisitsEveryKeyOnce) {
+  create();
+  const int n = 2000;
+  std::map<std::string, std::string> want;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+    want[key(i)] = value(i);
+  }
+  std::map<std::string, std::string> got;
+  unsigned twice = 0;
+  ASSERT_TRUE(store_->for_each([&](std::string_view k, std::string_view v) {
+                      twice += got.count(std::string(k));
+                      got[std::string(k)] = std::string(v);
+                      return true;
+                    })
+                  .ok());
+  EXPECT_EQ(twice, 0u);
+  EXPECT_EQ(got, want);
+  unsigned calls = 0;
+  ASSERT_TRUE(store_->for_each([&](std::string_view, std::string_view) { return ++calls < 10; }).ok());
+  EXPECT_EQ(calls, 10u) << "stops when fn returns false";
+}
+
+TEST_F(PmehStoreTest, FullWindowIsNoSpaceAndChangesNothing) {
+  // One zone, one 4 KiB segment of 15 buckets: a window fills quickly, and
+  // segments do not split yet.
+  options_.pmeh_zone_bits = 0;
+  options_.pmeh_segment_kib = 4;
+  create();
+  int inserted = 0;
+  Status s;
+  for (int i = 0; i < 1000; ++i) {
+    s = store_->insert(key(i), value(i));
+    if (!s.ok()) break;
+    ++inserted;
+  }
+  ASSERT_TRUE(s.is_no_space()) << s.to_string();
+  EXPECT_NE(s.message().find("window"), std::string::npos) << s.message();
+  EXPECT_GT(inserted, 14);
+  EXPECT_LE(inserted, static_cast<int>(pm::buckets_per_segment(12) * pm::kSlotsPerBucket));
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(inserted));
+  for (int i = 0; i < inserted; ++i) ASSERT_EQ(get(key(i)), value(i)) << i;
+  std::string v;
+  EXPECT_TRUE(store_->get(key(inserted), &v).is_not_found());
+  expect_check();  // the refused insert's item was freed
+}
+
+TEST_F(PmehStoreTest, WritesAreDelegatedAndReadsRunOnTheCaller) {
+  create();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(get(key(i)), value(i));
+  Stats st = store_->stats();
+  EXPECT_EQ(st.delegated_ops, 100u) << "the 100 inserts; no read";
+  ASSERT_TRUE(store_->close().ok());
+  store_.reset();
+  Options o = options_;
+  o.engine.clear();
+  o.pmeh_delegate_reads = true;
+  ASSERT_TRUE(Store::open(path_, o, &store_).ok());
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(get(key(i)), value(i));
+  st = store_->stats();
+  EXPECT_EQ(st.delegated_ops, 100u) << "the 100 reads";
+}
+
+// Many callers, few owners: each caller's result is its own.
+void run_callers(Store* store, unsigned callers, int per_caller) {
+  std::atomic<unsigned> wrong{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < callers; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < per_caller; ++i) {
+        const std::string k = "c" + std::to_string(t) + "-" + std::to_string(i);
+        const std::string v = i % 2 == 0 ? std::to_string(t) : "value of caller " + std::to_string(t);
+        if (!store->insert(k, v).ok()) ++wrong;
+        if (!store->insert(k, v).is_already_exists()) ++wrong;
+        std::string got;
+        if (!store->get(k, &got).ok() || got != v) ++wrong;
+        if (i % 3 == 0 && !store->remove(k).ok()) ++wrong;
+        if (i % 3 == 0 && !store->remove(k).is_not_found()) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0u);
+}
+
+TEST_F(PmehStoreTest, EachCallerGetsItsOwnResult) {
+  options_.pmeh_workers = 1;
+  create();
+  const unsigned callers = 32;
+  const int per = 150;
+  run_callers(store_.get(), callers, per);
+  EXPECT_EQ(store_->size(), callers * static_cast<std::uint64_t>(per - (per + 2) / 3));
+  expect_check();
+}
+
+TEST_F(PmehStoreTest, MoreCallersThanOwnersAllComplete) {
+  options_.pmeh_workers = 2;
+  create();
+  const unsigned callers = 200;
+  const int per = 12;
+  run_callers(store_.get(), callers, per);
+  EXPECT_EQ(store_->size(), callers * static_cast<std::uint64_t>(per - (per + 2) / 3));
+  expect_check();
+}
+
+TEST_F(PmehStoreTest, ReadersDuringWritesToTheSameSegmentSeeEveryStableKey) {
+  // One zone and one segment: every write bumps the version the readers
+  // validate against, so reads retry, and must still see each stable key
+  // with its value (a torn read would show a wrong or missing value).
+  options_.pmeh_zone_bits = 0;
+  options_.pmeh_segment_kib = 64;
+  options_.pmeh_workers = 1;
+  create();
+  const int stable = 200;
+  for (int i = 0; i < stable; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<unsigned> wrong{0};
+  std::atomic<std::uint64_t> reads{0};
+  std::thread writer([&] {
+    for (int round = 0; round < 60; ++round) {
+      for (int i = 0; i < 40; ++i) {
+        const std::string k = "w" + std::to_string(i);
+        if (!store_->upsert(k, round % 2 ? "short" : "a value that needs an item").ok()) ++wrong;
+      }
+      for (int i = 0; i < 40; i += 2) {
+        if (!store_->remove("w" + std::to_string(i)).ok()) ++wrong;
+      }
+    }
+    stop = true;
+  });
+  std::thread reader([&] {
+    for (int i = 0; !stop.load(); i = (i + 1) % stable) {
+      std::string v;
+      if (!store_->get(key(i), &v).ok() || v != value(i)) ++wrong;
+      ++reads;
+    }
+  });
+  writer.join();
+  reader.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(reads.load(), 0u);
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(stable + 20));
+  expect_check();
+}
+
+}  // namespace
+}  // namespace pmhash
