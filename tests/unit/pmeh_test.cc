@@ -1,6 +1,7 @@
 // Unit tests of the pmeh engine (src/engine/pmeh/pmeh.h,
 // docs/design/pmeh.md §13.1): slots, delegation to owner threads,
-// optimistic reads, iteration, clean and unclean reopen, check().
+// optimistic reads, iteration, clean and unclean reopen, multi-split,
+// directory growth and the lazy per-zone fill, check().
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,7 +17,11 @@
 #include <vector>
 
 #include "engine/hash.h"
+#include "engine/index.h"
 #include "engine/pmeh/layout.h"
+#include "engine/pmeh/pmeh_index.h"
+#include "heap/heap.h"
+#include "pool/pool.h"
 #include "pmhash/store.h"
 #include "scratch_file.h"
 
@@ -297,28 +302,34 @@ TEST_F(PmehStoreTest, ForEachVisitsEveryKeyOnce) {
   EXPECT_EQ(calls, 10u) << "stops when fn returns false";
 }
 
-TEST_F(PmehStoreTest, FullWindowIsNoSpaceAndChangesNothing) {
-  // One zone, one 4 KiB segment of 15 buckets: a window fills quickly, and
-  // segments do not split yet.
+TEST_F(PmehStoreTest, SplitThatCannotAllocateReturnsNoSpaceAndKeepsEverything) {
+  // A small pool of 64 KiB segments and inline pairs only: the first
+  // allocation refused is a split's (a directory's or a child's), and a
+  // split refused part-way frees the children it had.
+  options_.pool_size = 4u << 20;
   options_.pmeh_zone_bits = 0;
-  options_.pmeh_segment_kib = 4;
+  options_.pmeh_segment_kib = 64;
   create();
   int inserted = 0;
   Status s;
-  for (int i = 0; i < 1000; ++i) {
-    s = store_->insert(key(i), value(i));
+  auto small_key = [](int i) { return "k" + std::to_string(i); };
+  auto small_value = [](int i) { return "v" + std::to_string(i % 100); };
+  for (int i = 0; i < 1000000; ++i) {
+    s = store_->insert(small_key(i), small_value(i));
     if (!s.ok()) break;
     ++inserted;
   }
   ASSERT_TRUE(s.is_no_space()) << s.to_string();
-  EXPECT_NE(s.message().find("window"), std::string::npos) << s.message();
-  EXPECT_GT(inserted, 14);
-  EXPECT_LE(inserted, static_cast<int>(pm::buckets_per_segment(12) * pm::kSlotsPerBucket));
+  EXPECT_NE(s.message().find("pool"), std::string::npos) << s.message();
+  EXPECT_GT(store_->stats().splits, 0u);
   EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(inserted));
-  for (int i = 0; i < inserted; ++i) ASSERT_EQ(get(key(i)), value(i)) << i;
+  for (int i = 0; i < inserted; ++i) ASSERT_EQ(get(small_key(i)), small_value(i)) << i;
   std::string v;
-  EXPECT_TRUE(store_->get(key(inserted), &v).is_not_found());
-  expect_check();  // the refused insert's item was freed
+  EXPECT_TRUE(store_->get(small_key(inserted), &v).is_not_found());
+  expect_check();  // no child of the refused split is left allocated
+  reopen();
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(inserted));
+  expect_check();
 }
 
 TEST_F(PmehStoreTest, WritesAreDelegatedAndReadsRunOnTheCaller) {
@@ -418,6 +429,249 @@ TEST_F(PmehStoreTest, ReadersDuringWritesToTheSameSegmentSeeEveryStableKey) {
   EXPECT_GT(reads.load(), 0u);
   EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(stable + 20));
   expect_check();
+}
+
+
+// --- multi-split and directories, through the engine ----------------------------
+
+class PmehEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = testing::scratch_path("pmhash-pmeh-engine") + ".pool";
+    ::unlink(path_.c_str());
+    options_.engine = "pmeh";
+    options_.pool_size = 64u << 20;
+    options_.pmeh_zone_bits = 1;
+    options_.pmeh_segment_kib = 4;
+    options_.pmeh_workers = 2;
+  }
+  void TearDown() override {
+    shut();
+    ::unlink(path_.c_str());
+  }
+  void create() {
+    const engine::EngineInfo* info = engine::find_engine("pmeh");
+    ASSERT_NE(info, nullptr);
+    pool::CreateParams p;
+    p.engine = "pmeh";
+    p.size = options_.pool_size;
+    ASSERT_TRUE(info->encode_params(options_, p.engine_params.data()).ok());
+    ASSERT_TRUE(pool::Pool::create(path_, p, &pool_).ok());
+    const Status s = attach(info->create);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  Status attach(Status (*make)(const engine::Env&, std::unique_ptr<engine::Index>*)) {
+    if (Status s = heap::Heap::open(pool_->region(), pool_->heap_offset(), pool_->heap_size(), &heap_);
+        !s.ok()) {
+      return s;
+    }
+    engine::Env env{pool_.get(), heap_.get(), options_};
+    std::unique_ptr<engine::Index> index;
+    if (Status s = make(env, &index); !s.ok()) return s;
+    index_ = std::move(index);
+    pool_->begin_session();
+    return Status::OK();
+  }
+  // A clean close, as Store::close does it.
+  void shut() {
+    if (index_) {
+      index_->close();
+      heap_->drain_all();
+      pool_->mark_clean_shutdown();
+    }
+    index_.reset();
+    heap_.reset();
+    pool_.reset();
+  }
+  void reopen() {
+    shut();
+    ASSERT_TRUE(pool::Pool::open(path_, "pmeh", &pool_).ok());
+    const Status s = attach(engine::find_engine("pmeh")->open);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  pm::PmehIndex& pmeh() { return static_cast<pm::PmehIndex&>(*index_); }
+  Stats stats() {
+    Stats st;
+    index_->fill_stats(&st);
+    return st;
+  }
+  void expect_check() {
+    const Status s = index_->check();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  Status insert(const std::string& k, const std::string& v) {
+    return index_->insert(engine::make_key(k), v);
+  }
+  std::string get(const std::string& k) {
+    std::string v;
+    const Status s = index_->get(engine::make_key(k), &v);
+    return s.ok() ? v : "<" + s.to_string() + ">";
+  }
+  // Keys "s<n>" whose h1 has top bit `zone` (Z = 1), in the order found.
+  static std::vector<std::string> zone_keys(unsigned zone, std::size_t n, unsigned from = 0) {
+    std::vector<std::string> out;
+    for (unsigned i = from; out.size() < n; ++i) {
+      std::string k = "s" + std::to_string(i);
+      if ((engine::make_key(k).h1 >> 63) == zone) out.push_back(k);
+    }
+    return out;
+  }
+
+  std::string path_;
+  Options options_;
+  std::unique_ptr<pool::Pool> pool_;
+  std::unique_ptr<heap::Heap> heap_;
+  std::unique_ptr<engine::Index> index_;
+};
+
+class PmehSplitTest : public PmehEngineTest, public ::testing::WithParamInterface<unsigned> {};
+
+TEST_P(PmehSplitTest, FirstSplitMovesEveryKeyToItsChildOnce) {
+  const unsigned k = GetParam();
+  options_.pmeh_split_bits = k;
+  create();
+  const std::vector<std::string> keys = zone_keys(0, 2000);
+  std::size_t n = 0;
+  for (; n < keys.size(); ++n) {
+    ASSERT_TRUE(insert(keys[n], "v" + std::to_string(n)).ok()) << n;
+    if (stats().splits > 0) break;
+  }
+  ASSERT_LT(n, keys.size()) << "no split";
+  const Stats st = stats();
+  EXPECT_EQ(st.splits, 1u);
+  // The insert that found its window full split first, then went into a
+  // child: the n keys before it were moved.
+  EXPECT_EQ(st.items_moved, n);
+  EXPECT_EQ(st.bytes_moved, 18 * n);
+  EXPECT_EQ(st.segments, 2 + (1u << k) - 1) << "zone 1's segment and the 2^k children";
+  EXPECT_EQ(pmeh().segment_depth(engine::make_key(keys[0]).h1), 1 + k);
+  EXPECT_EQ(st.items, n + 1);
+  for (std::size_t i = 0; i <= n; ++i) ASSERT_EQ(get(keys[i]), "v" + std::to_string(i)) << i;
+  expect_check();
+  reopen();
+  for (std::size_t i = 0; i <= n; ++i) ASSERT_EQ(get(keys[i]), "v" + std::to_string(i)) << i;
+  expect_check();
+}
+
+INSTANTIATE_TEST_SUITE_P(K, PmehSplitTest, ::testing::Values(1u, 2u, 3u),
+                         [](const auto& info) { return std::to_string(1u << info.param) + "Split"; });
+
+TEST_F(PmehEngineTest, DirectoryGrowsOnceAndEachZoneFillsAtItsOwnNextWrite) {
+  options_.pmeh_split_bits = 3;
+  create();
+  EXPECT_EQ(pmeh().zone_dir_id(0), 0u);
+  EXPECT_EQ(pmeh().zone_dir_id(1), 0u);
+  const std::vector<std::string> z0 = zone_keys(0, 2000);
+  std::size_t n = 0;
+  for (; n < z0.size() && stats().splits == 0; ++n) ASSERT_TRUE(insert(z0[n], "x").ok());
+  ASSERT_EQ(stats().splits, 1u);
+  // The split of a depth-1 segment into 8 needs G = 4: one new directory,
+  // and only the splitting zone moved into it.
+  EXPECT_EQ(stats().levels, 2u);
+  EXPECT_EQ(stats().expansions, 1u);
+  EXPECT_EQ(pmeh().dir_depth(1), 4u);
+  EXPECT_EQ(pmeh().zone_dir_id(0), 1u);
+  EXPECT_EQ(pmeh().zone_dir_id(1), 0u) << "zone 1 has not written since";
+  // Reads of zone 1 still go through directory 0.
+  const std::vector<std::string> z1 = zone_keys(1, 3);
+  EXPECT_EQ(get(z1[0]), "<" + Status::NotFound().to_string() + ">");
+  EXPECT_EQ(pmeh().zone_dir_id(1), 0u) << "a read does not fill";
+  ASSERT_TRUE(insert(z1[0], "y").ok());
+  EXPECT_EQ(pmeh().zone_dir_id(1), 1u) << "zone 1's first write filled it";
+  EXPECT_EQ(stats().splits, 1u) << "without a split";
+  EXPECT_EQ(get(z1[0]), "y");
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(get(z0[i]), "x") << i;
+  expect_check();
+  // Every zone left directory 0: the next open frees it.
+  reopen();
+  EXPECT_EQ(stats().levels, 1u);
+  EXPECT_EQ(pmeh().zone_dir_id(0), 1u);
+  EXPECT_EQ(pmeh().zone_dir_id(1), 1u);
+  EXPECT_EQ(get(z1[0]), "y");
+  expect_check();  // directory 0's block is no longer allocated
+}
+
+TEST_F(PmehEngineTest, ZoneThatNeverWritesKeepsTheOldDirectoryAcrossReopen) {
+  create();
+  const std::vector<std::string> z0 = zone_keys(0, 2000);
+  for (std::size_t n = 0; n < z0.size() && stats().splits == 0; ++n) {
+    ASSERT_TRUE(insert(z0[n], "x").ok());
+  }
+  ASSERT_EQ(pmeh().zone_dir_id(1), 0u);
+  reopen();
+  EXPECT_EQ(stats().levels, 2u) << "zone 1 still lives in directory 0";
+  EXPECT_EQ(pmeh().zone_dir_id(0), 1u);
+  EXPECT_EQ(pmeh().zone_dir_id(1), 0u);
+  expect_check();
+}
+
+TEST_F(PmehEngineTest, ManySplitsAndDirectoriesKeepEveryKey) {
+  options_.pmeh_split_bits = 2;
+  create();
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    const std::string k = "key-" + std::to_string(i);
+    ASSERT_TRUE(insert(k, i % 2 ? "v" : "a value longer than eight").ok()) << i;
+  }
+  const Stats st = stats();
+  EXPECT_GT(st.splits, 20u);
+  EXPECT_GE(st.expansions, 2u);
+  EXPECT_EQ(st.items, static_cast<std::uint64_t>(n));
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(get("key-" + std::to_string(i)), i % 2 ? "v" : "a value longer than eight") << i;
+  }
+  expect_check();
+  reopen();
+  EXPECT_EQ(stats().items, static_cast<std::uint64_t>(n));
+  expect_check();
+}
+
+TEST_F(PmehEngineTest, ReadersDuringSplitsFindEveryStableKey) {
+  options_.pmeh_zone_bits = 0;
+  options_.pmeh_split_bits = 3;
+  options_.pmeh_workers = 1;  // writer, reader and owner: more would oversubscribe 2 cores
+  create();
+  const int stable = 300;
+  for (int i = 0; i < stable; ++i) ASSERT_TRUE(insert("st" + std::to_string(i), "s").ok());
+  std::atomic<bool> stop{false};
+  std::atomic<unsigned> wrong{0};
+  std::thread writer([&] {
+    for (int i = 0; i < 3000; ++i) {
+      if (!insert("new" + std::to_string(i), "n").ok()) ++wrong;
+    }
+    stop = true;
+  });
+  std::thread reader([&] {
+    for (int i = 0; !stop.load(); i = (i + 1) % stable) {
+      if (get("st" + std::to_string(i)) != "s") ++wrong;
+    }
+  });
+  writer.join();
+  reader.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(stats().splits, 3u);
+  expect_check();
+}
+
+TEST_F(PmehEngineTest, ForEachAfterSplitsReportsEveryKeyOnce) {
+  options_.pmeh_split_bits = 3;
+  create();
+  std::set<std::string> want;
+  for (int i = 0; i < 3000; ++i) {
+    want.insert("f" + std::to_string(i));
+    ASSERT_TRUE(insert("f" + std::to_string(i), "v").ok());
+  }
+  ASSERT_GT(stats().splits, 1u);
+  std::set<std::string> got;
+  unsigned twice = 0;
+  ASSERT_TRUE(index_
+                  ->for_each([&](std::string_view k, std::string_view) {
+                    twice += !got.insert(std::string(k)).second;
+                    return true;
+                  })
+                  .ok());
+  EXPECT_EQ(twice, 0u);
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace

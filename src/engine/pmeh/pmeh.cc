@@ -41,6 +41,7 @@ PmehIndex::PmehIndex(const Env& env)
   s_ = p.segment_log2;
   nb_ = s_ >= kMinSegmentLog2 && s_ <= kMaxSegmentLog2 ? buckets_per_segment(s_) : 0;
   delegate_reads_ = env.options.pmeh_delegate_reads;
+  split_bits_ = env.options.pmeh_split_bits;
 }
 
 PmehIndex::~PmehIndex() {
@@ -211,7 +212,9 @@ Status PmehIndex::get(const Key& key, std::string* value) {
         const std::uint64_t off = segment_of(key.h1);
         std::atomic<std::uint64_t>& st = seg_state(off);
         const std::uint64_t v1 = st.load(std::memory_order_acquire);
-        if ((v1 & 1) == 0) r = probe(seg(off), st, v1, key, value);
+        // Odd: a writer is inside. DEAD: split away, the directory names
+        // its children now.
+        if ((v1 & (1 | kSegDead)) == 0) r = probe(seg(off), st, v1, key, value);
       }
       if (r == Probe::kFound) return Status::OK();
       if (r == Probe::kNotFound) return Status::NotFound();
@@ -297,30 +300,55 @@ Status PmehIndex::execute(heap::ThreadCache* tc, Request& r) {
 
 Status PmehIndex::owner_write(heap::ThreadCache* tc, Request& r) {
   const Key& key = *r.key;
-  // An update or remove may retire an item: room before the read section.
-  if (r.op != Request::kInsert) tc->reserve_retire(1);
-  rcu::ReadGuard guard;
-  const std::uint64_t off = segment_of(key.h1);
-  SegmentHeader* h = seg(off);
-  std::atomic<std::uint64_t>& st = seg_state(off);
-  const Pos at = find(h, key);
-  if (at && r.op == Request::kInsert) return Status::AlreadyExists("key exists");
-  if (!at && (r.op == Request::kUpdate || r.op == Request::kRemove)) return Status::NotFound();
-  Pos target = at;
-  if (!target) {
-    Bucket* buckets = segment_buckets(h);
-    const unsigned home = home_bucket(key.h1, nb_);
-    for (unsigned j : {home, (home + 1) % nb_}) {
-      for (unsigned p = 0; p < kSlotsPerBucket && !target; ++p) {
-        if (!meta_valid(buckets[j].meta[p].load(std::memory_order_relaxed))) target = {&buckets[j], p};
-      }
-      if (target) break;
-    }
-    if (!target) {
-      return Status::NoSpace("pmeh: the window of the key's segment (depth " +
-                             std::to_string(h->depth) + ") is full, and segments do not split yet");
-    }
+  const unsigned z = zone_of(key.h1);
+  // An update or remove may retire an item, a split retires its segment:
+  // room before the read section.
+  tc->reserve_retire(1);
+  // Lazy fill (§6): the zone moves into the newest directory at its first
+  // write after the directory appeared.
+  if (Dir* newest = newest_.load(std::memory_order_acquire);
+      zones_[z].dir.load(std::memory_order_relaxed) != newest) {
+    fill_zone(z, newest);
   }
+  for (;;) {
+    std::uint64_t full = 0;
+    {
+      rcu::ReadGuard guard;
+      const std::uint64_t off = segment_of(key.h1);
+      SegmentHeader* h = seg(off);
+      std::atomic<std::uint64_t>& st = seg_state(off);
+      const Pos at = find(h, key);
+      if (at && r.op == Request::kInsert) return Status::AlreadyExists("key exists");
+      if (!at && (r.op == Request::kUpdate || r.op == Request::kRemove)) return Status::NotFound();
+      Pos target = at;
+      if (!target) {
+        Bucket* buckets = segment_buckets(h);
+        const unsigned home = home_bucket(key.h1, nb_);
+        for (unsigned j : {home, (home + 1) % nb_}) {
+          for (unsigned p = 0; p < kSlotsPerBucket && !target; ++p) {
+            if (!meta_valid(buckets[j].meta[p].load(std::memory_order_relaxed))) {
+              target = {&buckets[j], p};
+            }
+          }
+          if (target) break;
+        }
+      }
+      if (target) {
+        write_slot(tc, r, st, target, at);
+        return Status::OK();
+      }
+      full = off;
+    }
+    // The window is full: split its segment (outside the read section: the
+    // split may wait for a grace period to make room in the retire log),
+    // then try again in the child.
+    if (Status s = split(tc, z, full); !s.ok()) return s;
+  }
+}
+
+void PmehIndex::write_slot(heap::ThreadCache* tc, Request& r, std::atomic<std::uint64_t>& st,
+                           const Pos& target, const Pos& at) {
+  const Key& key = *r.key;
   // Odd: optimistic readers of this segment retry until the write is done.
   st.fetch_add(1, std::memory_order_acq_rel);
   Bucket& b = *target.bucket;
@@ -350,7 +378,6 @@ Status PmehIndex::owner_write(heap::ThreadCache* tc, Request& r) {
   // Even: every store above is durable (quiescent unlock), so the next
   // writer of these slots need not fence first.
   st.fetch_add(1, std::memory_order_release);
-  return Status::OK();
 }
 
 // ---------------------------------------------------------------------------
@@ -365,7 +392,7 @@ bool PmehIndex::copy_segment(std::uint64_t x, bool optimistic,
   SegmentHeader* h = seg(off);
   std::atomic<std::uint64_t>& st = seg_state(off);
   const std::uint64_t v1 = st.load(std::memory_order_acquire);
-  if (optimistic && (v1 & 1) != 0) return false;
+  if (optimistic && (v1 & (1 | kSegDead)) != 0) return false;
   std::vector<SlotView> raw;
   Bucket* buckets = segment_buckets(h);
   for (unsigned j = 0; j < nb_; ++j) {
@@ -504,6 +531,11 @@ void PmehIndex::fill_stats(Stats* st) const {
   st->slots = segments * nb_ * kSlotsPerBucket;
   st->load_factor = st->slots == 0 ? 0 : static_cast<double>(st->items) / st->slots;
   st->levels = levels;
+  st->splits = splits_.load(std::memory_order_relaxed);
+  st->items_moved = items_moved_.load(std::memory_order_relaxed);
+  // 16-byte slot and 2-byte meta per moved pair (items are not copied).
+  st->bytes_moved = st->items_moved * (sizeof(Slot) + sizeof(std::uint16_t));
+  st->expansions = expansions_.load(std::memory_order_relaxed);
   st->dram_bytes = sizeof(Zone) * (std::size_t{1} << z_) + sizeof(Mailbox) * kMaxThreads +
                    sizeof(Owner) * owners_.size() + sizeof(Dir) * levels;
 }

@@ -47,6 +47,20 @@
 //   version is validated; RCU keeps it until the read section ends.
 //
 // ---------------------------------------------------------------------------
+// Multi-split and directories (§5, §6), owner only
+// ---------------------------------------------------------------------------
+//   A full window splits its segment S (depth L) into 2^k fresh children of
+//   depth L + k (k = pmeh_split_bits); child c(h1) = the k bits of h1 after
+//   the top L. Each pair is copied to the same (bucket, position) of its
+//   child, so a split never overflows. S is never written: a crash leaves
+//   it whole. The zone's directory must have G >= L + k: otherwise the
+//   owner installs a deeper directory (header -> dir_array[n+1]) and fills
+//   its zone into it. Any zone moves into the newest directory at its own
+//   next write (lazy per-zone fill: entries -> its zone_filled bit).
+//   Readers holding S see its version odd, then DEAD, and restart from
+//   their zone's directory.
+//
+// ---------------------------------------------------------------------------
 // Persist order (§8.1); every write is durable when it returns
 // ---------------------------------------------------------------------------
 //   insert      item, intent (caller) -> slot words -> meta VALID
@@ -54,6 +68,10 @@
 //          (b)  pointer to pointer: retire old item -> w0
 //          (c)  otherwise: op-log fields -> op -> slot and meta -> op = 0
 //   remove      (pointer: retire item ->) meta VALID cleared
+//   split       record R[z] = S -> (child header, S.children[i]) each ->
+//               S.split MOVING -> child buckets -> S.moved -> retire S ->
+//               R = S | COMPLETING -> entries -> R = 0
+//   directory   header -> dir_array[n+1]; fill: entries -> zone_filled bit
 //   A segment's version becomes even only after its stores are durable.
 //
 // ---------------------------------------------------------------------------
@@ -61,11 +79,12 @@
 // ---------------------------------------------------------------------------
 //   V: root, op logs, the run of directories (contiguous ids, G growing),
 //   each zone's directory = the newest with its bit. W1: replay committed
-//   slot updates, clear them; drop directories no zone uses. W2: heap
+//   slot updates, clear them. W2: heap
 //   recovery; keep(off) = a live directory, a segment its zone's directory
 //   names at its prefix, or an item whose key hashes to its state and that
 //   a VALID pointer slot of its window names. W3: the saved count (else
-//   recounted on first use). No segment is scanned.
+//   recounted on first use); directories no zone uses are freed. No
+//   segment is scanned.
 //
 // ---------------------------------------------------------------------------
 // check() (§10, the items implemented so far)
@@ -81,8 +100,10 @@
 // ---------------------------------------------------------------------------
 // Not implemented yet (issue 7 stays open; kEngineInfo.in_progress)
 // ---------------------------------------------------------------------------
-//   Multi-split and directory growth (§5, §6): a full window is NoSpace.
-//   Recovery of split records (§8.2); the hot-zone switch (§7).
+//   Gradual splits (§5.3: every split is done at once, as with B = 0);
+//   retiring old directories while the store runs (the next open frees
+//   them); recovery of split records (§8.2: open refuses a pool with one);
+//   the hot-zone switch (§7).
 #pragma once
 
 #include "engine/index.h"

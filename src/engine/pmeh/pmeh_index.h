@@ -23,6 +23,10 @@ namespace pmhash::engine::pmeh {
 inline constexpr unsigned kItemIntent = 0;
 inline constexpr unsigned kBlockIntent = 1;
 inline constexpr unsigned kMaxWorkers = 64;
+// SegState bit 63: the segment has been split away; readers restart from
+// their zone's directory. Set for good (a block reused for a new segment
+// gets a fresh word, §2).
+inline constexpr std::uint64_t kSegDead = std::uint64_t{1} << 63;
 
 // A live directory, mirroring dir_array[id].
 struct Dir {
@@ -99,6 +103,11 @@ class PmehIndex final : public Index {
   std::uint64_t delegated_ops() const { return delegated_.load(); }
   // Optimistic reads that failed validation and retried, since open.
   std::uint64_t read_retries() const { return read_retries_.load(); }
+  // The id of the directory zone z lives in now.
+  unsigned zone_dir_id(unsigned z) const { return zones_[z].dir.load()->id; }
+  // The depth of the segment covering h1, and its directory's depth.
+  unsigned segment_depth(std::uint64_t h1) const { return seg(segment_of(h1))->depth; }
+  unsigned dir_depth(unsigned id) const { return dirs_[id].load()->depth; }
 
  private:
   struct SlotView {
@@ -133,6 +142,10 @@ class PmehIndex final : public Index {
   // Runs a request on owner thread `tc` (zones.cc dispatches here).
   Status execute(heap::ThreadCache* tc, Request& r);
   Status owner_write(heap::ThreadCache* tc, Request& r);
+  // The write itself, at `target` (= `at` when the key is there), between
+  // two bumps of the segment's version.
+  void write_slot(heap::ThreadCache* tc, Request& r, std::atomic<std::uint64_t>& st,
+                  const Pos& target, const Pos& at);
   Status owner_get(const Key& key, std::string* out) const;
   // Copies the VALID pairs of the segment covering x; false if a writer
   // moved its version meanwhile (optimistic) .
@@ -142,6 +155,20 @@ class PmehIndex final : public Index {
   enum class Probe { kFound, kNotFound, kRetry };
   Probe probe(SegmentHeader* h, std::atomic<std::uint64_t>& st, std::uint64_t v1, const Key& key,
               std::string* out) const;
+
+  // --- splits (pmeh_split.cc) and directories (directory.cc), owner only ---
+  // Splits segment `off` of zone z into 2^k fresh children, the whole
+  // split at once (§5.4, §5.5). NoSpace when the pool or kMaxDepth refuses.
+  Status split(heap::ThreadCache* tc, unsigned z, std::uint64_t off);
+  // Makes zone z's directory at least `depth` deep: installs a deeper
+  // directory if none exists, and fills the zone into the newest (§6).
+  Status ensure_depth(heap::ThreadCache* tc, unsigned z, unsigned depth);
+  Status install_dir(heap::ThreadCache* tc, unsigned depth);
+  void fill_zone(unsigned z, Dir* to);
+  // A block that now holds a new segment: its version word restarts even
+  // and not DEAD (no reader can hold the block's previous segment: it was
+  // freed after a grace period).
+  void fresh_segment_state(std::uint64_t off);
 
   // --- owners (zones.cc) ---
   void owner_loop(unsigned i);
@@ -162,8 +189,12 @@ class PmehIndex final : public Index {
   unsigned nb_ = 0;  // buckets per segment
   bool delegate_reads_ = false;
 
+  unsigned split_bits_ = 3;  // k (pmeh_split_bits)
   std::atomic<Dir*> dirs_[kMaxDirs] = {};
+  std::atomic<Dir*> newest_{nullptr};  // the live directory with the highest id
   std::vector<std::unique_ptr<Dir>> dir_store_;  // owns every Dir
+  // Serialises directory installs between owners (DRAM side; §12.22).
+  std::mutex install_mutex_;
   std::unique_ptr<Zone[]> zones_;
   // One version word per 2^s bytes of pool (§2), in a sparse anonymous
   // mapping: bits 0..62 the version (odd while a writer is inside), bit 63
@@ -184,6 +215,9 @@ class PmehIndex final : public Index {
   mutable std::mutex recount_mutex_;
 
   std::atomic<std::uint64_t> delegated_{0};
+  std::atomic<std::uint64_t> splits_{0};
+  std::atomic<std::uint64_t> items_moved_{0};
+  std::atomic<std::uint64_t> expansions_{0};
   mutable std::atomic<std::uint64_t> read_retries_{0};
   // format() or recover() succeeded. An index whose recovery rejected the
   // pool writes nothing when it is destroyed.

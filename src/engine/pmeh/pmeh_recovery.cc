@@ -156,6 +156,7 @@ Status PmehIndex::format() {
 
   dir_store_.push_back(std::make_unique<Dir>(Dir{dir_off, dh, dir_entries(dh), z_, 0}));
   dirs_[0].store(dir_store_.back().get());
+  newest_.store(dir_store_.back().get());
   zones_.reset(new Zone[zn]);
   for (unsigned z = 0; z < zn; ++z) zones_[z].dir.store(dir_store_.back().get());
   count_known_.store(true);
@@ -217,19 +218,28 @@ Status PmehIndex::recover() {
     if (!ok) return fail(who + " holds a slot update that names no slot of a bucket");
     replays.push_back(&log);
   }
-  // Directories: a contiguous run of ids, G increasing with the id.
-  std::vector<unsigned> ids;
+  // Directories: a contiguous run of ids, G increasing with the id. A word
+  // may name a block no longer allocated only below a live directory: a
+  // crash between freeing a directory no zone used and clearing its word.
+  std::vector<unsigned> ids;    // live directories
+  std::vector<unsigned> stale;  // words naming freed directories
+  int last_named = -1;
   for (unsigned id = 0; id < kMaxDirs; ++id) {
     const std::uint64_t off = root_->dir_array[id].load();
     if (off == 0) continue;
-    if (!ids.empty() && ids.back() != id - 1) {
-      return fail("directory ids are not contiguous (" + std::to_string(ids.back()) + " then " +
+    if (last_named >= 0 && static_cast<unsigned>(last_named) != id - 1) {
+      return fail("directory ids are not contiguous (" + std::to_string(last_named) + " then " +
                   std::to_string(id) + ")");
     }
+    last_named = static_cast<int>(id);
+    if (!heap_.is_allocated(off)) {
+      stale.push_back(id);
+      continue;
+    }
     const auto* h = region_.at<DirHeader>(off);
-    if (!heap_.is_allocated(off) || heap_.block_size(off) < sizeof(DirHeader) ||
-        h->magic != kDirMagic || h->id != id || h->zone_bits != z_ || h->depth < z_ ||
-        h->depth > kMaxDepth || heap_.block_size(off) < dir_bytes(h->depth)) {
+    if (heap_.block_size(off) < sizeof(DirHeader) || h->magic != kDirMagic || h->id != id ||
+        h->zone_bits != z_ || h->depth < z_ || h->depth > kMaxDepth ||
+        heap_.block_size(off) < dir_bytes(h->depth)) {
       return fail("directory " + std::to_string(id) + " at offset " + hex(off) +
                   " is not an allocated directory with its id, Z and size");
     }
@@ -239,6 +249,10 @@ Status PmehIndex::recover() {
                   std::to_string(ids.back()));
     }
     ids.push_back(id);
+  }
+  if (!stale.empty() && (ids.empty() || stale.back() > ids.back())) {
+    return fail("directory " + std::to_string(stale.back()) + " at offset " +
+                hex(root_->dir_array[stale.back()].load()) + " is not allocated");
   }
   if (ids.empty()) return fail("no directory");
   // V1. Each zone's directory: the newest with its bit.
@@ -278,16 +292,20 @@ Status PmehIndex::recover() {
     region_.flush(&log->op, sizeof(std::uint64_t));
   }
   std::unordered_set<std::uint64_t> dir_offs;
+  std::vector<unsigned> unused;  // live directories no zone uses: freed below
   for (unsigned id : ids) {
     if (id < oldest) {
-      root_->dir_array[id].store(0);
-      region_.flush(&root_->dir_array[id], sizeof(std::uint64_t));
+      unused.push_back(id);
     } else {
       dir_offs.insert(root_->dir_array[id].load());
     }
   }
-  // Cleared records and dropped directories are durable before heap
-  // recovery frees what they named, and before we serve.
+  for (unsigned id : stale) {
+    root_->dir_array[id].store(0);
+    region_.flush(&root_->dir_array[id], sizeof(std::uint64_t));
+  }
+  // Cleared records and words are durable before heap recovery frees what
+  // they named, and before we serve.
   region_.drain();
   // The DRAM mirror.
   for (unsigned id : ids) {
@@ -297,6 +315,7 @@ Status PmehIndex::recover() {
     dir_store_.push_back(std::make_unique<Dir>(Dir{off, h, dir_entries(h), h->depth, id}));
     dirs_[id].store(dir_store_.back().get());
   }
+  newest_.store(dirs_[ids.back()].load());
   zones_.reset(new Zone[zn]);
   for (unsigned z = 0; z < zn; ++z) zones_[z].dir.store(dirs_[zone_dir[z]].load());
 
@@ -334,6 +353,23 @@ Status PmehIndex::recover() {
     }
     return false;
   });
+
+  // Directories no zone uses (every zone filled into newer ones): freed,
+  // then unnamed. Nothing else allocates before we serve, so a crash in
+  // between leaves a word naming a free block, which the next open clears.
+  if (!unused.empty()) {
+    Status s;
+    heap::ThreadCache* tc = heap_.thread(&s);
+    if (tc == nullptr) return s;
+    for (unsigned id : unused) {
+      const std::uint64_t off = root_->dir_array[id].load();
+      if (heap_.is_allocated(off)) tc->free_unpublished(off);  // durable when it returns
+      root_->dir_array[id].store(0);
+      region_.flush(&root_->dir_array[id], sizeof(std::uint64_t));
+    }
+    // The words are cleared before we serve.
+    region_.drain();
+  }
 
   // W3. The saved item count is valid only until the next crash.
   if (const auto saved = take_count(region_, root_->item_count, root_->count_valid)) {
