@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "crash/persistence_sim.h"
 #include "engine/hash.h"
 #include "engine/index.h"
 #include "engine/pmeh/layout.h"
@@ -672,6 +675,222 @@ TEST_F(PmehEngineTest, ForEachAfterSplitsReportsEveryKeyOnce) {
                   .ok());
   EXPECT_EQ(twice, 0u);
   EXPECT_EQ(got, want);
+}
+
+// --- recovery from crash images (§8.2, §9) ---------------------------------------
+
+class PmehCrashTest : public PmehEngineTest {
+ protected:
+  void SetUp() override {
+    PmehEngineTest::SetUp();
+    granularity_.force("cache_line");
+    options_.pool_size = pool::kMinPoolSize;
+    options_.pmeh_workers = 1;
+  }
+  struct Recovered {
+    Status open, check;
+    pm::PmehIndex::OpenCounters counters;
+    std::map<std::string, std::string> values;
+  };
+  // Opens a copy of a crash image as a pool of its own, and reads it back.
+  Recovered recover(const std::vector<std::byte>& image, const std::vector<std::string>& keys) {
+    Recovered r;
+    const std::string copy = path_ + ".image";
+    {
+      std::ofstream out(copy, std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
+    }
+    std::unique_ptr<pool::Pool> p;
+    std::unique_ptr<heap::Heap> h;
+    std::unique_ptr<engine::Index> index;
+    r.open = pool::Pool::open(copy, "pmeh", &p);
+    if (r.open.ok()) r.open = heap::Heap::open(p->region(), p->heap_offset(), p->heap_size(), &h);
+    if (r.open.ok()) {
+      engine::Env env{p.get(), h.get(), options_};
+      r.open = engine::find_engine("pmeh")->open(env, &index);
+    }
+    if (r.open.ok()) {
+      p->begin_session();
+      r.counters = static_cast<pm::PmehIndex&>(*index).open_counters();
+      r.check = index->check();
+      for (const std::string& k : keys) {
+        std::string v;
+        if (index->get(engine::make_key(k), &v).ok()) r.values[k] = v;
+      }
+      index->close();
+      h->drain_all();
+      p->mark_clean_shutdown();
+    }
+    index.reset();
+    h.reset();
+    p.reset();
+    ::unlink(copy.c_str());
+    return r;
+  }
+  // Every crash choice at one crash point: the sim's choices, plus each
+  // dirty word of a multi-word line torn alone.
+  static std::vector<testing::CrashChoice> choices(const testing::PersistenceSim& s,
+                                                   std::mt19937_64& rng) {
+    const std::vector<std::uint64_t> dirty = s.dirty_units();
+    std::vector<testing::CrashChoice> out = testing::crash_choices(s, dirty, 4, 6, rng, 8);
+    for (std::uint64_t line : dirty) {
+      const std::uint8_t words = s.dirty_words(line);
+      if (std::popcount(words) < 2) continue;
+      for (unsigned w = 0; w < 8; ++w) {
+        const auto bit = static_cast<std::uint8_t>(1u << w);
+        if (words & bit) out.push_back({{}, {{line, bit}}});
+      }
+    }
+    return out;
+  }
+  testing::GranularityGuard granularity_;
+};
+
+// Crashes at every drain of the split a zone-0 insert triggers (with k = 3
+// and Z = 1 it also installs a directory and fills the zone into it).
+struct SplitExploration {
+  std::uint64_t images = 0, violations = 0, drains = 0;
+  std::string first;
+  pm::PmehIndex::OpenCounters rows;
+};
+
+class PmehSplitCrashTest : public PmehCrashTest {
+ protected:
+  SplitExploration explore_split(unsigned k) {
+    SplitExploration out;
+    options_.pmeh_split_bits = k;
+    // The number of zone-0 inserts before the first split: the same keys in
+    // a fresh pool land in the same places, so the n-th insert splits again.
+    const std::vector<std::string> keys = zone_keys(0, 2000);
+    std::size_t n = 0;
+    create();
+    while (stats().splits == 0) EXPECT_TRUE(insert(keys[n++], "v").ok());
+    shut();
+    ::unlink(path_.c_str());
+    create();
+    EXPECT_EQ(pool_->region().granularity(), media::Granularity::kCacheLine);
+    --n;  // keys[n] splits
+    for (std::size_t i = 0; i < n; ++i) EXPECT_TRUE(insert(keys[i], "v" + std::to_string(i)).ok());
+    const std::vector<std::string> probe(keys.begin(), keys.begin() + static_cast<long>(n) + 1);
+    pool_->region().persist_all();
+    testing::PersistenceSim sim(pool_->region());
+    std::mt19937_64 rng(7);
+    sim.set_crash_point_hook([&](const testing::PersistenceSim& s) {
+      // The split runs outside any read section: recover at once.
+      if (!pm::testing_in_split.load()) return;
+      ++out.drains;
+      for (const testing::CrashChoice& c : choices(s, rng)) {
+        const Recovered r = recover(s.crash_image(c), probe);
+        ++out.images;
+        const std::string where = "drain " + std::to_string(out.drains) + ", " + c.describe();
+        auto violation = [&](const std::string& what) {
+          if (++out.violations <= 3) out.first += where + ": " + what + "\n";
+        };
+        if (!r.open.ok() || !r.check.ok()) {
+          violation(r.open.to_string() + " / " + r.check.to_string());
+          continue;
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          auto it = r.values.find(keys[i]);
+          if (it == r.values.end() || it->second != "v" + std::to_string(i)) {
+            violation("key " + std::to_string(i) + " lost or changed");
+          }
+        }
+        if (r.values.count(keys[n]) != 0) violation("the insert that split is there");
+        out.rows.splits_not_started += r.counters.splits_not_started;
+        out.rows.splits_rolled_back += r.counters.splits_rolled_back;
+        out.rows.splits_completed += r.counters.splits_completed;
+        out.rows.directories_freed += r.counters.directories_freed;
+        out.rows.segments_read = std::max(out.rows.segments_read, r.counters.segments_read);
+      }
+    });
+    EXPECT_TRUE(insert(keys[n], "last").ok());
+    sim.set_crash_point_hook(nullptr);
+    EXPECT_EQ(stats().splits, 1u);
+    return out;
+  }
+};
+
+TEST_F(PmehSplitCrashTest, RecoverSplitRecordAtEveryDrainOfAnEightSplit) {
+  const SplitExploration e = explore_split(3);
+  EXPECT_GE(e.drains, 8u + 6u);
+  EXPECT_GT(e.images, 50u);
+  EXPECT_EQ(e.violations, 0u) << e.first;
+  EXPECT_GE(e.rows.splits_not_started, 1u) << "R = S, not MOVING";
+  EXPECT_GE(e.rows.splits_rolled_back, 1u) << "MOVING, not COMPLETING";
+  EXPECT_GE(e.rows.splits_completed, 1u) << "COMPLETING";
+  // Open reads one header per split record and one per child, no more.
+  EXPECT_LE(e.rows.segments_read, 1u + 8u);
+  expect_check();
+}
+
+TEST_F(PmehSplitCrashTest, RecoverSplitRecordAtEveryDrainOfATwoSplit) {
+  const SplitExploration e = explore_split(1);
+  EXPECT_EQ(e.violations, 0u) << e.first;
+  EXPECT_GE(e.rows.splits_not_started, 1u);
+  EXPECT_GE(e.rows.splits_rolled_back, 1u);
+  EXPECT_GE(e.rows.splits_completed, 1u);
+  EXPECT_LE(e.rows.segments_read, 1u + 2u);
+}
+
+// Crashes every write form at each of its drains. The owner runs writes
+// inside a read section, so the images are recovered after the write.
+TEST_F(PmehCrashTest, RecoverEveryWriteFormAtEachDrainToBeforeOrAfter) {
+  create();
+  struct Step {
+    std::string key, before, after;  // "" = absent
+    bool remove = false;
+  };
+  const std::vector<Step> steps = {
+      {"i1", "", "v1"},                                   // insert inline
+      {"item-key-1", "", "a value that needs an item"},   // insert pointer
+      {"i1", "v1", "v2"},                                 // update (a)
+      {"i1", "v2", "longer"},                             // update (c), length
+      {"i1", "longer", "now a value with an item"},       // update (c), form
+      {"item-key-1", "a value that needs an item", "another item value"},  // (b)
+      {"item-key-1", "another item value", "short"},      // update (c), form
+      {"i1", "now a value with an item", "", true},       // remove pointer
+      {"item-key-1", "short", "", true},                  // remove inline
+  };
+  std::vector<std::string> keys = {"i1", "item-key-1", "stable", "stable-item-key"};
+  ASSERT_TRUE(insert("stable", "s").ok());
+  ASSERT_TRUE(insert("stable-item-key", "a stable value with an item").ok());
+  std::uint64_t replayed = 0;
+  std::mt19937_64 rng(11);
+  for (const Step& st : steps) {
+    pool_->region().persist_all();
+    testing::PersistenceSim sim(pool_->region());
+    std::vector<std::vector<std::byte>> images;
+    sim.set_crash_point_hook([&](const testing::PersistenceSim& s) {
+      for (const testing::CrashChoice& c : choices(s, rng)) images.push_back(s.crash_image(c));
+    });
+    Status s;
+    if (st.remove) {
+      s = index_->remove(engine::make_key(st.key));
+    } else if (st.before.empty()) {
+      s = insert(st.key, st.after);
+    } else {
+      s = index_->update(engine::make_key(st.key), st.after);
+    }
+    sim.set_crash_point_hook(nullptr);
+    ASSERT_TRUE(s.ok()) << st.key << ": " << s.to_string();
+    ASSERT_FALSE(images.empty());
+    for (const auto& image : images) {
+      const Recovered r = recover(image, keys);
+      ASSERT_TRUE(r.open.ok()) << st.key << " -> " << st.after << ": " << r.open.to_string();
+      EXPECT_TRUE(r.check.ok()) << st.key << " -> " << st.after << ": " << r.check.to_string();
+      const auto it = r.values.find(st.key);
+      const std::string got = it == r.values.end() ? "" : it->second;
+      EXPECT_TRUE(got == st.before || got == st.after)
+          << st.key << ": '" << got << "', not '" << st.before << "' or '" << st.after << "'";
+      EXPECT_EQ(r.values.count("stable") ? r.values.at("stable") : "", "s");
+      EXPECT_EQ(r.values.count("stable-item-key") ? r.values.at("stable-item-key") : "",
+                "a stable value with an item");
+      replayed += r.counters.slot_updates_replayed;
+    }
+  }
+  EXPECT_GE(replayed, 1u) << "some image held a committed slot update";
+  expect_check();
 }
 
 }  // namespace

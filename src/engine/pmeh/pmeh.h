@@ -78,13 +78,17 @@
 // Open (§9): O(threads + in-flight splits)
 // ---------------------------------------------------------------------------
 //   V: root, op logs, the run of directories (contiguous ids, G growing),
-//   each zone's directory = the newest with its bit. W1: replay committed
-//   slot updates, clear them. W2: heap
+//   each zone's directory = the newest with its bit; each split record
+//   names a segment of its zone (and, MOVING, its 2^k children). W1:
+//   replay committed slot updates, clear them; re-point the range of a
+//   COMPLETING split to its children, then clear its record. W2: heap
 //   recovery; keep(off) = a live directory, a segment its zone's directory
 //   names at its prefix, or an item whose key hashes to its state and that
 //   a VALID pointer slot of its window names. W3: the saved count (else
-//   recounted on first use); directories no zone uses are freed. No
-//   segment is scanned.
+//   recounted on first use); a split record not COMPLETING is undone
+//   (children freed, S's split word cleared, record cleared: §12.23);
+//   directories no zone uses are freed. No segment is scanned: open reads
+//   one header per split record and one per child.
 //
 // ---------------------------------------------------------------------------
 // check() (§10, the items implemented so far)
@@ -102,8 +106,7 @@
 // ---------------------------------------------------------------------------
 //   Gradual splits (§5.3: every split is done at once, as with B = 0);
 //   retiring old directories while the store runs (the next open frees
-//   them); recovery of split records (§8.2: open refuses a pool with one);
-//   the hot-zone switch (§7).
+//   them); the hot-zone switch (§7); planted bugs and the crash explorer.
 #pragma once
 
 #include "engine/index.h"

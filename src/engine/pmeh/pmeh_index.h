@@ -28,6 +28,10 @@ inline constexpr unsigned kMaxWorkers = 64;
 // gets a fresh word, §2).
 inline constexpr std::uint64_t kSegDead = std::uint64_t{1} << 63;
 
+// Test hook: true while an owner runs a split (outside any read section),
+// so that a crash-point hook knows it may recover images on the spot.
+inline std::atomic<bool> testing_in_split{false};
+
 // A live directory, mirroring dir_array[id].
 struct Dir {
   std::uint64_t off = 0;
@@ -103,6 +107,16 @@ class PmehIndex final : public Index {
   std::uint64_t delegated_ops() const { return delegated_.load(); }
   // Optimistic reads that failed validation and retried, since open.
   std::uint64_t read_retries() const { return read_retries_.load(); }
+  // What the last open read and repaired (§9; the split rows of §8.2).
+  struct OpenCounters {
+    std::uint64_t segments_read = 0;         // segment headers read for split records
+    std::uint64_t slot_updates_replayed = 0;
+    std::uint64_t splits_not_started = 0;    // R = S, S not MOVING: children freed
+    std::uint64_t splits_rolled_back = 0;    // MOVING, not COMPLETING: children freed
+    std::uint64_t splits_completed = 0;      // COMPLETING: the range re-pointed
+    std::uint64_t directories_freed = 0;     // no zone used them
+  };
+  const OpenCounters& open_counters() const { return open_counters_; }
   // The id of the directory zone z lives in now.
   unsigned zone_dir_id(unsigned z) const { return zones_[z].dir.load()->id; }
   // The depth of the segment covering h1, and its directory's depth.
@@ -214,6 +228,7 @@ class PmehIndex final : public Index {
   mutable std::atomic<bool> count_known_{false};
   mutable std::mutex recount_mutex_;
 
+  OpenCounters open_counters_;
   std::atomic<std::uint64_t> delegated_{0};
   std::atomic<std::uint64_t> splits_{0};
   std::atomic<std::uint64_t> items_moved_{0};

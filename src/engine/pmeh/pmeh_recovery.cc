@@ -189,11 +189,57 @@ Status PmehIndex::recover() {
                 std::to_string(z_) + ", s = " + std::to_string(s_));
   }
   const unsigned zn = 1u << z_;
+  // V2 (first half). Split records: S must be a segment of its zone; with
+  // MOVING, every child a segment of the right depth and prefix.
+  struct SplitFix {
+    unsigned z;
+    std::uint64_t s_off;
+    SegmentHeader* s;
+    unsigned k;  // 0: not MOVING
+    bool completing;
+    std::uint64_t child[8];
+  };
+  std::vector<SplitFix> split_fixes;
   for (unsigned z = 0; z < kSplitRecords; ++z) {
-    if (root_->split[z].load() != 0) {
-      return fail("zone " + std::to_string(z) +
-                  " has a split record, and this build does not split segments yet");
+    const std::uint64_t rec = root_->split[z].load();
+    if (rec == 0) continue;
+    const std::string who = "zone " + std::to_string(z) + " split record";
+    const std::uint64_t off = rec & kSplitOffsetMask;
+    if (z >= zn || (rec & ~(kSplitOffsetMask | kSplitCompleting)) != 0) {
+      return fail(who + " is malformed (" + hex(rec) + ")");
     }
+    auto* h = region_.at<SegmentHeader>(off);
+    ++open_counters_.segments_read;
+    if (!heap_.is_allocated(off) || heap_.block_size(off) != (std::size_t{1} << s_) ||
+        h->magic != kSegmentMagic || h->depth < z_ || h->depth >= kMaxDepth ||
+        top_bits(h->prefix, z_) != z) {
+      return fail(who + " names a segment whose header is not a segment of the zone (offset " +
+                  hex(off) + ")");
+    }
+    SplitFix f{z, off, h, 0, (rec & kSplitCompleting) != 0, {}};
+    const std::uint64_t sw = h->split.load();
+    if (sw != 0) {
+      f.k = seg_split_k(sw);
+      if ((sw & kSegMoving) == 0 || sw != seg_split_word(f.k) || f.k < 1 ||
+          f.k > std::min(kMaxSplitBits, kMaxDepth - h->depth)) {
+        return fail(who + ": segment " + hex(off) + " has a malformed split word " + hex(sw));
+      }
+      for (unsigned i = 0; i < (1u << f.k); ++i) {
+        const std::uint64_t c = h->children[i].load();
+        const auto* ch = region_.at<SegmentHeader>(c);
+        ++open_counters_.segments_read;
+        if (c == 0 || !heap_.is_allocated(c) || heap_.block_size(c) != (std::size_t{1} << s_) ||
+            ch->magic != kSegmentMagic || ch->depth != h->depth + f.k ||
+            ch->prefix != (h->prefix | (std::uint64_t{i} << (64 - h->depth - f.k)))) {
+          return fail(who + ": child " + std::to_string(i) + " of segment " + hex(off) +
+                      " is not a segment with the child's depth and prefix");
+        }
+        f.child[i] = c;
+      }
+    } else if (f.completing) {
+      return fail(who + " is COMPLETING, but segment " + hex(off) + " is not splitting");
+    }
+    split_fixes.push_back(f);
   }
   // Op logs: only slot updates. A record names a slot and its meta; their
   // distance fixes the slot's position p in a bucket (slot = bucket + 32 +
@@ -270,6 +316,16 @@ Status PmehIndex::recover() {
     oldest = std::min(oldest, zone_dir[z]);
   }
 
+  // V2 (second half): a COMPLETING split's range lies in its zone's
+  // directory, which is deep enough for the children.
+  for (const SplitFix& f : split_fixes) {
+    const auto* dh = region_.at<DirHeader>(root_->dir_array[zone_dir[f.z]].load());
+    if (f.completing && dh->depth < f.s->depth + f.k) {
+      return fail("zone " + std::to_string(f.z) + " split record: directory " +
+                  std::to_string(zone_dir[f.z]) + " is too shallow for the split's children");
+    }
+  }
+
   // Phase W.
   if (Status s = map_seg_state(); !s.ok()) return s;
   // W1. Committed slot updates replayed (idempotent); records cleared; the
@@ -290,6 +346,34 @@ Status PmehIndex::recover() {
   for (OpLog* log : replays) {
     log->op.store(kOpNone);
     region_.flush(&log->op, sizeof(std::uint64_t));
+    ++open_counters_.slot_updates_replayed;
+  }
+  // COMPLETING splits (§8.2, "Split completion"): every bucket was moved
+  // (the moved bits were durable before the record said COMPLETING), so the
+  // whole range is re-pointed to the children. S is in its owner's retire
+  // log; heap recovery frees it once no entry names it.
+  for (const SplitFix& f : split_fixes) {
+    if (!f.completing) continue;
+    auto* dh = region_.at<DirHeader>(root_->dir_array[zone_dir[f.z]].load());
+    std::atomic<std::uint64_t>* entry = dir_entries(dh);
+    const unsigned g = dh->depth, l = f.s->depth;
+    const std::uint64_t base = top_bits(f.s->prefix, l) << (g - l);
+    const std::uint64_t count = std::uint64_t{1} << (g - l);
+    for (std::uint64_t e = 0; e < count; ++e) {
+      entry[base + e].store(f.child[e >> (g - l - f.k)]);
+    }
+    region_.flush(&entry[base], sizeof(std::uint64_t) * count);
+    ++open_counters_.splits_completed;
+  }
+  // The re-pointed entries are durable before their records are cleared
+  // (else the next open could find S named by part of its range only), and
+  // the records before heap recovery frees S (a record must never name a
+  // freed block).
+  region_.drain();
+  for (const SplitFix& f : split_fixes) {
+    if (!f.completing) continue;
+    root_->split[f.z].store(0);
+    region_.flush(&root_->split[f.z], sizeof(std::uint64_t));
   }
   std::unordered_set<std::uint64_t> dir_offs;
   std::vector<unsigned> unused;  // live directories no zone uses: freed below
@@ -354,6 +438,49 @@ Status PmehIndex::recover() {
     return false;
   });
 
+  // Splits not completed (§8.2, "Split start"; DEPARTURE §12.23: a MOVING
+  // split is rolled back, not resumed: splits are done at once, so nothing
+  // was written to a child but its moves, and S, never written, is whole).
+  // Children are freed (those still allocated with the child's header; a
+  // child named only by an intent was freed by heap recovery), then
+  // unnamed; then the split word and the record are cleared. A crash in
+  // between leaves a record the next open finishes the same way.
+  if (!split_fixes.empty()) {
+    Status s;
+    heap::ThreadCache* tc = heap_.thread(&s);
+    if (tc == nullptr) return s;
+    for (const SplitFix& f : split_fixes) {
+      if (f.completing) continue;
+      SegmentHeader* h = f.s;
+      for (unsigned i = 0; i < 8; ++i) {
+        const std::uint64_t c = h->children[i].load();
+        if (c == 0 || !heap_.is_allocated(c) || heap_.block_size(c) != (std::size_t{1} << s_)) {
+          continue;
+        }
+        const auto* ch = region_.at<SegmentHeader>(c);
+        if (ch->magic == kSegmentMagic && ch->depth > h->depth &&
+            in_range(ch->prefix, h->prefix, h->depth)) {
+          tc->free_unpublished(c);  // durable when it returns
+        }
+      }
+      for (unsigned i = 0; i < 8; ++i) h->children[i].store(0);
+      h->split.store(0);
+      for (unsigned w = 0; w < 4; ++w) h->moved[w].store(0);
+      region_.flush(&h->children[0], sizeof(std::uint64_t) * 8);
+      region_.flush(&h->split, sizeof(std::uint64_t) * 5);
+      ++(f.k == 0 ? open_counters_.splits_not_started : open_counters_.splits_rolled_back);
+    }
+    // S names no child and is not splitting before its record goes.
+    region_.drain();
+  }
+  for (const SplitFix& f : split_fixes) {
+    if (f.completing) continue;
+    root_->split[f.z].store(0);
+    region_.flush(&root_->split[f.z], sizeof(std::uint64_t));
+  }
+  // The records are cleared before we serve.
+  if (!split_fixes.empty()) region_.drain();
+
   // Directories no zone uses (every zone filled into newer ones): freed,
   // then unnamed. Nothing else allocates before we serve, so a crash in
   // between leaves a word naming a free block, which the next open clears.
@@ -364,6 +491,7 @@ Status PmehIndex::recover() {
     for (unsigned id : unused) {
       const std::uint64_t off = root_->dir_array[id].load();
       if (heap_.is_allocated(off)) tc->free_unpublished(off);  // durable when it returns
+      ++open_counters_.directories_freed;
       root_->dir_array[id].store(0);
       region_.flush(&root_->dir_array[id], sizeof(std::uint64_t));
     }

@@ -22,6 +22,10 @@ Status PmehIndex::split(heap::ThreadCache* tc, unsigned z, std::uint64_t off) {
                            " is full: keys share a " + std::to_string(kMaxDepth) +
                            "-bit hash prefix");
   }
+  struct InSplit {
+    InSplit() { testing_in_split.store(true, std::memory_order_relaxed); }
+    ~InSplit() { testing_in_split.store(false, std::memory_order_relaxed); }
+  } in_split;
   if (Status s = ensure_depth(tc, z, depth + k); !s.ok()) return s;
   // Room to retire S at completion, outside any read section.
   tc->reserve_retire(1);
