@@ -162,7 +162,7 @@ class PmehIndex final : public Index {
                   const Pos& target, const Pos& at);
   Status owner_get(const Key& key, std::string* out) const;
   // Copies the VALID pairs of the segment covering x; false if a writer
-  // moved its version meanwhile (optimistic) .
+  // moved its version meanwhile (optimistic: callers retry).
   bool copy_segment(std::uint64_t x, bool optimistic,
                     std::vector<std::pair<std::string, std::string>>* batch, std::uint64_t* next,
                     bool* last) const;
