@@ -50,6 +50,24 @@
 //                           room for two more entries: it first rewrites
 //                           every bucket and the shape to their valid
 //                           values (normalize_all), then empties the list
+//   nehash   groups of 2^1 buckets under a main directory of 2^1 entries, a
+//            constant clock for the expansion-rate rules (the directory's
+//            shape is then the same in every process)
+//     6  "nehash clean"     300 keys (values of 1 byte to just over 256 KiB:
+//                           pairs of at most 8 bytes sit in their slots,
+//                           the others in items), some updated (across the
+//                           inline limit too: slot updates through the op
+//                           log) and removed, then closed: a dozen groups
+//     7  "nehash crashed"   the same, copied while the store was still open:
+//                           unclean, item count not saved, retired items in
+//                           the heap logs
+//     8  "nehash mid-split" copied in the middle of the 8th split, after
+//                           its commit (the split record in op log 0, the
+//                           new group and both table words durable, the
+//                           old group's moved slots not yet cleared), with
+//                           a committed slot update of an inline key added
+//                           to op log 1: recovery finishes the split and
+//                           replays the update
 //
 // Every image opens, settles and passes check() and exercise() unpatched;
 // LLVMFuzzerInitialize makes sure of it.
@@ -61,8 +79,9 @@
 //              bit 2     recompute the pool header checksum after patching,
 //                        so that the fields it guards get fuzzed too
 //              bit 3     clevel: open without tag filters; dali: open with
-//                        Durability::kEpoch instead of kStrict
-//              bit 4     engine: clevel (0) or dali (1)
+//                        Durability::kEpoch instead of kStrict; nehash: open
+//                        naming the engine instead of accepting any
+//              bits 4-5  engine: clevel (0 and 3), dali (1), nehash (2)
 //   patches    byte      bits 0-3 region (mod kRegionCount, see Region)
 //                        bits 4-5 operation: 0 overwrite, 1 xor, 2 add the
 //                        data (little-endian, sign-extended) to the aligned
@@ -90,6 +109,14 @@
 //                                              bytes of every run (records
 //                                              of values over 64 KiB)
 //
+//   region          nehash
+//   root            nehash::Root up to the first four op logs
+//   level headers   recovery-table segment headers and the entries in
+//                   use, group headers
+//   level buckets   each group's bucket directory (slot metas) and buckets
+//   items           slabs of item sizes (< 512 bytes), and the first 64
+//                   bytes of every run that is no group or segment
+//
 // After a successful open the target waits, boundedly, for background work
 // the open started, watching without reading what check() has not yet
 // validated, and calls the store settled once it has ended:
@@ -99,6 +126,7 @@
 //           finishing (a plausible but wrong progress entry), so an
 //           unsettled store whose check() passes is exercised without the
 //           checks that need a quiet table (see exercise()).
+//   nehash  nothing: it starts no background work.
 //   dali    the sweep of the blocks a crash leaked, which an unclean open
 //           or a pending sweep starts (Stats::swept; at most 5 s). check()
 //           reports leaks only once it has ended, and the sweep frees blocks
@@ -132,6 +160,9 @@
 
 #include "engine/clevel/layout.h"
 #include "engine/dali/layout.h"
+#include "engine/nehash/directory.h"
+#include "engine/nehash/layout.h"
+#include "engine/nehash/nehash_index.h"
 #include "heap/layout.h"
 #include "pmhash/store.h"
 #include "pool/pool.h"
@@ -144,6 +175,7 @@ using pmhash::Status;
 using pmhash::Store;
 namespace clevel = pmhash::engine::clevel;
 namespace dali = pmhash::engine::dali;
+namespace nehash = pmhash::engine::nehash;
 namespace heap_layout = pmhash::heap::layout;
 namespace pool = pmhash::pool;
 
@@ -823,11 +855,151 @@ const Engine kDali{"dali", &build_dali_images, &find_dali_regions, &dali_open_op
                    &settle_dali, /*may_stay_unsettled=*/false};
 
 // ---------------------------------------------------------------------------
+// nehash
+// ---------------------------------------------------------------------------
+
+constexpr unsigned kNehashBucketBits = 1;
+constexpr unsigned kNehashSplitCopied = 8;  // image 8 is copied during this split
+
+constexpr std::uint64_t kNehashSegmentsAt = root_field(offsetof(nehash::Root, rec_segments));
+
+std::int64_t constant_clock() { return 1; }
+
+Options nehash_build_options() {
+  Options o;
+  o.engine = "nehash";
+  o.pool_size = kPoolSize;
+  o.nehash_bucket_bits = kNehashBucketBits;
+  o.nehash_initial_dir_bits = 1;
+  return o;
+}
+
+// Calls fn(offset of the table entry, entry) for every entry in use.
+template <typename Fn>
+void for_each_nehash_entry(const std::vector<std::byte>& image, Fn&& fn) {
+  for (unsigned s = 0; s < nehash::kSegments; ++s) {
+    const auto seg = read_at<std::uint64_t>(image, kNehashSegmentsAt + 8 * s);
+    if (seg == 0) continue;
+    for (std::uint64_t i = 0; i < nehash::segment_entries(s); ++i) {
+      const std::uint64_t at = seg + sizeof(nehash::SegmentHeader) + 8 * i;
+      const auto w = read_at<std::uint64_t>(image, at);
+      if (w != 0) fn(at, w);
+    }
+  }
+}
+
+// Adds a committed slot update to op log 1 of `image`: the first VALID
+// inline slot of the first group that op log 0's split does not name gets
+// the value "fuzzed" (6 bytes), as if a thread had crashed right after the
+// record's commit.
+void add_slot_update(std::vector<std::byte>* image) {
+  const auto split = read_at<std::uint64_t>(*image, root_field(offsetof(nehash::Root, op_log)));
+  if (nehash::op_kind(split) != nehash::kOpSplit) fail("nehash: no split record in the mid-split image");
+  std::uint64_t group = 0;
+  for_each_nehash_entry(*image, [&](std::uint64_t, std::uint64_t w) {
+    const std::uint64_t g = nehash::rec_offset(w);
+    const auto id = read_at<std::uint32_t>(*image, g + offsetof(nehash::GroupHeader, bg_id));
+    if (group == 0 && id != nehash::op_split_id(split)) group = g;
+  });
+  if (group == 0) fail("nehash: no group beside the splitting one in the mid-split image");
+  const std::uint64_t metas = group + sizeof(nehash::GroupHeader);
+  const std::uint64_t buckets = metas + nehash::bucket_dir_bytes(kNehashBucketBits);
+  for (std::uint64_t n = 0; n < nehash::buckets_per_group(kNehashBucketBits) * nehash::kSlotsPerBucket; ++n) {
+    const std::uint64_t meta_at =
+        metas + n / nehash::kSlotsPerBucket * sizeof(nehash::BucketMeta) + n % nehash::kSlotsPerBucket * 2;
+    const auto m = read_at<std::uint16_t>(*image, meta_at);
+    if (!nehash::meta_valid(m) || !nehash::meta_is_inline(m)) continue;
+    const std::uint64_t slot_at = buckets + n * sizeof(nehash::Slot);
+    const std::string value = "fuzzed";
+    const std::uint16_t fresh = nehash::meta_inline(nehash::meta_key_len(m), value.size(), nehash::meta_fp(m));
+    const std::uint64_t log = root_field(offsetof(nehash::Root, op_log) + sizeof(nehash::OpLog));
+    write_at(image, log + offsetof(nehash::OpLog, meta), nehash::log_meta(fresh, meta_at));
+    write_at(image, log + offsetof(nehash::OpLog, w0), read_at<std::uint64_t>(*image, slot_at));
+    write_at(image, log + offsetof(nehash::OpLog, w1), nehash::pack_word(value));
+    write_at(image, log + offsetof(nehash::OpLog, op), nehash::op_slot_update(slot_at));
+    return;
+  }
+  fail("nehash: no inline slot in the first group");
+}
+
+std::vector<Image> build_nehash_images() {
+  nehash::testing::set_clock(&constant_clock);
+  const std::string path = base_path();
+  ::unlink(path.c_str());
+  std::unique_ptr<Store> store;
+  expect_ok(Store::create(path, nehash_build_options(), &store), "create the nehash base pool");
+  std::vector<std::byte> mid_split;
+  unsigned splits = 0;
+  nehash::NehashIndex::set_split_hook([&] {
+    if (++splits == kNehashSplitCopied) mid_split = read_file(path);
+  });
+  for (unsigned i = 0; i < kKeys; ++i) {
+    expect_ok(store->insert(key_of(i), value_of(i, 0)), "nehash: insert " + key_of(i));
+  }
+  nehash::NehashIndex::set_split_hook(nullptr);
+  if (mid_split.empty()) fail("nehash: fewer splits than " + std::to_string(kNehashSplitCopied));
+  for (unsigned i = 0; i < kKeys; i += 7) {
+    expect_ok(store->update(key_of(i), value_of(i, 1)), "nehash: update " + key_of(i));
+  }
+  for (unsigned i = 1; i < kKeys; i += 13) {
+    if (i != 17 && i != 42) expect_ok(store->remove(key_of(i)), "nehash: remove " + key_of(i));
+  }
+  std::vector<std::byte> crashed = read_file(path);
+  expect_ok(store->close(), "close the nehash base pool");
+  store.reset();
+  std::vector<std::byte> clean = read_file(path);
+  ::unlink(path.c_str());
+  add_slot_update(&mid_split);
+  return images_of({"nehash clean", "nehash crashed", "nehash mid-split"},
+                   {std::move(clean), std::move(crashed), std::move(mid_split)});
+}
+
+void find_nehash_regions(const std::vector<std::byte>& b, Regions* r) {
+  (*r)[kRoot] = {{pool::kRootOffset, offsetof(nehash::Root, op_log) + 4 * sizeof(nehash::OpLog)}};
+  const auto h = heap_header(b);
+  auto chunk_of = [&](std::uint64_t off) { return off - (off - h.chunks_offset) % pmhash::heap::kChunkSize; };
+  std::set<std::uint64_t> index_blocks;  // segments and groups
+  for (unsigned s = 0; s < nehash::kSegments; ++s) {
+    const auto seg = read_at<std::uint64_t>(b, kNehashSegmentsAt + 8 * s);
+    if (seg == 0) continue;
+    index_blocks.insert(seg);
+    (*r)[kLevelHeaders].push_back({seg, sizeof(nehash::SegmentHeader)});
+  }
+  for_each_nehash_entry(b, [&](std::uint64_t at, std::uint64_t w) {
+    const std::uint64_t g = nehash::rec_offset(w);
+    index_blocks.insert(g);
+    (*r)[kLevelHeaders].push_back({at, 8});
+    (*r)[kLevelHeaders].push_back({g, sizeof(nehash::GroupHeader)});
+    (*r)[kLevelBuckets].push_back(
+        {g + sizeof(nehash::GroupHeader), nehash::group_bytes(kNehashBucketBits) - sizeof(nehash::GroupHeader)});
+  });
+  std::set<std::uint64_t> index_chunks;
+  for (std::uint64_t off : index_blocks) index_chunks.insert(chunk_of(off));
+  for_each_chunk(b, [&](std::uint64_t e, std::uint64_t chunk) {
+    if (heap_layout::entry_kind(e) == heap_layout::kChunkSlab && slab_class(e).size < 512) {
+      (*r)[kItems].push_back(slab_blocks(chunk, slab_class(e)));
+    } else if (heap_layout::entry_kind(e) == heap_layout::kChunkRunHead && !index_chunks.contains(chunk)) {
+      (*r)[kItems].push_back({chunk, 64});  // a large value's item: its header and key
+    }
+  });
+}
+
+void nehash_open_options(bool variant, Options* o) {
+  if (variant) o->engine = "nehash";
+}
+
+bool settle_nehash(const Store&, const std::byte*) { return true; }
+
+const Engine kNehash{"nehash", &build_nehash_images, &find_nehash_regions, &nehash_open_options,
+                     &settle_nehash, /*may_stay_unsettled=*/false};
+
+// ---------------------------------------------------------------------------
 // Images and patches
 // ---------------------------------------------------------------------------
 
-// In the order of bit 4 of an input's first byte.
-const Engine* const kEngines[] = {&kClevel, &kDali};
+// In the order of bits 4-5 of an input's first byte (3 is clevel again).
+const Engine* const kEngines[] = {&kClevel, &kDali, &kNehash};
+constexpr unsigned kEngineCount = std::size(kEngines);
 
 std::vector<Image> g_images;  // kImagesPerEngine per engine, in engine order
 PoolFile* g_file = nullptr;
@@ -835,7 +1007,7 @@ PoolFile* g_file = nullptr;
 void remove_file() { delete g_file; }
 
 const Image& image_for(unsigned mode) {
-  const unsigned engine = (mode >> 4) & 1;
+  const unsigned engine = ((mode >> 4) & 3) % kEngineCount;
   return g_images[engine * kImagesPerEngine + (mode & 3) % kImagesPerEngine];
 }
 
