@@ -77,7 +77,9 @@ std::vector<Exploration> runs_of(const std::string& engine) {
   if (engine == "nehash") {
     // More keys: a few hundred make the tiny groups split several times and
     // the directory expand.
-    return {{"1", "700", "strict", "cache_line", "300"}, {"2", "350", "strict", "cache_line", "300"}};
+    // Its crash points leave fewer dirty lines than clevel's (fewer images
+    // each): more operations for as many images.
+    return {{"1", "900", "strict", "cache_line", "300"}, {"2", "450", "strict", "cache_line", "300"}};
   }
   if (!crashtest::accepts_epoch_durability(engine)) {
     return {{"1", "700", "strict", "cache_line"}, {"2", "350", "strict", "cache_line"}};
@@ -117,6 +119,7 @@ struct Bug {
   const char* engine;
   const char* name;
   const char* durability;
+  const char* keys = "150";
 };
 
 class PlantedBug : public ::testing::TestWithParam<Bug> {
@@ -130,7 +133,7 @@ TEST_P(PlantedBug, IsReportedWithAReproducerThatReplaysIt) {
   const Bug& bug = GetParam();
   const SpawnResult r =
       run_program(kExplorer, {"--engine", bug.engine, "--seed", "1", "--threads", "1", "--ops", "700", "--keys",
-                              "150", "--durability", bug.durability, "--plant", bug.name, "--stop-after", "1",
+                              bug.keys, "--durability", bug.durability, "--plant", bug.name, "--stop-after", "1",
                               "--max-reports", "1", "--reproducers", reproducers_});
   ASSERT_EQ(r.exit_code, 1) << "the explorer missed the planted bug\n" << describe(r);
   ASSERT_NE(r.out.find(std::string("VIOLATION engine ") + bug.engine + " seed 1"), std::string::npos)
@@ -157,7 +160,9 @@ INSTANTIATE_TEST_SUITE_P(EveryEngine, PlantedBug,
                                            Bug{"nehash", "nehash-meta-before-slot-durable", "strict"},
                                            Bug{"nehash", "nehash-table-before-group-durable", "strict"},
                                            Bug{"nehash", "nehash-split-not-finished", "strict"},
-                                           Bug{"nehash", "nehash-op-log-clear-not-persisted", "strict"}),
+                                           // Fewer keys: a key written again soon after a slot
+                                           // update of it shows the stale record early.
+                                           Bug{"nehash", "nehash-op-log-clear-not-persisted", "strict", "40"}),
                          [](const auto& info) {
                            std::string name = info.param.name;
                            for (char& c : name) {

@@ -9,7 +9,7 @@
 //                        [--verifiers N] [--recovery-crash-every N]
 //                        [--plant BUG] [--reproducers DIR] [--summary FILE]
 //   pmhash-crash-explore --replay FILE [--attempts N]
-//   pmhash-crash-explore --list-engines
+//   pmhash-crash-explore --list-engines     (the engines NAME may be)
 //   pmhash-crash-explore --durabilities ENGINE
 //
 // Runs the workload of crash/workload.h (with transactions when the engine
@@ -33,6 +33,11 @@
 // crash points fall among the operations. One image in --recovery-crash-every
 // is also crashed *during* its recovery, at a random drain of it, and that
 // second image is recovered and verified too (recovery must be restartable).
+//
+// nehash pools are created with --nehash-bucket-bits (default 1: groups of
+// two buckets) and --nehash-initial-dir-bits (default 0), so that the
+// workload splits groups and expands the directory from the start; the
+// clock of its expansion-rate rules counts the workload's operations.
 //
 // A violation prints the seed, the crash point, the lines written, dropped
 // and torn, and saves a reproducer (crash/reproducer.h) with a one-line
@@ -67,6 +72,7 @@
 #include "crash/persistence_sim.h"
 #include "crash/reproducer.h"
 #include "crash/workload.h"
+#include "engine/nehash/directory.h"
 #include "engine/planted.h"
 #include "media/region.h"
 #include "pmhash/store.h"
@@ -735,11 +741,20 @@ Window Explorer::window_of(unsigned t, std::uint64_t epoch_now) {
   return w;
 }
 
+// The clock of nehash's expansion-rate rules while the workload runs: one
+// microsecond per operation started. The shape of the directory (two-time
+// nodes of two or four entries, hence when full expansions happen) then
+// follows from the workload, not from how long crash points take, and a
+// single-threaded run's crash points keep their numbers in a rerun.
+std::atomic<std::int64_t> g_operations{0};
+std::int64_t operation_clock() { return g_operations.load(std::memory_order_relaxed) * 1000; }
+
 bool Explorer::workload(unsigned t) {
   ThreadModel model;
   Acks& acks = *acked_[t];
   for (std::uint64_t i = 0; i < c_.w.ops && !stopping(); ++i) {
     const Op op = op_at(c_.w, t, i);
+    g_operations.fetch_add(1, std::memory_order_relaxed);
     if (std::string e = run_checked(*store_, t, op, &model); !e.empty()) {
       std::fprintf(stderr, "workload: thread %u op %llu: %s\n", t, static_cast<unsigned long long>(i), e.c_str());
       workload_failed_ = true;
@@ -768,6 +783,7 @@ bool Explorer::workload(unsigned t) {
 
 int Explorer::run() {
   ::setenv("PMEM2_FORCE_GRANULARITY", c_.granularity.c_str(), 1);
+  engine::nehash::testing::set_clock(&operation_clock);
   engine::planted::bugs.store(plant_mask(c_.plant));
   rng_.seed(c_.w.seed * 7919 + c_.w.threads);
   const std::string pool = c_.dir + "/pmhash-explore-" + std::to_string(::getpid()) + ".pool";
