@@ -102,6 +102,8 @@ TEST_P(AcknowledgedSurvive, EveryAcknowledgedOperationSurvivesACrashRightAfterIt
   options.engine = GetParam();
   options.pool_size = 16 << 20;
   options.clevel_initial_level_log2 = 4;  // tiny: the workload expands several times
+  options.nehash_bucket_bits = 1;         // tiny groups: the workload splits them often
+  options.nehash_initial_dir_bits = 0;
   std::unique_ptr<Store> store;
   const Status created = Store::create(base_ + ".pool", options, &store);
   ASSERT_TRUE(created.ok()) << created.to_string();

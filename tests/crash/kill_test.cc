@@ -61,6 +61,8 @@ TEST_P(KillTest, AcknowledgedWritesSurviveSigkillAtRandomInstants) {
     o.clevel_min_level_log2 = 2;
     o.clevel_shrink_threshold = 0.1;
     o.dali_initial_log2 = 3;
+    o.nehash_bucket_bits = 1;  // groups of two buckets: the children split them all the time
+    o.nehash_initial_dir_bits = 0;
     std::unique_ptr<Store> store;
     Status created = Store::create(path, o, &store);
     ASSERT_TRUE(created.ok()) << created.to_string();
