@@ -406,6 +406,12 @@ TEST_F(CliTest, HelpGoesToStdoutAndExitsZero) {
   const Result load = run_cli({"load", "--help"});
   EXPECT_EQ(load.exit_code, 0);
   EXPECT_NE(load.out.find("--records"), std::string::npos) << load.out;
+  // create's help names every engine it can create.
+  const Result create = run_cli({"create", "--help"});
+  EXPECT_EQ(create.exit_code, 0);
+  for (const std::string& engine : pmhash::Store::engines()) {
+    EXPECT_NE(create.out.find(engine), std::string::npos) << engine << "\n" << create.out;
+  }
 }
 
 TEST_F(CliTest, OpenOfNonPoolFileFailsAndLeavesItUnchanged) {

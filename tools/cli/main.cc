@@ -1,6 +1,6 @@
 // tools/cli/main.cc - `pmhash`, the command-line tool over include/pmhash/.
 //
-//   pmhash create POOL [--engine clevel] [--size 1G] [--force]
+//   pmhash create POOL [--engine clevel|dali|nehash] [--size 1G] [--force]
 //                      [--nehash-bucket-bits 6] [--nehash-initial-dir-bits 4]
 //   pmhash put POOL KEY VALUE          insert or replace
 //   pmhash get POOL KEY                print the value and a newline
@@ -712,7 +712,9 @@ std::vector<Command> define_commands(CLI::App& app, Args& a) {
   std::vector<Command> commands;
 
   CLI::App* create = add_command(app, "create", "create a new, empty pool", a, false);
-  create->add_option("--engine", a.create_engine, "index engine of the new pool")
+  std::string engines;
+  for (const std::string& e : Store::engines()) engines += (engines.empty() ? "" : ", ") + e;
+  create->add_option("--engine", a.create_engine, "index engine of the new pool: " + engines)
       ->capture_default_str();
   create->add_option("--size", a.size, "pool file size: bytes, or a number with K, M, G or T")
       ->transform(byte_size())
