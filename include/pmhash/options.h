@@ -86,8 +86,8 @@ struct Options {
   unsigned pmeh_zone_bits = 6;
   // Segment size in KiB (create only; kept in the pool): 4, 8, 16, 32 or 64.
   unsigned pmeh_segment_kib = 16;
-  // Owner threads that run every write, 1 .. 64; 0 = one per hardware
-  // thread. Not kept in the pool: each open may choose another number.
+  // Owner threads that run every write, 1 .. 64; 0 = one per two hardware
+  // threads (at least one). Not kept in the pool: each open may choose another number.
   unsigned pmeh_workers = 0;
   // A full segment splits into 2^k, k = 1 .. 3.
   unsigned pmeh_split_bits = 3;

@@ -31,14 +31,14 @@
 // ---------------------------------------------------------------------------
 // Threads (§3)
 // ---------------------------------------------------------------------------
-//   W owner threads (pmeh_workers) start with the store; zone z belongs to
-//   owner z mod W, which alone writes the zone's segments. A caller
-//   prepares an item if the pair is not inline (allocate with intent 0,
-//   write, flush, drain), fills its mailbox (one per heap slot), rings its
-//   bit in the owner's doorbell, and waits (spins 4 us, then parks). The
-//   owner serves every rung bit, then spins 20 us, then sleeps; the
-//   doorbell/sleeping and done/parked pairs are seq_cst Dekker handshakes,
-//   so no wake-up is lost.
+//   W owner threads (pmeh_workers; default half the cores) start with the
+//   store; zone z belongs to owner z mod W, which alone writes the zone's
+//   segments. A caller prepares an item if the pair is not inline
+//   (allocate with intent 0, write, flush, drain), fills its mailbox (one
+//   per heap slot), rings its bit in the owner's doorbell, and waits
+//   (spins 4 us, yielding, then parks). The owner serves every rung bit,
+//   then spins 20 us (yielding), then sleeps; the doorbell/sleeping and
+//   done/parked pairs are seq_cst Dekker handshakes, so no wake-up is lost.
 //
 //   Reads run on the caller's thread, lock-free: every write to a segment
 //   happens between two bumps of its DRAM version (odd inside); a read

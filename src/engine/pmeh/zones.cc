@@ -16,21 +16,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 // An owner spins this long without a request before it sleeps; a caller
-// spins this long for its result before it parks (§12.17).
+// spins this long for its result before it parks (§12.17). Both spin by
+// yielding the core, not with pause: owners plus callers outnumber the
+// cores on small machines, and a pause-spinning thread holds the core the
+// thread it waits for needs (measured 4-5x fewer inserts/s, §12.17).
 constexpr auto kOwnerSpin = std::chrono::microseconds(20);
 constexpr auto kCallerSpin = std::chrono::microseconds(4);
-
-inline void cpu_pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 }  // namespace
 
 Status PmehIndex::start_owners() {
   unsigned w = env_.options.pmeh_workers;
-  if (w == 0) w = std::max(1u, std::thread::hardware_concurrency());
+  // Default: one owner per two hardware threads, so that owners and as many
+  // callers fit on the cores (§12.17).
+  if (w == 0) w = std::max(1u, std::thread::hardware_concurrency() / 2);
   w = std::min(w, kMaxWorkers);
   for (unsigned z = 0; z < (1u << z_); ++z) zones_[z].owner = z % w;
   stop_.store(false);
@@ -108,7 +107,7 @@ void PmehIndex::owner_loop(unsigned i) {
     }
     if (stop_.load(std::memory_order_acquire)) break;
     if (Clock::now() - idle_since < kOwnerSpin) {
-      cpu_pause();
+      std::this_thread::yield();
       continue;
     }
     // Dekker with callers: they ring, then read sleeping; we store sleeping,
@@ -139,13 +138,13 @@ Status PmehIndex::delegate(heap::ThreadCache* tc, unsigned zone, const Request& 
   }
   const auto start = Clock::now();
   for (unsigned spins = 0; m.done.load(std::memory_order_acquire) == 0; ++spins) {
-    if ((spins & 63) == 63 && Clock::now() - start > kCallerSpin) {
+    if ((spins & 7) == 7 && Clock::now() - start > kCallerSpin) {
       m.parked.store(1, std::memory_order_seq_cst);
       while (m.done.load(std::memory_order_seq_cst) == 0) m.done.wait(0, std::memory_order_acquire);
       m.parked.store(0, std::memory_order_relaxed);
       break;
     }
-    cpu_pause();
+    std::this_thread::yield();
   }
   if (result_req != nullptr) *result_req = m.req;
   return m.result;
