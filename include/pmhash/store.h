@@ -69,6 +69,12 @@ struct Stats {
   std::uint64_t bytes_moved = 0;
   std::uint64_t delegated_ops = 0;
   std::uint64_t read_retries = 0;
+  // pmeh's opportunistic switch: zone mode switches since open (either
+  // way), zones in SHARED mode now, and writes callers ran themselves in
+  // SHARED zones since open.
+  std::uint64_t zone_switches = 0;
+  std::uint64_t shared_zones = 0;
+  std::uint64_t direct_ops = 0;
   // Engines that persist by epochs (dali); 0 / empty otherwise.
   std::uint64_t epoch = 0;          // the epoch operations run in now
   std::uint64_t durable_epoch = 0;  // every operation of an epoch <= this is durable

@@ -37,6 +37,11 @@ enum Bug : unsigned {
   // nehash: a slot update's op-log record is cleared without persisting the
   // clear, so a later write of the slot can be undone by a replay.
   kNehashOpLogClearNotPersisted = 1u << 8,
+  // pmeh: the owner switching a zone from SHARED back to OWNED does not
+  // wait for the direct writers announced in the zone, so its lock-free
+  // writes can overlap theirs (a race, not a persist-order bug: the switch
+  // stress test catches it, not the crash checker).
+  kPmehHandOverSkipsWait = 1u << 20,
 };
 
 // The planted bugs (a mask of Bug), process-wide.

@@ -42,6 +42,7 @@ PmehIndex::PmehIndex(const Env& env)
   nb_ = s_ >= kMinSegmentLog2 && s_ <= kMaxSegmentLog2 ? buckets_per_segment(s_) : 0;
   delegate_reads_ = env.options.pmeh_delegate_reads;
   split_bits_ = env.options.pmeh_split_bits;
+  opportunistic_ = env.options.pmeh_opportunistic;
 }
 
 PmehIndex::~PmehIndex() {
@@ -233,11 +234,21 @@ Status PmehIndex::get(const Key& key, std::string* value) {
 }
 
 Status PmehIndex::owner_get(const Key& key, std::string* out) const {
-  // The owner is the zone's only writer: the version cannot move.
-  const std::uint64_t off = segment_of(key.h1);
-  std::atomic<std::uint64_t>& st = seg_state(off);
-  const Probe r = probe(seg(off), st, st.load(std::memory_order_acquire), key, out);
-  return r == Probe::kFound ? Status::OK() : Status::NotFound();
+  // OWNED: the owner is the zone's only writer, the version cannot move.
+  // SHARED: direct writers may move it; retry like any reader (no split
+  // can kill the segment meanwhile: only this thread splits the zone).
+  for (;;) {
+    const std::uint64_t off = segment_of(key.h1);
+    std::atomic<std::uint64_t>& st = seg_state(off);
+    const std::uint64_t v1 = st.load(std::memory_order_acquire);
+    if ((v1 & 1) != 0) {
+      cpu_pause();
+      continue;
+    }
+    const Probe r = probe(seg(off), st, v1, key, out);
+    if (r == Probe::kFound) return Status::OK();
+    if (r == Probe::kNotFound) return Status::NotFound();
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -264,8 +275,39 @@ Status PmehIndex::write(Request::Op op, const Key& key, std::string_view value) 
   req.key = &key;
   req.value = value;
   req.item = item;
-  Request result;
-  s = delegate(tc, zone_of(key.h1), req, &result);
+  Request result = req;
+  const unsigned z = zone_of(key.h1);
+  Zone& zone = zones_[z];
+  bool direct = false;
+  if (zone.mode.load(std::memory_order_relaxed) == kShared) {
+    // A direct op (§7.3): announce, then read the mode (Dekker with the
+    // owner's switch back to OWNED, which stores TO_OWNED, then reads
+    // every announcement).
+    Mailbox& m = mailboxes_[tc->slot()];
+    m.announce.store(z, std::memory_order_seq_cst);
+    if (zone.mode.load(std::memory_order_seq_cst) == kShared) {
+      const bool probe_on = check_regimes_.load(std::memory_order_relaxed);
+      if (probe_on) {
+        zone.direct_inside.fetch_add(1, std::memory_order_seq_cst);
+        if (zone.owner_inside.load(std::memory_order_seq_cst) != 0) overlaps_.fetch_add(1);
+      }
+      direct = direct_write(tc, result, &s);
+      if (probe_on) {
+        if (zone.owner_inside.load(std::memory_order_seq_cst) != 0) overlaps_.fetch_add(1);
+        zone.direct_inside.fetch_sub(1, std::memory_order_seq_cst);
+      }
+    }
+    // Release: our writes happen before the owner's next lock-free write.
+    m.announce.store(kNoZone, std::memory_order_release);
+  }
+  if (direct) {
+    direct_ops_.fetch_add(1, std::memory_order_relaxed);
+    zone.ops.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    // Not SHARED, or the op needs the owner (a split or a directory fill).
+    result = req;
+    s = delegate(tc, z, req, &result);
+  }
   if (item != 0) {
     if (!result.published) tc->free_unpublished(item);  // no other thread ever saw it
     tc->clear_intent(kItemIntent);
@@ -291,6 +333,18 @@ Status PmehIndex::execute(heap::ThreadCache* tc, Request& r) {
       return owner_get(*r.key, r.out);
     }
     case Request::kScan:
+      if (zones_[zone_of(r.scan_x)].mode.load(std::memory_order_relaxed) == kShared) {
+        // Direct writers may move the version: copy optimistically until
+        // a copy validates (no split can happen meanwhile: we split).
+        for (;;) {
+          r.batch->clear();
+          if (copy_segment(r.scan_x, /*optimistic=*/true, r.batch, &r.scan_next, &r.scan_last)) {
+            break;
+          }
+          std::this_thread::yield();
+        }
+        return Status::OK();
+      }
       copy_segment(r.scan_x, /*optimistic=*/false, r.batch, &r.scan_next, &r.scan_last);
       return Status::OK();
     default:
@@ -301,6 +355,30 @@ Status PmehIndex::execute(heap::ThreadCache* tc, Request& r) {
 Status PmehIndex::owner_write(heap::ThreadCache* tc, Request& r) {
   const Key& key = *r.key;
   const unsigned z = zone_of(key.h1);
+  // SHARED (§7): direct writers may be inside the zone's segments, so the
+  // owner takes each segment's version by CAS like them. Only this thread
+  // changes the mode, so it cannot change during the op.
+  const bool shared = zones_[z].mode.load(std::memory_order_relaxed) == kShared;
+  // Test probe (check_regimes): a lock-free owner write never meets a
+  // direct writer in the zone.
+  struct OwnerProbe {
+    PmehIndex* self = nullptr;
+    Zone* zone = nullptr;
+    void check() const {
+      if (zone->direct_inside.load(std::memory_order_seq_cst) != 0) self->overlaps_.fetch_add(1);
+    }
+    ~OwnerProbe() {
+      if (zone == nullptr) return;
+      check();
+      zone->owner_inside.fetch_sub(1, std::memory_order_seq_cst);
+    }
+  } probe_guard;
+  if (!shared && check_regimes_.load(std::memory_order_relaxed)) {
+    probe_guard.self = this;
+    probe_guard.zone = &zones_[z];
+    zones_[z].owner_inside.fetch_add(1, std::memory_order_seq_cst);
+    probe_guard.check();
+  }
   // An update or remove may retire an item, a split retires its segment:
   // room before the read section.
   tc->reserve_retire(1);
@@ -317,9 +395,18 @@ Status PmehIndex::owner_write(heap::ThreadCache* tc, Request& r) {
       const std::uint64_t off = segment_of(key.h1);
       SegmentHeader* h = seg(off);
       std::atomic<std::uint64_t>& st = seg_state(off);
+      // SHARED: the window is read under the version taken, released
+      // (bumped) on every way out that writes nothing.
+      if (shared) enter_segment(z, st);
       const Pos at = find(h, key);
-      if (at && r.op == Request::kInsert) return Status::AlreadyExists("key exists");
-      if (!at && (r.op == Request::kUpdate || r.op == Request::kRemove)) return Status::NotFound();
+      if (at && r.op == Request::kInsert) {
+        if (shared) st.fetch_add(1, std::memory_order_release);
+        return Status::AlreadyExists("key exists");
+      }
+      if (!at && (r.op == Request::kUpdate || r.op == Request::kRemove)) {
+        if (shared) st.fetch_add(1, std::memory_order_release);
+        return Status::NotFound();
+      }
       Pos target = at;
       if (!target) {
         Bucket* buckets = segment_buckets(h);
@@ -334,9 +421,10 @@ Status PmehIndex::owner_write(heap::ThreadCache* tc, Request& r) {
         }
       }
       if (target) {
-        write_slot(tc, r, st, target, at);
+        write_slot(tc, r, st, target, at, shared);
         return Status::OK();
       }
+      if (shared) st.fetch_add(1, std::memory_order_release);
       full = off;
     }
     // The window is full: split its segment (outside the read section: the
@@ -347,10 +435,11 @@ Status PmehIndex::owner_write(heap::ThreadCache* tc, Request& r) {
 }
 
 void PmehIndex::write_slot(heap::ThreadCache* tc, Request& r, std::atomic<std::uint64_t>& st,
-                           const Pos& target, const Pos& at) {
+                           const Pos& target, const Pos& at, bool locked) {
   const Key& key = *r.key;
-  // Odd: optimistic readers of this segment retry until the write is done.
-  st.fetch_add(1, std::memory_order_acq_rel);
+  // Odd: optimistic readers of this segment retry until the write is done
+  // (locked: the writer took it odd by CAS already, §7).
+  if (!locked) st.fetch_add(1, std::memory_order_acq_rel);
   Bucket& b = *target.bucket;
   const SlotView old{b.meta[target.p].load(std::memory_order_relaxed),
                      b.slot[target.p].w0.load(std::memory_order_relaxed),
@@ -378,6 +467,89 @@ void PmehIndex::write_slot(heap::ThreadCache* tc, Request& r, std::atomic<std::u
   // Even: every store above is durable (quiescent unlock), so the next
   // writer of these slots need not fence first.
   st.fetch_add(1, std::memory_order_release);
+}
+
+// ---------------------------------------------------------------------------
+// Direct writes in SHARED zones (§7.3)
+// ---------------------------------------------------------------------------
+
+bool PmehIndex::try_lock_segment(std::atomic<std::uint64_t>& st) {
+  std::uint64_t v = st.load(std::memory_order_relaxed);
+  if ((v & (1 | kSegDead)) != 0) return false;
+  // Acquire: the previous writer's stores (released with the version) are
+  // visible; the slots are ours until we release.
+  return st.compare_exchange_strong(v, v + 1, std::memory_order_acq_rel,
+                                    std::memory_order_relaxed);
+}
+
+void PmehIndex::enter_segment(unsigned z, std::atomic<std::uint64_t>& st) {
+  if (zones_[z].mode.load(std::memory_order_relaxed) != kShared) {
+    // OWNED: no other writer, no CAS.
+    st.fetch_add(1, std::memory_order_acq_rel);
+    return;
+  }
+  // Direct writers hold a segment for one slot write, without waiting for
+  // anything, so this wait is short (and never DEAD: only we split).
+  while (!try_lock_segment(st)) std::this_thread::yield();
+}
+
+bool PmehIndex::direct_write(heap::ThreadCache* tc, Request& r, Status* result) {
+  const Key& key = *r.key;
+  const unsigned z = zone_of(key.h1);
+  // Structural work stays with the owner: a zone not yet filled into the
+  // newest directory is filled by its owner's next write.
+  if (zones_[z].dir.load(std::memory_order_acquire) != newest_.load(std::memory_order_acquire)) {
+    return false;
+  }
+  // Room for an update's or a remove's retired item, outside the read
+  // section (it may wait for a grace period).
+  tc->reserve_retire(1);
+  for (;;) {
+    {
+      rcu::ReadGuard guard;
+      const std::uint64_t off = segment_of(key.h1);
+      std::atomic<std::uint64_t>& st = seg_state(off);
+      // Odd (a writer inside) or DEAD (split away): leave the read section
+      // before waiting (the owner may wait for a grace period while it
+      // holds a segment), then locate again.
+      if (try_lock_segment(st)) {
+        SegmentHeader* h = seg(off);
+        const Pos at = find(h, key);
+        if (at && r.op == Request::kInsert) {
+          st.fetch_add(1, std::memory_order_release);
+          *result = Status::AlreadyExists("key exists");
+          return true;
+        }
+        if (!at && (r.op == Request::kUpdate || r.op == Request::kRemove)) {
+          st.fetch_add(1, std::memory_order_release);
+          *result = Status::NotFound();
+          return true;
+        }
+        Pos target = at;
+        if (!target) {
+          Bucket* buckets = segment_buckets(h);
+          const unsigned home = home_bucket(key.h1, nb_);
+          for (unsigned j : {home, (home + 1) % nb_}) {
+            for (unsigned p = 0; p < kSlotsPerBucket && !target; ++p) {
+              if (!meta_valid(buckets[j].meta[p].load(std::memory_order_relaxed))) {
+                target = {&buckets[j], p};
+              }
+            }
+            if (target) break;
+          }
+        }
+        if (!target) {
+          // The window is full: the owner splits.
+          st.fetch_add(1, std::memory_order_release);
+          return false;
+        }
+        write_slot(tc, r, st, target, at, /*locked=*/true);
+        *result = Status::OK();
+        return true;
+      }
+    }
+    std::this_thread::yield();
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -528,6 +700,11 @@ void PmehIndex::fill_stats(Stats* st) const {
   st->segments = segments;
   st->delegated_ops = delegated_.load(std::memory_order_relaxed);
   st->read_retries = read_retries_.load(std::memory_order_relaxed);
+  st->zone_switches = zone_switches_.load(std::memory_order_relaxed);
+  st->direct_ops = direct_ops_.load(std::memory_order_relaxed);
+  for (unsigned z = 0; z < (1u << z_); ++z) {
+    if (zones_[z].mode.load(std::memory_order_relaxed) != kOwned) ++st->shared_zones;
+  }
   st->slots = segments * nb_ * kSlotsPerBucket;
   st->load_factor = st->slots == 0 ? 0 : static_cast<double>(st->items) / st->slots;
   st->levels = levels;

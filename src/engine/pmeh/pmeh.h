@@ -102,11 +102,26 @@
 //   block is a directory, a segment or one slot's item.
 //
 // ---------------------------------------------------------------------------
+// The opportunistic switch (§7, zones.cc), off with pmeh_opportunistic
+// ---------------------------------------------------------------------------
+//   Zone modes OWNED (delegated, lock-free), SHARED (any thread writes the
+//   zone's slots itself, taking the segment's version by CAS; splits and
+//   directory fills stay with the owner, which takes versions by CAS too),
+//   TO_OWNED (transient). A monitor window (>= 1 ms and >= 1024 writes,
+//   closed by any owner) switches a zone to SHARED after 2 windows in which
+//   its owner was overloaded (its OWNED zones' share >= 1.5/W, or a backlog
+//   >= 2) and the zone's share >= max(1/2W, 2/Zn); back after 8 windows
+//   below max(1/4W, 1/Zn); at most once per 8 windows. Hand-over: a direct
+//   writer announces its zone in its mailbox, then reads the mode (both
+//   seq_cst); the owner stores TO_OWNED, then waits for every announcement
+//   of the zone to clear, then stores OWNED.
+//
+// ---------------------------------------------------------------------------
 // Not implemented yet (issue 7 stays open; kEngineInfo.in_progress)
 // ---------------------------------------------------------------------------
 //   Gradual splits (§5.3: every split is done at once, as with B = 0);
 //   retiring old directories while the store runs (the next open frees
-//   them); the hot-zone switch (§7); planted bugs and the crash explorer.
+//   them); planted bugs and the crash explorer.
 #pragma once
 
 #include "engine/index.h"

@@ -41,9 +41,26 @@ struct Dir {
   unsigned id = 0;
 };
 
+// Zone modes (§7.1) and the requests that switch them.
+enum ZoneMode : std::uint8_t { kOwned = 0, kShared = 1, kToOwned = 2 };
+enum ZoneRequest : std::uint8_t { kNoRequest = 0, kRequestShared = 1, kRequestOwned = 2 };
+// Mailbox::announce when no direct op is in progress.
+inline constexpr std::uint32_t kNoZone = ~std::uint32_t{0};
+
 struct alignas(64) Zone {
   std::atomic<Dir*> dir{nullptr};  // the newest directory with the zone's bit set
   unsigned owner = 0;              // z mod W
+  std::atomic<std::uint8_t> mode{kOwned};        // written by the owner only (§7.3)
+  std::atomic<std::uint8_t> request{kNoRequest};  // set by the monitor, applied by the owner
+  std::atomic<std::uint64_t> ops{0};  // writes run on the zone (owner and direct), for the monitor
+  // The monitor's view (under monitor_mutex_): ops at the last window,
+  // consecutive hot / cold windows, the window of the last switch.
+  std::uint64_t seen_ops = 0;
+  unsigned hot_streak = 0, cold_streak = 0;
+  std::uint64_t switched_at = 0;
+  // Test probe (check_regimes): writers inside the zone now, lock-free
+  // owner ops and direct ops.
+  std::atomic<int> owner_inside{0}, direct_inside{0};
 };
 
 // A write (or a delegated read or scan) handed to a zone's owner. The
@@ -66,12 +83,18 @@ struct alignas(128) Mailbox {
   Status result;
   std::atomic<std::uint32_t> done{1};
   std::atomic<std::uint32_t> parked{0};
+  // The zone of this thread's direct (SHARED) op in progress, or kNoZone (§7.3).
+  std::atomic<std::uint32_t> announce{kNoZone};
 };
 
 struct Owner {
   std::thread thread;
   alignas(64) std::atomic<std::uint64_t> doorbell[4] = {};  // bit t: mailbox t rang
   alignas(64) std::atomic<std::uint32_t> sleeping{0};
+  std::atomic<std::uint32_t> control{0};  // 1: a zone of this owner has a request (§7)
+  // Rung bits served and loop rounds that served any, for the monitor's backlog.
+  std::atomic<std::uint64_t> served{0}, busy_rounds{0};
+  std::uint64_t seen_served = 0, seen_rounds = 0;  // the monitor's, at the last window
   std::atomic<int> started{0};  // 1: running, -1: could not take a heap slot
   Status start_error;           // written before started = -1
 };
@@ -122,6 +145,25 @@ class PmehIndex final : public Index {
   // The depth of the segment covering h1, and its directory's depth.
   unsigned segment_depth(std::uint64_t h1) const { return seg(segment_of(h1))->depth; }
   unsigned dir_depth(unsigned id) const { return dirs_[id].load()->depth; }
+  // --- the opportunistic switch (§7), for tests ---
+  ZoneMode zone_mode(unsigned z) const { return static_cast<ZoneMode>(zones_[z].mode.load()); }
+  unsigned zones() const { return 1u << z_; }
+  // Asks zone z's owner to switch it to SHARED (or back to OWNED) and waits
+  // until it has.
+  void force_mode(unsigned z, bool shared);
+  // Stops (or restarts) the timed monitor, so that a test drives it alone.
+  void enable_monitor(bool on) { monitor_on_.store(on); }
+  // Runs one monitor window on the given per-zone op counts and per-owner
+  // mean backlogs, waits until the owners applied its switches, and
+  // returns the zones it switched.
+  std::vector<unsigned> run_monitor_window(const std::vector<std::uint64_t>& ops,
+                                           const std::vector<double>& backlog);
+  // Counts writers inside each zone under each regime; overlaps() counts
+  // lock-free owner ops and direct ops seen inside one zone together.
+  void check_regimes(bool on) { check_regimes_.store(on); }
+  std::uint64_t regime_overlaps() const { return overlaps_.load(); }
+  std::uint64_t direct_ops() const { return direct_ops_.load(); }
+  std::uint64_t zone_switches() const { return zone_switches_.load(); }
 
  private:
   struct SlotView {
@@ -156,10 +198,20 @@ class PmehIndex final : public Index {
   // Runs a request on owner thread `tc` (zones.cc dispatches here).
   Status execute(heap::ThreadCache* tc, Request& r);
   Status owner_write(heap::ThreadCache* tc, Request& r);
+  // A write run by the caller itself in a SHARED zone (§7.3). False: it
+  // needs the owner (a split, a directory fill); nothing was written.
+  bool direct_write(heap::ThreadCache* tc, Request& r, Status* result);
+  // SHARED mode: takes the segment's version by CAS from even to odd.
+  // False if it is odd (a writer inside: leave the read section and retry)
+  // or DEAD (split away: locate again).
+  static bool try_lock_segment(std::atomic<std::uint64_t>& st);
+  // The owner entering a segment for a write or a split: a bump in OWNED
+  // mode, the CAS (waiting out direct writers) in SHARED mode.
+  void enter_segment(unsigned z, std::atomic<std::uint64_t>& st);
   // The write itself, at `target` (= `at` when the key is there), between
   // two bumps of the segment's version.
   void write_slot(heap::ThreadCache* tc, Request& r, std::atomic<std::uint64_t>& st,
-                  const Pos& target, const Pos& at);
+                  const Pos& target, const Pos& at, bool locked = false);
   Status owner_get(const Key& key, std::string* out) const;
   // Copies the VALID pairs of the segment covering x; false if a writer
   // moved its version meanwhile (optimistic: callers retry).
@@ -187,6 +239,17 @@ class PmehIndex final : public Index {
   // --- owners (zones.cc) ---
   void owner_loop(unsigned i);
   void stop_owners();
+  // Wakes owner o if it sleeps (after a doorbell or control store).
+  void wake(Owner& o);
+  // Owner i applies the mode requests of its zones (§7.3).
+  void apply_requests(unsigned i);
+  // The monitor (§7.2): closes a window if one is due.
+  void maybe_monitor();
+  // One window over per-zone op deltas and per-owner backlogs; posts
+  // requests and returns the zones asked to switch. Under monitor_mutex_.
+  std::vector<unsigned> monitor_window(const std::vector<std::uint64_t>& delta,
+                                       const std::vector<double>& backlog);
+  void post_request(unsigned z, ZoneRequest r);
 
   // --- recovery and accounting (pmeh_recovery.cc) ---
   Status map_seg_state();
@@ -219,6 +282,18 @@ class PmehIndex final : public Index {
   std::unique_ptr<Mailbox[]> mailboxes_;
   std::vector<std::unique_ptr<Owner>> owners_;
   std::atomic<bool> stop_{false};
+  // The switch (§7): pmeh_opportunistic; the timed monitor running; its
+  // state; the test probe of check_regimes.
+  bool opportunistic_ = true;
+  std::atomic<bool> monitor_on_{true};
+  std::mutex monitor_mutex_;
+  std::atomic<std::int64_t> next_window_ns_{0};
+  std::int64_t window_start_ns_ = 0;
+  std::uint64_t windows_ = 0;
+  std::atomic<bool> check_regimes_{false};
+  std::atomic<std::uint64_t> overlaps_{0};
+  std::atomic<std::uint64_t> zone_switches_{0};
+  std::atomic<std::uint64_t> direct_ops_{0};
 
   struct alignas(64) Stripe {
     std::atomic<std::int64_t> v{0};

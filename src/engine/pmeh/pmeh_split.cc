@@ -33,7 +33,7 @@ Status PmehIndex::split(heap::ThreadCache* tc, unsigned z, std::uint64_t off) {
   std::atomic<std::uint64_t>& st = seg_state(off);
   // Odd from the record to S's death: readers of S retry, then restart
   // from the directory.
-  st.fetch_add(1, std::memory_order_acq_rel);
+  enter_segment(z, st);  // SHARED: waits out direct writers (§7)
 
   // 1. The record exists: recovery will look at S's children from here.
   root_->split[z].store(off, std::memory_order_relaxed);
