@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <limits>
 #include <system_error>
 #include <thread>
 
@@ -52,6 +53,9 @@ Status PmehIndex::start_owners() {
   w = std::min(w, kMaxWorkers);
   for (unsigned z = 0; z < (1u << z_); ++z) zones_[z].owner = z % w;
   stop_.store(false);
+  // No monitor window before every owner runs: the monitor reads owners_,
+  // which grows below while the first owners already loop.
+  next_window_ns_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
   for (unsigned i = 0; i < w; ++i) {
     owners_.push_back(std::make_unique<Owner>());
     Owner& o = *owners_.back();
@@ -70,6 +74,8 @@ Status PmehIndex::start_owners() {
                              std::to_string(w) + ": " + why);
     }
   }
+  // Release: owners_ is complete before any monitor window reads it.
+  next_window_ns_.store(0, std::memory_order_release);
   return Status::OK();
 }
 
@@ -248,7 +254,7 @@ void PmehIndex::force_mode(unsigned z, bool shared) {
 void PmehIndex::maybe_monitor() {
   if (!opportunistic_ || !monitor_on_.load(std::memory_order_relaxed)) return;
   const std::int64_t now = now_ns();
-  if (now < next_window_ns_.load(std::memory_order_relaxed)) return;
+  if (now < next_window_ns_.load(std::memory_order_acquire)) return;
   // Any owner may close a window; one at a time.
   std::unique_lock lock(monitor_mutex_, std::try_to_lock);
   if (!lock.owns_lock() || !monitor_on_.load(std::memory_order_relaxed)) return;
