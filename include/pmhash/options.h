@@ -93,6 +93,9 @@ struct Options {
   unsigned pmeh_split_bits = 3;
   // Buckets a split moves per write in its zone; 0 = the whole split at once.
   unsigned pmeh_split_step = 4;
+  // Owners with nothing to do move a step of their zones' splits (tests
+  // turn it off so that only operations move buckets).
+  bool pmeh_idle_steps = true;
   // Hot zones switch to per-segment locks so that any thread writes them.
   bool pmeh_opportunistic = true;
   // Reads go to the zone's owner too (to measure against optimistic reads).

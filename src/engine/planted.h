@@ -42,6 +42,9 @@ enum Bug : unsigned {
   // writes can overlap theirs (a race, not a persist-order bug: the switch
   // stress test catches it, not the crash checker).
   kPmehHandOverSkipsWait = 1u << 20,
+  // pmeh: a split's move batch marks its buckets moved without draining
+  // the children's copies first (move batch drain #1 left out).
+  kPmehMovedBeforeCopyDurable = 1u << 21,
 };
 
 // The planted bugs (a mask of Bug), process-wide.

@@ -1,5 +1,6 @@
-// engine/pmeh/directory.cc - directory growth and the lazy per-zone fill
-// (design in pmeh.h §6). Owner only.
+// engine/pmeh/directory.cc - directory growth, the lazy per-zone fill and
+// the retirement of directories every zone has left (design in pmeh.h §6).
+// Owner only.
 #include <cstring>
 
 #include "engine/pmeh/pmeh_index.h"
@@ -17,7 +18,7 @@ Status PmehIndex::ensure_depth(heap::ThreadCache* tc, unsigned z, unsigned depth
     }
     target = newest_.load(std::memory_order_acquire);
   }
-  fill_zone(z, target);
+  fill_zone(tc, z, target);
   return Status::OK();
 }
 
@@ -60,9 +61,10 @@ Status PmehIndex::install_dir(heap::ThreadCache* tc, unsigned depth) {
   return Status::OK();
 }
 
-void PmehIndex::fill_zone(unsigned z, Dir* to) {
+void PmehIndex::fill_zone(heap::ThreadCache* tc, unsigned z, Dir* to) {
   Dir* from = zones_[z].dir.load(std::memory_order_relaxed);
   if (from == to) return;
+  InSplit in_split;
   const unsigned shift = to->depth - from->depth;
   const std::uint64_t per_zone = std::uint64_t{1} << (to->depth - z_);
   const std::uint64_t base = std::uint64_t{z} * per_zone;
@@ -79,6 +81,40 @@ void PmehIndex::fill_zone(unsigned z, Dir* to) {
   region_.persist(&to->hdr->zone_filled[z / 64], sizeof(std::uint64_t));
   // Release: readers that load the new directory see its entries.
   zones_[z].dir.store(to, std::memory_order_release);
+  retire_old_dirs(tc);
+}
+
+void PmehIndex::retire_old_dirs(heap::ThreadCache* tc) {
+  // Under the install mutex: one owner retires each directory. Zones only
+  // move to newer directories, and each owner looks after its own move, so
+  // the last zone to leave a directory sees it unused.
+  std::lock_guard lock(install_mutex_);
+  unsigned oldest = kMaxDirs;
+  for (unsigned z = 0; z < (1u << z_); ++z) {
+    oldest = std::min(oldest, zones_[z].dir.load(std::memory_order_acquire)->id);
+  }
+  if (oldest <= oldest_dir_) return;
+  // Outside any read section (callers fill before their read section).
+  tc->reserve_retire(oldest - oldest_dir_);
+  for (unsigned j = oldest_dir_; j < oldest; ++j) {
+    if (const Dir* d = dirs_[j].load(std::memory_order_relaxed)) tc->retire(d->off);
+  }
+  // The retire entries are durable before any word stops naming its
+  // directory (else a crash would leak the block).
+  region_.drain();
+  for (unsigned j = oldest_dir_; j < oldest; ++j) {
+    if (dirs_[j].load(std::memory_order_relaxed) == nullptr) continue;
+    root_->dir_array[j].store(0, std::memory_order_relaxed);
+    // One word at a time, lowest id first: a crash leaves dir_array a
+    // contiguous run (open requires it). The block is freed after a grace
+    // period (readers that loaded the zone's old directory are gone), when
+    // the owner's retire log is next emptied, after its word is cleared.
+    region_.persist(&root_->dir_array[j], sizeof(std::uint64_t));
+    // The Dir stays allocated (dir_store_) until close: a reader may still
+    // hold it; only its block goes.
+    dirs_[j].store(nullptr, std::memory_order_release);
+  }
+  oldest_dir_ = oldest;
 }
 
 }  // namespace pmhash::engine::pmeh

@@ -43,10 +43,15 @@ PmehIndex::PmehIndex(const Env& env)
   delegate_reads_ = env.options.pmeh_delegate_reads;
   split_bits_ = env.options.pmeh_split_bits;
   opportunistic_ = env.options.pmeh_opportunistic;
+  split_step_ = env.options.pmeh_split_step;
+  idle_steps_ = env.options.pmeh_idle_steps;
 }
 
 PmehIndex::~PmehIndex() {
   close();
+  if (zones_) {
+    for (unsigned z = 0; z < (1u << z_); ++z) delete zones_[z].split.load();
+  }
   if (seg_state_ != nullptr) ::munmap(seg_state_, seg_state_bytes_);
 }
 
@@ -167,11 +172,15 @@ void PmehIndex::update_slot(heap::ThreadCache* tc, const Pos& at, const SlotView
 PmehIndex::Probe PmehIndex::probe(SegmentHeader* h, std::atomic<std::uint64_t>& st,
                                   std::uint64_t v1, const Key& key, std::string* out) const {
   Bucket* buckets = segment_buckets(h);
+  // A splitting segment is read through its moved bitmap (§5.2): the
+  // SplitState loaded after v1 is S's as long as the version holds.
+  const SplitState* sp = zones_[zone_of(key.h1)].split.load(std::memory_order_acquire);
+  if (sp != nullptr && sp->s != h) sp = nullptr;
   const unsigned home = home_bucket(key.h1, nb_);
   const std::uint16_t fp = fingerprint(key.h2);
   bool found = false;
   for (unsigned j : {home, (home + 1) % nb_}) {
-    Bucket& b = buckets[j];
+    Bucket& b = sp != nullptr ? *sp->bucket(key.h1, j) : buckets[j];
     for (unsigned p = 0; p < kSlotsPerBucket && !found; ++p) {
       // Acquire loads: a word written inside a write section orders the
       // version re-read below after that section's odd bump.
@@ -386,18 +395,33 @@ Status PmehIndex::owner_write(heap::ThreadCache* tc, Request& r) {
   // write after the directory appeared.
   if (Dir* newest = newest_.load(std::memory_order_acquire);
       zones_[z].dir.load(std::memory_order_relaxed) != newest) {
-    fill_zone(z, newest);
+    fill_zone(tc, z, newest);
+  }
+  // A split in flight in the zone takes a step (§5.3), outside the read
+  // section (it may complete the split). A write on S moves its window
+  // first, so that it works in the child only.
+  if (const SplitState* sp = zones_[z].split.load(std::memory_order_relaxed)) {
+    split_step(tc, z, segment_of(key.h1) == sp->s_off, key.h1);
   }
   for (;;) {
+    // Room again: a step or split above may have used the reservation.
+    tc->reserve_retire(1);
     std::uint64_t full = 0;
+    bool child_full = false;
     {
       rcu::ReadGuard guard;
       const std::uint64_t off = segment_of(key.h1);
       SegmentHeader* h = seg(off);
+      // Versions are S's, also for writes into its children.
       std::atomic<std::uint64_t>& st = seg_state(off);
       // SHARED: the window is read under the version taken, released
       // (bumped) on every way out that writes nothing.
       if (shared) enter_segment(z, st);
+      if (const SplitState* sp = zones_[z].split.load(std::memory_order_relaxed);
+          sp != nullptr && sp->s_off == off) {
+        h = sp->child[sp->child_of(key.h1)];
+        child_full = true;
+      }
       const Pos at = find(h, key);
       if (at && r.op == Request::kInsert) {
         if (shared) st.fetch_add(1, std::memory_order_release);
@@ -429,8 +453,14 @@ Status PmehIndex::owner_write(heap::ThreadCache* tc, Request& r) {
     }
     // The window is full: split its segment (outside the read section: the
     // split may wait for a grace period to make room in the retire log),
-    // then try again in the child.
-    if (Status s = split(tc, z, full); !s.ok()) return s;
+    // then try again in the child. A full window in a child of the split in
+    // flight completes that split first (§5.3, eager).
+    if (child_full) {
+      eager_.fetch_add(1, std::memory_order_relaxed);
+      finish_split(tc, z);
+    } else if (Status s = split(tc, z, full, key.h1); !s.ok()) {
+      return s;
+    }
   }
 }
 
@@ -513,6 +543,14 @@ bool PmehIndex::direct_write(heap::ThreadCache* tc, Request& r, Status* result) 
       // before waiting (the owner may wait for a grace period while it
       // holds a segment), then locate again.
       if (try_lock_segment(st)) {
+        // A segment with a split in flight is the owner's (pmeh.md §12.23):
+        // its writes, moves and completion run on the owner's path only.
+        // Acquire on the version: a split started before we took it is seen.
+        if (const SplitState* sp = zones_[z].split.load(std::memory_order_acquire);
+            sp != nullptr && sp->s_off == off) {
+          st.fetch_add(1, std::memory_order_release);
+          return false;
+        }
         SegmentHeader* h = seg(off);
         const Pos at = find(h, key);
         if (at && r.op == Request::kInsert) {
@@ -566,13 +604,23 @@ bool PmehIndex::copy_segment(std::uint64_t x, bool optimistic,
   const std::uint64_t v1 = st.load(std::memory_order_acquire);
   if (optimistic && (v1 & (1 | kSegDead)) != 0) return false;
   std::vector<SlotView> raw;
+  // A splitting segment: S's unmoved buckets and every child's moved ones.
+  const SplitState* sp = zones_[zone_of(x)].split.load(std::memory_order_acquire);
+  if (sp != nullptr && sp->s != h) sp = nullptr;
+  auto copy_bucket = [&](Bucket& b) {
+    for (unsigned p = 0; p < kSlotsPerBucket; ++p) {
+      const std::uint16_t m = b.meta[p].load(std::memory_order_acquire);
+      if (!meta_valid(m)) continue;
+      raw.push_back({m, b.slot[p].w0.load(std::memory_order_acquire),
+                     b.slot[p].w1.load(std::memory_order_acquire)});
+    }
+  };
   Bucket* buckets = segment_buckets(h);
   for (unsigned j = 0; j < nb_; ++j) {
-    for (unsigned p = 0; p < kSlotsPerBucket; ++p) {
-      const std::uint16_t m = buckets[j].meta[p].load(std::memory_order_acquire);
-      if (!meta_valid(m)) continue;
-      raw.push_back({m, buckets[j].slot[p].w0.load(std::memory_order_acquire),
-                     buckets[j].slot[p].w1.load(std::memory_order_acquire)});
+    if (sp != nullptr && sp->is_moved(j)) {
+      for (unsigned i = 0; i < (1u << sp->k); ++i) copy_bucket(segment_buckets(sp->child[i])[j]);
+    } else {
+      copy_bucket(buckets[j]);
     }
   }
   if (optimistic && st.load(std::memory_order_acquire) != v1) return false;
@@ -705,7 +753,18 @@ void PmehIndex::fill_stats(Stats* st) const {
   for (unsigned z = 0; z < (1u << z_); ++z) {
     if (zones_[z].mode.load(std::memory_order_relaxed) != kOwned) ++st->shared_zones;
   }
-  st->slots = segments * nb_ * kSlotsPerBucket;
+  st->eager_split_completions = eager_.load(std::memory_order_relaxed);
+  // Children of the splits in flight hold slots too.
+  std::uint64_t children = 0;
+  {
+    rcu::ReadGuard guard;
+    for (unsigned z = 0; z < (1u << z_); ++z) {
+      if (const SplitState* sp = zones_[z].split.load(std::memory_order_acquire)) {
+        children += std::uint64_t{1} << sp->k;
+      }
+    }
+  }
+  st->slots = (segments + children) * nb_ * kSlotsPerBucket;
   st->load_factor = st->slots == 0 ? 0 : static_cast<double>(st->items) / st->slots;
   st->levels = levels;
   st->splits = splits_.load(std::memory_order_relaxed);

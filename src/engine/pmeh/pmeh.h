@@ -56,9 +56,19 @@
 //   it whole. The zone's directory must have G >= L + k: otherwise the
 //   owner installs a deeper directory (header -> dir_array[n+1]) and fills
 //   its zone into it. Any zone moves into the newest directory at its own
-//   next write (lazy per-zone fill: entries -> its zone_filled bit).
-//   Readers holding S see its version odd, then DEAD, and restart from
-//   their zone's directory.
+//   next write (lazy per-zone fill: entries -> its zone_filled bit); a
+//   directory every zone has left is retired then (retire log entry ->
+//   dir_array[j] = 0) and freed after a grace period.
+//   Splits are gradual (§5.3, B = pmeh_split_step): the start moves only
+//   the window of the insert that found it full; every later write in the
+//   zone moves its window (if on S) plus up to B buckets from a cursor, as
+//   one batch (child buckets -> S.moved bits); the split completes when
+//   every bucket is moved, or early when another split is needed in the
+//   zone or a child's window is full; idle owners step too; B = 0 splits
+//   at once. While S splits the directory still names it; readers read
+//   bucket j from S until bit j is moved, then from the child; writes on S
+//   go to the child, under S's version. Readers holding S see its version
+//   odd, then DEAD, and restart from their zone's directory.
 //
 // ---------------------------------------------------------------------------
 // Persist order (§8.1); every write is durable when it returns
@@ -69,9 +79,10 @@
 //          (c)  otherwise: op-log fields -> op -> slot and meta -> op = 0
 //   remove      (pointer: retire item ->) meta VALID cleared
 //   split       record R[z] = S -> (child header, S.children[i]) each ->
-//               S.split MOVING -> child buckets -> S.moved -> retire S ->
-//               R = S | COMPLETING -> entries -> R = 0
-//   directory   header -> dir_array[n+1]; fill: entries -> zone_filled bit
+//               S.split MOVING; each batch: child buckets -> S.moved bits;
+//               completion: retire S -> R = S | COMPLETING -> entries -> R = 0
+//   directory   header -> dir_array[n+1]; fill: entries -> zone_filled bit;
+//               retirement: retire entries -> dir_array[j] = 0, lowest first
 //   A segment's version becomes even only after its stores are durable.
 //
 // ---------------------------------------------------------------------------
@@ -84,22 +95,29 @@
 //   COMPLETING split to its children, then clear its record. W2: heap
 //   recovery; keep(off) = a live directory, a segment its zone's directory
 //   names at its prefix, or an item whose key hashes to its state and that
-//   a VALID pointer slot of its window names. W3: the saved count (else
-//   recounted on first use); a split record not COMPLETING is undone
-//   (children freed, S's split word cleared, record cleared: §12.23);
-//   directories no zone uses are freed. No segment is scanned: open reads
-//   one header per split record and one per child.
+//   a VALID pointer slot of its window's authoritative buckets names, or a
+//   child of a MOVING split. A MOVING split resumes (its SplitState is
+//   rebuilt from S's header and moved bits: writes may have landed in
+//   moved child buckets); a record whose S is not MOVING is undone
+//   (children freed, record cleared). W3: the saved count (else recounted
+//   on first use); directories no zone uses are freed. No segment is
+//   scanned: open reads one header per split record and one per child.
 //
 // ---------------------------------------------------------------------------
 // check() (§10, the items implemented so far)
 // ---------------------------------------------------------------------------
-//   1 root, op logs empty, no split record. 2 directories: contiguous,
-//   allocated, headers right, G increasing, DRAM mirrors them. 3 every
+//   1 root, op logs empty, a split record exactly for each split in flight.
+//   2 directories: contiguous, allocated, headers right, G increasing, DRAM
+//   mirrors them, none older than the oldest in use. 4 a split in flight:
+//   MOVING, k, 2^k allocated children of the right depth and prefix, none
+//   beyond, DRAM moved bits = S's; no other segment with a split word or
+//   child. 3 every
 //   entry of each zone names an allocated segment whose prefix and depth
 //   agree, by exactly its aligned run. 5 slots well formed, inline exactly
 //   when the pair fits, in range, in the key's window, right fp and tag. 6
 //   no key twice. 7 no segment version odd. 8 the count; every allocated
-//   block is a directory, a segment or one slot's item.
+//   block is a directory, a segment, a child of a split in flight or one
+//   slot's item (slots: S's unmoved buckets, the children's moved ones).
 //
 // ---------------------------------------------------------------------------
 // The opportunistic switch (§7, zones.cc), off with pmeh_opportunistic
@@ -119,9 +137,7 @@
 // ---------------------------------------------------------------------------
 // Not implemented yet (issue 7 stays open; kEngineInfo.in_progress)
 // ---------------------------------------------------------------------------
-//   Gradual splits (§5.3: every split is done at once, as with B = 0);
-//   retiring old directories while the store runs (the next open frees
-//   them); planted bugs and the crash explorer.
+//   The crash explorer's pmeh runs (another change brings them).
 #pragma once
 
 #include "engine/index.h"

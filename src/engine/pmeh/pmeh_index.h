@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -28,9 +29,18 @@ inline constexpr unsigned kMaxWorkers = 64;
 // gets a fresh word, §2).
 inline constexpr std::uint64_t kSegDead = std::uint64_t{1} << 63;
 
-// Test hook: true while an owner runs a split (outside any read section),
-// so that a crash-point hook knows it may recover images on the spot.
+// Test hook: true while an owner runs a split, a step, a directory fill or
+// retirement (outside any read section), so that a crash-point hook knows
+// it may recover images on the spot.
 inline std::atomic<bool> testing_in_split{false};
+// Sets testing_in_split for a scope (nestable).
+struct InSplit {
+  InSplit() : prev(testing_in_split.exchange(true, std::memory_order_relaxed)) {}
+  ~InSplit() { testing_in_split.store(prev, std::memory_order_relaxed); }
+  InSplit(const InSplit&) = delete;
+  InSplit& operator=(const InSplit&) = delete;
+  bool prev;
+};
 
 // A live directory, mirroring dir_array[id].
 struct Dir {
@@ -46,9 +56,39 @@ enum ZoneMode : std::uint8_t { kOwned = 0, kShared = 1, kToOwned = 2 };
 enum ZoneRequest : std::uint8_t { kNoRequest = 0, kRequestShared = 1, kRequestOwned = 2 };
 // Mailbox::announce when no direct op is in progress.
 inline constexpr std::uint32_t kNoZone = ~std::uint32_t{0};
+// A zone's split in flight (§5.3): S, its children and the moved bitmap.
+// Built at split start (or by open, for a split found MOVING), freed after
+// a grace period once the split completed. Everything but `moved` is
+// fixed once published.
+struct SplitState {
+  std::uint64_t s_off = 0;
+  SegmentHeader* s = nullptr;
+  unsigned depth = 0;  // L, S's depth
+  unsigned k = 0;      // S splits into 2^k
+  std::uint64_t child_off[8] = {};
+  SegmentHeader* child[8] = {};
+  // Mirrors S.moved (bit j: bucket j lives in the children); changed only
+  // under S's odd version, after the bits are durable.
+  std::atomic<std::uint64_t> moved[4] = {};
+  unsigned cursor = 0;  // owner only: buckets below it are moved
+  unsigned left = 0;    // owner only: buckets not moved yet
+
+  bool is_moved(unsigned j) const {
+    return ((moved[j / 64].load(std::memory_order_acquire) >> (j % 64)) & 1) != 0;
+  }
+  // The child that holds h1 (§1.3: c(h1) = (h1 << L) >> (64 - k)).
+  unsigned child_of(std::uint64_t h1) const {
+    return static_cast<unsigned>((h1 << depth) >> (64 - k));
+  }
+  // The authoritative bucket j for h1: S's until moved, then the child's.
+  Bucket* bucket(std::uint64_t h1, unsigned j) const {
+    return is_moved(j) ? &segment_buckets(child[child_of(h1)])[j] : &segment_buckets(s)[j];
+  }
+};
 
 struct alignas(64) Zone {
   std::atomic<Dir*> dir{nullptr};  // the newest directory with the zone's bit set
+  std::atomic<SplitState*> split{nullptr};  // the split in flight (§5.3), or none
   unsigned owner = 0;              // z mod W
   std::atomic<std::uint8_t> mode{kOwned};        // written by the owner only (§7.3)
   std::atomic<std::uint8_t> request{kNoRequest};  // set by the monitor, applied by the owner
@@ -135,7 +175,7 @@ class PmehIndex final : public Index {
     std::uint64_t segments_read = 0;         // segment headers read for split records
     std::uint64_t slot_updates_replayed = 0;
     std::uint64_t splits_not_started = 0;    // R = S, S not MOVING: children freed
-    std::uint64_t splits_rolled_back = 0;    // MOVING, not COMPLETING: children freed
+    std::uint64_t splits_resumed = 0;        // MOVING, not COMPLETING: SplitState rebuilt
     std::uint64_t splits_completed = 0;      // COMPLETING: the range re-pointed
     std::uint64_t directories_freed = 0;     // no zone used them
   };
@@ -164,6 +204,19 @@ class PmehIndex final : public Index {
   std::uint64_t regime_overlaps() const { return overlaps_.load(); }
   std::uint64_t direct_ops() const { return direct_ops_.load(); }
   std::uint64_t zone_switches() const { return zone_switches_.load(); }
+  // Whether zone z has a split in flight, and its moved bitmap (words of
+  // 64 buckets; all 0 when none). Owner state: call while writes are quiet.
+  bool split_in_flight(unsigned z) const { return zones_[z].split.load() != nullptr; }
+  std::uint64_t split_segment(unsigned z) const {
+    const SplitState* sp = zones_[z].split.load();
+    return sp == nullptr ? 0 : sp->s_off;
+  }
+  std::uint64_t moved_word(unsigned z, unsigned w) const {
+    const SplitState* sp = zones_[z].split.load();
+    return sp == nullptr ? 0 : sp->moved[w].load();
+  }
+  // Splits completed early because another split was needed first (§5.3).
+  std::uint64_t eager_split_completions() const { return eager_.load(); }
 
  private:
   struct SlotView {
@@ -223,14 +276,32 @@ class PmehIndex final : public Index {
               std::string* out) const;
 
   // --- splits (pmeh_split.cc) and directories (directory.cc), owner only ---
-  // Splits segment `off` of zone z into 2^k fresh children, the whole
-  // split at once (§5.4, §5.5). NoSpace when the pool or kMaxDepth refuses.
-  Status split(heap::ThreadCache* tc, unsigned z, std::uint64_t off);
+  // Starts splitting segment `off` of zone z into 2^k fresh children and
+  // moves the window of h1 (§5.4); with B = 0 the whole split is done at
+  // once. A split in flight in the zone is completed first. NoSpace when
+  // the pool or kMaxDepth refuses. Outside any read section.
+  Status split(heap::ThreadCache* tc, unsigned z, std::uint64_t off, std::uint64_t h1);
+  // One gradual step of zone z's split in flight (§5.3): the unmoved
+  // buckets of h1's window (when `on_s`) plus up to B from the cursor, as
+  // one move batch; completes the split once every bucket is moved.
+  // Outside any read section, with room for one retire.
+  void split_step(heap::ThreadCache* tc, unsigned z, bool on_s, std::uint64_t h1);
+  // Moves everything left and completes zone z's split (§5.5).
+  void finish_split(heap::ThreadCache* tc, unsigned z);
+  // Copies buckets `m` (a 256-bit set) of S to the children and marks them
+  // moved (§5.3 move batch). The caller holds S's version odd.
+  void move_batch(SplitState* sp, const std::uint64_t (&m)[4]);
+  // Owner i between requests: one split step for a zone of its own, else
+  // frees its retired SplitStates after a grace period. True if it did
+  // anything.
+  bool idle_work(heap::ThreadCache* tc, unsigned i);
   // Makes zone z's directory at least `depth` deep: installs a deeper
   // directory if none exists, and fills the zone into the newest (§6).
   Status ensure_depth(heap::ThreadCache* tc, unsigned z, unsigned depth);
   Status install_dir(heap::ThreadCache* tc, unsigned depth);
-  void fill_zone(unsigned z, Dir* to);
+  void fill_zone(heap::ThreadCache* tc, unsigned z, Dir* to);
+  // Retires the directories every zone has left (§6, last step).
+  void retire_old_dirs(heap::ThreadCache* tc);
   // A block that now holds a new segment: its version word restarts even
   // and not DEAD (no reader can hold the block's previous segment: it was
   // freed after a grace period).
@@ -267,11 +338,18 @@ class PmehIndex final : public Index {
   bool delegate_reads_ = false;
 
   unsigned split_bits_ = 3;  // k (pmeh_split_bits)
+  unsigned split_step_ = 4;  // B (pmeh_split_step)
+  bool idle_steps_ = true;   // pmeh_idle_steps
   std::atomic<Dir*> dirs_[kMaxDirs] = {};
   std::atomic<Dir*> newest_{nullptr};  // the live directory with the highest id
   std::vector<std::unique_ptr<Dir>> dir_store_;  // owns every Dir
   // Serialises directory installs between owners (DRAM side; §12.22).
   std::mutex install_mutex_;
+  unsigned oldest_dir_ = 0;  // the lowest live directory id (under install_mutex_)
+  // Taken shared by an owner's idle work, exclusively by check() (§10).
+  std::shared_mutex pause_;
+  // SplitStates of completed splits, per owner: freed after a grace period.
+  std::vector<std::unique_ptr<SplitState>> retired_splits_[kMaxWorkers];
   std::unique_ptr<Zone[]> zones_;
   // One version word per 2^s bytes of pool (§2), in a sparse anonymous
   // mapping: bits 0..62 the version (odd while a writer is inside), bit 63
@@ -308,6 +386,7 @@ class PmehIndex final : public Index {
   std::atomic<std::uint64_t> splits_{0};
   std::atomic<std::uint64_t> items_moved_{0};
   std::atomic<std::uint64_t> expansions_{0};
+  std::atomic<std::uint64_t> eager_{0};
   mutable std::atomic<std::uint64_t> read_retries_{0};
   // format() or recover() succeeded. An index whose recovery rejected the
   // pool writes nothing when it is destroyed.

@@ -316,13 +316,19 @@ Status PmehIndex::recover() {
     oldest = std::min(oldest, zone_dir[z]);
   }
 
-  // V2 (second half): a COMPLETING split's range lies in its zone's
-  // directory, which is deep enough for the children.
+  // V2 (second half): a split's range lies in its zone's directory, which
+  // is deep enough for the children; a split not COMPLETING is still named
+  // there (its first entry names S).
   for (const SplitFix& f : split_fixes) {
-    const auto* dh = region_.at<DirHeader>(root_->dir_array[zone_dir[f.z]].load());
-    if (f.completing && dh->depth < f.s->depth + f.k) {
-      return fail("zone " + std::to_string(f.z) + " split record: directory " +
-                  std::to_string(zone_dir[f.z]) + " is too shallow for the split's children");
+    auto* dh = region_.at<DirHeader>(root_->dir_array[zone_dir[f.z]].load());
+    const std::string who = "zone " + std::to_string(f.z) + " split record: directory " +
+                            std::to_string(zone_dir[f.z]);
+    if (f.k != 0 && dh->depth < f.s->depth + f.k) {
+      return fail(who + " is too shallow for the split's children");
+    }
+    if (!f.completing && dh->depth >= f.s->depth &&
+        dir_entries(dh)[top_bits(f.s->prefix, dh->depth)].load() != f.s_off) {
+      return fail(who + " does not name the splitting segment " + hex(f.s_off));
     }
   }
 
@@ -402,6 +408,36 @@ Status PmehIndex::recover() {
   newest_.store(dirs_[ids.back()].load());
   zones_.reset(new Zone[zn]);
   for (unsigned z = 0; z < zn; ++z) zones_[z].dir.store(dirs_[zone_dir[z]].load());
+  oldest_dir_ = oldest;
+  // MOVING splits resume (§8.2, "Split start", third row): writes may have
+  // landed in moved child buckets, so the moved bitmap on media says where
+  // each bucket lives. The owner moves the rest and completes the split.
+  for (const SplitFix& f : split_fixes) {
+    if (f.completing || f.k == 0) continue;
+    auto sp = std::make_unique<SplitState>();
+    sp->s_off = f.s_off;
+    sp->s = f.s;
+    sp->depth = f.s->depth;
+    sp->k = f.k;
+    for (unsigned i = 0; i < (1u << f.k); ++i) {
+      sp->child_off[i] = f.child[i];
+      sp->child[i] = region_.at<SegmentHeader>(f.child[i]);
+    }
+    // Bits beyond nb are not buckets: a damaged word cannot make one moved.
+    unsigned moved = 0;
+    for (unsigned w = 0; w < 4; ++w) {
+      const unsigned lo = w * 64;
+      const std::uint64_t valid = nb_ <= lo ? 0
+                                  : nb_ - lo >= 64 ? ~std::uint64_t{0}
+                                                   : (std::uint64_t{1} << (nb_ - lo)) - 1;
+      sp->moved[w].store(f.s->moved[w].load() & valid);
+      moved += static_cast<unsigned>(std::popcount(sp->moved[w].load()));
+    }
+    sp->left = nb_ - moved;
+    for (unsigned i = 0; i < (1u << f.k); ++i) fresh_segment_state(f.child[i]);
+    zones_[f.z].split.store(sp.release());
+    ++open_counters_.splits_resumed;
+  }
 
   // W2. Heap recovery: a block named by a log is kept if the index reaches it.
   heap_.recover([&](std::uint64_t off) {
@@ -412,6 +448,12 @@ Status PmehIndex::recover() {
       if (h->magic == kSegmentMagic && h->depth >= z_ && h->depth <= kMaxDepth) {
         rcu::ReadGuard guard;
         if (segment_of(h->prefix) == off) return true;
+        // A child of a split in flight (not in the directory yet).
+        if (const SplitState* sp = zones_[zone_of(h->prefix)].split.load()) {
+          for (unsigned i = 0; i < (1u << sp->k); ++i) {
+            if (sp->child_off[i] == off) return true;
+          }
+        }
       }
     }
     if (size < sizeof(ItemHeader)) return false;
@@ -423,14 +465,19 @@ Status PmehIndex::recover() {
     const Key key = make_key(item_key(item));
     if (item->state.load() != key.h1) return false;
     rcu::ReadGuard guard;
-    Bucket* buckets = segment_buckets(seg(segment_of(key.h1)));
+    const std::uint64_t s_off = segment_of(key.h1);
+    Bucket* buckets = segment_buckets(seg(s_off));
+    // The authoritative bucket: a splitting segment's moved ones are the
+    // children's.
+    const SplitState* sp = zones_[zone_of(key.h1)].split.load();
+    if (sp != nullptr && sp->s_off != s_off) sp = nullptr;
     const unsigned home = home_bucket(key.h1, nb_);
     for (unsigned j : {home, (home + 1) % nb_}) {
+      Bucket& b = sp != nullptr ? *sp->bucket(key.h1, j) : buckets[j];
       for (unsigned q = 0; q < kSlotsPerBucket; ++q) {
-        const std::uint16_t m = buckets[j].meta[q].load();
+        const std::uint16_t m = b.meta[q].load();
         if (meta_valid(m) && !meta_is_inline(m) &&
-            pool::pptr_offset(buckets[j].slot[q].w0.load()) == off &&
-            buckets[j].slot[q].w1.load() == key.h1) {
+            pool::pptr_offset(b.slot[q].w0.load()) == off && b.slot[q].w1.load() == key.h1) {
           return true;
         }
       }
@@ -438,19 +485,19 @@ Status PmehIndex::recover() {
     return false;
   });
 
-  // Splits not completed (§8.2, "Split start"; DEPARTURE §12.23: a MOVING
-  // split is rolled back, not resumed: splits are done at once, so nothing
-  // was written to a child but its moves, and S, never written, is whole).
-  // Children are freed (those still allocated with the child's header; a
-  // child named only by an intent was freed by heap recovery), then
-  // unnamed; then the split word and the record are cleared. A crash in
-  // between leaves a record the next open finishes the same way.
-  if (!split_fixes.empty()) {
+  // Splits not started (§8.2, "Split start", second row: R = S, S not
+  // MOVING). Children are freed (those still allocated with the child's
+  // header; a child named only by an intent was freed by heap recovery),
+  // then unnamed; then the split word and the record are cleared. A crash
+  // in between leaves a record the next open finishes the same way.
+  bool not_started = false;
+  for (const SplitFix& f : split_fixes) not_started |= !f.completing && f.k == 0;
+  if (not_started) {
     Status s;
     heap::ThreadCache* tc = heap_.thread(&s);
     if (tc == nullptr) return s;
     for (const SplitFix& f : split_fixes) {
-      if (f.completing) continue;
+      if (f.completing || f.k != 0) continue;
       SegmentHeader* h = f.s;
       for (unsigned i = 0; i < 8; ++i) {
         const std::uint64_t c = h->children[i].load();
@@ -468,18 +515,18 @@ Status PmehIndex::recover() {
       for (unsigned w = 0; w < 4; ++w) h->moved[w].store(0);
       region_.flush(&h->children[0], sizeof(std::uint64_t) * 8);
       region_.flush(&h->split, sizeof(std::uint64_t) * 5);
-      ++(f.k == 0 ? open_counters_.splits_not_started : open_counters_.splits_rolled_back);
+      ++open_counters_.splits_not_started;
     }
     // S names no child and is not splitting before its record goes.
     region_.drain();
+    for (const SplitFix& f : split_fixes) {
+      if (f.completing || f.k != 0) continue;
+      root_->split[f.z].store(0);
+      region_.flush(&root_->split[f.z], sizeof(std::uint64_t));
+    }
+    // The records are cleared before we serve.
+    region_.drain();
   }
-  for (const SplitFix& f : split_fixes) {
-    if (f.completing) continue;
-    root_->split[f.z].store(0);
-    region_.flush(&root_->split[f.z], sizeof(std::uint64_t));
-  }
-  // The records are cleared before we serve.
-  if (!split_fixes.empty()) region_.drain();
 
   // Directories no zone uses (every zone filled into newer ones): freed,
   // then unnamed. Nothing else allocates before we serve, so a crash in
@@ -524,7 +571,9 @@ void PmehIndex::close() {
 }
 
 Status PmehIndex::check() {
-  // Quiescent: no operation in flight (the owners are idle).
+  // Quiescent: no operation in flight; owners' idle work (split steps) is
+  // paused until we are done.
+  std::unique_lock pause(pause_);
   heap_.drain_all();  // retired blocks must not look like leaks
   rcu::ReadGuard guard;
   const unsigned zn = 1u << z_;
@@ -537,12 +586,18 @@ Status PmehIndex::check() {
     if (root_->op_log[t].op.load() != 0) return fail("op log " + std::to_string(t) + " is not empty");
   }
   for (unsigned z = 0; z < kSplitRecords; ++z) {
-    if (root_->split[z].load() != 0) return fail("zone " + std::to_string(z) + " has a split record");
+    const SplitState* sp = z < zn ? zones_[z].split.load() : nullptr;
+    const std::uint64_t rec = root_->split[z].load();
+    if (rec != (sp == nullptr ? 0 : sp->s_off)) {
+      return fail("zone " + std::to_string(z) + " has split record " + hex(rec) + ", but " +
+                  (sp == nullptr ? std::string("no split in flight")
+                                 : "its split in flight is of segment " + hex(sp->s_off)));
+    }
   }
   // 2. Directories.
   std::unordered_set<std::uint64_t> known;  // every block the index reaches
   int prev_depth = -1;
-  unsigned live = 0;
+  unsigned live = 0, lowest = kMaxDirs, oldest_used = kMaxDirs;
   for (unsigned id = 0; id < kMaxDirs; ++id) {
     const std::uint64_t off = root_->dir_array[id].load();
     const Dir* d = dirs_[id].load();
@@ -558,14 +613,74 @@ Status PmehIndex::check() {
     }
     prev_depth = h->depth;
     known.insert(off);
+    lowest = std::min(lowest, id);
     ++live;
   }
   if (live == 0) return fail("no directory");
-  // 3. Entries, 5. slots, 6. no duplicates.
+  for (unsigned z = 0; z < zn; ++z) oldest_used = std::min(oldest_used, zones_[z].dir.load()->id);
+  if (lowest < oldest_used) {
+    return fail("directory " + std::to_string(lowest) + " is live, but no zone uses it (the " +
+                "oldest in use is " + std::to_string(oldest_used) + ")");
+  }
+  // 3. Entries, 4. splits, 5. slots, 6. no duplicates.
   std::unordered_set<std::string> keys;
   std::uint64_t items = 0;
+  // The VALID slots of an authoritative bucket j of a segment (or child)
+  // covering [prefix, depth).
+  auto check_bucket = [&](std::uint64_t off, Bucket* b, unsigned j, std::uint64_t prefix,
+                          unsigned l) -> Status {
+    for (unsigned q = 0; q < kSlotsPerBucket; ++q) {
+      const std::uint16_t m = b->meta[q].load();
+      if (!meta_valid(m)) continue;
+      const std::uint64_t w0 = b->slot[q].w0.load();
+      const std::uint64_t w1 = b->slot[q].w1.load();
+      const std::string where = "segment " + hex(off) + " bucket " + std::to_string(j) +
+                                " slot " + std::to_string(q);
+      std::string key;
+      std::uint64_t h1 = 0;
+      if (meta_is_inline(m)) {
+        const unsigned kl = meta_key_len(m), vl = meta_value_len(m);
+        if (kl > 8 || vl > 8 || (kl < 8 && (w0 >> (8 * kl)) != 0) ||
+            (vl < 8 && (w1 >> (8 * vl)) != 0)) {
+          return fail(where + " has a malformed inline slot");
+        }
+        key = std::string(unpack_word(w0, kl));
+        h1 = make_key(key).h1;
+      } else {
+        const std::uint64_t ioff = pool::pptr_offset(w0);
+        if ((m & ~(kMetaValid | kMetaFpMask)) != 0 || !heap_.is_allocated(ioff)) {
+          return fail(where + " has a malformed pointer slot");
+        }
+        const auto* item = region_.at<ItemHeader>(ioff);
+        if (heap_.block_size(ioff) <
+            sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len) {
+          return fail(where + " names an item larger than its block");
+        }
+        key = std::string(item_key(item));
+        h1 = w1;
+        const Key k = make_key(key);
+        if (item->state.load() != h1 || k.h1 != h1 || pool::pptr_tag(w0) != pointer_tag(k.h2)) {
+          return fail(where + " names an item whose hash does not match the slot");
+        }
+        if (fits_inline(item->key_len, item->value_len)) {
+          return fail(where + " points to an item small enough to be inline");
+        }
+        if (!known.insert(ioff).second) return fail(where + " names an item named elsewhere too");
+      }
+      const Key k = make_key(key);
+      if (!in_range(h1, prefix, l)) return fail(where + " holds a key outside its segment's range");
+      if (meta_fp(m) != fingerprint(k.h2)) return fail(where + " has a wrong fingerprint");
+      const unsigned home = home_bucket(h1, nb_);
+      if (j != home && j != (home + 1) % nb_) return fail(where + " holds a key outside its window");
+      if (!keys.insert(key).second) return fail(where + " holds a key stored twice");
+      ++items;
+    }
+    return Status::OK();
+  };
   for (unsigned z = 0; z < zn; ++z) {
     const Dir* d = zones_[z].dir.load();
+    const SplitState* sp = zones_[z].split.load();
+    bool split_seen = false;
     if (((d->hdr->zone_filled[z / 64].load() >> (z % 64)) & 1) == 0) {
       return fail("zone " + std::to_string(z) + " uses directory " + std::to_string(d->id) +
                   ", which does not have its bit");
@@ -586,7 +701,13 @@ Status PmehIndex::check() {
           (l < 64 && (l == 0 ? h->prefix : h->prefix << l) != 0)) {
         return fail(who + " names a segment whose header does not match the entry");
       }
-      if (h->split.load() != 0) return fail(who + " names a segment with a split word");
+      const bool splitting = sp != nullptr && sp->s_off == off;
+      if (!splitting) {
+        if (h->split.load() != 0) return fail(who + " names a segment with a split word");
+        for (unsigned i = 0; i < 8; ++i) {
+          if (h->children[i].load() != 0) return fail(who + " names a segment with a child set");
+        }
+      }
       const std::uint64_t run = std::uint64_t{1} << (g - l);
       if (e % run != 0) return fail(who + " starts an unaligned run");
       for (std::uint64_t f = e; f < e + run; ++f) {
@@ -595,57 +716,83 @@ Status PmehIndex::check() {
         }
       }
       if (!known.insert(off).second) return fail(who + " names a block named elsewhere too");
-      if ((seg_state(off).load() & 1) != 0) return fail(who + ": a writer is inside its segment");
+      if ((seg_state(off).load() & (1 | kSegDead)) != 0) {
+        return fail(who + ": its segment's version is odd or DEAD");
+      }
       Bucket* buckets = segment_buckets(h);
-      for (unsigned j = 0; j < nb_; ++j) {
-        for (unsigned q = 0; q < kSlotsPerBucket; ++q) {
-          const std::uint16_t m = buckets[j].meta[q].load();
-          if (!meta_valid(m)) continue;
-          const std::uint64_t w0 = buckets[j].slot[q].w0.load();
-          const std::uint64_t w1 = buckets[j].slot[q].w1.load();
-          const std::string where = "segment " + hex(off) + " bucket " + std::to_string(j) +
-                                    " slot " + std::to_string(q);
-          std::string key;
-          std::uint64_t h1 = 0;
-          if (meta_is_inline(m)) {
-            const unsigned kl = meta_key_len(m), vl = meta_value_len(m);
-            if (kl > 8 || vl > 8 || (kl < 8 && (w0 >> (8 * kl)) != 0) ||
-                (vl < 8 && (w1 >> (8 * vl)) != 0)) {
-              return fail(where + " has a malformed inline slot");
-            }
-            key = std::string(unpack_word(w0, kl));
-            h1 = make_key(key).h1;
-          } else {
-            const std::uint64_t ioff = pool::pptr_offset(w0);
-            if ((m & ~(kMetaValid | kMetaFpMask)) != 0 || !heap_.is_allocated(ioff)) {
-              return fail(where + " has a malformed pointer slot");
-            }
-            const auto* item = region_.at<ItemHeader>(ioff);
-            if (heap_.block_size(ioff) <
-                sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len) {
-              return fail(where + " names an item larger than its block");
-            }
-            key = std::string(item_key(item));
-            h1 = w1;
-            const Key k = make_key(key);
-            if (item->state.load() != h1 || k.h1 != h1 || pool::pptr_tag(w0) != pointer_tag(k.h2)) {
-              return fail(where + " names an item whose hash does not match the slot");
-            }
-            if (fits_inline(item->key_len, item->value_len)) {
-              return fail(where + " points to an item small enough to be inline");
-            }
-            if (!known.insert(ioff).second) return fail(where + " names an item named elsewhere too");
+      if (!splitting) {
+        for (unsigned j = 0; j < nb_; ++j) {
+          if (Status s = check_bucket(off, &buckets[j], j, h->prefix, l); !s.ok()) return s;
+        }
+        e += run;
+        continue;
+      }
+      // 4. The split in flight: S MOVING with k, 2^k children of depth
+      // L + k with the children's prefixes, no child beyond 2^k, the DRAM
+      // bitmap equal to S's.
+      split_seen = true;
+      const unsigned k = sp->k, n = 1u << k;
+      const std::string ws = "zone " + std::to_string(z) + " split of segment " + hex(off);
+      if (h->split.load() != seg_split_word(k) || k < 1 || k > kMaxSplitBits || sp->s != h ||
+          sp->depth != l || l + k > g) {
+        return fail(ws + ": the segment's split word or depth does not match the split in flight");
+      }
+      for (unsigned i = 0; i < 8; ++i) {
+        const std::uint64_t c = h->children[i].load();
+        if (i >= n) {
+          if (c != 0) return fail(ws + ": child slot " + std::to_string(i) + " is set beyond 2^k");
+          continue;
+        }
+        const auto* ch = seg(c);
+        if (c != sp->child_off[i] || c == 0 || !heap_.is_allocated(c) ||
+            heap_.block_size(c) != (std::size_t{1} << s_) || ch->magic != kSegmentMagic ||
+            ch->depth != l + k || ch->nb != nb_ ||
+            ch->prefix != (h->prefix | (std::uint64_t{i} << (64 - l - k)))) {
+          return fail(ws + ": child " + std::to_string(i) + " (" + hex(c) +
+                      ") is not an allocated segment with the child's depth and prefix");
+        }
+        if (ch->split.load() != 0) return fail(ws + ": child " + std::to_string(i) + " is splitting");
+        for (unsigned w = 0; w < 8; ++w) {
+          if (ch->children[w].load() != 0) {
+            return fail(ws + ": child " + std::to_string(i) + " has a child set");
           }
-          const Key k = make_key(key);
-          if (!in_range(h1, h->prefix, l)) return fail(where + " holds a key outside its segment's range");
-          if (meta_fp(m) != fingerprint(k.h2)) return fail(where + " has a wrong fingerprint");
-          const unsigned home = home_bucket(h1, nb_);
-          if (j != home && j != (home + 1) % nb_) return fail(where + " holds a key outside its window");
-          if (!keys.insert(key).second) return fail(where + " holds a key stored twice");
-          ++items;
+        }
+        if (!known.insert(c).second) {
+          return fail(ws + ": child " + std::to_string(i) + " is a block named elsewhere too");
+        }
+      }
+      for (unsigned w = 0; w < 4; ++w) {
+        const unsigned lo = w * 64;
+        const std::uint64_t valid = nb_ <= lo ? 0
+                                    : nb_ - lo >= 64 ? ~std::uint64_t{0}
+                                                     : (std::uint64_t{1} << (nb_ - lo)) - 1;
+        const std::uint64_t media = h->moved[w].load();
+        if (media != sp->moved[w].load() || (media & ~valid) != 0) {
+          return fail(ws + ": moved word " + std::to_string(w) + " is " + hex(media) +
+                      " on media, " + hex(sp->moved[w].load()) + " in DRAM");
+        }
+      }
+      // 5. Slots of the authoritative buckets: S's unmoved ones, every
+      // child's moved ones.
+      for (unsigned j = 0; j < nb_; ++j) {
+        if (!sp->is_moved(j)) {
+          if (Status s = check_bucket(off, &buckets[j], j, h->prefix, l); !s.ok()) return s;
+          continue;
+        }
+        for (unsigned i = 0; i < n; ++i) {
+          const auto* ch = sp->child[i];
+          if (Status s = check_bucket(sp->child_off[i], &segment_buckets(sp->child[i])[j], j,
+                                      ch->prefix, l + k);
+              !s.ok()) {
+            return s;
+          }
         }
       }
       e += run;
+    }
+    if (sp != nullptr && !split_seen) {
+      return fail("zone " + std::to_string(z) + " has a split in flight of segment " +
+                  hex(sp->s_off) + ", which its directory does not name");
     }
   }
   // 8. Count and leaks.

@@ -146,6 +146,11 @@ void PmehIndex::owner_loop(unsigned i) {
       std::this_thread::yield();
       continue;
     }
+    // Idle: a step of a split in flight, or retired SplitStates freed.
+    if (idle_work(tc, i)) {
+      idle_since = Clock::now();
+      continue;
+    }
     // Dekker with callers: they ring, then read sleeping; we store sleeping,
     // then read every doorbell (both seq_cst), so no wake-up is lost.
     o.sleeping.store(1, std::memory_order_seq_cst);
