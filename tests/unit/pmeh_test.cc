@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <random>
 #include <filesystem>
 #include <fstream>
@@ -927,6 +928,32 @@ TEST_F(PmehGradualTest, SecondSplitInZoneCompletesTheFirstEagerly) {
   EXPECT_TRUE(pmeh().split_in_flight(0));
   EXPECT_EQ(pmeh().open_counters().splits_resumed, 1u);
   for (const std::string& k : keys) ASSERT_EQ(get(k), "v") << k;
+  expect_check();
+}
+
+TEST_F(PmehGradualTest, IdleOwnerStepsTheSplitToCompletion) {
+  options_.pmeh_split_bits = 3;
+  options_.pmeh_split_step = 1;
+  options_.pmeh_workers = 1;
+  options_.pmeh_idle_steps = true;
+  create();
+  const std::vector<std::string> z0 = zone_keys(0, 3000);
+  std::size_t n = 0;
+  while (!pmeh().split_in_flight(0) && stats().splits == 0) {
+    ASSERT_TRUE(insert(z0[n], "v" + std::to_string(n)).ok());
+    ++n;
+  }
+  // check() pauses the idle steps while it runs (§10).
+  expect_check();
+  // No more writes: the idle owner moves the rest and completes the split.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (pmeh().split_in_flight(0) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_FALSE(pmeh().split_in_flight(0));
+  EXPECT_EQ(stats().splits, 1u);
+  EXPECT_EQ(stats().eager_split_completions, 0u);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(get(z0[i]), "v" + std::to_string(i)) << i;
   expect_check();
 }
 
