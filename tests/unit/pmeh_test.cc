@@ -1056,6 +1056,54 @@ TEST_F(PmehCheckTest, CheckReportsASegmentWithAChildButNoSplit) {
   expect_check();
 }
 
+TEST_F(PmehCheckTest, CheckReportsAZoneBitInANewerDirectoryThanTheZoneUses) {
+  splitting();
+  ASSERT_EQ(pmeh().zone_dir_id(1), 0u);
+  auto* root = reinterpret_cast<pm::Root*>(pool_->root());
+  auto* d1 = pool_->region().at<pm::DirHeader>(root->dir_array[1].load());
+  d1->zone_filled[0].fetch_or(2);
+  expect_corruption("the newer directory 1 has its bit");
+  d1->zone_filled[0].fetch_and(~std::uint64_t{2});
+  expect_check();
+}
+
+// Open reads one header per split record and one per child: the same
+// splits in flight cost the same with eight times the keys (§9).
+TEST_F(PmehGradualTest, OpenReadsNoSegmentButSplitting) {
+  options_.pmeh_zone_bits = 2;
+  options_.pmeh_split_bits = 2;
+  options_.pmeh_split_step = 1;
+  options_.pmeh_workers = 1;
+  create();
+  std::uint64_t inserted = 0;
+  // Puts a split in flight in every zone (zones whose split completes meanwhile
+  // start another), then reopens cleanly.
+  auto splits_everywhere_then_reopen = [&](std::uint64_t keys) {
+    for (std::uint64_t i = 0; i < keys; ++i, ++inserted) {
+      ASSERT_TRUE(insert("o" + std::to_string(inserted), "v").ok());
+    }
+    for (unsigned z = 0; z < 4; ++z) {
+      while (!pmeh().split_in_flight(z)) {
+        const std::string k = "o" + std::to_string(inserted++);
+        if ((engine::make_key(k).h1 >> 62) != z) continue;
+        ASSERT_TRUE(insert(k, "v").ok());
+      }
+    }
+    reopen();
+  };
+  splits_everywhere_then_reopen(2000);
+  const auto first = pmeh().open_counters();
+  EXPECT_EQ(first.splits_resumed, 4u);
+  EXPECT_EQ(first.segments_read, 4u * (1 + 4));
+  expect_check();
+  splits_everywhere_then_reopen(8 * 2000);
+  const auto second = pmeh().open_counters();
+  EXPECT_EQ(second.splits_resumed, 4u);
+  EXPECT_EQ(second.segments_read, first.segments_read) << "independent of the key count";
+  EXPECT_GT(stats().segments, 40u) << "many segments, none read by open";
+  expect_check();
+}
+
 TEST_F(PmehCheckTest, CheckReportsAKeyOfAMovedBucketInTheWrongChild) {
   pm::SegmentHeader* s = splitting();
   // Find a VALID slot in a moved bucket and copy it to the same position

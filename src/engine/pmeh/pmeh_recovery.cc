@@ -685,6 +685,14 @@ Status PmehIndex::check() {
       return fail("zone " + std::to_string(z) + " uses directory " + std::to_string(d->id) +
                   ", which does not have its bit");
     }
+    // The newest directory with the zone's bit (the one open would choose).
+    for (unsigned id = d->id + 1; id < kMaxDirs; ++id) {
+      const Dir* newer = dirs_[id].load();
+      if (newer != nullptr && ((newer->hdr->zone_filled[z / 64].load() >> (z % 64)) & 1) != 0) {
+        return fail("zone " + std::to_string(z) + " uses directory " + std::to_string(d->id) +
+                    ", but the newer directory " + std::to_string(id) + " has its bit");
+      }
+    }
     const unsigned g = d->depth;
     const std::uint64_t per_zone = std::uint64_t{1} << (g - z_);
     for (std::uint64_t e = z * per_zone; e < (z + 1) * per_zone;) {
