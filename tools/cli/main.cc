@@ -1,7 +1,8 @@
 // tools/cli/main.cc - `pmhash`, the command-line tool over include/pmhash/.
 //
-//   pmhash create POOL [--engine clevel|dali|nehash] [--size 1G] [--force]
+//   pmhash create POOL [--engine clevel|dali|nehash|pmeh] [--size 1G] [--force]
 //                      [--nehash-bucket-bits 6] [--nehash-initial-dir-bits 4]
+//                      [--pmeh-zone-bits 6] [--pmeh-segment-kib 16]
 //   pmhash put POOL KEY VALUE          insert or replace
 //   pmhash get POOL KEY                print the value and a newline
 //   pmhash del POOL KEY
@@ -14,6 +15,13 @@
 // (empty, the default, accepts whatever it holds). Every command takes
 // --durability strict|epoch and --epoch-ms N (Options::durability and
 // Options::epoch_ms; epoch needs an engine that persists by epochs, dali).
+// Every command takes pmeh's run-time options --pmeh-workers N,
+// --pmeh-split-bits K and --pmeh-split-step B (Options::pmeh_*; not kept in
+// the pool); given for a pool of another engine they are a usage error.
+//
+// Engines. create accepts every engine Store::create accepts; its help
+// lists the finished ones (Store::engines()) and pmeh, which is still being
+// built, marked "(in progress)" until Store::engines() lists it.
 //
 // Exit codes and errors. 0: success. 1: the store refused (the message is its
 // Status message, naming the pool), a key was not found, check() failed or
@@ -156,6 +164,18 @@ CLI::Validator number_in(std::uint64_t lo, std::uint64_t hi) {
   return CLI::Validator(check, "", "number");
 }
 
+// pmeh's segment size in KiB: one of 4, 8, 16, 32, 64.
+CLI::Validator segment_kib() {
+  auto check = [](std::string& text) -> std::string {
+    std::uint64_t v = 0;
+    bool too_large = false;
+    const bool number = parse_u64(text, &v, &too_large);
+    if (number && (v == 4 || v == 8 || v == 16 || v == 32 || v == 64)) return {};
+    return "value '" + text + "' is not a segment size (4, 8, 16, 32 or 64 KiB)";
+  };
+  return CLI::Validator(check, "", "KIB");
+}
+
 // Bytes, optionally with a binary suffix K, M, G or T (either case):
 // "64M" is 64 << 20. Rewrites the text to the plain byte count.
 CLI::Validator byte_size() {
@@ -196,10 +216,20 @@ int close_store(const std::string& path, Store& store, int rc) {
 }
 
 // Opens the pool at `path`, runs `body` on it and closes it.
+// `pmeh_flag`: a pmeh run-time flag given on the command line (empty: none);
+// a pool of another engine is then closed untouched and the command is a
+// usage error.
 int with_pool(const std::string& path, const pmhash::Options& options,
-              const std::function<int(Store&)>& body) {
+              const std::function<int(Store&)>& body, const std::string& pmeh_flag = {}) {
   std::unique_ptr<Store> store;
   if (Status s = Store::open(path, options, &store); !s.ok()) return store_error(path, s);
+  if (!pmeh_flag.empty()) {
+    if (const std::string engine = store->stats().engine; engine != "pmeh") {
+      return close_store(path, *store,
+                         usage_error(pmeh_flag + " applies to engine pmeh only, not " + engine +
+                                     " (the engine of " + path + ")"));
+    }
+  }
   const int rc = body(*store);
   return close_store(path, *store, rc);
 }
@@ -222,6 +252,15 @@ struct Args {
   unsigned nehash_bucket_bits = pmhash::Options{}.nehash_bucket_bits;
   unsigned nehash_initial_dir_bits = pmhash::Options{}.nehash_initial_dir_bits;
   std::string nehash_flag;  // the first --nehash-* flag given, if any
+  // create, pmeh (refused by the other engines when given)
+  unsigned pmeh_zone_bits = pmhash::Options{}.pmeh_zone_bits;
+  unsigned pmeh_segment_kib = pmhash::Options{}.pmeh_segment_kib;
+  std::string pmeh_create_flag;  // the first --pmeh-zone-bits/--pmeh-segment-kib given
+  // every command, pmeh's run-time options (a usage error for other engines)
+  unsigned pmeh_workers = pmhash::Options{}.pmeh_workers;
+  unsigned pmeh_split_bits = pmhash::Options{}.pmeh_split_bits;
+  unsigned pmeh_split_step = pmhash::Options{}.pmeh_split_step;
+  std::string pmeh_run_flag;  // the first run-time --pmeh-* flag given, if any
   std::string key;
   std::string value;
   bool json = false;
@@ -242,7 +281,27 @@ pmhash::Options store_options(const Args& a, const std::string& engine) {
   options.durability =
       a.durability == "epoch" ? pmhash::Durability::kEpoch : pmhash::Durability::kStrict;
   options.epoch_ms = a.epoch_ms;
+  options.pmeh_workers = a.pmeh_workers;
+  options.pmeh_split_bits = a.pmeh_split_bits;
+  options.pmeh_split_step = a.pmeh_split_step;
   return options;
+}
+
+constexpr const char* kPmeh = "pmeh";
+
+// A usage error when a pmeh run-time flag was given for an engine that is
+// not pmeh; nothing otherwise.
+std::optional<int> check_pmeh_run_flags(const Args& a, const std::string& engine) {
+  if (a.pmeh_run_flag.empty() || engine == kPmeh) return std::nullopt;
+  return usage_error(a.pmeh_run_flag + " applies to engine pmeh only, not " + engine);
+}
+
+// Opens the pool of a command (with_pool) under the command's options.
+int open_pool(const Args& a, const std::function<int(Store&)>& body) {
+  if (!a.open_engine.empty()) {
+    if (std::optional<int> rc = check_pmeh_run_flags(a, a.open_engine)) return *rc;
+  }
+  return with_pool(a.pool, store_options(a, a.open_engine), body, a.pmeh_run_flag);
 }
 
 // ---------------------------------------------------------------------------
@@ -252,25 +311,31 @@ int cmd_create(const Args& a) {
   if (!a.nehash_flag.empty() && a.create_engine != "nehash") {
     return usage_error(a.nehash_flag + " applies to engine nehash only, not " + a.create_engine);
   }
+  if (!a.pmeh_create_flag.empty() && a.create_engine != kPmeh) {
+    return usage_error(a.pmeh_create_flag + " applies to engine pmeh only, not " + a.create_engine);
+  }
+  if (std::optional<int> rc = check_pmeh_run_flags(a, a.create_engine)) return *rc;
   pmhash::Options options = store_options(a, a.create_engine);
   options.pool_size = a.size;
   options.force = a.force;
   options.nehash_bucket_bits = a.nehash_bucket_bits;
   options.nehash_initial_dir_bits = a.nehash_initial_dir_bits;
+  options.pmeh_zone_bits = a.pmeh_zone_bits;
+  options.pmeh_segment_kib = a.pmeh_segment_kib;
   std::unique_ptr<Store> store;
   if (Status s = Store::create(a.pool, options, &store); !s.ok()) return store_error(a.pool, s);
   return close_store(a.pool, *store, kExitOk);
 }
 
 int cmd_put(const Args& a) {
-  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
+  return open_pool(a, [&](Store& store) {
     if (Status s = store.upsert(a.key, a.value); !s.ok()) return store_error(a.pool, s);
     return kExitOk;
   });
 }
 
 int cmd_get(const Args& a) {
-  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
+  return open_pool(a, [&](Store& store) {
     std::string value;
     Status s = store.get(a.key, &value);
     if (s.is_not_found()) return key_not_found(a.key);
@@ -282,7 +347,7 @@ int cmd_get(const Args& a) {
 }
 
 int cmd_del(const Args& a) {
-  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
+  return open_pool(a, [&](Store& store) {
     Status s = store.remove(a.key);
     if (s.is_not_found()) return key_not_found(a.key);
     if (!s.ok()) return store_error(a.pool, s);
@@ -291,7 +356,7 @@ int cmd_del(const Args& a) {
 }
 
 int cmd_scan(const Args& a) {
-  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
+  return open_pool(a, [&](Store& store) {
     std::string line;
     Status s = store.for_each([&](std::string_view key, std::string_view value) {
       line.assign(key);
@@ -306,7 +371,7 @@ int cmd_scan(const Args& a) {
 }
 
 int cmd_check(const Args& a) {
-  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
+  return open_pool(a, [&](Store& store) {
     if (Status s = store.check(); !s.ok()) return store_error(a.pool, s);
     write_out("ok\n");
     return finish_output(kExitOk);
@@ -361,6 +426,17 @@ std::string info_text(const pmhash::Stats& st) {
     all.emplace_back("splits", std::to_string(st.splits) + " since open");
     all.emplace_back("full expand", std::to_string(st.full_expansions) + " since open");
   }
+  if (st.engine == "pmeh") {
+    all.emplace_back("segments", std::to_string(st.segments));
+    all.emplace_back("directories", std::to_string(st.levels));
+    all.emplace_back("splits", std::to_string(st.splits) + " since open, " +
+                                   (st.resizing ? "one or more in flight" : "none in flight"));
+    all.emplace_back("moved", std::to_string(st.items_moved) + " slots, " +
+                                  bytes(st.bytes_moved) + " since open");
+    all.emplace_back("dir installs", std::to_string(st.expansions) + " since open");
+    all.emplace_back("delegated", std::to_string(st.delegated_ops) + " ops since open");
+    all.emplace_back("read retries", std::to_string(st.read_retries) + " since open");
+  }
   if (st.epoch != 0) {
     std::string failed;
     for (std::uint64_t e : st.failed_epochs) failed += (failed.empty() ? "" : ", ") + std::to_string(e);
@@ -373,7 +449,7 @@ std::string info_text(const pmhash::Stats& st) {
   for (const auto& [label, value] : all) {
     out += label;
     out += ':';
-    out.append(13 - std::strlen(label), ' ');
+    out.append(std::max<std::size_t>(13, std::strlen(label) + 1) - std::strlen(label), ' ');
     out += value;
     out += '\n';
   }
@@ -403,6 +479,17 @@ std::string info_json(const pmhash::Stats& st) {
     j["rule1_nodes"] = st.rule1_nodes;
     j["rule2_nodes"] = st.rule2_nodes;
   }
+  if (st.engine == "pmeh") {
+    j["segments"] = st.segments;
+    j["directories"] = st.levels;
+    j["splits"] = st.splits;
+    j["splits_in_flight"] = st.resizing;
+    j["directory_installs"] = st.expansions;
+    j["items_moved"] = st.items_moved;
+    j["bytes_moved"] = st.bytes_moved;
+    j["delegated_ops"] = st.delegated_ops;
+    j["read_retries"] = st.read_retries;
+  }
   if (st.epoch != 0) {
     j["epoch"] = st.epoch;
     j["durable_epoch"] = st.durable_epoch;
@@ -413,7 +500,7 @@ std::string info_json(const pmhash::Stats& st) {
 }
 
 int cmd_info(const Args& a) {
-  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) {
+  return open_pool(a, [&](Store& store) {
     const pmhash::Stats st = store.stats();
     write_out(a.json ? info_json(st) : info_text(st));
     return finish_output(kExitOk);
@@ -678,7 +765,7 @@ int cmd_load(const Args& a) {
                        std::to_string(a.key_size) + "-byte keys (at most " +
                        std::to_string(space) + "); raise --key-size");
   }
-  return with_pool(a.pool, store_options(a, a.open_engine), [&](Store& store) { return load_into(a, store); });
+  return open_pool(a, [&](Store& store) { return load_into(a, store); });
 }
 
 // ---------------------------------------------------------------------------
@@ -705,6 +792,27 @@ CLI::App* add_command(CLI::App& app, const char* name, const char* description, 
     sub->add_option("--engine", a.open_engine,
                     "engine the pool must hold (default: whatever it holds)");
   }
+  auto run_flag = [&a](const char* flag) {
+    return [&a, flag](const std::string&) {
+      if (a.pmeh_run_flag.empty()) a.pmeh_run_flag = flag;
+    };
+  };
+  sub->add_option("--pmeh-workers", a.pmeh_workers,
+                  "pmeh: owner threads that run the writes, 1..64 (0: one per hardware thread)")
+      ->check(number_in(0, 64))
+      ->each(run_flag("--pmeh-workers"))
+      ->capture_default_str();
+  sub->add_option("--pmeh-split-bits", a.pmeh_split_bits,
+                  "pmeh: a full segment splits into 2^K segments, K = 1..3")
+      ->check(number_in(1, 3))
+      ->each(run_flag("--pmeh-split-bits"))
+      ->capture_default_str();
+  sub->add_option("--pmeh-split-step", a.pmeh_split_step,
+                  "pmeh: buckets a split moves per write in its zone, 0..255 (0: the whole split "
+                  "at once)")
+      ->check(number_in(0, 255))
+      ->each(run_flag("--pmeh-split-step"))
+      ->capture_default_str();
   return sub;
 }
 
@@ -713,7 +821,11 @@ std::vector<Command> define_commands(CLI::App& app, Args& a) {
 
   CLI::App* create = add_command(app, "create", "create a new, empty pool", a, false);
   std::string engines;
-  for (const std::string& e : Store::engines()) engines += (engines.empty() ? "" : ", ") + e;
+  const std::vector<std::string> finished = Store::engines();
+  for (const std::string& e : finished) engines += (engines.empty() ? "" : ", ") + e;
+  if (std::find(finished.begin(), finished.end(), kPmeh) == finished.end()) {
+    engines += std::string(engines.empty() ? "" : ", ") + kPmeh + " (in progress)";
+  }
   create->add_option("--engine", a.create_engine, "index engine of the new pool: " + engines)
       ->capture_default_str();
   create->add_option("--size", a.size, "pool file size: bytes, or a number with K, M, G or T")
@@ -731,6 +843,20 @@ std::vector<Command> define_commands(CLI::App& app, Args& a) {
       ->check(number_in(0, 16))
       ->each([&a](const std::string&) {
         if (a.nehash_flag.empty()) a.nehash_flag = "--nehash-initial-dir-bits";
+      })
+      ->capture_default_str();
+  create->add_option("--pmeh-zone-bits", a.pmeh_zone_bits,
+                     "pmeh: zone bits Z, 0..8 (2^Z zones, each written by one owner thread)")
+      ->check(number_in(0, 8))
+      ->each([&a](const std::string&) {
+        if (a.pmeh_create_flag.empty()) a.pmeh_create_flag = "--pmeh-zone-bits";
+      })
+      ->capture_default_str();
+  create->add_option("--pmeh-segment-kib", a.pmeh_segment_kib,
+                     "pmeh: segment size in KiB: 4, 8, 16, 32 or 64")
+      ->check(segment_kib())
+      ->each([&a](const std::string&) {
+        if (a.pmeh_create_flag.empty()) a.pmeh_create_flag = "--pmeh-segment-kib";
       })
       ->capture_default_str();
   commands.push_back({create, cmd_create});
