@@ -36,6 +36,17 @@
 // sweep); --nehash-initial-dir-bits sets the main directory's first width.
 // Both are usage errors without nehash in --engine.
 //
+// pmeh. --pmeh-split-bits K1,K2,..., --pmeh-split-step B1,B2,... and
+// --pmeh-opportunistic on,off are sweeps like --nehash-bucket-bits: every
+// pmeh entry becomes one store per combination of their values, one series
+// each, named by the values given ("pmeh k=2", "pmeh B=4 switch=off").
+// --pmeh-workers, --pmeh-delegate-reads, --pmeh-segment-kib and
+// --pmeh-zone-bits set one
+// value for every pmeh store. All are usage errors without pmeh in
+// --engine. pmeh's rows get a second line: bytes its splits moved per key
+// the phase inserted, slots moved, segments, delegated operations and read
+// retries (also in the JSON and the CSV).
+//
 // Open time. --reopen, after the load phase of each pmhash store, copies
 // the quiescent open pool (a crash image), closes the store, opens it again
 // and opens the copy (pmhash_table.h); each open's Stats::open_ns, the keys,
@@ -106,6 +117,13 @@ struct Config {
   unsigned quiesce_timeout_s = 60;
   std::vector<unsigned> nehash_bucket_bits;  // a sweep; empty: the default
   std::optional<unsigned> nehash_initial_dir_bits;
+  std::optional<unsigned> pmeh_workers;
+  std::vector<unsigned> pmeh_split_bits;     // a sweep; empty: the default
+  std::vector<unsigned> pmeh_split_step;     // a sweep; empty: the default
+  std::vector<std::string> pmeh_opportunistic;  // on/off, a sweep; empty: the default
+  bool pmeh_delegate_reads = false;
+  std::optional<unsigned> pmeh_segment_kib;
+  std::optional<unsigned> pmeh_zone_bits;
   bool reopen = false;
   bool list_engines = false;
 };
@@ -163,10 +181,19 @@ struct EngineSpec {
   bool pmhash = false;  // a pmhash engine, not a peer
   std::optional<Durability> durability;
   std::optional<unsigned> bucket_bits;  // nehash in a --nehash-bucket-bits sweep
+  // pmeh in a --pmeh-split-bits, --pmeh-split-step or --pmeh-opportunistic sweep
+  std::optional<unsigned> split_bits;
+  std::optional<unsigned> split_step;
+  std::optional<bool> opportunistic;
 
-  // The series in tables and figures: the name, and b in a sweep.
+  // The series in tables and figures: the name, and the swept values.
   std::string series() const {
-    return bucket_bits ? name + " b=" + std::to_string(*bucket_bits) : name;
+    std::string text = name;
+    if (bucket_bits) text += " b=" + std::to_string(*bucket_bits);
+    if (split_bits) text += " k=" + std::to_string(*split_bits);
+    if (split_step) text += " B=" + std::to_string(*split_step);
+    if (opportunistic) text += *opportunistic ? " switch=on" : " switch=off";
+    return text;
   }
   // Distinct for every table the driver makes.
   std::string label() const {
@@ -176,7 +203,16 @@ struct EngineSpec {
   }
 };
 
+EngineSpec make_spec(const std::string& name, bool pmhash, std::optional<Durability> durability) {
+  EngineSpec spec;
+  spec.name = name;
+  spec.pmhash = pmhash;
+  spec.durability = durability;
+  return spec;
+}
+
 constexpr const char* kNehash = "nehash";
+constexpr const char* kPmeh = "pmeh";
 
 // Whether Store::create accepts `name` (an engine not in Store::engines(),
 // such as one still in progress): creates and closes a small store in DRAM.
@@ -227,6 +263,59 @@ std::vector<EngineSpec> apply_nehash_options(const Config& config, std::vector<E
   return out;
 }
 
+// Expands every pmeh entry into one per combination of the --pmeh-split-bits,
+// --pmeh-split-step and --pmeh-opportunistic values; a usage error when a
+// pmeh flag is given without pmeh in --engine.
+std::vector<EngineSpec> apply_pmeh_options(const Config& config, std::vector<EngineSpec> engines) {
+  const bool pmeh = std::any_of(engines.begin(), engines.end(),
+                                [](const EngineSpec& e) { return e.name == kPmeh; });
+  if (!pmeh) {
+    const std::pair<bool, const char*> given[] = {
+        {config.pmeh_workers.has_value(), "--pmeh-workers"},
+        {!config.pmeh_split_bits.empty(), "--pmeh-split-bits"},
+        {!config.pmeh_split_step.empty(), "--pmeh-split-step"},
+        {!config.pmeh_opportunistic.empty(), "--pmeh-opportunistic"},
+        {config.pmeh_delegate_reads, "--pmeh-delegate-reads"},
+        {config.pmeh_segment_kib.has_value(), "--pmeh-segment-kib"},
+        {config.pmeh_zone_bits.has_value(), "--pmeh-zone-bits"}};
+    for (const auto& [set, flag] : given) {
+      if (set) throw Failure(std::string(flag) + ": no pmeh engine in --engine (add pmeh)");
+    }
+    return engines;
+  }
+  // Each list, or one unset value when the flag was not given.
+  auto values = [](const auto& list) {
+    using T = std::optional<typename std::decay_t<decltype(list)>::value_type>;
+    std::vector<T> out(list.begin(), list.end());
+    if (out.empty()) out.push_back(std::nullopt);
+    return out;
+  };
+  std::vector<bool> switches;
+  for (const std::string& v : config.pmeh_opportunistic) switches.push_back(v == "on");
+  std::vector<EngineSpec> out;
+  for (const EngineSpec& e : engines) {
+    if (e.name != kPmeh) {
+      out.push_back(e);
+      continue;
+    }
+    for (const std::optional<unsigned>& k : values(config.pmeh_split_bits)) {
+      for (const std::optional<unsigned>& b : values(config.pmeh_split_step)) {
+        for (const std::optional<bool>& on : values(switches)) {
+          EngineSpec variant = e;
+          variant.split_bits = k;
+          variant.split_step = b;
+          variant.opportunistic = on;
+          const bool seen = std::any_of(out.begin(), out.end(), [&](const EngineSpec& u) {
+            return u.label() == variant.label();
+          });
+          if (!seen) out.push_back(variant);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<EngineSpec> resolve_engines(const std::vector<std::string>& requested) {
   const std::vector<std::string> finished = Store::engines();
   const std::vector<std::string> known = all_engines();
@@ -246,19 +335,19 @@ std::vector<EngineSpec> resolve_engines(const std::vector<std::string>& requeste
     }
     if (name == "all" || name == "pmhash" || name == "peers") {
       if (name != "peers") {
-        for (const std::string& e : finished) out.push_back({e, true, durability, std::nullopt});
+        for (const std::string& e : finished) out.push_back(make_spec(e, true, durability));
       }
       if (name != "pmhash") {
-        for (const std::string& p : peer_names()) out.push_back({p, false, durability, std::nullopt});
+        for (const std::string& p : peer_names()) out.push_back(make_spec(p, false, durability));
       }
       continue;
     }
     if (contains(peer_names(), name)) {
-      out.push_back({name, false, durability, std::nullopt});
+      out.push_back(make_spec(name, false, durability));
       continue;
     }
     if (!contains(finished, name)) probe_pmhash_engine(name, known_list);
-    out.push_back({name, true, durability, std::nullopt});
+    out.push_back(make_spec(name, true, durability));
   }
   std::vector<EngineSpec> unique;
   for (const EngineSpec& e : out) {
@@ -456,6 +545,15 @@ class Driver {
       tc.nehash_bucket_bits = spec.bucket_bits;
       tc.nehash_initial_dir_bits = config_.nehash_initial_dir_bits;
     }
+    if (engine == kPmeh) {
+      tc.pmeh_workers = config_.pmeh_workers;
+      tc.pmeh_split_bits = spec.split_bits;
+      tc.pmeh_split_step = spec.split_step;
+      tc.pmeh_opportunistic = spec.opportunistic;
+      tc.pmeh_segment_kib = config_.pmeh_segment_kib;
+      tc.pmeh_zone_bits = config_.pmeh_zone_bits;
+      if (config_.pmeh_delegate_reads) tc.pmeh_delegate_reads = true;
+    }
     try {
       if (spec.pmhash) return std::make_unique<PmhashTable>(engine, tc);
       return make_peer(engine, tc);
@@ -514,6 +612,9 @@ class Driver {
     if (auto* store = dynamic_cast<PmhashTable*>(table.get()); store && engine.name == kNehash) {
       r.nehash_bucket_bits = store->options().nehash_bucket_bits;
       r.nehash_initial_dir_bits = store->options().nehash_initial_dir_bits;
+    }
+    if (auto* store = dynamic_cast<PmhashTable*>(table.get()); store && engine.name == kPmeh) {
+      r.pmeh_options = store->options();
     }
     r.kind = table->kind();
     r.durability = table->durability();
@@ -625,6 +726,13 @@ class Driver {
         {"nehash_initial_dir_bits", config_.nehash_initial_dir_bits
                                         ? nlohmann::json(*config_.nehash_initial_dir_bits)
                                         : nlohmann::json(nullptr)},
+        {"pmeh_workers", config_.pmeh_workers ? nlohmann::json(*config_.pmeh_workers) : nlohmann::json(nullptr)},
+        {"pmeh_split_bits", config_.pmeh_split_bits},
+        {"pmeh_split_step", config_.pmeh_split_step},
+        {"pmeh_opportunistic", config_.pmeh_opportunistic},
+        {"pmeh_delegate_reads", config_.pmeh_delegate_reads},
+        {"pmeh_segment_kib", config_.pmeh_segment_kib ? nlohmann::json(*config_.pmeh_segment_kib) : nlohmann::json(nullptr)},
+        {"pmeh_zone_bits", config_.pmeh_zone_bits ? nlohmann::json(*config_.pmeh_zone_bits) : nlohmann::json(nullptr)},
         {"reopen", config_.reopen},
         {"check", config_.check}};
     doc["ceilings"] = nlohmann::json::array();
@@ -755,10 +863,39 @@ void add_options(CLI::App& app, Config& config) {
   app.add_option("--nehash-initial-dir-bits", config.nehash_initial_dir_bits,
                  "nehash: main-directory bits of a new store, 0 to 16 (default: the library's, 4)")
       ->check(CLI::Range(0u, 16u));
+  app.add_option("--pmeh-workers", config.pmeh_workers,
+                 "pmeh: owner threads of each store, 1 to 64 (default: the library's, one per "
+                 "hardware thread)")
+      ->check(CLI::Range(1u, 64u));
+  app.add_option("--pmeh-split-bits", config.pmeh_split_bits,
+                 "pmeh: a full segment splits into 2^k, k comma-separated, 1 to 3; several values "
+                 "make a sweep, one series each (\"pmeh k=2\"); default: the library's (3)")
+      ->delimiter(',')
+      ->check(CLI::Range(1u, 3u));
+  app.add_option("--pmeh-split-step", config.pmeh_split_step,
+                 "pmeh: buckets a split moves per write, comma-separated, 0 (all at once) to 255; "
+                 "a sweep like --pmeh-split-bits (\"pmeh B=4\"); default: the library's (4)")
+      ->delimiter(',')
+      ->check(CLI::Range(0u, 255u));
+  app.add_option("--pmeh-opportunistic", config.pmeh_opportunistic,
+                 "pmeh: hot zones switch to per-segment locks, on or off, comma-separated; a sweep "
+                 "(\"pmeh switch=off\"); default: the library's (on)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_flag("--pmeh-delegate-reads", config.pmeh_delegate_reads,
+               "pmeh: reads go to the zone's owner thread too, instead of optimistic reads");
+  app.add_option("--pmeh-segment-kib", config.pmeh_segment_kib,
+                 "pmeh: segment size of each store in KiB: 4, 8, 16, 32 or 64 (default: the "
+                 "library's, 16)")
+      ->check(CLI::IsMember({4u, 8u, 16u, 32u, 64u}));
+  app.add_option("--pmeh-zone-bits", config.pmeh_zone_bits,
+                 "pmeh: zone bits Z of each store, 0 to 8 (2^Z zones and first segments; "
+                 "default: the library's, 6)")
+      ->check(CLI::Range(0u, 8u));
   app.add_flag("--reopen", config.reopen,
                "after the load phase, close each pmhash store and open it again, and open a crash "
                "image of it (a copy of the quiescent open pool); reports each open's time "
-               "(Stats::open_ns), keys, nehash groups and heap bytes per key");
+               "(Stats::open_ns), keys, nehash groups, pmeh segments and heap bytes per key");
   app.add_option("--quiesce-timeout", config.quiesce_timeout_s,
                  "seconds to wait for a resize to finish after a phase")
       ->capture_default_str();
@@ -791,7 +928,7 @@ int run(int argc, char** argv) {
   std::vector<WorkloadSpec> specs;
   try {
     validate(config);
-    engines = apply_nehash_options(config, resolve_engines(config.engines));
+    engines = apply_pmeh_options(config, apply_nehash_options(config, resolve_engines(config.engines)));
     specs = parse_workloads(config);
     resolve_paths(config.pool);
   } catch (const Failure& e) {

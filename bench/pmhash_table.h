@@ -65,6 +65,7 @@ struct OpenMeasure {
   double wall_s = 0;              // Store::open as the caller saw it
   std::uint64_t items = 0;
   std::uint64_t groups = 0;       // nehash: bucket groups (0 for other engines)
+  std::uint64_t segments = 0;     // pmeh: live segments (0 for other engines)
   std::uint64_t slots = 0;
   std::uint64_t heap_used = 0;
   std::uint64_t dram_bytes = 0;   // Stats::dram_bytes (nehash: its directory)
@@ -151,6 +152,13 @@ class PmhashTable final : public Table {
     if (config.nehash_initial_dir_bits) {
       options.nehash_initial_dir_bits = *config.nehash_initial_dir_bits;
     }
+    if (config.pmeh_workers) options.pmeh_workers = *config.pmeh_workers;
+    if (config.pmeh_split_bits) options.pmeh_split_bits = *config.pmeh_split_bits;
+    if (config.pmeh_split_step) options.pmeh_split_step = *config.pmeh_split_step;
+    if (config.pmeh_segment_kib) options.pmeh_segment_kib = *config.pmeh_segment_kib;
+    if (config.pmeh_zone_bits) options.pmeh_zone_bits = *config.pmeh_zone_bits;
+    if (config.pmeh_opportunistic) options.pmeh_opportunistic = *config.pmeh_opportunistic;
+    if (config.pmeh_delegate_reads) options.pmeh_delegate_reads = *config.pmeh_delegate_reads;
     Status s = create(options);
     if (s.is_invalid_argument() && config.durability == Durability::kEpoch) {
       options.durability = Durability::kStrict;
@@ -196,7 +204,20 @@ class PmhashTable final : public Table {
       const std::uint64_t keys = config.max_keys != 0 ? config.max_keys : config.capacity_hint;
       bytes = keys * (per_key + nehash_bytes_per_key(b));
     }
+    if (engine == "pmeh") bytes += pmeh_split_margin(config);
     return std::max<std::uint64_t>(std::uint64_t{1} << 30, bytes);
+  }
+
+  // pmeh's segments hold 14 slots of 18 bytes (slot and meta) per 256-byte
+  // bucket, about 40 % full right after a split into 2^k and never emptier
+  // in a load, which per_key covers (about 45 bytes a key at 8-byte keys
+  // and values, plus the item). On top: a split in flight keeps its parent
+  // and its 2^k children, in each of the at most 2^8 zones at once, for the
+  // largest segments (64 KiB) and k = 3.
+  static std::uint64_t pmeh_split_margin(const TableConfig& config) {
+    const std::uint64_t segment = std::uint64_t{config.pmeh_segment_kib.value_or(64)} << 10;
+    const std::uint64_t k = config.pmeh_split_bits.value_or(3);
+    return 256 * segment * (1 + (std::uint64_t{1} << k));
   }
 
   // An estimate, with a margin, of the pool bytes per key of nehash's bucket
@@ -261,6 +282,13 @@ class PmhashTable final : public Table {
     out.items_moved = now.items_moved;
     out.slots = now.slots;
     if (engine_ == "nehash") out.groups = now.groups;
+    if (engine_ == "pmeh") {
+      out.bytes_moved = now.bytes_moved;
+      out.splits = now.splits;
+      out.delegated_ops = now.delegated_ops;
+      out.read_retries = now.read_retries;
+      out.segments = now.segments;
+    }
     if (durability_ == Durability::kEpoch) out.durability_points = now.epoch_fences;
     out.resizing = now.resizing;
     return out;
@@ -346,8 +374,8 @@ class PmhashTable final : public Table {
   }
 
   OpenMeasure open_and_measure(const std::string& path, bool check, std::unique_ptr<Store>* store) const {
-    Options options;
-    options.engine = engine_;
+    Options options = options_;  // the run-time options too (pmeh's owners, k, B)
+    options.force = false;
     options.durability = durability_;
     options.epoch_ms = epoch_ms_;
     OpenMeasure m;
@@ -362,6 +390,7 @@ class PmhashTable final : public Table {
     m.clean_shutdown = st.clean_shutdown;
     m.items = st.items;
     m.groups = st.groups;
+    m.segments = st.segments;
     m.slots = st.slots;
     m.heap_used = st.heap_used;
     m.dram_bytes = st.dram_bytes;

@@ -92,6 +92,13 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
   if (expansions && moved && *expansions > 0) {
     moved_per_resize = static_cast<double>(*moved) / static_cast<double>(*expansions);
   }
+  // pmeh: data movement per key the phase inserted.
+  const std::uint64_t inserted = p.by_type[static_cast<int>(OpType::kInsert)].count();
+  const std::optional<std::uint64_t> bytes_moved = delta(p.before.bytes_moved, p.after.bytes_moved);
+  auto per_insert = [&](const std::optional<std::uint64_t>& v) -> json {
+    if (!v || !p.after.bytes_moved || inserted == 0) return nullptr;
+    return static_cast<double>(*v) / static_cast<double>(inserted);
+  };
   json transactions = nullptr;
   if (mix.has(OpType::kTxn)) {
     transactions = {{"committed", p.ok},
@@ -123,6 +130,13 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
       {"items_moved_per_resize", optional_json(moved_per_resize)},
       {"slots", optional_json(p.after.slots)},
       {"groups", optional_json(p.after.groups)},
+      {"bytes_moved", optional_json(bytes_moved)},
+      {"bytes_moved_per_insert", per_insert(bytes_moved)},
+      {"items_moved_per_insert", per_insert(moved)},
+      {"splits", optional_json(delta(p.before.splits, p.after.splits))},
+      {"delegated_ops", optional_json(delta(p.before.delegated_ops, p.after.delegated_ops))},
+      {"read_retries", optional_json(delta(p.before.read_retries, p.after.read_retries))},
+      {"segments", optional_json(p.after.segments)},
       {"durable_every_ms", optional_json(durable_every_ms(p))},
       {"quiesce_s", p.quiesce_seconds},
       {"stream_exhausted", p.stream_exhausted},
@@ -133,6 +147,7 @@ json open_json(const OpenMeasure& m) {
   return {{"open_ns", m.open_ns},     {"recovery_ns", m.recovery_ns},
           {"clean_shutdown", m.clean_shutdown}, {"wall_s", m.wall_s},
           {"items", m.items},         {"groups", m.groups},
+          {"segments", m.segments},
           {"slots", m.slots},         {"heap_used", m.heap_used},
           {"dram_bytes", m.dram_bytes},
           {"bytes_per_key", m.bytes_per_key()}, {"check_s", m.check_s}};
@@ -293,6 +308,16 @@ nlohmann::json run_json(const RunResult& r) {
     options = {{"nehash_bucket_bits", *r.nehash_bucket_bits},
                {"nehash_initial_dir_bits", optional_json(r.nehash_initial_dir_bits)}};
   }
+  if (r.pmeh_options) {
+    const Options& o = *r.pmeh_options;
+    options = {{"pmeh_zone_bits", o.pmeh_zone_bits},
+               {"pmeh_segment_kib", o.pmeh_segment_kib},
+               {"pmeh_workers", o.pmeh_workers},
+               {"pmeh_split_bits", o.pmeh_split_bits},
+               {"pmeh_split_step", o.pmeh_split_step},
+               {"pmeh_opportunistic", o.pmeh_opportunistic},
+               {"pmeh_delegate_reads", o.pmeh_delegate_reads}};
+  }
   return {{"engine", r.engine},
           {"series", r.series.empty() ? r.engine : r.series},
           {"options", std::move(options)},
@@ -350,13 +375,33 @@ void print_row(std::ostream& out, const RunResult& r) {
                 flush ? fixed(*flush, 2).c_str() : "-", fence ? fixed(*fence, 2).c_str() : "-",
                 bpk ? fixed(*bpk, 0).c_str() : "-", durability_text(r, m).c_str());
   out << line;
+  if (m.after.bytes_moved) print_pmeh_line(out, m);
   if (r.reopen) print_reopen(out, *r.reopen);
+}
+
+void print_pmeh_line(std::ostream& out, const PhaseOutcome& m) {
+  const auto d = [](const std::optional<std::uint64_t>& before,
+                    const std::optional<std::uint64_t>& after) {
+    return before && after ? *after - *before : 0;
+  };
+  const std::uint64_t inserted = m.by_type[static_cast<int>(OpType::kInsert)].count();
+  const std::uint64_t bytes = d(m.before.bytes_moved, m.after.bytes_moved);
+  out << "             pmeh: ";
+  if (inserted != 0) {
+    out << fixed(static_cast<double>(bytes) / static_cast<double>(inserted), 2)
+        << " B moved/inserted key, ";
+  }
+  out << d(m.before.items_moved, m.after.items_moved) << " slots moved in "
+      << d(m.before.splits, m.after.splits) << " splits, " << m.after.segments.value_or(0)
+      << " segments, " << d(m.before.delegated_ops, m.after.delegated_ops) << " delegated, "
+      << d(m.before.read_retries, m.after.read_retries) << " read retries\n";
 }
 
 void print_reopen(std::ostream& out, const ReopenOutcome& r) {
   const auto shape = [](const OpenMeasure& m) {
     std::string text = std::to_string(m.items) + " keys";
     if (m.groups != 0) text += ", " + std::to_string(m.groups) + " groups";
+    if (m.segments != 0) text += ", " + std::to_string(m.segments) + " segments";
     return text + ", " + fixed(m.bytes_per_key(), 1) + " heap B/key";
   };
   out << "             reopen: clean open " << fixed(r.clean.open_ns / 1e6, 2) << " ms ("
@@ -403,7 +448,9 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
          "p99_ns,p999_ns,max_ns,flushes_per_op,fences_per_op,bytes_per_key,bytes_kind,"
          "items_moved_per_resize,txn_aborts,durable_every_ms,series,nehash_bucket_bits,"
          "nehash_initial_dir_bits,slots,groups,reopen_items,reopen_groups,clean_open_ns,"
-         "crash_open_ns,crash_recovery_ns,reopen_bytes_per_key\n";
+         "crash_open_ns,crash_recovery_ns,reopen_bytes_per_key,bytes_moved,items_moved,"
+         "bytes_moved_per_insert,splits,segments,delegated_ops,read_retries,pmeh_split_bits,"
+         "pmeh_split_step,pmeh_opportunistic,reopen_segments\n";
   for (const RunResult& r : runs) {
     const json j = run_json(r);
     const json& m = r.run ? j["run"] : j["load"];
@@ -439,6 +486,18 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
     } else {
       out << ",,,,,";
     }
+    const bool pmeh = r.pmeh_options.has_value();
+    out << ',' << num(m["bytes_moved"]) << ',' << (pmeh ? num(m["items_moved"]) : "") << ','
+        << num(m["bytes_moved_per_insert"]) << ',' << num(m["splits"]) << ','
+        << num(m["segments"]) << ',' << num(m["delegated_ops"]) << ',' << num(m["read_retries"])
+        << ',';
+    if (pmeh) {
+      out << r.pmeh_options->pmeh_split_bits << ',' << r.pmeh_options->pmeh_split_step << ','
+          << (r.pmeh_options->pmeh_opportunistic ? "on" : "off");
+    } else {
+      out << ",,";
+    }
+    out << ',' << (r.reopen && pmeh ? std::to_string(r.reopen->clean.segments) : "");
     out << '\n';
   }
 }

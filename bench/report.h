@@ -16,7 +16,12 @@
 //                 --nehash-bucket-bits sweep), kind, durability,
 //                 durability_mode (strict, epoch or none), threads, workload,
 //                 distribution, options (nehash: {nehash_bucket_bits,
-//                 nehash_initial_dir_bits}; else null),
+//                 nehash_initial_dir_bits}; pmeh: {pmeh_zone_bits,
+//                 pmeh_segment_kib, pmeh_workers, pmeh_split_bits,
+//                 pmeh_split_step, pmeh_opportunistic,
+//                 pmeh_delegate_reads}; else null; a sweep's series is
+//                 "pmeh k=2", "pmeh B=4", "pmeh switch=off" or a
+//                 combination),
 //                 load: PHASE, run: PHASE or null, reopen: REOPEN or null } ],
 //     "skipped": [ { engine, kind, threads, workload, reason } ] }
 //                 (runs not made: an engine without transactions under the
@@ -33,7 +38,11 @@
 //     (the last interval may be shorter), load_factor [[ops, lf]...],
 //     flushes_per_op, fences_per_op, bytes_per_key, bytes_kind, slots and
 //     groups after the phase (pmhash; groups: nehash's bucket groups), expansions,
-//     items_moved, items_moved_per_resize, durable_every_ms (epoch
+//     items_moved, items_moved_per_resize, and for pmeh (else null, all
+//     counted in the phase): bytes_moved (split moves' slot and meta
+//     bytes), bytes_moved_per_insert and items_moved_per_insert (over the
+//     keys the phase inserted), splits, delegated_ops, read_retries, and
+//     segments after the phase; durable_every_ms (epoch
 //     durability: the phase's time over the epochs ended or syncs done in
 //     it, the loss interval achieved), quiesce_s, stream_exhausted.
 //   Fields that do not apply to a table are null.
@@ -41,7 +50,8 @@
 //   REOPEN (--reopen; pmhash_table.h): copy_s, image_bytes, clean: OPEN,
 //     crash: OPEN or null, crash_skipped: why crash is null, or null.
 //   OPEN: open_ns and recovery_ns (Stats), clean_shutdown (false: recovery
-//     ran), wall_s (Store::open as called), items, groups, slots, heap_used,
+//     ran), wall_s (Store::open as called), items, groups, segments (pmeh),
+//     slots, heap_used,
 //     dram_bytes (what the index keeps in DRAM: nehash's directory),
 //     bytes_per_key (heap_used / items), check_s.
 //
@@ -74,6 +84,8 @@ struct RunResult {
   // nehash: the creation options the store was made with.
   std::optional<unsigned> nehash_bucket_bits;
   std::optional<unsigned> nehash_initial_dir_bits;
+  // pmeh: the options the store was created with.
+  std::optional<Options> pmeh_options;
   std::string kind;
   std::string durability;
   unsigned threads = 0;
@@ -122,6 +134,9 @@ void print_row(std::ostream& out, const RunResult& r);
 void print_skipped_row(std::ostream& out, const SkippedRun& s);
 // The line under a row with --reopen: open times, keys, groups, bytes/key.
 void print_reopen(std::ostream& out, const ReopenOutcome& r);
+// The line under a pmeh row: bytes moved per inserted key, slots moved,
+// segments, delegated operations, read retries of the measured phase.
+void print_pmeh_line(std::ostream& out, const PhaseOutcome& m);
 void print_ceilings(std::ostream& out, const std::vector<Ceilings>& ceilings);
 
 // One CSV line per run, with a header line.

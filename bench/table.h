@@ -78,6 +78,14 @@ struct TableConfig {
   // nehash_initial_dir_bits (unset: the library's defaults).
   std::optional<unsigned> nehash_bucket_bits;
   std::optional<unsigned> nehash_initial_dir_bits;
+  // pmhash pmeh only: Options::pmeh_* (unset: the library's defaults).
+  std::optional<unsigned> pmeh_workers;
+  std::optional<unsigned> pmeh_split_bits;
+  std::optional<unsigned> pmeh_split_step;
+  std::optional<unsigned> pmeh_segment_kib;
+  std::optional<unsigned> pmeh_zone_bits;
+  std::optional<bool> pmeh_opportunistic;
+  std::optional<bool> pmeh_delegate_reads;
 };
 
 // One transaction of the txn workload.
@@ -129,6 +137,14 @@ struct TableStats {
   std::optional<std::uint64_t> items_moved;
   std::optional<std::uint64_t> slots;      // index capacity (pmhash)
   std::optional<std::uint64_t> groups;     // nehash: bucket groups
+  // pmeh (Stats, counted since the store was opened): bytes split moves
+  // copied, segment splits, operations an owner thread ran for a caller,
+  // optimistic reads run again; and the live segments.
+  std::optional<std::uint64_t> bytes_moved;
+  std::optional<std::uint64_t> splits;
+  std::optional<std::uint64_t> delegated_ops;
+  std::optional<std::uint64_t> read_retries;
+  std::optional<std::uint64_t> segments;
   // Epoch durability: the points at which everything written before became
   // durable (epochs a pmhash engine ended, syncs a peer completed) since the
   // table was created. The run's seconds over their count is the interval
