@@ -21,6 +21,16 @@
 #                    docs/results/nehash (about 12 minutes; NEHASH_RECORDS,
 #                    NEHASH_SWEEP_RECORDS, NEHASH_OPEN_RECORDS, SHM_DIR:
 #                    scripts/bench.sh)
+#   make bench-pmeh  pmeh's runs (docs/design/pmeh.md §13.4; 8-byte keys and
+#                    values, /dev/shm, cache_line): insert/read/delete
+#                    uniform and update/read/a zipfian with the switch on
+#                    and off against clevel and nehash at 1 and 2 threads;
+#                    owner threads and delegated reads; data movement for
+#                    k = 1, 2, 3 and nehash; split-step latency B = 0, 1, 4,
+#                    16; open time at 1M and 10M keys; into
+#                    docs/results/pmeh (about 15 minutes; PMEH_RECORDS,
+#                    PMEH_SECONDS, PMEH_MOVE_RECORDS, PMEH_STEP_RECORDS,
+#                    PMEH_OPEN_RECORDS, PMEH_PARTS, SHM_DIR: scripts/bench.sh)
 #   make figures     regenerate every figure in docs/results from its JSON
 #   make bench       pmhash-microbench, pmhash against libcuckoo, repeated
 # Fuzzing (README, "Fuzzing"):
@@ -31,7 +41,7 @@
 #                    knobs in scripts/crash-long.sh)
 
 .PHONY: run test bootstrap bootstrap-plot build-release build-asan build-tsan \
-        build-fuzz bench bench-full bench-dali bench-nehash results figures crash-long \
+        build-fuzz bench bench-full bench-dali bench-nehash bench-pmeh results figures crash-long \
         fuzz clean
 
 bootstrap:
@@ -81,6 +91,9 @@ bench-dali: build-release bootstrap-plot
 bench-nehash: build-release bootstrap-plot
 	./scripts/bench.sh nehash build/release
 
+bench-pmeh: build-release bootstrap-plot
+	./scripts/bench.sh pmeh build/release
+
 crash-long: build-release
 	./scripts/crash-long.sh build/release
 
@@ -96,6 +109,23 @@ figures: bootstrap-plot
 	  .venv/bin/python bench/plot.py --out $$n --figures throughput,scaling,latency_cdf,op_latency_cdf $$n/ycsb.json && \
 	  .venv/bin/python bench/plot.py --out $$n --figures bucket_bits $$n/sweep.json && \
 	  .venv/bin/python bench/plot.py --out $$n --figures open_time $$n/open-*.json $$n/sweep.json; \
+	fi
+	if [ -d docs/results/pmeh ]; then \
+	  p=docs/results/pmeh; \
+	  for part in uniform skewed; do \
+	    if [ -f $$p/$$part.json ]; then \
+	      .venv/bin/python bench/plot.py --out $$p/$$part --figures throughput,scaling,latency_cdf $$p/$$part.json; \
+	    fi; \
+	  done; \
+	  if ls $$p/movement-*.json >/dev/null 2>&1; then \
+	    .venv/bin/python bench/plot.py --out $$p --figures data_movement $$p/movement-*.json; \
+	  fi; \
+	  if [ -f $$p/step.json ]; then \
+	    .venv/bin/python bench/plot.py --out $$p --figures split_step $$p/step.json; \
+	  fi; \
+	  if ls $$p/open-*.json >/dev/null 2>&1; then \
+	    .venv/bin/python bench/plot.py --out $$p --figures open_time $$p/open-*.json; \
+	  fi; \
 	fi
 
 clean:

@@ -49,6 +49,18 @@ Figures (written into DIR, default <repo>/docs/results; each path printed)
                        a crash against keys, one line per series measured
                        at several sizes; and nehash's open time against its
                        bucket groups (every run, any b), log-log.
+  data_movement.png    only with load phases of pmeh or nehash: slots
+                       pmeh's splits moved per inserted key, one bar per
+                       series and key count, with the expected 1.44/k (k =
+                       the run's pmeh_split_bits) and, at nehash, 0.72 (an
+                       in-place 2-split; nehash does not count its moves)
+                       marked; and pool heap bytes per key after the load.
+  split_step.png       only with runs of several pmeh split steps B
+                       (pmhash-bench --pmeh-split-step): insert latency CDF
+                       of each B (run phase, largest thread count), and its
+                       p50, p99, p99.9 and max.
+  open_time's second panel shows open time against nehash's bucket groups
+  and pmeh's segments (pmeh runs are labelled with k).
 --figures NAME,... (stems, e.g. throughput,bucket_bits) writes only those.
 Workloads are ordered load, a, b, c, d, f, txn, nehash-a, nehash-b,
 nehash-g, insert, read, read-neg, update, delete, then mixed:* and any
@@ -979,6 +991,111 @@ def plot_bucket_bits(canvas):
     return canvas.finish(fig, "nehash bucket-directory bits (NEHASH paper §6.2)", [])
 
 
+def pmeh_option(run, name):
+    options = run.get("options") or {}
+    return options.get(name)
+
+
+def plot_data_movement(canvas):
+    runs = [r for r in canvas.runs
+            if r["engine"] in ("pmeh", "nehash") and r["load"] is not None
+            and r["load"].get("items_moved") is not None and r["load"]["ops"] > 0]
+    if not runs:
+        raise Skip("no pmeh or nehash load phase with items_moved")
+    sizes = sorted(set(r["load"]["ops"] for r in runs))
+    names = [n for n in canvas.series if any(r["series"] == n for r in runs)]
+    fig, axes = canvas.grid(2, 5.4, 3.8, max_w=11.5)
+    palette = canvas.plt.get_cmap("viridis")
+    width = 0.8 / len(sizes)
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+    panels = [
+        # nehash does not count the items its splits move (Stats::items_moved
+        # stays 0): only its expected value is drawn.
+        (axes[0], "slots moved per inserted key (pmeh)",
+         lambda r: r["load"]["items_moved"] / r["load"]["ops"] if r["engine"] == "pmeh" else None),
+        (axes[1], "pool heap bytes per key after the load",
+         lambda r: r["load"].get("bytes_per_key")),
+    ]
+    for ax, title, value in panels:
+        for j, n in enumerate(sizes):
+            xs, ys = [], []
+            for i, name in enumerate(names):
+                v = mean(value(r) for r in runs if r["series"] == name and r["load"]["ops"] == n)
+                if v is not None:
+                    xs.append(i - 0.4 + width * (j + 0.5))
+                    ys.append(v)
+            ax.bar(xs, ys, width * 0.9, color=palette(j / max(1, len(sizes) - 1) * 0.8),
+                   label=f"{human(n)} keys")
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, fontsize=8)
+        rotate_if_crowded(ax, names, limit=4)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+    ax = axes[0]
+    for i, name in enumerate(names):
+        mine = [r for r in runs if r["series"] == name]
+        k = pmeh_option(mine[0], "pmeh_split_bits") if mine[0]["engine"] == "pmeh" else None
+        expected = 1.44 / k if k else (0.72 if mine[0]["engine"] == "nehash" else None)
+        if expected is not None:
+            ax.plot([i - 0.45, i + 0.45], [expected, expected], color="crimson", lw=1.2, ls="--")
+        if mine[0]["engine"] == "nehash":
+            ax.text(i, 0.02, "not counted\nby nehash", transform=ax.get_xaxis_transform(),
+                    ha="center", fontsize=7, color="0.4")
+    ax.plot([], [], color="crimson", ls="--", label="expected: 1.44/k (pmeh), 0.72 (2-split)")
+    ax.set_ylabel("per inserted key")
+    ax.legend(fontsize=7)
+    axes[1].set_ylabel("bytes per key")
+    return canvas.finish(fig, "Data movement of splits during a load (design §12.4)", [])
+
+
+def plot_split_step(canvas):
+    runs = [r for r in canvas.runs if pmeh_option(r, "pmeh_split_step") is not None
+            and r["run"] is not None and "insert" in r["run"]["latency_ns"]]
+    steps = sorted(set(pmeh_option(r, "pmeh_split_step") for r in runs))
+    if len(steps) < 2:
+        raise Skip("no pmeh runs of several split steps with inserts")
+    top = thread_counts(runs)[-1]
+    runs = [r for r in runs if r["threads"] == top]
+    fig, axes = canvas.grid(2, 5.2, 3.8, max_w=11.0)
+    palette = canvas.plt.get_cmap("plasma")
+    colour = {b: palette(i / max(1, len(steps)) * 0.85) for i, b in enumerate(steps)}
+    stats = {}
+    for b in steps:
+        mine = [r for r in runs if pmeh_option(r, "pmeh_split_step") == b]
+        if not mine:
+            continue
+        lat = mine[0]["run"]["latency_ns"]["insert"]
+        axes[0].plot(*cdf_points(lat["histogram"]), color=colour[b], label=f"B={b}")
+        stats[b] = lat
+    ax = axes[0]
+    ax.set_xscale("log")
+    ax.set_xlabel("insert latency (ns)")
+    ax.set_ylabel("fraction of inserts ≤ x")
+    ax.set_ylim(0, 1.02)
+    ax.axhline(0.99, color="0.5", lw=0.6, ls="--")
+    ax.set_title(f"insert latency CDF · {thread_word(top)}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, title="buckets moved per write", title_fontsize=7)
+    ax = axes[1]
+    marks = [("p50", "o"), ("p99", "s"), ("p999", "^"), ("max", "x")]
+    xs = list(range(len(stats)))
+    for key, marker in marks:
+        ax.plot(xs, [stats[b][key] / 1e3 for b in stats], marker=marker,
+                label="p99.9" if key == "p999" else key)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"B={b}" for b in stats])
+    ax.set_yscale("log")
+    ax.set_ylabel("insert latency (µs)")
+    ax.set_title("percentiles by split step (B=0: the whole split at once)", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    return canvas.finish(fig, "pmeh gradual splits: insert latency by split step B", [])
+
+
 def plot_open_time(canvas):
     reopened = [r for r in canvas.runs if r.get("reopen")]
     if not reopened:
@@ -1021,7 +1138,19 @@ def plot_open_time(canvas):
     ax.grid(alpha=0.3, which="both")
     ax = axes[1]
     nehash = [r for r in reopened if r["engine"] == "nehash"]
-    if nehash:
+    pmeh = [r for r in reopened if r["engine"] == "pmeh"]
+    for kind, marker in (("clean", "o"), ("crash", "x")):
+        for r in pmeh:
+            m = r["reopen"][kind]
+            if m is None or not m.get("segments"):
+                continue
+            ax.scatter([m["segments"]], [m["open_ns"] / 1e6], marker=marker,
+                       color="crimson", s=28)
+            if kind == "clean":
+                ax.annotate(f"pmeh k={pmeh_option(r, 'pmeh_split_bits')}, {human(m['items'])} keys",
+                            (m["segments"], m["open_ns"] / 1e6), fontsize=6,
+                            xytext=(3, -8), textcoords="offset points")
+    if nehash or pmeh:
         palette = canvas.plt.get_cmap("viridis")
         # One run per (b, keys): the sweep measures each b at every thread
         # count, and the open does not depend on the load's threads.
@@ -1047,9 +1176,9 @@ def plot_open_time(canvas):
         ax.xaxis.set_minor_formatter(sparse_keys)
         ax.yaxis.set_major_formatter(plain)
         ax.yaxis.set_minor_formatter(sparse)
-        ax.set_title("nehash: open time against bucket groups (o clean, x crash)",
-                     fontsize=10)
-        ax.set_xlabel("bucket groups")
+        ax.set_title("open time against nehash's bucket groups and pmeh's segments "
+                     "(o clean, x crash)", fontsize=9)
+        ax.set_xlabel("bucket groups (nehash) / segments (pmeh, red)")
         ax.set_ylabel("open time (ms)")
         ax.grid(alpha=0.3, which="both")
     else:
@@ -1067,6 +1196,8 @@ FIGURES = [
     ("op_latency_cdf.png", plot_op_latency_cdf),
     ("bucket_bits.png", plot_bucket_bits),
     ("open_time.png", plot_open_time),
+    ("data_movement.png", plot_data_movement),
+    ("split_step.png", plot_split_step),
 ]
 # Written only when --figures names them.
 ON_REQUEST = {"op_latency_cdf"}

@@ -8,6 +8,8 @@
 #                                        peers, about 14 minutes
 #   scripts/bench.sh nehash  BUILD_DIR   (make bench-nehash) the NEHASH
 #                                        paper's evaluation, about 12 minutes
+#   scripts/bench.sh pmeh    BUILD_DIR   (make bench-pmeh) pmeh's runs of
+#                                        docs/design/pmeh.md §13.4
 #
 # Each profile runs pmhash-bench once (ceilings first, then every workload,
 # thread count and engine), writes RESULT.json and RESULT.csv, prints the
@@ -47,7 +49,7 @@
 # The nehash profile (the nehash engine's issue; the NEHASH paper, sec. 6):
 # 8-byte keys and values, pools in SHM_DIR (default /dev/shm) with
 # cache_line granularity, strict durability, nehash against clevel (and
-# pmeh once Store::engines() lists it), in three parts:
+# pmeh in the ycsb part, by name while it is in progress), in three parts:
 #
 #   ycsb    workloads nehash-a, nehash-b, nehash-g (50, 95 and 5% reads, the
 #           rest inserts of new keys, uniform) at 1 and 2 threads;
@@ -69,10 +71,40 @@
 # op_latency_cdf.png (insert latency in nehash-g, search latency in
 # nehash-b, p99 marked) from ycsb; bucket_bits.png from sweep; open_time.png
 # from the open files and sweep.
+#
+# The pmeh profile (the pmeh engine's issue; docs/design/pmeh.md §13.4):
+# 8-byte keys and values, pools in SHM_DIR (default /dev/shm), cache_line,
+# strict, pmeh against clevel and nehash, in five parts:
+#
+#   uniform  workloads insert, read, delete (uniform) at 1 and 2 threads;
+#            PMEH_RECORDS (default 500000) records, run phases of
+#            PMEH_SECONDS (default 2) seconds.
+#   skewed   workloads update, read, a with zipfian keys (0.99), pmeh with
+#            the opportunistic switch on and off ("pmeh switch=on/off").
+#   owners   workload a (uniform) at 2 threads: pmeh with one owner thread,
+#            with two, and with two and delegated reads (three files).
+#   movement load PMEH_MOVE_RECORDS (default "1000000") keys at 2 threads
+#            into pmeh with k = 1, 2, 3 and into nehash: slots moved per
+#            inserted key against 1.44/k, heap bytes per key, load factor.
+#   step     workload insert (PMEH_STEP_RECORDS, default 300000, loaded and
+#            as many inserted) at one thread, split step B = 0, 1, 4, 16:
+#            the insert latency of gradual splits.
+#   open     --reopen after loading each of PMEH_OPEN_RECORDS (default
+#            "1000000 10000000") keys at 2 threads, pmeh, clevel and nehash:
+#            the open time after a clean close and after a crash (a copy of
+#            the open, quiescent pool), expected flat in the keys for pmeh.
+#
+# into docs/results/pmeh/{uniform,skewed,owners-*,movement-N,step,open-N}.{json,csv}
+# and figures in docs/results/pmeh/: throughput.png, scaling.png,
+# latency_cdf.png (uniform, in uniform/), the same for skewed (in skewed/),
+# data_movement.png, split_step.png and open_time.png. PMEH_PARTS (default
+# "uniform skewed owners movement step open") chooses the parts. On the
+# project's 2-core VM the defaults take about 15 minutes; add 10000000 to
+# PMEH_MOVE_RECORDS when there is time (several minutes per engine).
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-  echo "usage: $0 quick|results|full|dali|nehash BUILD_DIR [pmhash-bench flags...]" >&2
+  echo "usage: $0 quick|results|full|dali|nehash|pmeh BUILD_DIR [pmhash-bench flags...]" >&2
   exit 2
 fi
 cd "$(dirname "$0")/.."
@@ -107,8 +139,11 @@ case "$profile" in
   nehash)
     out=docs/results/nehash
     ;;
+  pmeh)
+    out=docs/results/pmeh
+    ;;
   *)
-    echo "$0: unknown profile '$profile' (quick, results, full, dali or nehash)" >&2
+    echo "$0: unknown profile '$profile' (quick, results, full, dali, nehash or pmeh)" >&2
     exit 2
     ;;
 esac
@@ -149,13 +184,14 @@ if [ "$profile" = nehash ]; then
   sweep_records=${NEHASH_SWEEP_RECORDS:-1000000}
   open_records=${NEHASH_OPEN_RECORDS:-1000000 10000000}
   shm_dir=${SHM_DIR:-/dev/shm}
-  # nehash against clevel, and pmeh when it is a finished engine.
+  # nehash against clevel, and in the ycsb part against pmeh too (named: it
+  # need not be in --list-engines).
   engines=nehash,clevel
-  if "$bench" --list-engines | grep -qx pmeh; then engines=$engines,pmeh; fi
+  ycsb_engines=$engines,pmeh
   common=(--key-size 8 --value-size 8 --pool "$shm_dir" --granularity cache_line
           --durability strict)
-  echo "bench.sh: nehash, part 1 of 3: workloads nehash-a/b/g, $records records, engines $engines"
-  "$bench" "${common[@]}" --engine "$engines" --workload nehash-a,nehash-b,nehash-g \
+  echo "bench.sh: nehash, part 1 of 3: workloads nehash-a/b/g, $records records, engines $ycsb_engines"
+  "$bench" "${common[@]}" --engine "$ycsb_engines" --workload nehash-a,nehash-b,nehash-g \
     --threads 1,2 --records "$records" \
     --json "$out/ycsb.json" --csv "$out/ycsb.csv" "$@"
   echo "bench.sh: nehash, part 2 of 3: bucket-directory bits 1-10, $sweep_records records"
@@ -176,6 +212,86 @@ if [ "$profile" = nehash ]; then
   "$python" bench/plot.py --out "$out" --figures bucket_bits "$out/sweep.json"
   "$python" bench/plot.py --out "$out" --figures open_time "${open_files[@]}" "$out/sweep.json"
   echo "bench.sh: nehash profile: results in $out/{ycsb,sweep,open-*}.{json,csv}, figures in $out/"
+  exit 0
+fi
+
+if [ "$profile" = pmeh ]; then
+  records=${PMEH_RECORDS:-500000}
+  seconds=${PMEH_SECONDS:-2}
+  move_records=${PMEH_MOVE_RECORDS:-1000000}
+  step_records=${PMEH_STEP_RECORDS:-300000}
+  open_records=${PMEH_OPEN_RECORDS:-1000000 10000000}
+  parts=${PMEH_PARTS:-uniform skewed owners movement step open}
+  shm_dir=${SHM_DIR:-/dev/shm}
+  common=(--key-size 8 --value-size 8 --pool "$shm_dir" --granularity cache_line
+          --durability strict)
+  for part in $parts; do
+    case "$part" in
+      uniform)
+        echo "bench.sh: pmeh uniform: insert/read/delete, $records records"
+        "$bench" "${common[@]}" --engine pmeh,clevel,nehash --workload insert,read,delete \
+          --distribution uniform --threads 1,2 --records "$records" --duration "$seconds" \
+          --json "$out/uniform.json" --csv "$out/uniform.csv" "$@"
+        "$python" bench/plot.py --out "$out/uniform" --figures throughput,scaling,latency_cdf \
+          "$out/uniform.json"
+        ;;
+      skewed)
+        echo "bench.sh: pmeh skewed: update/read/a, zipfian 0.99, switch on and off"
+        "$bench" "${common[@]}" --engine pmeh,clevel,nehash --pmeh-opportunistic on,off \
+          --workload update,read,a --distribution zipfian --zipf 0.99 --threads 1,2 \
+          --records "$records" --duration "$seconds" \
+          --json "$out/skewed.json" --csv "$out/skewed.csv" "$@"
+        "$python" bench/plot.py --out "$out/skewed" --figures throughput,scaling,latency_cdf \
+          "$out/skewed.json"
+        ;;
+      owners)
+        echo "bench.sh: pmeh owners: workload a with W = 1, W = 2, W = 2 and delegated reads"
+        for variant in w1 w2 w2-delegate-reads; do
+          flags=(--pmeh-workers "${variant:1:1}")
+          if [ "$variant" = w2-delegate-reads ]; then flags+=(--pmeh-delegate-reads); fi
+          "$bench" "${common[@]}" --engine pmeh "${flags[@]}" --workload a \
+            --distribution uniform --threads 2 --records "$records" --duration "$seconds" \
+            --no-ceilings --json "$out/owners-$variant.json" --csv "$out/owners-$variant.csv" "$@"
+        done
+        ;;
+      movement)
+        move_files=()
+        rm -f "$out"/movement-*.json "$out"/movement-*.csv
+        for n in $move_records; do
+          echo "bench.sh: pmeh movement: load $n keys, k = 1, 2, 3 and nehash"
+          "$bench" "${common[@]}" --engine pmeh,nehash --pmeh-split-bits 1,2,3 --workload load \
+            --threads 2 --records "$n" --no-ceilings \
+            --json "$out/movement-$n.json" --csv "$out/movement-$n.csv" "$@"
+          move_files+=("$out/movement-$n.json")
+        done
+        "$python" bench/plot.py --out "$out" --figures data_movement "${move_files[@]}"
+        ;;
+      step)
+        echo "bench.sh: pmeh step: insert latency, split step B = 0, 1, 4, 16"
+        "$bench" "${common[@]}" --engine pmeh --pmeh-split-step 0,1,4,16 --workload insert \
+          --threads 1 --records "$step_records" --ops "$step_records" --no-ceilings \
+          --json "$out/step.json" --csv "$out/step.csv" "$@"
+        "$python" bench/plot.py --out "$out" --figures split_step "$out/step.json"
+        ;;
+      open)
+        open_files=()
+        rm -f "$out"/open-*.json "$out"/open-*.csv
+        for n in $open_records; do
+          echo "bench.sh: pmeh open: open time after loading $n keys"
+          "$bench" "${common[@]}" --engine pmeh,clevel,nehash --workload load --threads 2 \
+            --records "$n" --reopen --no-ceilings \
+            --json "$out/open-$n.json" --csv "$out/open-$n.csv" "$@"
+          open_files+=("$out/open-$n.json")
+        done
+        "$python" bench/plot.py --out "$out" --figures open_time "${open_files[@]}"
+        ;;
+      *)
+        echo "bench.sh: unknown pmeh part '$part' (uniform skewed owners movement step open)" >&2
+        exit 2
+        ;;
+    esac
+  done
+  echo "bench.sh: pmeh profile: results and figures in $out/"
   exit 0
 fi
 
