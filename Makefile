@@ -15,7 +15,7 @@
 #                    DALI_SECONDS, POOL_DIR: scripts/bench.sh)
 #   make bench-nehash the NEHASH paper's evaluation (8-byte keys and values,
 #                    /dev/shm, cache_line): workloads nehash-a/b/g at 1 and 2
-#                    threads against clevel; the bucket-directory bits sweep
+#                    threads against clevel and pmeh; the bucket-directory bits sweep
 #                    1-10 (insert and search); open time after a clean close
 #                    and after a crash at 1M and 10M keys; into
 #                    docs/results/nehash (about 12 minutes; NEHASH_RECORDS,
@@ -27,8 +27,9 @@
 #                    and off against clevel and nehash at 1 and 2 threads;
 #                    owner threads and delegated reads; data movement for
 #                    k = 1, 2, 3 and nehash; split-step latency B = 0, 1, 4,
-#                    16; open time at 1M and 10M keys; into
-#                    docs/results/pmeh (about 15 minutes; PMEH_RECORDS,
+#                    16; open time at 1M and 3M keys (10M: set
+#                    PMEH_OPEN_RECORDS); into
+#                    docs/results/pmeh (about 13 minutes; PMEH_RECORDS,
 #                    PMEH_SECONDS, PMEH_MOVE_RECORDS, PMEH_STEP_RECORDS,
 #                    PMEH_OPEN_RECORDS, PMEH_PARTS, SHM_DIR: scripts/bench.sh)
 #   make figures     regenerate every figure in docs/results from its JSON

@@ -77,7 +77,7 @@
 # strict, pmeh against clevel and nehash, in five parts:
 #
 #   uniform  workloads insert, read, delete (uniform) at 1 and 2 threads;
-#            PMEH_RECORDS (default 500000) records, run phases of
+#            PMEH_RECORDS (default 200000) records, run phases of
 #            PMEH_SECONDS (default 2) seconds.
 #   skewed   workloads update, read, a with zipfian keys (0.99), pmeh with
 #            the opportunistic switch on and off ("pmeh switch=on/off").
@@ -86,11 +86,11 @@
 #   movement load PMEH_MOVE_RECORDS (default "1000000") keys at 2 threads
 #            into pmeh with k = 1, 2, 3 and into nehash: slots moved per
 #            inserted key against 1.44/k, heap bytes per key, load factor.
-#   step     workload insert (PMEH_STEP_RECORDS, default 300000, loaded and
+#   step     workload insert (PMEH_STEP_RECORDS, default 200000, loaded and
 #            as many inserted) at one thread, split step B = 0, 1, 4, 16:
 #            the insert latency of gradual splits.
 #   open     --reopen after loading each of PMEH_OPEN_RECORDS (default
-#            "1000000 10000000") keys at 2 threads, pmeh, clevel and nehash:
+#            "1000000 3000000") keys at 2 threads, pmeh, clevel and nehash:
 #            the open time after a clean close and after a crash (a copy of
 #            the open, quiescent pool), expected flat in the keys for pmeh.
 #
@@ -99,8 +99,11 @@
 # latency_cdf.png (uniform, in uniform/), the same for skewed (in skewed/),
 # data_movement.png, split_step.png and open_time.png. PMEH_PARTS (default
 # "uniform skewed owners movement step open") chooses the parts. On the
-# project's 2-core VM the defaults take about 15 minutes; add 10000000 to
-# PMEH_MOVE_RECORDS when there is time (several minutes per engine).
+# project's 2-core VM pmeh loads about 19,000 keys/s (every write is handed
+# to an owner thread: 3 threads on 2 cores), so the defaults take about 13
+# minutes; 10M keys take pmeh about 9 minutes each, so add 10000000 to
+# PMEH_OPEN_RECORDS (and PMEH_MOVE_RECORDS, three loads) only when there
+# is time.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
@@ -216,11 +219,11 @@ if [ "$profile" = nehash ]; then
 fi
 
 if [ "$profile" = pmeh ]; then
-  records=${PMEH_RECORDS:-500000}
+  records=${PMEH_RECORDS:-200000}
   seconds=${PMEH_SECONDS:-2}
   move_records=${PMEH_MOVE_RECORDS:-1000000}
-  step_records=${PMEH_STEP_RECORDS:-300000}
-  open_records=${PMEH_OPEN_RECORDS:-1000000 10000000}
+  step_records=${PMEH_STEP_RECORDS:-200000}
+  open_records=${PMEH_OPEN_RECORDS:-1000000 3000000}
   parts=${PMEH_PARTS:-uniform skewed owners movement step open}
   shm_dir=${SHM_DIR:-/dev/shm}
   common=(--key-size 8 --value-size 8 --pool "$shm_dir" --granularity cache_line
