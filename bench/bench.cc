@@ -783,7 +783,9 @@ void add_options(CLI::App& app, Config& config) {
                  "peers = every peer, all = both (pmhash engines: " +
                      [] {
                        std::string s;
-                       for (const auto& e : Store::engines()) s += (s.empty() ? "" : ", ") + e;
+                       const std::vector<std::string> finished = Store::engines();
+                       for (const auto& e : finished) s += (s.empty() ? "" : ", ") + e;
+                       if (!contains(finished, kPmeh)) s += std::string(", ") + kPmeh + " (in progress)";
                        return s;
                      }() +
                      ", or any other engine Store::create accepts, such as one in progress, by "

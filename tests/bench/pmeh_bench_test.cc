@@ -284,6 +284,14 @@ TEST_F(PmehBench, PmehIsAcceptedByNameAndListedOnlyWhenFinished) {
   EXPECT_EQ(listed, std::find(finished.begin(), finished.end(), "pmeh") != finished.end());
   const SpawnResult r = bench({"--engine", "pmeh", "--workload", "load", "--records", "100"});
   EXPECT_EQ(r.exit_code, 0) << describe(r);
+  // --help names it, marked while it is in progress.
+  const SpawnResult help = run_program(PMHASH_BENCH_PATH, {"--help"});
+  ASSERT_EQ(help.exit_code, 0) << describe(help);
+  EXPECT_EQ(help.out.find("pmeh (in progress)") != std::string::npos, !listed) << help.out;
+  for (const char* flag : {"--pmeh-workers", "--pmeh-split-bits", "--pmeh-split-step",
+                           "--pmeh-opportunistic", "--pmeh-delegate-reads", "--pmeh-segment-kib"}) {
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
+  }
 }
 
 // The pool the table sizes for pmeh leaves room for a split in flight in
