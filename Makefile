@@ -28,7 +28,7 @@
 #                    owner threads and delegated reads; data movement for
 #                    k = 1, 2, 3 and nehash; split-step latency B = 0, 1, 4,
 #                    16; open time at 1M and 3M keys (10M: set
-#                    PMEH_OPEN_RECORDS); into
+#                    PMEH_OPEN_RECORDS) and after SIGKILL during a load; into
 #                    docs/results/pmeh (about 13 minutes; PMEH_RECORDS,
 #                    PMEH_SECONDS, PMEH_MOVE_RECORDS, PMEH_STEP_RECORDS,
 #                    PMEH_OPEN_RECORDS, PMEH_PARTS, SHM_DIR: scripts/bench.sh)

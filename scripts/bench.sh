@@ -93,12 +93,19 @@
 #            "1000000 3000000") keys at 2 threads, pmeh, clevel and nehash:
 #            the open time after a clean close and after a crash (a copy of
 #            the open, quiescent pool), expected flat in the keys for pmeh.
+#   kill     for each of PMEH_KILL_RECORDS (default "200000 1000000") keys N,
+#            pmeh, clevel and nehash: `pmhash load` N/2 records (16-byte
+#            keys, 2 threads), start loading more and SIGKILL it after
+#            PMEH_KILL_AFTER (default 1) seconds, then `pmhash info` (crash
+#            recovery) and `pmhash check`: kill.csv has the keys and the
+#            open and recovery time of each.
 #
 # into docs/results/pmeh/{uniform,skewed,owners-*,movement-N,step,open-N}.{json,csv}
+# and kill.csv,
 # and figures in docs/results/pmeh/: throughput.png, scaling.png,
 # latency_cdf.png (uniform, in uniform/), the same for skewed (in skewed/),
 # data_movement.png, split_step.png and open_time.png. PMEH_PARTS (default
-# "uniform skewed owners movement step open") chooses the parts. On the
+# "uniform skewed owners movement step open kill") chooses the parts. On the
 # project's 2-core VM pmeh loads about 19,000 keys/s (every write is handed
 # to an owner thread: 3 threads on 2 cores), so the defaults take about 13
 # minutes; 10M keys take pmeh about 9 minutes each, so add 10000000 to
@@ -151,7 +158,7 @@ case "$profile" in
     ;;
 esac
 
-for program in "$bench" "$python"; do
+for program in "$bench" "$python" "$build/pmhash"; do
   if [ ! -x "$program" ]; then
     echo "bench.sh: $program is missing (make build-release; scripts/bootstrap-plot.sh)" >&2
     exit 1
@@ -224,7 +231,10 @@ if [ "$profile" = pmeh ]; then
   move_records=${PMEH_MOVE_RECORDS:-1000000}
   step_records=${PMEH_STEP_RECORDS:-200000}
   open_records=${PMEH_OPEN_RECORDS:-1000000 3000000}
-  parts=${PMEH_PARTS:-uniform skewed owners movement step open}
+  parts=${PMEH_PARTS:-uniform skewed owners movement step open kill}
+  kill_records=${PMEH_KILL_RECORDS:-200000 1000000}
+  kill_after=${PMEH_KILL_AFTER:-1}
+  cli=$build/pmhash
   shm_dir=${SHM_DIR:-/dev/shm}
   common=(--key-size 8 --value-size 8 --pool "$shm_dir" --granularity cache_line
           --durability strict)
@@ -288,8 +298,39 @@ if [ "$profile" = pmeh ]; then
         done
         "$python" bench/plot.py --out "$out" --figures open_time "${open_files[@]}"
         ;;
+      kill)
+        echo "engine,records_loaded,items_after_crash,open_ns,recovery_ns,clean_shutdown" \
+          > "$out/kill.csv"
+        pool=$shm_dir/pmhash-bench-kill-$$.pool
+        for n in $kill_records; do
+          for engine in pmeh clevel nehash; do
+            echo "bench.sh: pmeh kill: $engine, $((n / 2)) keys loaded, SIGKILL during a further load"
+            size=$(( n * 800 > (1 << 30) ? n * 800 : (1 << 30) ))
+            load=(--threads 2 --key-size 16 --value-size 8)
+            "$cli" create "$pool" --engine "$engine" --size "$size" --force
+            "$cli" load "$pool" "${load[@]}" --records $((n / 2)) --seed 1 >/dev/null
+            # More than any engine inserts before the kill: it is still loading.
+            "$cli" load "$pool" "${load[@]}" --records $((n * 10)) --seed 2 >/dev/null 2>&1 &
+            loader=$!
+            sleep "$kill_after"
+            kill -KILL "$loader" 2>/dev/null || true
+            wait "$loader" 2>/dev/null || true
+            "$cli" info "$pool" --json > "$pool.info"
+            "$cli" check "$pool" >/dev/null
+            "$python" - "$engine" $((n / 2)) "$pool.info" >> "$out/kill.csv" <<'PY'
+import json, sys
+engine, loaded, path = sys.argv[1], sys.argv[2], sys.argv[3]
+info = json.load(open(path))
+print(f"{engine},{loaded},{info['items']},{info['open_ns']},{info['recovery_ns']},"
+      f"{str(info['clean_shutdown']).lower()}")
+PY
+            rm -f "$pool" "$pool.info"
+          done
+        done
+        column -s, -t < "$out/kill.csv"
+        ;;
       *)
-        echo "bench.sh: unknown pmeh part '$part' (uniform skewed owners movement step open)" >&2
+        echo "bench.sh: unknown pmeh part '$part' (uniform skewed owners movement step open kill)" >&2
         exit 2
         ;;
     esac
