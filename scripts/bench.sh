@@ -107,10 +107,10 @@
 # data_movement.png, split_step.png and open_time.png. PMEH_PARTS (default
 # "uniform skewed owners movement step open kill") chooses the parts. On the
 # project's 2-core VM pmeh loads about 19,000 keys/s (every write is handed
-# to an owner thread; callers and owners share the 2 cores), so the defaults take about 14
-# minutes; 10M keys take pmeh about 9 minutes each, so add 10000000 to
-# PMEH_OPEN_RECORDS (and PMEH_MOVE_RECORDS, three loads) only when there
-# is time.
+# to an owner thread; callers and owners share the 2 cores), so the
+# defaults take about 14 minutes; 10M keys take pmeh about 9 minutes each,
+# so add 10000000 to PMEH_OPEN_RECORDS (and PMEH_MOVE_RECORDS, three loads)
+# only when there is time.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
