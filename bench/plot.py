@@ -1255,6 +1255,8 @@ def markdown_tables(docs):
         lines.extend(transaction_lines(runs))
         lines.extend(op_p99_lines(runs))
         lines.extend(bucket_bits_lines(runs))
+        lines.extend(movement_lines(runs))
+        lines.extend(split_step_lines(runs))
         lines.extend(reopen_lines(runs))
     lines.extend(skipped_lines(docs))
     ceilings = [c for d in docs for c in d["ceilings"]]
@@ -1362,6 +1364,50 @@ def bucket_bits_lines(runs):
     return lines
 
 
+def movement_lines(runs):
+    """pmeh's data movement in load phases: slots and bytes its splits moved
+    per inserted key against 1.44/k, splits, segments, load factor and heap
+    bytes per key, per series and key count."""
+    loads = [r for r in runs if r["engine"] == "pmeh" and r["workload"] == "load"
+             and r["load"] is not None and r["load"].get("bytes_moved") is not None]
+    if not loads:
+        return []
+    lines = ["pmeh data movement during the load (per inserted key; expected "
+             "slots 1.44/k, design §12.4):", "",
+             "| series | threads | keys | slots moved | expected | bytes moved | splits | "
+             "segments | load factor | heap B/key |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(loads, key=lambda r: (r["series"], r["threads"], r["load"]["ops"])):
+        p = r["load"]
+        k = pmeh_option(r, "pmeh_split_bits")
+        expected = f"{1.44 / k:.2f}" if k else "-"
+        lf = p["load_factor"][-1][1] if p.get("load_factor") else None
+        lines.append(f"| {r['series']} | {r['threads']} | {human(p['ops'])} | "
+                     f"{p['items_moved_per_insert']:.2f} | {expected} | "
+                     f"{p['bytes_moved_per_insert']:.1f} | {p['splits']} | {p['segments']} | "
+                     f"{'-' if lf is None else format(lf, '.2f')} | "
+                     f"{'-' if p.get('bytes_per_key') is None else format(p['bytes_per_key'], '.0f')} |")
+    lines.append("")
+    return lines
+
+
+def split_step_lines(runs):
+    """Insert latency of the run phase per pmeh split step B."""
+    steps = [r for r in runs if pmeh_option(r, "pmeh_split_step") is not None
+             and r["run"] is not None and "insert" in r["run"]["latency_ns"]]
+    if len(set(pmeh_option(r, "pmeh_split_step") for r in steps)) < 2:
+        return []
+    lines = ["pmeh insert latency by split step B (run phase):", "",
+             "| B | threads | p50 | p99 | p99.9 | max |", "|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(steps, key=lambda r: (pmeh_option(r, "pmeh_split_step"), r["threads"])):
+        lat = r["run"]["latency_ns"]["insert"]
+        lines.append(f"| {pmeh_option(r, 'pmeh_split_step')} | {r['threads']} | "
+                     f"{format_ns(lat['p50'])} | {format_ns(lat['p99'])} | "
+                     f"{format_ns(lat['p999'])} | {format_ns(lat['max'])} |")
+    lines.append("")
+    return lines
+
+
 def reopen_lines(runs):
     """Open time after a clean close and after a crash, per series and key
     count (the fastest of the runs measured), with groups and space."""
@@ -1382,6 +1428,8 @@ def reopen_lines(runs):
         per_key = f"{min(crashes) / items:.0f} ns" if crashes else "-"
         first = opens[0]["clean"]
         groups = str(first["groups"]) if first["groups"] else "-"
+        if first.get("segments"):
+            groups = f"{first['segments']} segments"
         lines.append(f"| {name} | {human(items)} | {groups} | {first['bytes_per_key']:.0f} | "
                      f"{clean:.2f} ms | {crash} | {per_key} |")
     lines.append("")
