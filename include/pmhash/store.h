@@ -60,9 +60,10 @@ struct Stats {
   std::uint64_t full_expansions = 0;
   std::uint64_t rule1_nodes = 0;
   std::uint64_t rule2_nodes = 0;
-  // Engines with segments and delegated writes (pmeh; 0 for the others):
-  // live segments, bytes split moves copied since open (16-byte slot plus
-  // its 2-byte meta per moved pair; items are not copied), operations run
+  // Engines with segments and delegated writes (pmeh; 0 for the others,
+  // but nehash reports bytes_moved too): live segments, bytes split moves
+  // copied since open (16-byte slot plus its 2-byte meta per moved pair;
+  // items are not copied), operations run
   // by an owner thread on a caller's behalf, and optimistic reads that
   // failed validation and ran again, since open; splits completed early
   // because another split was needed first (a second split in the zone, a
@@ -71,13 +72,13 @@ struct Stats {
   std::uint64_t bytes_moved = 0;
   std::uint64_t delegated_ops = 0;
   std::uint64_t read_retries = 0;
+  std::uint64_t eager_split_completions = 0;
   // pmeh's opportunistic switch: zone mode switches since open (either
   // way), zones in SHARED mode now, and writes callers ran themselves in
   // SHARED zones since open.
   std::uint64_t zone_switches = 0;
   std::uint64_t shared_zones = 0;
   std::uint64_t direct_ops = 0;
-  std::uint64_t eager_split_completions = 0;
   // Engines that persist by epochs (dali); 0 / empty otherwise.
   std::uint64_t epoch = 0;          // the epoch operations run in now
   std::uint64_t durable_epoch = 0;  // every operation of an epoch <= this is durable

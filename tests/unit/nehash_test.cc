@@ -498,6 +498,8 @@ TEST_F(NehashEngineTest, SplitKeepsLowerHalfInPlaceAndCopiesUpperHalf) {
   EXPECT_EQ(slot(g1, 1, 3).w1.load(), engine::make_key(upper_elsewhere[0]).h1);
   EXPECT_EQ(valid_slots(g1), 9u);
   EXPECT_EQ(valid_slots(g), 10u) << "nine lower keys and the trigger";
+  EXPECT_EQ(stats().items_moved, 9u) << "the upper half's nine slots, copied once";
+  EXPECT_EQ(stats().bytes_moved, 9u * 18) << "a 16-byte slot and its 2-byte meta each";
   expect_all_found(lower);
   expect_all_found(upper);
   expect_all_found(upper_elsewhere);

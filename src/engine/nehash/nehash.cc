@@ -569,6 +569,10 @@ void NehashIndex::fill_stats(Stats* st) const {
   st->levels = dir_->levels_in_use();
   st->expansions = c.one_time_nodes.load() + c.two_time_nodes.load() + c.full_expansions.load();
   st->splits = splits_.load();
+  // A moved slot is its 16 bytes and its 2-byte meta (items stay put), as
+  // pmeh counts them.
+  st->items_moved = items_moved_.load();
+  st->bytes_moved = st->items_moved * (sizeof(Slot) + sizeof(std::uint16_t));
   st->full_expansions = c.full_expansions.load();
   st->rule1_nodes = c.rule1_nodes.load();
   st->rule2_nodes = c.rule2_nodes.load();

@@ -166,6 +166,7 @@ class NehashIndex final : public Index {
   mutable std::mutex recount_mutex_;
 
   std::atomic<std::uint64_t> splits_{0};
+  std::atomic<std::uint64_t> items_moved_{0};  // slots copied by splits since open
   std::thread shallow_thread_;
   std::atomic<bool> shallow_stop_{false};
   Status shallow_status_;  // written by shallow_thread_, read after join

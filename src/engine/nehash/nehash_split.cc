@@ -270,6 +270,7 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
   Bucket* buckets1 = group_buckets(hdr1, b_);
   std::vector<bool> touched(buckets_per_group(b_), false);
   bool lower_keys = false, upper_keys = false;
+  std::uint64_t moved = 0;  // slots copied into g1
   for (std::size_t k = 0; k <= conflict_k; ++k) {
     for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
       const View v{metas[k].meta[s].load(std::memory_order_relaxed),
@@ -300,6 +301,7 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
       buckets1[tk].slot[ts].w1.store(v.w1, std::memory_order_relaxed);
       metas1[tk].meta[ts].store(v.meta, std::memory_order_relaxed);
       touched[tk] = true;
+      ++moved;
     }
   }
   for (std::size_t k = 0; k <= conflict_k; ++k) {
@@ -339,6 +341,7 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
   region_.flush(&log.op, sizeof(std::uint64_t));
   // 13.
   splits_.fetch_add(1, std::memory_order_relaxed);
+  items_moved_.fetch_add(moved, std::memory_order_relaxed);
   finish();
   return Status::OK();
 }
