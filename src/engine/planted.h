@@ -45,6 +45,18 @@ enum Bug : unsigned {
   // pmeh: a split's move batch marks its buckets moved without draining
   // the children's copies first (move batch drain #1 left out).
   kPmehMovedBeforeCopyDurable = 1u << 21,
+  // pmeh: an insert stores its slot's meta (VALID) without draining the
+  // slot words first (insert's drain #1 left out).
+  kPmehMetaBeforeSlotDurable = 1u << 22,
+  // pmeh: a zone fill sets the zone's bit in the new directory without
+  // draining the copied entries first (the fill's drain left out).
+  kPmehZoneFilledBeforeEntriesDurable = 1u << 23,
+  // pmeh: a new directory's dir_array word is stored but not persisted
+  // before zones fill into the directory.
+  kPmehDirSlotNotPersistedBeforeFill = 1u << 24,
+  // pmeh: recovery ignores split records (a split found started,
+  // MOVING or completing is neither undone, resumed nor completed).
+  kPmehSplitRecordIgnored = 1u << 25,
 };
 
 // The planted bugs (a mask of Bug), process-wide.

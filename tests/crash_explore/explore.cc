@@ -5,6 +5,9 @@
 //                        [--durability strict|epoch] [--epoch-ms N]
 //                        [--ops-per-epoch N]
 //                        [--nehash-bucket-bits N] [--nehash-initial-dir-bits N]
+//                        [--pmeh-segment-kib N] [--pmeh-zone-bits N]
+//                        [--pmeh-split-bits N] [--pmeh-split-step N]
+//                        [--pmeh-workers N]
 //                        [--exhaustive N] [--samples N] [--every N]
 //                        [--verifiers N] [--recovery-crash-every N]
 //                        [--plant BUG] [--reproducers DIR] [--summary FILE]
@@ -39,6 +42,16 @@
 // workload splits groups and expands the directory from the start; the
 // clock of its expansion-rate rules counts the workload's operations.
 //
+// pmeh pools are created with --pmeh-segment-kib (default 4: 15 buckets of
+// 14 slots) and --pmeh-zone-bits (default 1: two zones), and run with
+// --pmeh-split-bits (default 3), --pmeh-split-step (default 1) and
+// --pmeh-workers (default 2 owner threads), so that a few hundred operations
+// split segments and install deeper directories. pmeh's writes are run by
+// its owner threads on behalf of the callers, so most of its crash points
+// are drains of an owner: a report names the thread that drained (by its
+// name, e.g. pmeh-owner-1) and the workload operations in flight then, one
+// of which the owner was running.
+//
 // A violation prints the seed, the crash point, the lines written, dropped
 // and torn, and saves a reproducer (crash/reproducer.h) with a one-line
 // replay command. Exit status: 0 no violation, 1 violations, 2 usage or
@@ -46,6 +59,7 @@
 // crash).
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -97,6 +111,14 @@ struct Config {
   // workload splits groups and expands the directory throughout.
   unsigned nehash_bucket_bits = 1;
   unsigned nehash_initial_dir_bits = 0;
+  // Tiny pmeh segments (4 KiB) in two zones with two owners: the workload
+  // splits segments and grows the directory within a few hundred
+  // operations (design/pmeh.md §13.3).
+  unsigned pmeh_segment_kib = 4;
+  unsigned pmeh_zone_bits = 1;
+  unsigned pmeh_split_bits = 3;
+  unsigned pmeh_split_step = 1;
+  unsigned pmeh_workers = 2;
   std::size_t exhaustive = 4;
   std::size_t samples = 4;
   std::size_t singles = 16;
@@ -144,10 +166,16 @@ unsigned plant_mask(const std::string& name) {
   if (name == "nehash-table-before-group-durable") return kNehashTableBeforeGroupDurable;
   if (name == "nehash-split-not-finished") return kNehashSplitNotFinished;
   if (name == "nehash-op-log-clear-not-persisted") return kNehashOpLogClearNotPersisted;
+  if (name == "pmeh-meta-before-slot-durable") return kPmehMetaBeforeSlotDurable;
+  if (name == "pmeh-zone-filled-before-entries-durable") return kPmehZoneFilledBeforeEntriesDurable;
+  if (name == "pmeh-dir-slot-not-persisted-before-fill") return kPmehDirSlotNotPersistedBeforeFill;
+  if (name == "pmeh-split-record-ignored") return kPmehSplitRecordIgnored;
   usage("unknown --plant '" + name +
         "' (slot-before-item, no-fence-before-context-swap, progress-not-persisted, "
         "dali-only-one-epoch-fails, dali-bucket-not-fenced, nehash-meta-before-slot-durable, "
-        "nehash-table-before-group-durable, nehash-split-not-finished, nehash-op-log-clear-not-persisted)");
+        "nehash-table-before-group-durable, nehash-split-not-finished, nehash-op-log-clear-not-persisted, "
+        "pmeh-meta-before-slot-durable, pmeh-zone-filled-before-entries-durable, "
+        "pmeh-dir-slot-not-persisted-before-fill, pmeh-split-record-ignored)");
 }
 
 Config parse(int argc, char** argv) {
@@ -171,6 +199,11 @@ Config parse(int argc, char** argv) {
     else if (flag == "--nehash-initial-dir-bits") {
       c.nehash_initial_dir_bits = static_cast<unsigned>(number(flag, value()));
     }
+    else if (flag == "--pmeh-segment-kib") c.pmeh_segment_kib = static_cast<unsigned>(number(flag, value()));
+    else if (flag == "--pmeh-zone-bits") c.pmeh_zone_bits = static_cast<unsigned>(number(flag, value()));
+    else if (flag == "--pmeh-split-bits") c.pmeh_split_bits = static_cast<unsigned>(number(flag, value()));
+    else if (flag == "--pmeh-split-step") c.pmeh_split_step = static_cast<unsigned>(number(flag, value()));
+    else if (flag == "--pmeh-workers") c.pmeh_workers = static_cast<unsigned>(number(flag, value()));
     else if (flag == "--transactions") c.w.transactions = number(flag, value()) != 0;
     else if (flag == "--exhaustive") c.exhaustive = number(flag, value());
     else if (flag == "--samples") c.samples = number(flag, value());
@@ -222,12 +255,27 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-// " (40 groups, 39 splits, 3 full expansions)" for a
-// nehash store, else "".
-std::string nehash_shape(const Stats& st) {
-  if (st.engine != "nehash") return "";
-  return " (" + std::to_string(st.groups) + " groups, " + std::to_string(st.splits) + " splits, " +
-         std::to_string(st.full_expansions) + " full expansions)";
+// " (40 groups, 39 splits, 3 full expansions)" for a nehash store,
+// " (57 segments, 8 splits, 3 directories)" for a pmeh store, else "".
+std::string engine_shape(const Stats& st) {
+  if (st.engine == "nehash") {
+    return " (" + std::to_string(st.groups) + " groups, " + std::to_string(st.splits) + " splits, " +
+           std::to_string(st.full_expansions) + " full expansions)";
+  }
+  if (st.engine == "pmeh") {
+    return " (" + std::to_string(st.segments) + " segments, " + std::to_string(st.splits) + " splits, " +
+           std::to_string(st.levels) + " directories)";
+  }
+  return "";
+}
+
+// The calling thread's name ("pmeh-owner-1", "workload-0"), else its id.
+std::string thread_name() {
+  char name[32] = {};
+  if (pthread_getname_np(pthread_self(), name, sizeof name) == 0 && name[0] != '\0') return name;
+  std::ostringstream id;
+  id << std::this_thread::get_id();
+  return id.str();
 }
 
 // Per thread "done:seen:synced", then for epoch durability "@e=n/e=n...";
@@ -457,6 +505,9 @@ class Explorer {
     std::uint64_t count = 0;
     std::uint64_t synced = 0;
     std::map<std::uint64_t, std::uint64_t> by_epoch;  // epoch -> count
+    // 1 + the number of the operation the thread is running, 0 between
+    // operations (which operations a crash point may be a drain of).
+    std::atomic<std::uint64_t> running{0};
   };
   Window window_of(unsigned t, std::uint64_t epoch_now);
   bool epoch_mode() const { return c_.durability == "epoch"; }
@@ -634,13 +685,22 @@ void Explorer::at_crash_point(const PersistenceSim& sim) {
   const bool byte = sim.granularity() == media::Granularity::kByte;
   std::vector<CrashChoice> choices = testing::crash_choices(
       sim, dirty, byte ? 0 : c_.exhaustive, byte ? 0 : c_.samples, rng_, byte ? 0 : c_.singles);
-  std::ostringstream thread;
-  thread << std::this_thread::get_id();
+  // Which thread drained, and the operations in flight: an engine whose
+  // writes run on its own threads (pmeh's owners) drains for one of them.
+  std::string thread = thread_name();
+  std::string in_flight;
+  for (unsigned t = 0; t < c_.w.threads; ++t) {
+    const std::uint64_t running = acked_[t]->running.load(std::memory_order_acquire);
+    if (running == 0) continue;
+    in_flight += (in_flight.empty() ? "" : ", ") + std::string("workload-") + std::to_string(t) + " op " +
+                 std::to_string(running - 1);
+  }
+  thread += "; operations in flight: " + (in_flight.empty() ? std::string("none") : in_flight);
   for (CrashChoice& choice : choices) {
     Child* v = free_verifier();
     Pending& p = v->pending;
     p.crash_point = point;
-    p.thread = thread.str();
+    p.thread = thread;
     sim.crash_image_into(choice, &p.image);
     // Operations acknowledged while the image was copied may be in it.
     p.windows = windows;
@@ -666,7 +726,11 @@ std::string Explorer::rerun_command(std::uint64_t point) const {
                     c_.durability + " --epoch-ms " + std::to_string(c_.epoch_ms) + " --ops-per-epoch " +
                     std::to_string(c_.ops_per_epoch) + " --nehash-bucket-bits " +
                     std::to_string(c_.nehash_bucket_bits) + " --nehash-initial-dir-bits " +
-                    std::to_string(c_.nehash_initial_dir_bits) + " --exhaustive " +
+                    std::to_string(c_.nehash_initial_dir_bits) + " --pmeh-segment-kib " +
+                    std::to_string(c_.pmeh_segment_kib) + " --pmeh-zone-bits " + std::to_string(c_.pmeh_zone_bits) +
+                    " --pmeh-split-bits " + std::to_string(c_.pmeh_split_bits) + " --pmeh-split-step " +
+                    std::to_string(c_.pmeh_split_step) + " --pmeh-workers " + std::to_string(c_.pmeh_workers) +
+                    " --exhaustive " +
                     std::to_string(c_.exhaustive) + " --samples " + std::to_string(c_.samples) + " --singles " +
                     std::to_string(c_.singles) + " --points " +
                     std::to_string(from) + "-" + std::to_string(point + 20);
@@ -752,10 +816,14 @@ std::int64_t operation_clock() { return g_operations.load(std::memory_order_rela
 bool Explorer::workload(unsigned t) {
   ThreadModel model;
   Acks& acks = *acked_[t];
+  pthread_setname_np(pthread_self(), ("workload-" + std::to_string(t)).c_str());
   for (std::uint64_t i = 0; i < c_.w.ops && !stopping(); ++i) {
     const Op op = op_at(c_.w, t, i);
     g_operations.fetch_add(1, std::memory_order_relaxed);
-    if (std::string e = run_checked(*store_, t, op, &model); !e.empty()) {
+    acks.running.store(i + 1, std::memory_order_release);
+    const std::string e = run_checked(*store_, t, op, &model);
+    acks.running.store(0, std::memory_order_release);
+    if (!e.empty()) {
       std::fprintf(stderr, "workload: thread %u op %llu: %s\n", t, static_cast<unsigned long long>(i), e.c_str());
       workload_failed_ = true;
       return false;
@@ -797,6 +865,11 @@ int Explorer::run() {
   o.dali_initial_log2 = 2;  // tiny: the workload grows the table all the time
   o.nehash_bucket_bits = c_.nehash_bucket_bits;
   o.nehash_initial_dir_bits = c_.nehash_initial_dir_bits;
+  o.pmeh_segment_kib = c_.pmeh_segment_kib;
+  o.pmeh_zone_bits = c_.pmeh_zone_bits;
+  o.pmeh_split_bits = c_.pmeh_split_bits;
+  o.pmeh_split_step = c_.pmeh_split_step;
+  o.pmeh_workers = c_.pmeh_workers;
   // A crash point stops the epoch worker while it dispatches images, and
   // every thread entering an epoch waits for it meanwhile, locks held: no
   // lock wait of a single operation may time out for that.
@@ -845,7 +918,7 @@ int Explorer::run() {
       static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
       static_cast<unsigned long long>(recovery_images_), static_cast<unsigned long long>(violations_.load()),
       static_cast<unsigned long long>(largest_dirty_), static_cast<unsigned long long>(shape.expansions),
-      nehash_shape(shape).c_str(), seconds);
+      engine_shape(shape).c_str(), seconds);
   if (!c_.summary.empty()) {
     if (FILE* f = std::fopen(c_.summary.c_str(), "a")) {
       std::fprintf(f,
@@ -853,7 +926,7 @@ int Explorer::run() {
                    "\"durability\":\"%s\","
                    "\"planted\":\"%s\",\"crash_points\":%llu,\"explored\":%llu,\"images\":%llu,"
                    "\"recovery_images\":%llu,\"violations\":%llu,\"expansions\":%llu,\"splits\":%llu,"
-                   "\"full_expansions\":%llu,\"seconds\":%.1f}\n",
+                   "\"full_expansions\":%llu,\"segments\":%llu,\"directories\":%llu,\"seconds\":%.1f}\n",
                    c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
                    static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.durability.c_str(),
                    c_.plant.c_str(),
@@ -862,7 +935,9 @@ int Explorer::run() {
                    static_cast<unsigned long long>(recovery_images_),
                    static_cast<unsigned long long>(violations_.load()),
                    static_cast<unsigned long long>(shape.expansions), static_cast<unsigned long long>(shape.splits),
-                   static_cast<unsigned long long>(shape.full_expansions), seconds);
+                   static_cast<unsigned long long>(shape.full_expansions),
+                   static_cast<unsigned long long>(shape.segments), static_cast<unsigned long long>(shape.levels),
+                   seconds);
       std::fclose(f);
     }
   }

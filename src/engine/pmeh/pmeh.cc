@@ -8,6 +8,7 @@
 
 #include "engine/item.h"
 #include "engine/pmeh/pmeh_index.h"
+#include "engine/planted.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::pmeh {
@@ -107,7 +108,7 @@ void PmehIndex::store_new(const Pos& at, const SlotView& v) {
   // are durable before the meta that makes them visible. The meta on media
   // is not VALID: the last write of this segment drained before its version
   // became even again.
-  region_.drain();
+  if (!planted::active(planted::kPmehMetaBeforeSlotDurable)) region_.drain();
   at.bucket->meta[at.p].store(v.meta, std::memory_order_release);
   region_.flush(&at.bucket->meta[at.p], sizeof(std::uint16_t));
   // Drain #2: the insert is durable before it is acknowledged.
