@@ -1,7 +1,8 @@
 // tests/crash/acknowledged_survive_test.cc - strict durability checked with
 // the persistence simulator (persistence_sim.h): after every acknowledged
 // operation, a crash that loses every line not yet made durable must still
-// recover to exactly the acknowledged state. For every registered engine.
+// recover to exactly the acknowledged state. For every registered engine,
+// and pmeh while it is being built (crash/workload.h, crash_engines()).
 //
 // Between operations (and once no resize is running) the test builds two
 // crash images: the pessimistic one (only what the simulator knows to be
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "crash/persistence_sim.h"
+#include "crash/workload.h"
 #include "scratch_file.h"
 #include "pmhash/store.h"
 #include "store/store_testing.h"
@@ -104,6 +106,8 @@ TEST_P(AcknowledgedSurvive, EveryAcknowledgedOperationSurvivesACrashRightAfterIt
   options.clevel_initial_level_log2 = 4;  // tiny: the workload expands several times
   options.nehash_bucket_bits = 1;         // tiny groups: the workload splits them often
   options.nehash_initial_dir_bits = 0;
+  options.pmeh_segment_kib = 4;           // small segments in two zones: the workload splits them
+  options.pmeh_zone_bits = 1;
   std::unique_ptr<Store> store;
   const Status created = Store::create(base_ + ".pool", options, &store);
   ASSERT_TRUE(created.ok()) << created.to_string();
@@ -151,7 +155,7 @@ TEST_P(AcknowledgedSurvive, EveryAcknowledgedOperationSurvivesACrashRightAfterIt
   EXPECT_GT(sim.crash_points(), static_cast<std::uint64_t>(kOps));
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, AcknowledgedSurvive, ::testing::ValuesIn(Store::engines()),
+INSTANTIATE_TEST_SUITE_P(Engines, AcknowledgedSurvive, ::testing::ValuesIn(crashtest::crash_engines()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -9,10 +9,13 @@
 // cache_line and page granularity (where any dirty line, or page, may reach
 // media in any order). nehash is explored with groups of two buckets under a
 // one-entry main directory (the explorer's default), so that the workload
-// splits groups and expands the directory: the runs must do both. Then the
-// classic mistakes of engine/planted.h, planted one at a time (three into
-// clevel, two into dali, four into nehash): the explorer must report each,
-// and the reproducer it saves must replay the violation.
+// splits groups and expands the directory: the runs must do both. pmeh
+// (explored here while it is still being built, i.e. before Store::engines()
+// lists it) runs with 4 KiB segments, k = 3 and k = 1, one and two threads,
+// and must split segments and install deeper directories. Then the classic
+// mistakes of engine/planted.h, planted one at a time (three into clevel, two
+// into dali, four into nehash, four into pmeh): the explorer must report
+// each, and the reproducer it saves must replay the violation.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -71,9 +74,27 @@ struct Exploration {
   const char* durability;
   const char* granularity;
   const char* keys = "150";
+  std::vector<std::string> extra = {};  // engine options
+  const char* every = "1";
 };
 
+std::uint64_t min_images(const std::string& engine) {
+  // pmeh: two explorations of a few hundred operations each, every second
+  // crash point (about 2.5 drains per operation, 4-5 images each).
+  return engine == "pmeh" ? 4000 : kMinImages;
+}
+
 std::vector<Exploration> runs_of(const std::string& engine) {
+  if (engine == "pmeh") {
+    // One zone of 4 KiB segments: the first segment splits after about 130
+    // keys (k = 3: into 8, installing a directory of depth 3; k = 1: into
+    // 2), a few hundred operations in. Two owners; every second crash
+    // point, so that both runs stay under a minute.
+    return {{"1", "450", "strict", "cache_line", "450",
+             {"--pmeh-split-bits", "3", "--pmeh-zone-bits", "0", "--pmeh-workers", "2"}, "2"},
+            {"2", "250", "strict", "cache_line", "250",
+             {"--pmeh-split-bits", "1", "--pmeh-zone-bits", "0", "--pmeh-workers", "2"}, "2"}};
+  }
   if (engine == "nehash") {
     // More keys: a few hundred make the tiny groups split several times and
     // the directory expand.
@@ -93,24 +114,32 @@ std::vector<Exploration> runs_of(const std::string& engine) {
 
 TEST_P(CrashExplore, EveryCrashImageRecoversToAPromisedState) {
   for (const Exploration& run : runs_of(GetParam())) {
-    const SpawnResult r = run_program(
-        kExplorer, {"--engine", GetParam(), "--seed", "1", "--threads", run.threads, "--ops", run.ops, "--keys",
-                    run.keys, "--durability", run.durability, "--granularity", run.granularity, "--samples", "8",
-                    "--summary", summary_, "--reproducers", reproducers_});
+    std::vector<std::string> args = {"--engine", GetParam(), "--seed", "1", "--threads", run.threads, "--ops",
+                                     run.ops, "--keys", run.keys, "--durability", run.durability, "--granularity",
+                                     run.granularity, "--samples", "8", "--every", run.every, "--summary", summary_,
+                                     "--reproducers", reproducers_};
+    args.insert(args.end(), run.extra.begin(), run.extra.end());
+    const SpawnResult r = run_program(kExplorer, args);
     ASSERT_EQ(r.exit_code, 0) << "threads " << run.threads << " " << run.durability << " " << run.granularity
                               << "\n" << describe(r);
     EXPECT_NE(r.out.find(" 0 violations"), std::string::npos) << describe(r);
   }
-  EXPECT_GE(sum_field(summary_, "images"), kMinImages) << "explore more: raise --ops";
+  EXPECT_GE(sum_field(summary_, "images"), min_images(GetParam())) << "explore more: raise --ops";
   EXPECT_GT(sum_field(summary_, "recovery_images"), 0u) << "no recovery was crashed";
   EXPECT_EQ(sum_field(summary_, "violations"), 0u);
   if (GetParam() == "nehash") {
     EXPECT_GT(sum_field(summary_, "splits"), 0u) << "no group split was crashed";
     EXPECT_GT(sum_field(summary_, "full_expansions"), 0u) << "no full expansion was crashed";
   }
+  if (GetParam() == "pmeh") {
+    // Each run splits a segment and installs a deeper directory.
+    EXPECT_GE(sum_field(summary_, "splits"), 2u) << "no segment split was crashed";
+    EXPECT_GE(sum_field(summary_, "expansions"), 2u) << "no directory install was crashed";
+    EXPECT_GE(sum_field(summary_, "directories"), 4u) << "a run ended in its first directory";
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, CrashExplore, ::testing::ValuesIn(Store::engines()),
+INSTANTIATE_TEST_SUITE_P(Engines, CrashExplore, ::testing::ValuesIn(crashtest::crash_engines()),
                          [](const auto& info) { return info.param; });
 
 // --- the checker catches planted bugs ----------------------------------------
@@ -120,7 +149,14 @@ struct Bug {
   const char* name;
   const char* durability;
   const char* keys = "150";
+  const char* ops = "700";
+  std::vector<std::string> extra = {};  // engine options
 };
+
+// pmeh's split and directory bugs show once the first segment splits: one
+// zone, 400 keys and a long growth phase (the first split comes about 210
+// operations in).
+const std::vector<std::string> kPmehOneZone = {"--pmeh-zone-bits", "0"};
 
 class PlantedBug : public ::testing::TestWithParam<Bug> {
  protected:
@@ -131,10 +167,12 @@ class PlantedBug : public ::testing::TestWithParam<Bug> {
 
 TEST_P(PlantedBug, IsReportedWithAReproducerThatReplaysIt) {
   const Bug& bug = GetParam();
-  const SpawnResult r =
-      run_program(kExplorer, {"--engine", bug.engine, "--seed", "1", "--threads", "1", "--ops", "700", "--keys",
-                              bug.keys, "--durability", bug.durability, "--plant", bug.name, "--stop-after", "1",
-                              "--max-reports", "1", "--reproducers", reproducers_});
+  std::vector<std::string> args = {"--engine", bug.engine, "--seed", "1", "--threads", "1", "--ops", bug.ops,
+                                   "--keys", bug.keys, "--durability", bug.durability, "--plant", bug.name,
+                                   "--stop-after", "1", "--max-reports", "1", "--reproducers",
+                                   reproducers_};
+  args.insert(args.end(), bug.extra.begin(), bug.extra.end());
+  const SpawnResult r = run_program(kExplorer, args);
   ASSERT_EQ(r.exit_code, 1) << "the explorer missed the planted bug\n" << describe(r);
   ASSERT_NE(r.out.find(std::string("VIOLATION engine ") + bug.engine + " seed 1"), std::string::npos)
       << describe(r);
@@ -162,7 +200,14 @@ INSTANTIATE_TEST_SUITE_P(EveryEngine, PlantedBug,
                                            Bug{"nehash", "nehash-split-not-finished", "strict"},
                                            // Fewer keys: a key written again soon after a slot
                                            // update of it shows the stale record early.
-                                           Bug{"nehash", "nehash-op-log-clear-not-persisted", "strict", "40"}),
+                                           Bug{"nehash", "nehash-op-log-clear-not-persisted", "strict", "40"},
+                                           Bug{"pmeh", "pmeh-meta-before-slot-durable", "strict"},
+                                           Bug{"pmeh", "pmeh-zone-filled-before-entries-durable", "strict", "400",
+                                               "1000", kPmehOneZone},
+                                           Bug{"pmeh", "pmeh-dir-slot-not-persisted-before-fill", "strict", "400",
+                                               "1000", kPmehOneZone},
+                                           Bug{"pmeh", "pmeh-split-record-ignored", "strict", "400", "1000",
+                                               kPmehOneZone}),
                          [](const auto& info) {
                            std::string name = info.param.name;
                            for (char& c : name) {
