@@ -68,6 +68,24 @@
 //                           a committed slot update of an inline key added
 //                           to op log 1: recovery finishes the split and
 //                           replays the update
+//   pmeh     4 KiB segments in 2^1 zones, 2-splits (k = 1); opened with one
+//            owner thread (bit 3: two, naming the engine, k = 3)
+//     9  "pmeh clean"       600 keys (values of 1 byte to just over 256 KiB:
+//                           pairs of at most 8 bytes inline), some updated
+//                           (across the inline limit too: slot updates
+//                           through the op log) and removed, then closed:
+//                           four segments (a 2-split in each zone), two
+//                           directories
+//     10 "pmeh crashed"     the same, copied while the store was still open
+//                           (owners running, none inside an operation):
+//                           unclean, item count not saved, retired items in
+//                           the heap logs
+//     11 "pmeh mid-split"   copied in the middle of the 2nd split, right
+//                           after its record said COMPLETING (children all
+//                           moved, no directory entry re-pointed yet), with
+//                           a committed slot update of an inline key of
+//                           another segment added to op log 1: recovery
+//                           re-points the range and replays the update
 //
 // Every image opens, settles and passes check() and exercise() unpatched;
 // LLVMFuzzerInitialize makes sure of it.
@@ -81,7 +99,9 @@
 //              bit 3     clevel: open without tag filters; dali: open with
 //                        Durability::kEpoch instead of kStrict; nehash: open
 //                        naming the engine instead of accepting any
-//              bits 4-5  engine: clevel (0 and 3), dali (1), nehash (2)
+//                        pmeh: two owner threads and k = 3, naming the
+//                        engine, instead of one and k = 1
+//              bits 4-5  engine: clevel (0), dali (1), nehash (2), pmeh (3)
 //   patches    byte      bits 0-3 region (mod kRegionCount, see Region)
 //                        bits 4-5 operation: 0 overwrite, 1 xor, 2 add the
 //                        data (little-endian, sign-extended) to the aligned
@@ -117,6 +137,16 @@
 //   items           slabs of item sizes (< 512 bytes), and the first 64
 //                   bytes of every run that is no group or segment
 //
+//   region          pmeh
+//   root            pmeh::Root up to the first four op logs (directory
+//                   array, count, split records)
+//   level headers   each live directory's header and the entries of the
+//                   zones it holds, each segment's header (the children of
+//                   a split in flight too)
+//   level buckets   each segment's buckets
+//   items           slabs of item sizes (< 512 bytes), and the first 64
+//                   bytes of every run
+//
 // After a successful open the target waits, boundedly, for background work
 // the open started, watching without reading what check() has not yet
 // validated, and calls the store settled once it has ended:
@@ -127,6 +157,7 @@
 //           unsettled store whose check() passes is exercised without the
 //           checks that need a quiet table (see exercise()).
 //   nehash  nothing: it starts no background work.
+//   pmeh    nothing: its owner threads run only the store's own calls.
 //   dali    the sweep of the blocks a crash leaked, which an unclean open
 //           or a pending sweep starts (Stats::swept; at most 5 s). check()
 //           reports leaks only once it has ended, and the sweep frees blocks
@@ -163,9 +194,13 @@
 #include "engine/nehash/directory.h"
 #include "engine/nehash/layout.h"
 #include "engine/nehash/nehash_index.h"
+#include "engine/pmeh/layout.h"
+#include "heap/heap.h"
+#include "media/region.h"
 #include "heap/layout.h"
 #include "pmhash/store.h"
 #include "pool/pool.h"
+#include "store/store_testing.h"
 
 namespace {
 
@@ -176,6 +211,7 @@ using pmhash::Store;
 namespace clevel = pmhash::engine::clevel;
 namespace dali = pmhash::engine::dali;
 namespace nehash = pmhash::engine::nehash;
+namespace pmeh = pmhash::engine::pmeh;
 namespace heap_layout = pmhash::heap::layout;
 namespace pool = pmhash::pool;
 
@@ -994,11 +1030,213 @@ const Engine kNehash{"nehash", &build_nehash_images, &find_nehash_regions, &neha
                      &settle_nehash, /*may_stay_unsettled=*/false};
 
 // ---------------------------------------------------------------------------
+// pmeh
+// ---------------------------------------------------------------------------
+
+constexpr unsigned kPmehKeys = 600;
+constexpr unsigned kPmehZoneBits = 1;
+constexpr unsigned kPmehSegmentBytes = 4096;
+constexpr unsigned kPmehSplitCopied = 2;  // image 11 is copied during this split
+
+constexpr std::uint64_t kPmehDirArrayAt = root_field(offsetof(pmeh::Root, dir_array));
+constexpr std::uint64_t kPmehSplitAt = root_field(offsetof(pmeh::Root, split));
+constexpr std::uint64_t kPmehOpLogAt = root_field(offsetof(pmeh::Root, op_log));
+
+Options pmeh_build_options() {
+  Options o;
+  o.engine = "pmeh";
+  o.pool_size = kPoolSize;
+  o.pmeh_zone_bits = kPmehZoneBits;
+  o.pmeh_segment_kib = kPmehSegmentBytes / 1024;
+  o.pmeh_split_bits = 1;
+  o.pmeh_workers = 1;
+  return o;
+}
+
+// Copies the pool file at the first drain that finds a split record saying
+// COMPLETING in the n-th split to do so (the drain that persisted it).
+class MidSplitCopier : public pmhash::media::Region::Observer {
+ public:
+  MidSplitCopier(pmhash::media::Region& region, std::string path) : region_(region), path_(std::move(path)) {}
+  void on_flush(std::uint64_t, std::size_t) override {}
+  void on_drain() override {
+    if (!image.empty()) return;
+    for (unsigned z = 0; z < (1u << kPmehZoneBits); ++z) {
+      const std::uint64_t rec =
+          region_.at<std::atomic<std::uint64_t>>(kPmehSplitAt + 8 * z)->load(std::memory_order_acquire);
+      if ((rec & pmeh::kSplitCompleting) == 0 || rec == last_) continue;
+      last_ = rec;
+      if (++completing_ == kPmehSplitCopied) image = read_file(path_);
+    }
+  }
+  std::vector<std::byte> image;
+  unsigned seen() const { return completing_; }
+
+ private:
+  pmhash::media::Region& region_;
+  std::string path_;
+  std::uint64_t last_ = 0;
+  unsigned completing_ = 0;
+};
+
+// Each zone's directory (the newest with its zone bit), as V1 finds it.
+std::vector<std::uint64_t> pmeh_zone_dirs(const std::vector<std::byte>& image) {
+  std::vector<std::uint64_t> dirs(1u << kPmehZoneBits, 0);
+  for (unsigned id = pmeh::kMaxDirs; id-- > 0;) {
+    const auto off = read_at<std::uint64_t>(image, kPmehDirArrayAt + 8 * id);
+    if (off == 0) continue;
+    for (unsigned z = 0; z < dirs.size(); ++z) {
+      const auto filled = read_at<std::uint64_t>(image, off + offsetof(pmeh::DirHeader, zone_filled) + 8 * (z / 64));
+      if (dirs[z] == 0 && ((filled >> (z % 64)) & 1)) dirs[z] = off;
+    }
+  }
+  return dirs;
+}
+
+// Calls fn(directory, offset of the entry, segment) for every entry of
+// every zone in its directory.
+template <typename Fn>
+void for_each_pmeh_entry(const std::vector<std::byte>& image, Fn&& fn) {
+  const std::vector<std::uint64_t> dirs = pmeh_zone_dirs(image);
+  for (unsigned z = 0; z < dirs.size(); ++z) {
+    if (dirs[z] == 0) fail("pmeh: zone " + std::to_string(z) + " is in no directory");
+    const auto depth = read_at<std::uint8_t>(image, dirs[z] + offsetof(pmeh::DirHeader, depth));
+    const std::uint64_t per_zone = std::uint64_t{1} << (depth - kPmehZoneBits);
+    for (std::uint64_t e = z * per_zone; e < (z + 1) * per_zone; ++e) {
+      const std::uint64_t at = dirs[z] + sizeof(pmeh::DirHeader) + 8 * e;
+      fn(dirs[z], at, read_at<std::uint64_t>(image, at));
+    }
+  }
+}
+
+// The segments of `image`: those the zones' entries name, and the
+// children of a split in flight.
+std::set<std::uint64_t> pmeh_segments(const std::vector<std::byte>& image) {
+  std::set<std::uint64_t> segs;
+  for_each_pmeh_entry(image, [&](std::uint64_t, std::uint64_t, std::uint64_t seg) { segs.insert(seg); });
+  for (unsigned z = 0; z < (1u << kPmehZoneBits); ++z) {
+    const std::uint64_t s = read_at<std::uint64_t>(image, kPmehSplitAt + 8 * z) & pmeh::kSplitOffsetMask;
+    if (s == 0) continue;
+    for (unsigned i = 0; i < 8; ++i) {
+      const auto c = read_at<std::uint64_t>(image, s + offsetof(pmeh::SegmentHeader, children) + 8 * i);
+      if (c != 0) segs.insert(c);
+    }
+  }
+  return segs;
+}
+
+// Adds a committed slot update to op log 1 of `image`: the first VALID
+// inline slot of a segment the split in flight does not involve gets the
+// value "fuzzed" (6 bytes), as if its owner had crashed right after the
+// record's commit.
+void add_pmeh_slot_update(std::vector<std::byte>* image) {
+  std::set<std::uint64_t> splitting;
+  for (unsigned z = 0; z < (1u << kPmehZoneBits); ++z) {
+    const std::uint64_t rec = read_at<std::uint64_t>(*image, kPmehSplitAt + 8 * z);
+    if ((rec & pmeh::kSplitCompleting) != 0) splitting.insert(rec & pmeh::kSplitOffsetMask);
+  }
+  if (splitting.empty()) fail("pmeh: no COMPLETING split record in the mid-split image");
+  for (std::uint64_t seg : pmeh_segments(*image)) {
+    if (splitting.contains(seg)) continue;
+    // Children of the split in flight sit under S; skip them too.
+    bool child = false;
+    for (std::uint64_t s : splitting) {
+      for (unsigned i = 0; i < 8; ++i) {
+        child |= read_at<std::uint64_t>(*image, s + offsetof(pmeh::SegmentHeader, children) + 8 * i) == seg;
+      }
+    }
+    if (child) continue;
+    for (unsigned j = 0; j < pmeh::buckets_per_segment(12); ++j) {
+      const std::uint64_t bucket = seg + sizeof(pmeh::SegmentHeader) + sizeof(pmeh::Bucket) * j;
+      for (unsigned p = 0; p < pmeh::kSlotsPerBucket; ++p) {
+        const std::uint64_t meta_at = bucket + 2 * p;
+        const auto m = read_at<std::uint16_t>(*image, meta_at);
+        if (!pmeh::meta_valid(m) || !pmeh::meta_is_inline(m)) continue;
+        const std::uint64_t slot_at = bucket + offsetof(pmeh::Bucket, slot) + sizeof(pmeh::Slot) * p;
+        const std::string value = "fuzzed";
+        const std::uint16_t fresh = pmeh::meta_inline(pmeh::meta_key_len(m), value.size(), pmeh::meta_fp(m));
+        const std::uint64_t log = kPmehOpLogAt + sizeof(pmeh::OpLog);
+        write_at(image, log + offsetof(pmeh::OpLog, meta), pmeh::log_meta(fresh, meta_at));
+        write_at(image, log + offsetof(pmeh::OpLog, w0), read_at<std::uint64_t>(*image, slot_at));
+        write_at(image, log + offsetof(pmeh::OpLog, w1), pmeh::pack_word(value));
+        write_at(image, log + offsetof(pmeh::OpLog, op), pmeh::op_slot_update(slot_at));
+        return;
+      }
+    }
+  }
+  fail("pmeh: no inline slot outside the split in flight");
+}
+
+std::vector<Image> build_pmeh_images() {
+  const std::string path = base_path();
+  ::unlink(path.c_str());
+  std::unique_ptr<Store> store;
+  expect_ok(Store::create(path, pmeh_build_options(), &store), "create the pmeh base pool");
+  pmhash::media::Region& region = pmhash::store_testing::region(*store);
+  MidSplitCopier copier(region, path);
+  region.set_observer(&copier);
+  for (unsigned i = 0; i < kPmehKeys; ++i) {
+    expect_ok(store->insert(key_of(i), value_of(i, 0)), "pmeh: insert " + key_of(i));
+  }
+  region.set_observer(nullptr);
+  std::vector<std::byte> mid_split = std::move(copier.image);
+  if (mid_split.empty()) {
+    fail("pmeh: " + std::to_string(store->stats().splits) + " splits, " + std::to_string(copier.seen()) +
+         " seen completing: fewer than " + std::to_string(kPmehSplitCopied));
+  }
+  for (unsigned i = 0; i < kPmehKeys; i += 7) {
+    expect_ok(store->update(key_of(i), value_of(i, 1)), "pmeh: update " + key_of(i));
+  }
+  for (unsigned i = 1; i < kPmehKeys; i += 13) {
+    if (i != 17 && i != 42) expect_ok(store->remove(key_of(i)), "pmeh: remove " + key_of(i));
+  }
+  std::vector<std::byte> crashed = read_file(path);
+  expect_ok(store->close(), "close the pmeh base pool");
+  store.reset();
+  std::vector<std::byte> clean = read_file(path);
+  ::unlink(path.c_str());
+  add_pmeh_slot_update(&mid_split);
+  return images_of({"pmeh clean", "pmeh crashed", "pmeh mid-split"},
+                   {std::move(clean), std::move(crashed), std::move(mid_split)});
+}
+
+void find_pmeh_regions(const std::vector<std::byte>& b, Regions* r) {
+  (*r)[kRoot] = {{pool::kRootOffset, offsetof(pmeh::Root, op_log) + 4 * sizeof(pmeh::OpLog)}};
+  std::set<std::uint64_t> dirs;
+  for_each_pmeh_entry(b, [&](std::uint64_t dir, std::uint64_t at, std::uint64_t) {
+    if (dirs.insert(dir).second) (*r)[kLevelHeaders].push_back({dir, sizeof(pmeh::DirHeader)});
+    (*r)[kLevelHeaders].push_back({at, 8});
+  });
+  for (std::uint64_t seg : pmeh_segments(b)) {
+    (*r)[kLevelHeaders].push_back({seg, sizeof(pmeh::SegmentHeader)});
+    (*r)[kLevelBuckets].push_back({seg + sizeof(pmeh::SegmentHeader), kPmehSegmentBytes - sizeof(pmeh::SegmentHeader)});
+  }
+  for_each_chunk(b, [&](std::uint64_t e, std::uint64_t chunk) {
+    if (heap_layout::entry_kind(e) == heap_layout::kChunkSlab && slab_class(e).size < 512) {
+      (*r)[kItems].push_back(slab_blocks(chunk, slab_class(e)));
+    } else if (heap_layout::entry_kind(e) == heap_layout::kChunkRunHead) {
+      (*r)[kItems].push_back({chunk, 64});  // a large value's item: its header and key
+    }
+  });
+}
+
+void pmeh_open_options(bool variant, Options* o) {
+  o->pmeh_workers = variant ? 2 : 1;
+  o->pmeh_split_bits = variant ? 3 : 1;
+  if (variant) o->engine = "pmeh";
+}
+
+bool settle_pmeh(const Store&, const std::byte*) { return true; }
+
+const Engine kPmeh{"pmeh", &build_pmeh_images, &find_pmeh_regions, &pmeh_open_options, &settle_pmeh,
+                   /*may_stay_unsettled=*/false};
+
+// ---------------------------------------------------------------------------
 // Images and patches
 // ---------------------------------------------------------------------------
 
-// In the order of bits 4-5 of an input's first byte (3 is clevel again).
-const Engine* const kEngines[] = {&kClevel, &kDali, &kNehash};
+// In the order of bits 4-5 of an input's first byte.
+const Engine* const kEngines[] = {&kClevel, &kDali, &kNehash, &kPmeh};
 constexpr unsigned kEngineCount = std::size(kEngines);
 
 std::vector<Image> g_images;  // kImagesPerEngine per engine, in engine order
