@@ -466,7 +466,13 @@ Status PmehIndex::recover() {
     const Key key = make_key(item_key(item));
     if (item->state.load() != key.h1) return false;
     rcu::ReadGuard guard;
+    // Open does not read directory entries (instant recovery); check()
+    // validates them. One that is damaged must not be followed: a block
+    // it names is read only if it is an allocated segment-sized block.
     const std::uint64_t s_off = segment_of(key.h1);
+    if (!heap_.is_allocated(s_off) || heap_.block_size(s_off) != (std::size_t{1} << s_)) {
+      return false;
+    }
     Bucket* buckets = segment_buckets(seg(s_off));
     // The authoritative bucket: a splitting segment's moved ones are the
     // children's.
