@@ -282,12 +282,17 @@ class PmhashTable final : public Table {
     out.items_moved = now.items_moved;
     out.slots = now.slots;
     if (engine_ == "nehash") out.groups = now.groups;
-    if (engine_ == "pmeh") {
+    if (engine_ == "pmeh" || engine_ == "nehash") {
       out.bytes_moved = now.bytes_moved;
       out.splits = now.splits;
+    }
+    if (engine_ == "pmeh") {
       out.delegated_ops = now.delegated_ops;
       out.read_retries = now.read_retries;
       out.segments = now.segments;
+      out.zone_switches = now.zone_switches;
+      out.direct_ops = now.direct_ops;
+      out.eager_split_completions = now.eager_split_completions;
     }
     if (durability_ == Durability::kEpoch) out.durability_points = now.epoch_fences;
     out.resizing = now.resizing;

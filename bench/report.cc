@@ -137,6 +137,10 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
       {"delegated_ops", optional_json(delta(p.before.delegated_ops, p.after.delegated_ops))},
       {"read_retries", optional_json(delta(p.before.read_retries, p.after.read_retries))},
       {"segments", optional_json(p.after.segments)},
+      {"zone_switches", optional_json(delta(p.before.zone_switches, p.after.zone_switches))},
+      {"direct_ops", optional_json(delta(p.before.direct_ops, p.after.direct_ops))},
+      {"eager_split_completions",
+       optional_json(delta(p.before.eager_split_completions, p.after.eager_split_completions))},
       {"durable_every_ms", optional_json(durable_every_ms(p))},
       {"quiesce_s", p.quiesce_seconds},
       {"stream_exhausted", p.stream_exhausted},
@@ -375,7 +379,7 @@ void print_row(std::ostream& out, const RunResult& r) {
                 flush ? fixed(*flush, 2).c_str() : "-", fence ? fixed(*fence, 2).c_str() : "-",
                 bpk ? fixed(*bpk, 0).c_str() : "-", durability_text(r, m).c_str());
   out << line;
-  if (m.after.bytes_moved) print_pmeh_line(out, m);
+  if (m.after.segments) print_pmeh_line(out, m);  // pmeh only
   if (r.reopen) print_reopen(out, *r.reopen);
 }
 
@@ -394,7 +398,11 @@ void print_pmeh_line(std::ostream& out, const PhaseOutcome& m) {
   out << d(m.before.items_moved, m.after.items_moved) << " slots moved in "
       << d(m.before.splits, m.after.splits) << " splits, " << m.after.segments.value_or(0)
       << " segments, " << d(m.before.delegated_ops, m.after.delegated_ops) << " delegated, "
-      << d(m.before.read_retries, m.after.read_retries) << " read retries\n";
+      << d(m.before.read_retries, m.after.read_retries) << " read retries, "
+      << d(m.before.zone_switches, m.after.zone_switches) << " zone switches, "
+      << d(m.before.direct_ops, m.after.direct_ops) << " direct, "
+      << d(m.before.eager_split_completions, m.after.eager_split_completions)
+      << " eager split completions\n";
 }
 
 void print_reopen(std::ostream& out, const ReopenOutcome& r) {
@@ -450,7 +458,8 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
          "nehash_initial_dir_bits,slots,groups,reopen_items,reopen_groups,clean_open_ns,"
          "crash_open_ns,crash_recovery_ns,reopen_bytes_per_key,bytes_moved,items_moved,"
          "bytes_moved_per_insert,splits,segments,delegated_ops,read_retries,pmeh_split_bits,"
-         "pmeh_split_step,pmeh_opportunistic,reopen_segments\n";
+         "pmeh_split_step,pmeh_opportunistic,reopen_segments,zone_switches,direct_ops,"
+         "eager_split_completions\n";
   for (const RunResult& r : runs) {
     const json j = run_json(r);
     const json& m = r.run ? j["run"] : j["load"];
@@ -487,7 +496,7 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
       out << ",,,,,";
     }
     const bool pmeh = r.pmeh_options.has_value();
-    out << ',' << num(m["bytes_moved"]) << ',' << (pmeh ? num(m["items_moved"]) : "") << ','
+    out << ',' << num(m["bytes_moved"]) << ',' << (m["bytes_moved"].is_null() ? "" : num(m["items_moved"])) << ','
         << num(m["bytes_moved_per_insert"]) << ',' << num(m["splits"]) << ','
         << num(m["segments"]) << ',' << num(m["delegated_ops"]) << ',' << num(m["read_retries"])
         << ',';
@@ -498,6 +507,8 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
       out << ",,";
     }
     out << ',' << (r.reopen && pmeh ? std::to_string(r.reopen->clean.segments) : "");
+    out << ',' << num(m["zone_switches"]) << ',' << num(m["direct_ops"]) << ','
+        << num(m["eager_split_completions"]);
     out << '\n';
   }
 }

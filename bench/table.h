@@ -145,6 +145,11 @@ struct TableStats {
   std::optional<std::uint64_t> delegated_ops;
   std::optional<std::uint64_t> read_retries;
   std::optional<std::uint64_t> segments;
+  // pmeh: zone mode switches, writes callers ran themselves in SHARED
+  // zones, and splits completed early (Stats, since open).
+  std::optional<std::uint64_t> zone_switches;
+  std::optional<std::uint64_t> direct_ops;
+  std::optional<std::uint64_t> eager_split_completions;
   // Epoch durability: the points at which everything written before became
   // durable (epochs a pmhash engine ended, syncs a peer completed) since the
   // table was created. The run's seconds over their count is the interval

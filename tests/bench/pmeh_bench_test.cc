@@ -123,7 +123,8 @@ TEST_F(PmehBench, SplitBitsAndSwitchSweepsMakeOneSeriesEachAndReportDataMovement
     if (run["engine"] == "clevel") {
       EXPECT_EQ(name, "clevel");
       for (const char* field : {"bytes_moved", "bytes_moved_per_insert", "splits",
-                                "delegated_ops", "read_retries", "segments"}) {
+                                "delegated_ops", "read_retries", "segments", "zone_switches",
+                                "direct_ops", "eager_split_completions"}) {
         EXPECT_TRUE(load[field].is_null()) << field;
       }
       continue;
@@ -153,7 +154,13 @@ TEST_F(PmehBench, SplitBitsAndSwitchSweepsMakeOneSeriesEachAndReportDataMovement
     // With the switch off every write goes through an owner thread.
     if (!on) {
       EXPECT_GE(load["delegated_ops"].get<std::uint64_t>(), kRecords) << name;
+      EXPECT_EQ(load["zone_switches"].get<std::uint64_t>(), 0u) << name;
+      EXPECT_EQ(load["direct_ops"].get<std::uint64_t>(), 0u) << name;
     }
+    // Every write ran once, on an owner or directly.
+    EXPECT_GE(load["delegated_ops"].get<std::uint64_t>() + load["direct_ops"].get<std::uint64_t>(),
+              kRecords) << name;
+    EXPECT_FALSE(load["eager_split_completions"].is_null()) << name;
   }
   EXPECT_EQ(series, (std::set<std::string>{"clevel", "pmeh k=1 switch=on", "pmeh k=1 switch=off",
                                            "pmeh k=3 switch=on", "pmeh k=3 switch=off"}));
@@ -173,6 +180,28 @@ TEST_F(PmehBench, SplitBitsAndSwitchSweepsMakeOneSeriesEachAndReportDataMovement
     EXPECT_EQ(row.at("series"), "pmeh k=" + row.at("pmeh_split_bits") + " switch=" +
                                     row.at("pmeh_opportunistic"));
   }
+}
+
+// nehash reports the slots its splits copy too, so that the data-movement
+// figure compares it with pmeh (18 bytes per slot, as pmeh counts them).
+TEST_F(PmehBench, NehashLoadReportsTheSlotsItsSplitsMove) {
+  const std::string json_path = dir_ + "/out.json";
+  constexpr std::uint64_t kRecords = 2000;
+  const SpawnResult r = bench({"--engine", "nehash", "--nehash-bucket-bits", "1",
+                               "--workload", "load", "--threads", "1", "--records",
+                               std::to_string(kRecords), "--json", json_path});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const json doc = read_json(json_path);
+  ASSERT_EQ(doc["runs"].size(), 1u);
+  const json& load = doc["runs"][0]["load"];
+  const auto items = load["items_moved"].get<std::uint64_t>();
+  EXPECT_GT(load["splits"].get<std::uint64_t>(), 0u);
+  EXPECT_GT(items, 0u);
+  // A split copies the upper half of one group: each key moves at most once
+  // per depth it goes through, far fewer than 20 times at this size.
+  EXPECT_LT(items, 20 * kRecords);
+  EXPECT_EQ(load["bytes_moved"].get<std::uint64_t>(), 18 * items);
+  EXPECT_TRUE(load["segments"].is_null()) << "segments are pmeh's";
 }
 
 // The split-step sweep (§13.4, gradual split latency): each B its store.
