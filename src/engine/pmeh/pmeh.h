@@ -137,7 +137,10 @@
 // ---------------------------------------------------------------------------
 // Not implemented yet (issue 7 stays open; kEngineInfo.in_progress)
 // ---------------------------------------------------------------------------
-//   The crash explorer's pmeh runs (another change brings them).
+//   check() assumes quiescence (no operation in flight) and pauses only the
+//   owners' idle split steps, not their request loops (§10); SHARED-mode
+//   split stepping by direct writers (they delegate instead, §12.23); the
+//   benchmark runs of §13.4 and graduation into Store::engines().
 #pragma once
 
 #include "engine/index.h"
