@@ -132,10 +132,11 @@ TEST_P(CrashExplore, EveryCrashImageRecoversToAPromisedState) {
     EXPECT_GT(sum_field(summary_, "full_expansions"), 0u) << "no full expansion was crashed";
   }
   if (GetParam() == "pmeh") {
-    // Each run splits a segment and installs a deeper directory.
+    // Each run splits a segment and installs a deeper directory (the old
+    // one is retired once its zone filled into the new: a run ends with one
+    // live directory, so "directories" says nothing here).
     EXPECT_GE(sum_field(summary_, "splits"), 2u) << "no segment split was crashed";
     EXPECT_GE(sum_field(summary_, "expansions"), 2u) << "no directory install was crashed";
-    EXPECT_GE(sum_field(summary_, "directories"), 4u) << "a run ended in its first directory";
   }
 }
 
