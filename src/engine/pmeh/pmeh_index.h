@@ -193,6 +193,10 @@ class PmehIndex final : public Index {
   void force_mode(unsigned z, bool shared);
   // Stops (or restarts) the timed monitor, so that a test drives it alone.
   void enable_monitor(bool on) { monitor_on_.store(on); }
+  // The writes a monitor window needs before it decides (default 1024,
+  // §7.2): a stress test lowers it, so that a machine too loaded to run
+  // 1024 writes in a window's 250 ms still sees its hot spot.
+  void set_min_window_ops(std::uint64_t n) { min_window_ops_.store(n); }
   // Runs one monitor window on the given per-zone op counts and per-owner
   // mean backlogs, waits until the owners applied its switches, and
   // returns the zones it switched.
@@ -364,6 +368,7 @@ class PmehIndex final : public Index {
   // state; the test probe of check_regimes.
   bool opportunistic_ = true;
   std::atomic<bool> monitor_on_{true};
+  std::atomic<std::uint64_t> min_window_ops_{1024};
   std::mutex monitor_mutex_;
   std::atomic<std::int64_t> next_window_ns_{0};
   std::int64_t window_start_ns_ = 0;

@@ -28,11 +28,10 @@ constexpr auto kOwnerSpin = std::chrono::microseconds(20);
 constexpr auto kCallerSpin = std::chrono::microseconds(4);
 
 // The monitor (§7.2). A window lasts at least kWindowNs and closes once it
-// has kMinWindowOps writes, or after kMaxWindowNs with fewer (a calm
+// has min_window_ops_ writes (1024), or after kMaxWindowNs with fewer (a calm
 // window). Loop rounds of an owner between two looks at the clock.
 constexpr std::int64_t kWindowNs = 1'000'000;
 constexpr std::int64_t kMaxWindowNs = 250'000'000;
-constexpr std::uint64_t kMinWindowOps = 1024;
 constexpr unsigned kHotWindows = 2;   // consecutive hot windows before SHARED
 constexpr unsigned kColdWindows = 8;  // consecutive cold windows before OWNED
 constexpr unsigned kSwitchGap = 8;    // windows between two switches of a zone
@@ -272,7 +271,10 @@ void PmehIndex::maybe_monitor() {
   }
   next_window_ns_.store(now + kWindowNs, std::memory_order_relaxed);
   // Too few writes yet: the window goes on, up to kMaxWindowNs.
-  if (total < kMinWindowOps && now - window_start_ns_ < kMaxWindowNs) return;
+  if (total < min_window_ops_.load(std::memory_order_relaxed) &&
+      now - window_start_ns_ < kMaxWindowNs) {
+    return;
+  }
   for (unsigned z = 0; z < zn; ++z) zones_[z].seen_ops += delta[z];
   std::vector<double> backlog(owners_.size());
   for (std::size_t o = 0; o < owners_.size(); ++o) {
@@ -313,7 +315,7 @@ std::vector<unsigned> PmehIndex::monitor_window(const std::vector<std::uint64_t>
   std::uint64_t total = 0;
   for (unsigned z = 0; z < zn; ++z) total += delta[z];
   // A window with few writes decides nothing: every share counts as 0.
-  const bool calm = total < kMinWindowOps;
+  const bool calm = total < min_window_ops_.load(std::memory_order_relaxed);
   std::vector<double> share(zn, 0.0);
   std::vector<double> owned(w, 0.0);
   for (unsigned z = 0; z < zn; ++z) {
