@@ -90,6 +90,17 @@ PmehIndex::Pos PmehIndex::find(SegmentHeader* h, const Key& key) const {
   return {};
 }
 
+PmehIndex::Pos PmehIndex::free_in_window(SegmentHeader* h, std::uint64_t h1) const {
+  Bucket* buckets = segment_buckets(h);
+  const unsigned home = home_bucket(h1, nb_);
+  for (unsigned j : {home, (home + 1) % nb_}) {
+    for (unsigned p = 0; p < kSlotsPerBucket; ++p) {
+      if (!meta_valid(buckets[j].meta[p].load(std::memory_order_relaxed))) return {&buckets[j], p};
+    }
+  }
+  return {};
+}
+
 PmehIndex::SlotView PmehIndex::new_view(const Key& key, std::string_view value,
                                         std::uint64_t item) const {
   const std::uint16_t fp = fingerprint(key.h2);
@@ -432,19 +443,7 @@ Status PmehIndex::owner_write(heap::ThreadCache* tc, Request& r) {
         if (shared) st.fetch_add(1, std::memory_order_release);
         return Status::NotFound();
       }
-      Pos target = at;
-      if (!target) {
-        Bucket* buckets = segment_buckets(h);
-        const unsigned home = home_bucket(key.h1, nb_);
-        for (unsigned j : {home, (home + 1) % nb_}) {
-          for (unsigned p = 0; p < kSlotsPerBucket && !target; ++p) {
-            if (!meta_valid(buckets[j].meta[p].load(std::memory_order_relaxed))) {
-              target = {&buckets[j], p};
-            }
-          }
-          if (target) break;
-        }
-      }
+      const Pos target = at ? at : free_in_window(h, key.h1);
       if (target) {
         write_slot(tc, r, st, target, at, shared);
         return Status::OK();
@@ -564,19 +563,7 @@ bool PmehIndex::direct_write(heap::ThreadCache* tc, Request& r, Status* result) 
           *result = Status::NotFound();
           return true;
         }
-        Pos target = at;
-        if (!target) {
-          Bucket* buckets = segment_buckets(h);
-          const unsigned home = home_bucket(key.h1, nb_);
-          for (unsigned j : {home, (home + 1) % nb_}) {
-            for (unsigned p = 0; p < kSlotsPerBucket && !target; ++p) {
-              if (!meta_valid(buckets[j].meta[p].load(std::memory_order_relaxed))) {
-                target = {&buckets[j], p};
-              }
-            }
-            if (target) break;
-          }
-        }
+        const Pos target = at ? at : free_in_window(h, key.h1);
         if (!target) {
           // The window is full: the owner splits.
           st.fetch_add(1, std::memory_order_release);

@@ -244,6 +244,9 @@ class PmehIndex final : public Index {
   bool matches(const SlotView& v, const Key& key) const;
   // Owner only (no concurrent writer): where key is in the segment's window.
   Pos find(SegmentHeader* h, const Key& key) const;
+  // The first free slot of h1's window (its home bucket, then the next),
+  // or none: the window is full.
+  Pos free_in_window(SegmentHeader* h, std::uint64_t h1) const;
   SlotView new_view(const Key& key, std::string_view value, std::uint64_t item) const;
   void store_new(const Pos& at, const SlotView& v);
   void update_slot(heap::ThreadCache* tc, const Pos& at, const SlotView& old, const SlotView& fresh);

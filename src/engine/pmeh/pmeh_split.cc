@@ -238,6 +238,9 @@ void PmehIndex::finish_split(heap::ThreadCache* tc, unsigned z) {
   // 5. S is even and DEAD: readers still holding it restart from the
   // directory. The SplitState goes after a grace period.
   st.store((st.load(std::memory_order_relaxed) + 1) | kSegDead, std::memory_order_release);
+  // Counted before the split stops being in flight (release): whoever sees
+  // no split in flight also sees it counted.
+  splits_.fetch_add(1, std::memory_order_relaxed);
   zones_[z].split.store(nullptr, std::memory_order_release);
   retired_splits_[zones_[z].owner].emplace_back(sp);
   // 6. Cleared for good before S's block can be reused (S is freed after a
@@ -245,7 +248,6 @@ void PmehIndex::finish_split(heap::ThreadCache* tc, unsigned z) {
   // read a record naming a freed block.
   root_->split[z].store(0, std::memory_order_relaxed);
   region_.persist(&root_->split[z], sizeof(std::uint64_t));
-  splits_.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool PmehIndex::idle_work(heap::ThreadCache* tc, unsigned i) {
