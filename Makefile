@@ -29,7 +29,7 @@
 #                    k = 1, 2, 3 and nehash; split-step latency B = 0, 1, 4,
 #                    16; open time at 1M and 3M keys (10M: set
 #                    PMEH_OPEN_RECORDS) and after SIGKILL during a load; into
-#                    docs/results/pmeh (about 14 minutes; PMEH_RECORDS,
+#                    docs/results/pmeh (about 9 minutes; PMEH_RECORDS,
 #                    PMEH_SECONDS, PMEH_MOVE_RECORDS, PMEH_STEP_RECORDS,
 #                    PMEH_OPEN_RECORDS, PMEH_KILL_RECORDS, PMEH_PARTS, SHM_DIR:
 #                    scripts/bench.sh)

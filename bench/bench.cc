@@ -783,9 +783,7 @@ void add_options(CLI::App& app, Config& config) {
                  "peers = every peer, all = both (pmhash engines: " +
                      [] {
                        std::string s;
-                       const std::vector<std::string> finished = Store::engines();
-                       for (const auto& e : finished) s += (s.empty() ? "" : ", ") + e;
-                       if (!contains(finished, kPmeh)) s += std::string(", ") + kPmeh + " (in progress)";
+                       for (const auto& e : Store::engines()) s += (s.empty() ? "" : ", ") + e;
                        return s;
                      }() +
                      ", or any other engine Store::create accepts, such as one in progress, by "

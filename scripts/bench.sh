@@ -49,7 +49,7 @@
 # The nehash profile (the nehash engine's issue; the NEHASH paper, sec. 6):
 # 8-byte keys and values, pools in SHM_DIR (default /dev/shm) with
 # cache_line granularity, strict durability, nehash against clevel (and
-# pmeh in the ycsb part, by name while it is in progress), in three parts:
+# pmeh in the ycsb part), in three parts:
 #
 #   ycsb    workloads nehash-a, nehash-b, nehash-g (50, 95 and 5% reads, the
 #           rest inserts of new keys, uniform) at 1 and 2 threads;
@@ -80,7 +80,9 @@
 #            PMEH_RECORDS (default 200000) records, run phases of
 #            PMEH_SECONDS (default 2) seconds.
 #   skewed   workloads update, read, a with zipfian keys (0.99), pmeh with
-#            the opportunistic switch on and off ("pmeh switch=on/off").
+#            the opportunistic switch on and off ("pmeh switch=on/off"); then
+#            update and a for pmeh alone with 8 owner threads (skewed-w8),
+#            where the switch has overloaded owners to relieve.
 #   owners   workload a (uniform) at 2 threads: pmeh with one owner thread,
 #            with two, and with two and delegated reads (three files).
 #   movement load PMEH_MOVE_RECORDS (default "1000000") keys at 2 threads
@@ -106,11 +108,11 @@
 # latency_cdf.png (uniform, in uniform/), the same for skewed (in skewed/),
 # data_movement.png, split_step.png and open_time.png. PMEH_PARTS (default
 # "uniform skewed owners movement step open kill") chooses the parts. On the
-# project's 2-core VM pmeh loads about 19,000 keys/s (every write is handed
+# project's 2-core VM pmeh loads about 0.3M keys/s (every write is handed
 # to an owner thread; callers and owners share the 2 cores), so the
-# defaults take about 14 minutes; 10M keys take pmeh about 9 minutes each,
-# so add 10000000 to PMEH_OPEN_RECORDS (and PMEH_MOVE_RECORDS, three loads)
-# only when there is time.
+# defaults take about 9 minutes; 10M keys take pmeh about half a minute
+# each, so adding 10000000 to PMEH_OPEN_RECORDS and PMEH_MOVE_RECORDS (four
+# loads) adds about 5 minutes (the README's results have both).
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
@@ -256,6 +258,14 @@ if [ "$profile" = pmeh ]; then
           --json "$out/skewed.json" --csv "$out/skewed.csv" "$@"
         "$python" bench/plot.py --out "$out/skewed" --figures throughput,scaling,latency_cdf \
           "$out/skewed.json"
+        # With the default W (one owner on 2 cores) no owner can carry more
+        # than its fair share, so the switch has nothing to do; with 8 owners
+        # the hot keys' zones overload theirs and are switched to SHARED.
+        echo "bench.sh: pmeh skewed: update/a, zipfian 0.99, 8 owner threads, switch on and off"
+        "$bench" "${common[@]}" --engine pmeh --pmeh-opportunistic on,off --pmeh-workers 8 \
+          --workload update,a --distribution zipfian --zipf 0.99 --threads 1,2 \
+          --records "$records" --duration "$seconds" --no-ceilings \
+          --json "$out/skewed-w8.json" --csv "$out/skewed-w8.csv" "$@"
         ;;
       owners)
         echo "bench.sh: pmeh owners: workload a with W = 1, W = 2, W = 2 and delegated reads"

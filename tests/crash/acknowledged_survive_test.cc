@@ -1,8 +1,8 @@
 // tests/crash/acknowledged_survive_test.cc - strict durability checked with
 // the persistence simulator (persistence_sim.h): after every acknowledged
 // operation, a crash that loses every line not yet made durable must still
-// recover to exactly the acknowledged state. For every registered engine,
-// and pmeh while it is being built (crash/workload.h, crash_engines()).
+// recover to exactly the acknowledged state. For every registered engine
+// (Store::engines()).
 //
 // Between operations (and once no resize is running) the test builds two
 // crash images: the pessimistic one (only what the simulator knows to be
@@ -155,7 +155,7 @@ TEST_P(AcknowledgedSurvive, EveryAcknowledgedOperationSurvivesACrashRightAfterIt
   EXPECT_GT(sim.crash_points(), static_cast<std::uint64_t>(kOps));
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, AcknowledgedSurvive, ::testing::ValuesIn(crashtest::crash_engines()),
+INSTANTIATE_TEST_SUITE_P(Engines, AcknowledgedSurvive, ::testing::ValuesIn(Store::engines()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

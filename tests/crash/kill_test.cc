@@ -203,7 +203,7 @@ TEST_P(KillTest, AcknowledgedWritesSurviveSigkillAtRandomInstants) {
 // durability where the engine accepts it.
 std::vector<Param> kill_params() {
   std::vector<Param> out;
-  for (const std::string& engine : crash_engines()) {
+  for (const std::string& engine : Store::engines()) {
     for (const char* durability : {"strict", "epoch"}) {
       if (std::string(durability) == "epoch" && !accepts_epoch_durability(engine)) continue;
       for (const char* dir : {"/dev/shm", "/var/tmp"}) out.emplace_back(engine, dir, durability);

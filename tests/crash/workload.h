@@ -278,14 +278,6 @@ inline std::string run_checked(Store& store, unsigned thread, const Op& op, Thre
   return "";
 }
 
-// The engines the crash tests run: every registered engine, and pmeh while
-// it is still being built (Store::engines() leaves it out until then).
-inline std::vector<std::string> crash_engines() {
-  std::vector<std::string> engines = Store::engines();
-  if (std::find(engines.begin(), engines.end(), "pmeh") == engines.end()) engines.push_back("pmeh");
-  return engines;
-}
-
 // The engine accepts Durability::kEpoch (it persists by epochs).
 inline bool accepts_epoch_durability(const std::string& engine) {
   Options o;

@@ -20,8 +20,7 @@
 // the pool); given for a pool of another engine they are a usage error.
 //
 // Engines. create accepts every engine Store::create accepts; its help
-// lists the finished ones (Store::engines()) and pmeh, which is still being
-// built, marked "(in progress)" until Store::engines() lists it.
+// lists them (Store::engines()).
 //
 // Exit codes and errors. 0: success. 1: the store refused (the message is its
 // Status message, naming the pool), a key was not found, check() failed or
@@ -821,11 +820,7 @@ std::vector<Command> define_commands(CLI::App& app, Args& a) {
 
   CLI::App* create = add_command(app, "create", "create a new, empty pool", a, false);
   std::string engines;
-  const std::vector<std::string> finished = Store::engines();
-  for (const std::string& e : finished) engines += (engines.empty() ? "" : ", ") + e;
-  if (std::find(finished.begin(), finished.end(), kPmeh) == finished.end()) {
-    engines += std::string(engines.empty() ? "" : ", ") + kPmeh + " (in progress)";
-  }
+  for (const std::string& e : Store::engines()) engines += (engines.empty() ? "" : ", ") + e;
   create->add_option("--engine", a.create_engine, "index engine of the new pool: " + engines)
       ->capture_default_str();
   create->add_option("--size", a.size, "pool file size: bytes, or a number with K, M, G or T")

@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -283,7 +284,15 @@ Status PmehIndex::write(Request::Op op, const Key& key, std::string_view value) 
   std::uint64_t item = 0;
   if (op != Request::kRemove && !fits_inline(key.bytes.size(), value.size())) {
     const std::size_t n = item_size(key.bytes.size(), value.size());
-    if (s = tc->allocate(n, &item, false, kItemIntent); !s.ok()) return s;
+    if (s = tc->allocate(n, &item, false, kItemIntent); s.is_no_space()) {
+      // The values that updates replace and the items removes unlink are
+      // retired by the owner that ran them, into its own log, not ours:
+      // Store's retry after NoSpace empties only this thread's log, so a
+      // pool full of such garbage stays full unless the owners empty theirs.
+      drain_owners_retired(tc);
+      s = tc->allocate(n, &item, false, kItemIntent);
+    }
+    if (!s.ok()) return s;
     auto* h = region_.at<ItemHeader>(item);
     item_write(h, key.h1, key.bytes, value);
     region_.flush(h, n);
@@ -333,7 +342,19 @@ Status PmehIndex::write(Request::Op op, const Key& key, std::string_view value) 
     if (!result.published) tc->free_unpublished(item);  // no other thread ever saw it
     tc->clear_intent(kItemIntent);
   }
+  // A split that found no room: free the owners' garbage before Store
+  // retries the write once.
+  if (s.is_no_space()) drain_owners_retired(tc);
   return s;
+}
+
+void PmehIndex::drain_owners_retired(heap::ThreadCache* tc) {
+  Request req;
+  req.op = Request::kDrainRetired;
+  // Owner o runs zone o (zones are dealt round-robin); owners beyond the
+  // zones run none and retire nothing.
+  const unsigned n = std::min(workers(), 1u << z_);
+  for (unsigned o = 0; o < n; ++o) delegate(tc, o, req, nullptr);
 }
 
 Status PmehIndex::insert(const Key& key, std::string_view value) {
@@ -367,6 +388,10 @@ Status PmehIndex::execute(heap::ThreadCache* tc, Request& r) {
         return Status::OK();
       }
       copy_segment(r.scan_x, /*optimistic=*/false, r.batch, &r.scan_next, &r.scan_last);
+      return Status::OK();
+    case Request::kDrainRetired:
+      // Between two operations: no read-side section is open here.
+      tc->drain_retired();
       return Status::OK();
     default:
       return owner_write(tc, r);

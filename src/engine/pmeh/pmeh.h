@@ -104,7 +104,7 @@
 //   scanned: open reads one header per split record and one per child.
 //
 // ---------------------------------------------------------------------------
-// check() (§10, the items implemented so far)
+// check() (§10)
 // ---------------------------------------------------------------------------
 //   1 root, op logs empty, a split record exactly for each split in flight.
 //   2 directories: contiguous, allocated, headers right, G increasing, DRAM
@@ -135,12 +135,17 @@
 //   of the zone to clear, then stores OWNED.
 //
 // ---------------------------------------------------------------------------
-// Not implemented yet (issue 7 stays open; kEngineInfo.in_progress)
+// Choices a user should know about (docs/design/pmeh.md §10, §12.23, §13.4)
 // ---------------------------------------------------------------------------
-//   check() assumes quiescence (no operation in flight) and pauses only the
-//   owners' idle split steps, not their request loops (§10); SHARED-mode
-//   split stepping by direct writers (they delegate instead, §12.23); the
-//   benchmark runs of §13.4 and graduation into Store::engines().
+//   check() keeps Store::check's contract (a quiescent store): it pauses the
+//   owners' idle split steps, which run with no caller operation in flight,
+//   but not their request loops, which are idle when no caller is. In a
+//   SHARED zone a direct writer whose segment has a split in flight hands
+//   its write to the owner instead of stepping the split itself, so splits
+//   are only ever moved by owners. Writes are delegated by default (W =
+//   max(1, cores / 2) owners); on 2 cores the per-segment-lock path (every
+//   zone SHARED) is faster for uniform writes, as the results in
+//   docs/results/pmeh show.
 #pragma once
 
 #include "engine/index.h"

@@ -106,7 +106,8 @@ struct alignas(64) Zone {
 // A write (or a delegated read or scan) handed to a zone's owner. The
 // caller's key, value and output stay valid: the caller waits for `done`.
 struct Request {
-  enum Op : std::uint8_t { kGet, kInsert, kUpdate, kUpsert, kRemove, kScan } op = kGet;
+  // kDrainRetired: the owner frees what it retired (drain_owners_retired).
+  enum Op : std::uint8_t { kGet, kInsert, kUpdate, kUpsert, kRemove, kScan, kDrainRetired } op = kGet;
   const Key* key = nullptr;
   std::string_view value;
   std::uint64_t item = 0;    // the caller's prepared item (0: the pair is inline)
@@ -255,6 +256,9 @@ class PmehIndex final : public Index {
   Status write(Request::Op op, const Key& key, std::string_view value);
   // Hands a request to the zone's owner and waits for its result.
   Status delegate(heap::ThreadCache* tc, unsigned zone, const Request& req, Request* result_req);
+  // Has every owner free the blocks in its retire log, after a grace period.
+  // Outside any read-side section.
+  void drain_owners_retired(heap::ThreadCache* tc);
   // Runs a request on owner thread `tc` (zones.cc dispatches here).
   Status execute(heap::ThreadCache* tc, Request& r);
   Status owner_write(heap::ThreadCache* tc, Request& r);

@@ -80,7 +80,7 @@ std::string hex(std::uint64_t v) {
 }  // namespace
 
 const EngineInfo kEngineInfo = {"pmeh", &encode_params, &create_index, &open_index,
-                                /*in_progress=*/true};
+                                /*in_progress=*/false};
 
 Status PmehIndex::fail(const std::string& what) const {
   return Status::Corruption("pool " + env_.pool->path() + ": pmeh: " + what);
