@@ -52,12 +52,14 @@ Status PmehIndex::start_owners() {
   w = std::min(w, kMaxWorkers);
   for (unsigned z = 0; z < (1u << z_); ++z) zones_[z].owner = z % w;
   stop_.store(false);
-  // No monitor window before every owner runs: the monitor reads owners_,
-  // which grows below while the first owners already loop.
+  // No monitor window before every owner runs.
   next_window_ns_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
+  // Every Owner exists before the first thread starts: a running owner
+  // reads owners_ (its own entry, workers()), so the vector must not grow
+  // under it.
+  for (unsigned i = 0; i < w; ++i) owners_.push_back(std::make_unique<Owner>());
   for (unsigned i = 0; i < w; ++i) {
-    owners_.push_back(std::make_unique<Owner>());
-    Owner& o = *owners_.back();
+    Owner& o = *owners_[i];
     try {
       o.thread = std::thread([this, i] { owner_loop(i); });
     } catch (const std::system_error& e) {
