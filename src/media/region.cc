@@ -35,6 +35,11 @@
 // Stopping leaves the file as a crash at the failed write would: every
 // earlier write-back, and none after. The next open recovers it as such.
 //
+// A shared file region (map_file's `shared`: a memory node that several
+// processes map) keeps libpmem2's shared mapping and its flush at every
+// granularity, msync included: the private copy would hide each process's
+// stores from the others.
+//
 // Anonymous regions are plain mmap(MAP_PRIVATE | MAP_ANONYMOUS) and nothing
 // in them is ever durable, so flush and drain are no-ops.
 //
@@ -199,7 +204,7 @@ std::atomic<Region::MapHook> map_hook{nullptr};
 void Region::set_map_hook(MapHook hook) { map_hook.store(hook); }
 
 Status Region::map_file(const std::string& path, std::size_t size,
-                        std::unique_ptr<Region>* out) {
+                        std::unique_ptr<Region>* out, bool shared) {
   auto fail = [&](const std::string& why) {
     return Status::IOError("region " + path + ": " + why);
   };
@@ -258,7 +263,7 @@ Status Region::map_file(const std::string& path, std::size_t size,
   r->path_ = path;
   r->flush_fn_ = pmem2_get_flush_fn(impl->map);
   r->drain_fn_ = pmem2_get_drain_fn(impl->map);
-  if (r->granularity_ == Granularity::kPage) {
+  if (r->granularity_ == Granularity::kPage && !shared) {
     // An ordinary file: map it privately and write back with pwrite (see
     // the head of this file). libpmem2's shared mapping only told us the
     // granularity.

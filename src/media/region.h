@@ -55,8 +55,12 @@ class Region {
   // Opens `path` read-write and maps its first `size` bytes (0: the whole
   // file). The file must already exist with at least `size` bytes.
   // Errors: IOError naming the path and the reason.
+  // `shared`: several processes map the file at once and must see each
+  // other's stores (memory-node pools, remote/memnode.h), so the mapping
+  // stays shared at every granularity; at page granularity flush() is then
+  // libpmem2's msync instead of the private copy's pwrite (region.cc).
   static Status map_file(const std::string& path, std::size_t size,
-                         std::unique_ptr<Region>* out);
+                         std::unique_ptr<Region>* out, bool shared = false);
 
   // An anonymous, zero-filled, volatile mapping (granularity kNone).
   static Status anonymous(std::size_t size, std::unique_ptr<Region>* out);

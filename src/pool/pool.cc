@@ -250,9 +250,10 @@ Pool::~Pool() {
 
 namespace {
 
-// Takes the exclusive lock that says a Pool holds the file.
-Status lock_file(const std::string& who, int fd) {
-  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return Status::OK();
+// Takes the lock that says a Pool holds the file: exclusive, or shared
+// (open_shared).
+Status lock_file(const std::string& who, int fd, bool shared = false) {
+  if (::flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) == 0) return Status::OK();
   if (errno == EWOULDBLOCK) {
     return Status::Busy(who + ": in use (another process, or another store in this one, has it open)");
   }
@@ -333,6 +334,16 @@ Status Pool::create_volatile(const CreateParams& params, std::unique_ptr<Pool>* 
 
 Status Pool::open(const std::string& path, const std::string& engine,
                   std::unique_ptr<Pool>* out) {
+  return open_locked(path, engine, /*shared=*/false, out);
+}
+
+Status Pool::open_shared(const std::string& path, const std::string& engine,
+                         std::unique_ptr<Pool>* out) {
+  return open_locked(path, engine, /*shared=*/true, out);
+}
+
+Status Pool::open_locked(const std::string& path, const std::string& engine, bool shared,
+                         std::unique_ptr<Pool>* out) {
   const std::string who = "pool " + path;
   PoolHeader h{};
   // Validation reads through a read-only descriptor: a rejected file is
@@ -346,7 +357,7 @@ Status Pool::open(const std::string& path, const std::string& engine,
       if (fd >= 0) ::close(fd);
     }
   } lock{fd};
-  if (Status s = lock_file(who, fd); !s.ok()) return s;
+  if (Status s = lock_file(who, fd, shared); !s.ok()) return s;
   {
     struct stat st {};
     const bool stat_ok = ::fstat(fd, &st) == 0;
@@ -381,7 +392,9 @@ Status Pool::open(const std::string& path, const std::string& engine,
   }
 
   auto pool = std::unique_ptr<Pool>(new Pool());
-  if (Status s = media::Region::map_file(path, h.pool_size, &pool->region_); !s.ok()) return s;
+  if (Status s = media::Region::map_file(path, h.pool_size, &pool->region_, shared); !s.ok()) {
+    return s;
+  }
   // The file could have been replaced between the checks and the mapping.
   if (std::memcmp(pool->region_->base(), &h, sizeof(h)) != 0) {
     return Status::Corruption(who + ": header changed while opening (another process writing it?)");

@@ -109,6 +109,15 @@ class Pool {
   static Status open(const std::string& path, const std::string& engine,
                      std::unique_ptr<Pool>* out);
 
+  // Opens like open(), but with a shared lock: any number of processes may
+  // hold a pool this way at once (the memory nodes of the shm transport,
+  // remote/memnode.h, are pool files that every client maps). An exclusive
+  // holder and shared holders exclude each other (Busy). The caller must
+  // not use begin_session() or mark_clean_shutdown(): a shared pool has no
+  // single session.
+  static Status open_shared(const std::string& path, const std::string& engine,
+                            std::unique_ptr<Pool>* out);
+
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
@@ -141,6 +150,8 @@ class Pool {
 
  private:
   Pool() = default;
+  static Status open_locked(const std::string& path, const std::string& engine, bool shared,
+                            std::unique_ptr<Pool>* out);
 
   std::unique_ptr<media::Region> region_;
   int lock_fd_ = -1;  // holds the flock on the file; -1 for a volatile pool

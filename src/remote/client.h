@@ -1,0 +1,139 @@
+// remote/client.h - a compute node's handle on the memory pool: one
+// transport per memory node, and the loop that keeps many coroutines'
+// verbs in flight on one thread.
+//
+// Usage (one Client per thread, like a set of queue pairs):
+//
+//   Batch b;
+//   b.read(0, off, &meta, sizeof(meta)).cas(0, slot, old, new_word);
+//   Status s = co_await client.exec(b);     // one round trip
+//   if (s.ok() && b.result(1) == old) ...   // the CAS won
+//
+// exec() posts the batch's verbs, a sub-batch per node (doorbell batching),
+// and suspends the coroutine until every sub-batch has completed; the
+// sub-batches travel in parallel, so exec() costs one round trip however
+// many nodes it touches. While one coroutine waits, the Client resumes
+// others whose verbs completed (run(), block_on()). The counters count
+// round trips (exec calls), verbs and payload bytes.
+//
+// Errors of exec(): the first error of any sub-batch (remote/transport.h:
+// InvalidArgument for a bad verb, IOError for an unreachable or silent
+// node); the other sub-batches still complete before exec() returns, so
+// the batch's buffers are never written after it.
+#pragma once
+
+#include <coroutine>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pmhash/status.h"
+#include "remote/task.h"
+#include "remote/transport.h"
+
+namespace pmhash::remote {
+
+// The verbs of one round trip, to any nodes. Ops keep their insertion
+// order per node; result(i) is the old word of the i-th op (CAS, FAA).
+class Batch {
+ public:
+  Batch& read(unsigned node, std::uint64_t off, void* dst, std::uint32_t len);
+  Batch& write(unsigned node, std::uint64_t off, const void* src, std::uint32_t len);
+  Batch& cas(unsigned node, std::uint64_t off, std::uint64_t expected, std::uint64_t desired);
+  Batch& faa(unsigned node, std::uint64_t off, std::uint64_t add);
+
+  std::uint64_t result(std::size_t i) const;
+  std::size_t size() const { return where_.size(); }
+  void clear();
+
+ private:
+  friend class Client;
+  Batch& add(unsigned node, const Op& op);
+
+  std::vector<std::vector<Op>> per_node_;
+  struct Where {
+    unsigned node;
+    std::size_t index;
+  };
+  std::vector<Where> where_;
+};
+
+struct ClientCounters {
+  std::uint64_t round_trips = 0;  // exec() calls that posted something
+  std::uint64_t posts = 0;        // sub-batches posted (doorbells)
+  std::uint64_t verbs = 0;
+  std::uint64_t bytes = 0;        // payload_bytes() of every verb
+  std::uint64_t max_in_flight = 0;  // most sub-batches in flight at one node at once
+};
+
+class Client {
+ public:
+  // Connects to every memory node of `specs` (remote::connect's forms);
+  // node i of a Batch is specs[i]. Errors: those of connect(), naming the
+  // node; InvalidArgument for no node.
+  static Status connect(const std::vector<std::string>& specs, const ConnectOptions& options,
+                        std::unique_ptr<Client>* out);
+
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  std::size_t nodes() const { return nodes_.size(); }
+  const std::string& node_name(unsigned node) const { return nodes_[node]->name(); }
+  std::uint64_t node_size(unsigned node) const { return nodes_[node]->size(); }
+
+  // co_await exec(b): posts b and suspends until it has completed. The
+  // batch must outlive the await. An empty batch completes at once.
+  auto exec(Batch& b) {
+    struct Awaiter {
+      Client* c;
+      Batch* b;
+      Wait w;
+      bool await_ready() { return !c->post(*b, &w); }
+      void await_suspend(std::coroutine_handle<> h) { w.handle = h; }
+      Status await_resume() { return w.status; }
+    };
+    return Awaiter{this, &b, {}};
+  }
+
+  // Runs `task` to its end on this thread, driving every coroutine in
+  // flight meanwhile; returns its result. Not to be called from inside a
+  // coroutine of this Client.
+  template <class T>
+  T block_on(Task<T> task) {
+    task.handle().resume();
+    while (!task.done()) drive();
+    return task.result();
+  }
+  // Runs one batch outside any coroutine.
+  Status exec_sync(Batch& b);
+
+  // Starts `task` (it runs to its first suspension); run() drives it on.
+  void spawn(Task<void> task);
+  // Drives every spawned task and their verbs until all have finished.
+  void run();
+
+  const ClientCounters& counters() const { return counters_; }
+  void reset_counters() { counters_ = {}; }
+
+ private:
+  struct Wait {
+    std::coroutine_handle<> handle;
+    unsigned remaining = 0;
+    Status status;
+  };
+  Client() = default;
+  // Posts every sub-batch; false if nothing is left to wait for.
+  bool post(Batch& b, Wait* w);
+  // Resumes the coroutines whose batches completed, then polls the nodes.
+  void drive();
+
+  std::vector<std::unique_ptr<Transport>> nodes_;
+  std::vector<std::coroutine_handle<>> ready_;
+  std::vector<Completion> done_;
+  std::vector<Task<void>> spawned_;
+  ClientCounters counters_;
+};
+
+}  // namespace pmhash::remote

@@ -1,0 +1,115 @@
+// remote/transport.h - one-sided verbs on a memory node, and the transports
+// that carry them.
+//
+// The remote-memory layer gives compute-node code (the sephash engine and
+// its baseline) what an RDMA NIC gives: READ, WRITE, CAS and FAA on bytes of
+// a memory node's region, executed without any index logic on the node.
+// Nothing here knows about hash indexes.
+//
+// Verbs. A verb names a node-relative byte offset. READ copies `len` bytes
+// of the region into local memory, WRITE the other way; CAS and FAA act on
+// one 8-byte, 8-byte-aligned word and return its old value. Like RDMA, a
+// READ or WRITE is atomic only per aligned 8-byte word: a READ racing a
+// WRITE may see some words old and some new, and the index above must
+// detect that (SepHash and RACE both do, with checksums or re-reads).
+//
+// Batches (doorbell batching). A transport takes a batch of verbs for one
+// node in one post and runs them in order; their results are valid once
+// poll() reports the batch done. A later verb of a batch sees the effects
+// of the earlier ones. Batches of one transport complete in post order.
+//
+// Durability. A memory node's region is a pmhash pool (remote/memnode.h).
+// When a batch completes, its writes and atomics are durable in that pool
+// (flushed and fenced at the pool's granularity): a memory node that
+// restarts from its pool file serves every completed write.
+//
+// Failure. A batch either completes with OK, or with an error that names the
+// node: InvalidArgument for a verb outside the region or a misaligned
+// atomic (nothing of the batch ran), IOError when the node is unreachable or
+// does not answer within the transport's timeout (whether the batch ran is
+// then unknown, as with a lost RDMA completion). No call blocks longer than
+// its timeout.
+//
+// Threads. A Transport is used by one thread at a time, like a queue pair;
+// each client thread connects its own (remote/client.h).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pmhash/status.h"
+
+namespace pmhash::remote {
+
+enum class Verb : std::uint8_t { kRead, kWrite, kCas, kFaa };
+
+struct Op {
+  Verb verb = Verb::kRead;
+  std::uint32_t len = 0;      // READ/WRITE: bytes; CAS/FAA: 8
+  std::uint64_t off = 0;      // byte offset in the node's region
+  void* local = nullptr;      // READ: destination; WRITE: source
+  std::uint64_t arg0 = 0;     // CAS: expected value; FAA: addend
+  std::uint64_t arg1 = 0;     // CAS: desired value
+  std::uint64_t result = 0;   // CAS/FAA: the word's old value
+};
+
+// The bytes an op moves across the network, counting both directions
+// (request payload plus response payload; headers not included).
+std::uint64_t payload_bytes(const Op& op);
+
+struct Completion {
+  std::uint64_t tag = 0;  // the tag given to post()
+  Status status;
+};
+
+struct ConnectOptions {
+  // A batch not done after this long fails with IOError (tcp).
+  std::chrono::milliseconds timeout{2000};
+  // shm only: added to every batch's round trip, emulating a network hop
+  // (0: the CXL-style direct access).
+  std::chrono::nanoseconds shm_latency{0};
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // "shm:/dev/shm/mn0" or "tcp:127.0.0.1:7000": the spec it was connected with.
+  virtual const std::string& name() const = 0;
+  // Bytes of the node's region (the pool's size); verbs address [0, size).
+  virtual std::uint64_t size() const = 0;
+
+  // Starts a batch of verbs (all for this node), identified by `tag` in the
+  // completion. The ops must stay valid, and their local buffers untouched,
+  // until the completion is reported. Errors (nothing started):
+  // InvalidArgument for a verb outside [kFirstUsable, size) or an atomic
+  // not on an aligned word; IOError when the node is known to be gone.
+  virtual Status post(std::uint64_t tag, std::span<Op> ops) = 0;
+
+  // Appends finished batches to `done`, in post order. If none is finished,
+  // waits up to `wait` for one. A batch overdue by the timeout is reported
+  // finished with IOError.
+  virtual void poll(std::vector<Completion>* done, std::chrono::nanoseconds wait) = 0;
+
+  // Batches posted and not yet reported.
+  virtual std::size_t in_flight() const = 0;
+};
+
+// Connects to a memory node: "shm:PATH" maps the pool file PATH (shared
+// with every other client of it); "tcp:HOST:PORT" connects to a
+// pmhash-memnode daemon. Errors: InvalidArgument (a spec of neither form),
+// IOError/Corruption/InvalidArgument from opening the pool (shm: missing,
+// not a pool, a pool of an engine other than "memnode"), IOError when the
+// daemon cannot be reached within the timeout (tcp).
+Status connect(const std::string& spec, const ConnectOptions& options,
+               std::unique_ptr<Transport>* out);
+
+// Validates the verbs of a batch against a region of `size` bytes; the
+// message names `node`.
+Status validate(const std::string& node, std::uint64_t size, std::span<const Op> ops);
+
+}  // namespace pmhash::remote
