@@ -774,6 +774,9 @@ void PmehIndex::fill_stats(Stats* st) const {
     for (unsigned z = 0; z < (1u << z_); ++z) {
       if (const SplitState* sp = zones_[z].split.load(std::memory_order_acquire)) {
         children += std::uint64_t{1} << sp->k;
+        // A gradual split in flight: an idle owner may step it at any
+        // moment, so the pool is changing even with no call in flight.
+        st->resizing = true;
       }
     }
   }
