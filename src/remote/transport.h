@@ -43,6 +43,10 @@
 
 #include "pmhash/status.h"
 
+namespace pmhash::media {
+class Region;
+}
+
 namespace pmhash::remote {
 
 enum class Verb : std::uint8_t { kRead, kWrite, kCas, kFaa };
@@ -108,8 +112,16 @@ class Transport {
 Status connect(const std::string& spec, const ConnectOptions& options,
                std::unique_ptr<Transport>* out);
 
+// Runs a validated batch on a memory node's mapped region, in order: READ
+// and WRITE word by word with 8-byte atomics, CAS and FAA with atomic_ref
+// (the old word into `result`); every written range is flushed and one
+// fence ends the batch, so its writes are durable when this returns.
+void execute(media::Region& region, std::span<Op> ops);
+
 // Validates the verbs of a batch against a region of `size` bytes; the
-// message names `node`.
-Status validate(const std::string& node, std::uint64_t size, std::span<const Op> ops);
+// message names `node`. `check_buffers`: a READ or WRITE must have a local
+// buffer (the daemon validates before it has placed its READ buffers).
+Status validate(const std::string& node, std::uint64_t size, std::span<const Op> ops,
+                bool check_buffers = true);
 
 }  // namespace pmhash::remote
