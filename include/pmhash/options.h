@@ -101,6 +101,28 @@ struct Options {
   // Reads go to the zone's owner too (to measure against optimistic reads).
   bool pmeh_delegate_reads = false;
 
+  // --- sephash (an index on disaggregated memory) --------------------
+  // The memory nodes that hold the index: comma-separated "shm:PATH" (a
+  // memory-node pool file mapped by this process) or "tcp:HOST:PORT" (a
+  // pmhash-memnode daemon). The store's path is then unused: pass "".
+  // Node 0 holds the index root and the directory; segments are spread
+  // over all nodes. Every client must name the nodes in the same order.
+  std::string memnodes = {};
+  // A remote round trip not answered in this long fails with IOError.
+  unsigned remote_timeout_ms = 2000;
+  // shm only: injected round-trip latency in nanoseconds (emulates a network
+  // hop; 0 is CXL-style direct access).
+  unsigned remote_latency_ns = 0;
+  // Local depth of a new index's segments (create only; kept on node 0):
+  // 2^n segments to start with. 1 .. 12.
+  unsigned sephash_initial_depth = 4;
+  // Most slots of a segment's sorted MainSeg before it splits (create
+  // only): 64 CurSegs' worth by default. 208 .. 16383.
+  unsigned sephash_main_max_slots = 64 * 104;
+  // The deepest a segment may split to (create only); the directory has
+  // 2^n entries. initial depth .. 20.
+  unsigned sephash_max_depth = 16;
+
   // --- dali -----------------------------------------------------------
   // Buckets of a new table, as a power of two (32 bytes each). The table
   // grows online, one bucket split at a time (linear hashing), and never

@@ -65,7 +65,8 @@ struct Stats {
   // copied since open (16-byte slot plus its 2-byte meta per moved pair;
   // items are not copied), operations run
   // by an owner thread on a caller's behalf, and optimistic reads that
-  // failed validation and ran again, since open; splits completed early
+  // failed validation and ran again (sephash: appends that ran again because
+  // the segment changed under them), since open; splits completed early
   // because another split was needed first (a second split in the zone, a
   // child's window full), since open.
   std::uint64_t segments = 0;
@@ -85,6 +86,14 @@ struct Stats {
   std::vector<std::uint64_t> failed_epochs;  // epochs lost to crashes
   std::uint64_t epoch_fences = 0;   // global fences since open
   bool swept = true;                // false until the post-crash heap sweep ends
+  // Engines on memory nodes (sephash; 0 otherwise): remote round trips,
+  // verbs and payload bytes (both directions) since open, and CurSeg merges
+  // into a MainSeg since open (splits count as expansions, and the bytes a
+  // split writes as bytes_moved).
+  std::uint64_t round_trips = 0;
+  std::uint64_t remote_verbs = 0;
+  std::uint64_t remote_bytes = 0;
+  std::uint64_t merges = 0;
   std::uint64_t flushes = 0;     // cache-line flushes issued since open
   std::uint64_t fences = 0;      // drains (store fences) issued since open
 };

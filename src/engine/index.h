@@ -88,6 +88,11 @@ struct EngineInfo {
   // opened by name, but engine_list() (Store::engines()) does not offer it,
   // so the suites that run on every engine leave it out until it is done.
   bool in_progress = false;
+  // Engines whose index lives on memory nodes (Options::memnodes) rather
+  // than in a pool file: the store calls these instead of create and open
+  // (which are then null), with no pool and no heap.
+  Status (*create_remote)(const Options& options, std::unique_ptr<Index>* out) = nullptr;
+  Status (*open_remote)(const Options& options, std::unique_ptr<Index>* out) = nullptr;
 };
 
 // nullptr when no engine has this name.

@@ -6,13 +6,15 @@
 #include "engine/index.h"
 #include "engine/nehash/nehash.h"
 #include "engine/pmeh/pmeh.h"
+#include "engine/sephash/sephash.h"
 
 namespace pmhash::engine {
 namespace {
 
-const std::array<const EngineInfo*, 4>& engines() {
-  static const std::array<const EngineInfo*, 4> all = {&clevel::kEngineInfo, &dali::kEngineInfo,
-                                                       &nehash::kEngineInfo, &pmeh::kEngineInfo};
+const std::array<const EngineInfo*, 5>& engines() {
+  static const std::array<const EngineInfo*, 5> all = {&clevel::kEngineInfo, &dali::kEngineInfo,
+                                                       &nehash::kEngineInfo, &pmeh::kEngineInfo,
+                                                       &sephash::kEngineInfo};
   return all;
 }
 

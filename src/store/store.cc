@@ -101,7 +101,16 @@ class StoreImpl final : public Store {
         index_(std::move(index)),
         recovery_ns_(recovery_ns),
         open_ns_(open_ns),
-        counters_at_open_(media::counters()) {}
+        counters_at_open_(media::counters()),
+        engine_(pool_ ? pool_->engine() : std::string()) {}
+
+  // A store whose index lives on memory nodes: no pool, no heap.
+  StoreImpl(std::string engine, std::unique_ptr<engine::Index> index, std::uint64_t open_ns)
+      : index_(std::move(index)),
+        recovery_ns_(0),
+        open_ns_(open_ns),
+        counters_at_open_(media::counters()),
+        engine_(std::move(engine)) {}
 
   ~StoreImpl() override { (void)close(); }
 
@@ -128,7 +137,7 @@ class StoreImpl final : public Store {
     std::unique_ptr<engine::Txn> t;
     Status s = index_->begin(options, &t);
     if (s.is_not_supported()) {
-      return Status::NotSupported("engine " + pool_->engine() +
+      return Status::NotSupported("engine " + engine_ +
                                   " has no transactions (create the pool with engine dali)");
     }
     if (!s.ok()) return s;
@@ -171,6 +180,7 @@ class StoreImpl final : public Store {
   Status sync() override {
     if (Status s = check_open(); !s.ok()) return s;
     if (Status s = index_->sync(); !s.ok()) return s;
+    if (!pool_) return Status::OK();
     // A file region's write-back can fail (EIO, ENOSPC) where persistent
     // memory cannot: then nothing since is known durable.
     return pool_->region().write_back_error();
@@ -178,6 +188,7 @@ class StoreImpl final : public Store {
 
   Status check() const override {
     if (Status s = check_open(); !s.ok()) return s;
+    if (!pool_) return index_->check();
     if (Status s = pool_->verify_header(); !s.ok()) return s;
     if (Status s = index_->check(); !s.ok()) return s;
     return heap_->check();
@@ -191,7 +202,12 @@ class StoreImpl final : public Store {
   Stats stats() const override {
     Stats st;
     if (closed_) return st;
-    st.engine = pool_->engine();
+    st.engine = engine_;
+    if (!pool_) {
+      st.open_ns = open_ns_;
+      index_->fill_stats(&st);
+      return st;
+    }
     st.granularity = std::string(media::granularity_name(pool_->region().granularity()));
     st.pool_size = pool_->header().pool_size;
     st.heap_used = heap_->used_bytes();
@@ -209,6 +225,10 @@ class StoreImpl final : public Store {
   Status close() override {
     if (closed_.exchange(true)) return Status::OK();
     index_->close();
+    if (!pool_) {
+      index_.reset();
+      return Status::OK();
+    }
     heap_->drain_all();
     pool_->mark_clean_shutdown();
     Status written = pool_->region().write_back_error();
@@ -235,7 +255,7 @@ class StoreImpl final : public Store {
   template <typename Write>
   Status unless_only_garbage(const Write& write) {
     Status s = write();
-    if (!s.is_no_space()) return s;
+    if (!s.is_no_space() || !heap_) return s;
     heap::ThreadCache* tc = heap_->thread();
     if (tc == nullptr) return s;
     tc->drain_retired();
@@ -254,6 +274,7 @@ class StoreImpl final : public Store {
   std::uint64_t recovery_ns_;
   std::uint64_t open_ns_;
   media::Counters counters_at_open_;
+  std::string engine_;
   std::atomic<bool> closed_{false};
 };
 
@@ -336,11 +357,54 @@ Status creation_params(const Options& options, const engine::EngineInfo** info,
 
 }  // namespace
 
+namespace {
+
+// Engines whose index lives on memory nodes (Options::memnodes): the store
+// has no pool file, and `path` must be empty.
+Status start_remote(const std::string& path, const Options& options, bool create,
+                    std::unique_ptr<Store>* store) {
+  const std::string name = options.engine.empty() ? std::string("sephash") : options.engine;
+  const engine::EngineInfo* info = engine::find_engine(name);
+  if (info == nullptr || info->create_remote == nullptr) {
+    return Status::InvalidArgument("engine '" + name +
+                                   "' keeps its index in a pool file, not on memory nodes "
+                                   "(memory nodes are for sephash)");
+  }
+  if (!path.empty()) {
+    return Status::InvalidArgument("engine " + name +
+                                   " keeps its index on memory nodes (" + options.memnodes +
+                                   "): give no pool path");
+  }
+  if (options.durability != Durability::kStrict) {
+    return Status::InvalidArgument("engine " + name +
+                                   " persists every write before it returns: use durability strict");
+  }
+  const Clock::time_point started = Clock::now();
+  std::unique_ptr<engine::Index> index;
+  Status s;
+  try {
+    s = create ? info->create_remote(options, &index) : info->open_remote(options, &index);
+  } catch (const std::bad_alloc&) {
+    s = Status::IOError("engine " + name + " cannot start: out of memory");
+  }
+  if (!s.ok()) return s;
+  *store = std::make_unique<StoreImpl>(name, std::move(index), create ? 0 : ns_since(started));
+  return Status::OK();
+}
+
+}  // namespace
+
 Status Store::create(const std::string& path, const Options& options,
                      std::unique_ptr<Store>* store) {
+  if (!options.memnodes.empty()) return start_remote(path, options, /*create=*/true, store);
   const engine::EngineInfo* info = nullptr;
   pool::CreateParams params;
   if (Status s = creation_params(options, &info, &params); !s.ok()) return s;
+  if (info->create == nullptr) {
+    return Status::InvalidArgument("engine " + options.engine +
+                                   " keeps its index on memory nodes: give them in "
+                                   "Options::memnodes (--memnodes shm:PATH,tcp:HOST:PORT)");
+  }
   std::unique_ptr<pool::Pool> pool;
   if (Status s = pool::Pool::create(path, params, &pool); !s.ok()) return s;
   Status s = attach(pool, options, info->create, Clock::now(), /*opening=*/false, store);
@@ -354,6 +418,10 @@ Status Store::create_volatile(const Options& options, std::unique_ptr<Store>* st
   const engine::EngineInfo* info = nullptr;
   pool::CreateParams params;
   if (Status s = creation_params(options, &info, &params); !s.ok()) return s;
+  if (info->create == nullptr) {
+    return Status::InvalidArgument("engine " + options.engine +
+                                   " keeps its index on memory nodes; it has no volatile form");
+  }
   std::unique_ptr<pool::Pool> pool;
   if (Status s = pool::Pool::create_volatile(params, &pool); !s.ok()) return s;
   return attach(pool, options, info->create, Clock::now(), /*opening=*/false, store);
@@ -371,6 +439,7 @@ std::uint64_t store_testing::epoch(const Store& store) {
 
 Status Store::open(const std::string& path, const Options& options,
                    std::unique_ptr<Store>* store) {
+  if (!options.memnodes.empty()) return start_remote(path, options, /*create=*/false, store);
   std::unique_ptr<pool::Pool> pool;
   if (Status s = pool::Pool::open(path, options.engine, &pool); !s.ok()) return s;
   const engine::EngineInfo* info = engine::find_engine(pool->engine());

@@ -1,0 +1,135 @@
+// engine/sephash/layout.h - the sephash index's bytes on the memory nodes.
+//
+// Remote addresses (RAddr) name a node and a byte offset in its region:
+// node in the top 8 bits, offset in the low 48. Every structure below is
+// written with remote verbs (remote/transport.h) and read back the same way;
+// words that verbs CAS or FAA are 8-byte aligned.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "remote/memnode.h"
+
+namespace pmhash::engine::sephash {
+
+using RAddr = std::uint64_t;
+inline constexpr unsigned kNodeShift = 56;
+inline constexpr std::uint64_t kOffsetMask = (std::uint64_t{1} << 48) - 1;
+inline constexpr RAddr make_raddr(unsigned node, std::uint64_t off) {
+  return (std::uint64_t{node} << kNodeShift) | off;
+}
+inline constexpr unsigned raddr_node(RAddr a) { return static_cast<unsigned>(a >> kNodeShift); }
+inline constexpr std::uint64_t raddr_off(RAddr a) { return a & kOffsetMask; }
+
+// ---- the index root, in node 0's index root (remote::kIndexRootOffset) ----
+inline constexpr char kMagic[8] = {'P', 'M', 'H', 'S', 'E', 'P', 'H', '1'};
+inline constexpr std::uint32_t kLayoutVersion = 1;
+
+struct IndexRoot {
+  char magic[8];              // written last at create
+  std::uint32_t layout_version;
+  std::uint32_t nodes;        // memory nodes the index spans
+  std::uint32_t initial_depth;
+  std::uint32_t max_depth;
+  std::uint32_t main_max_slots;
+  std::uint32_t reserved0;
+  std::uint64_t directory;    // offset on node 0 of 2^max_depth RAddr entries
+  std::uint8_t pad0[24];
+  std::uint64_t global_depth; // the deepest segment's local depth (CAS to raise)
+  std::uint8_t pad1[56];
+  std::uint64_t version;      // FAA: the version of the next write (item order)
+  std::uint8_t pad2[56];
+};
+static_assert(sizeof(IndexRoot) <= remote::kIndexRootSize);
+inline constexpr std::uint64_t kRootOff = remote::kIndexRootOffset;
+inline constexpr std::uint64_t kGlobalDepthOff = kRootOff + offsetof(IndexRoot, global_depth);
+inline constexpr std::uint64_t kVersionOff = kRootOff + offsetof(IndexRoot, version);
+static_assert(kGlobalDepthOff % 64 == 0 && kVersionOff % 64 == 0);
+
+// ---- slots: one 8-byte CAS word ----
+//   63..56 fingerprint (hash bits 56..63)
+//   55..51 second fingerprint (hash bits 51..55)
+//   50     tombstone: the item deletes its key
+//   49..47 item length in 64-byte units, 1 .. 7; 0 = longer (read the header)
+//   46     sign (CurSeg slots only): the slot is in use when it equals the
+//          segment's sign
+//   45..42 four hash bits from bit 4*floor(depth/4) on (depth = the
+//          segment's local depth): what a split sorts by without reading items
+//   41..0  item offset / 64 on the segment's node
+// Word 0 is always a free slot.
+inline constexpr unsigned kFpShift = 56;
+inline constexpr unsigned kFp2Shift = 51;
+inline constexpr std::uint64_t kTombBit = std::uint64_t{1} << 50;
+inline constexpr unsigned kLenShift = 47;
+inline constexpr std::uint64_t kSignBit = std::uint64_t{1} << 46;
+inline constexpr unsigned kDbitsShift = 42;
+inline constexpr std::uint64_t kItemMask = (std::uint64_t{1} << 42) - 1;
+
+inline unsigned slot_fp(std::uint64_t s) { return static_cast<unsigned>(s >> kFpShift); }
+inline unsigned slot_fp2(std::uint64_t s) { return static_cast<unsigned>((s >> kFp2Shift) & 31); }
+inline unsigned slot_len(std::uint64_t s) { return static_cast<unsigned>((s >> kLenShift) & 7); }
+inline unsigned slot_dbits(std::uint64_t s) { return static_cast<unsigned>((s >> kDbitsShift) & 15); }
+inline std::uint64_t slot_item(std::uint64_t s) { return (s & kItemMask) << 6; }
+inline bool slot_tomb(std::uint64_t s) { return (s & kTombBit) != 0; }
+// The slot with its sign cleared: what identifies an entry.
+inline std::uint64_t slot_entry(std::uint64_t s) { return s & ~kSignBit; }
+
+inline unsigned hash_fp(std::uint64_t h) { return static_cast<unsigned>(h >> 56); }
+inline unsigned hash_fp2(std::uint64_t h) { return static_cast<unsigned>((h >> 51) & 31); }
+inline unsigned dbits_base(unsigned depth) { return depth & ~3u; }
+inline unsigned hash_dbits(std::uint64_t h, unsigned depth) {
+  return static_cast<unsigned>((h >> dbits_base(depth)) & 15);
+}
+
+// ---- CurSeg: 1 KiB, the append area of a segment ----
+//   +0    meta (one word, so that sign, lock, depth and MainSeg change at once):
+//           63 sign, 62 lock (a merge or split runs), 61..56 local depth,
+//           55..42 MainSeg slots, 41..0 MainSeg offset / 64 (same node)
+//   +8    pattern: the low `depth` hash bits every key of the segment has
+//   +64   fingerprint bitmaps, one of 512 bits per sign: bit fp*2 + (fp2&1)
+//         is set (before the slot's CAS) for every entry in a slot of that sign
+//   +192  104 slots
+inline constexpr std::uint64_t kCurSegBytes = 1024;
+inline constexpr std::uint64_t kMetaOff = 0;
+inline constexpr std::uint64_t kPatternOff = 8;
+inline constexpr std::uint64_t kBitmapOff = 64;
+inline constexpr std::uint64_t kBitmapBytes = 64;  // per sign
+inline constexpr std::uint64_t kHeaderBytes = 192;
+inline constexpr std::uint64_t kSlotsOff = 192;
+inline constexpr unsigned kCurSlots = 104;
+static_assert(kSlotsOff + kCurSlots * 8 == kCurSegBytes);
+static_assert(kBitmapOff + 2 * kBitmapBytes == kHeaderBytes);
+
+inline constexpr std::uint64_t kMetaSign = std::uint64_t{1} << 63;
+inline constexpr std::uint64_t kMetaLock = std::uint64_t{1} << 62;
+inline unsigned meta_depth(std::uint64_t m) { return static_cast<unsigned>((m >> 56) & 63); }
+inline unsigned meta_main_len(std::uint64_t m) { return static_cast<unsigned>((m >> 42) & 16383); }
+inline std::uint64_t meta_main_off(std::uint64_t m) { return (m & kItemMask) << 6; }
+inline bool meta_sign(std::uint64_t m) { return (m & kMetaSign) != 0; }
+inline std::uint64_t make_meta(bool sign, unsigned depth, unsigned main_len,
+                               std::uint64_t main_off) {
+  return (sign ? kMetaSign : 0) | (std::uint64_t{depth} << 56) |
+         (std::uint64_t{main_len} << 42) | (main_off >> 6);
+}
+inline constexpr unsigned kMaxMainSlots = 16383;
+
+inline unsigned bitmap_bit(unsigned fp, unsigned fp2) { return fp * 2 + (fp2 & 1); }
+
+// ---- MainSeg: immutable once published ----
+//   +0    257 uint16: slots with fingerprint < f start at index prefix[f]
+//   +576  the slots, sorted by (fingerprint, second fingerprint); sign 0
+inline constexpr std::uint64_t kPrefixBytes = 576;
+inline std::uint64_t main_bytes(unsigned slots) { return kPrefixBytes + std::uint64_t{slots} * 8; }
+
+// ---- items: 64-byte aligned, immutable once a slot names them ----
+struct ItemHeader {
+  std::uint64_t version;    // order of writes to one key: the larger wins
+  std::uint32_t key_len;
+  std::uint32_t value_len;  // 0 for a tombstone
+  std::uint64_t hash;       // the key's hash (splits at depths 4k re-read it)
+};
+static_assert(sizeof(ItemHeader) == 24);
+inline constexpr unsigned kMaxSlotLenUnits = 7;
+
+}  // namespace pmhash::engine::sephash

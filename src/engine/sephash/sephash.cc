@@ -1,0 +1,1079 @@
+// engine/sephash/sephash.cc - the sephash engine (sephash.h has the design).
+#include "engine/sephash/sephash.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/sephash/layout.h"
+#include "remote/client.h"
+
+namespace pmhash::engine::sephash {
+namespace {
+
+using remote::Batch;
+using remote::Client;
+using Clock = std::chrono::steady_clock;
+
+std::function<void()>& append_hook() {
+  static std::function<void()> hook;
+  return hook;
+}
+
+inline std::uint64_t low_mask(unsigned bits) {
+  return bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
+}
+inline std::uint64_t round64(std::uint64_t n) { return (n + 63) & ~std::uint64_t{63}; }
+
+// The CurSeg's first 192 bytes as one READ brings them.
+struct Header {
+  std::uint64_t meta;
+  std::uint64_t pattern;
+  std::uint64_t reserved[6];
+  std::uint64_t bitmap[2][8];
+};
+static_assert(sizeof(Header) == kHeaderBytes);
+
+bool bitmap_has(const Header& h, bool sign, unsigned bit) {
+  return ((h.bitmap[sign ? 1 : 0][bit / 64] >> (bit % 64)) & 1) != 0;
+}
+
+// One key's entry read back: its slot and its item's bytes.
+struct Candidate {
+  std::uint64_t slot = 0;
+  std::vector<std::byte> item;  // header, key, value
+  const ItemHeader& header() const { return *reinterpret_cast<const ItemHeader*>(item.data()); }
+  std::string_view key() const {
+    return {reinterpret_cast<const char*>(item.data()) + sizeof(ItemHeader), header().key_len};
+  }
+  std::string_view value() const {
+    return {reinterpret_cast<const char*>(item.data()) + sizeof(ItemHeader) + header().key_len,
+            header().value_len};
+  }
+};
+
+std::uint64_t item_units(std::uint64_t bytes) { return (bytes + 63) / 64; }
+
+// What one client thread keeps: its connections, its copy of the
+// directory, what it knows of MainSegs, and its allocation chunks.
+struct Session {
+  std::unique_ptr<Client> client;
+  unsigned global_depth = 0;
+  std::vector<RAddr> dir;
+  struct MainCache {
+    std::uint64_t main_off = 0;
+    std::vector<std::uint16_t> prefix = std::vector<std::uint16_t>(257, 0);
+  };
+  std::unordered_map<RAddr, MainCache> mains;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> chunks;  // per node: next, end
+  unsigned window = 0;
+  std::mt19937_64 rng{std::random_device{}()};
+};
+
+inline constexpr std::uint64_t kChunkBytes = 64 * 1024;
+inline constexpr unsigned kWindowSlots = 8;
+
+struct Params {
+  unsigned nodes = 0;
+  unsigned initial_depth = 0;
+  unsigned max_depth = 0;
+  unsigned main_max_slots = 0;
+  std::uint64_t directory = 0;
+};
+
+Status split_specs(const std::string& list, std::vector<std::string>* out) {
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    std::string one = list.substr(at, comma - at);
+    if (one.empty()) {
+      return Status::InvalidArgument("memory node list '" + list +
+                                     "': an empty entry (expected shm:PATH or tcp:HOST:PORT, "
+                                     "separated by commas)");
+    }
+    out->push_back(std::move(one));
+    at = comma + 1;
+  }
+  if (out->empty() || list.empty()) {
+    return Status::InvalidArgument(
+        "engine sephash keeps its index on memory nodes: give them in Options::memnodes "
+        "(--memnodes shm:PATH,tcp:HOST:PORT)");
+  }
+  if (out->size() > 255) return Status::InvalidArgument("more than 255 memory nodes");
+  return Status::OK();
+}
+
+remote::ConnectOptions connect_options(const Options& o) {
+  remote::ConnectOptions c;
+  c.timeout = std::chrono::milliseconds(o.remote_timeout_ms);
+  c.shm_latency = std::chrono::nanoseconds(o.remote_latency_ns);
+  return c;
+}
+
+class SepHashIndex final : public Index {
+ public:
+  SepHashIndex(const Options& options, std::vector<std::string> specs, Params params)
+      : options_(options), specs_(std::move(specs)), params_(params) {}
+
+  // ---- sessions ----
+  Status new_session(std::unique_ptr<Session>* out) {
+    auto ss = std::make_unique<Session>();
+    if (Status s = Client::connect(specs_, connect_options(options_), &ss->client); !s.ok()) {
+      return s;
+    }
+    ss->chunks.assign(specs_.size(), {0, 0});
+    ss->window = static_cast<unsigned>(ss->rng() % (kCurSlots / kWindowSlots)) * kWindowSlots;
+    *out = std::move(ss);
+    return Status::OK();
+  }
+
+  template <class F>
+  Status with_session(F&& f) {
+    std::unique_ptr<Session> ss;
+    {
+      std::lock_guard<std::mutex> g(sessions_mu_);
+      if (!idle_.empty()) {
+        ss = std::move(idle_.back());
+        idle_.pop_back();
+      }
+    }
+    if (!ss) {
+      if (Status s = new_session(&ss); !s.ok()) return s;
+      if (Status s = refresh_dir(*ss); !s.ok()) return s;
+    }
+    Status s = f(*ss);
+    const remote::ClientCounters& c = ss->client->counters();
+    round_trips_.fetch_add(c.round_trips, std::memory_order_relaxed);
+    verbs_.fetch_add(c.verbs, std::memory_order_relaxed);
+    bytes_.fetch_add(c.bytes, std::memory_order_relaxed);
+    ss->client->reset_counters();
+    std::lock_guard<std::mutex> g(sessions_mu_);
+    idle_.push_back(std::move(ss));
+    return s;
+  }
+
+  // ---- the Index interface ----
+  Status get(const Key& key, std::string* value) override {
+    return with_session([&](Session& ss) {
+      Candidate found;
+      bool any = false;
+      if (Status s = lookup(ss, key, &found, &any); !s.ok()) return s;
+      if (!any || slot_tomb(found.slot)) return Status::NotFound("");
+      value->assign(found.value());
+      return Status::OK();
+    });
+  }
+
+  Status insert(const Key& key, std::string_view value) override {
+    return write(key, value, /*tomb=*/false, Want::kAbsent);
+  }
+  Status update(const Key& key, std::string_view value) override {
+    return write(key, value, false, Want::kPresent);
+  }
+  Status upsert(const Key& key, std::string_view value) override {
+    return write(key, value, false, Want::kAny);
+  }
+  Status remove(const Key& key) override { return write(key, {}, true, Want::kPresent); }
+
+  Status for_each(const ForEachFn& fn) override {
+    return with_session([&](Session& ss) { return scan(ss, fn); });
+  }
+
+  std::uint64_t size() const override {
+    std::uint64_t n = 0;
+    Status s = const_cast<SepHashIndex*>(this)->for_each([&](std::string_view, std::string_view) {
+      ++n;
+      return true;
+    });
+    return s.ok() ? n : 0;
+  }
+
+  Status sync() override { return Status::OK(); }  // every write is durable when it returns
+
+  Status check() override {
+    return with_session([&](Session& ss) { return verify(ss); });
+  }
+
+  void fill_stats(Stats* st) const override {
+    st->round_trips = round_trips_.load(std::memory_order_relaxed);
+    st->remote_verbs = verbs_.load(std::memory_order_relaxed);
+    st->remote_bytes = bytes_.load(std::memory_order_relaxed);
+    st->merges = merges_.load(std::memory_order_relaxed);
+    st->read_retries = stale_appends_.load(std::memory_order_relaxed);
+    st->expansions = splits_.load(std::memory_order_relaxed);
+    st->bytes_moved = split_bytes_.load(std::memory_order_relaxed);
+    st->pool_size = 0;
+    for (std::uint64_t s : node_sizes_) st->pool_size += s;
+    st->granularity = "remote";
+  }
+
+  void close() override {
+    std::lock_guard<std::mutex> g(sessions_mu_);
+    idle_.clear();
+  }
+
+  // ---- create and open ----
+  Status format(bool force) {
+    std::unique_ptr<Session> ss;
+    if (Status s = new_session(&ss); !s.ok()) return s;
+    for (unsigned n = 0; n < specs_.size(); ++n) node_sizes_.push_back(ss->client->node_size(n));
+    IndexRoot root{};
+    Batch b;
+    b.read(0, kRootOff, &root, sizeof(root));
+    if (Status s = exec(*ss, b); !s.ok()) return s;
+    if (std::memcmp(root.magic, kMagic, sizeof(kMagic)) == 0 && !force) {
+      return Status::AlreadyExists("memory node " + specs_[0] +
+                                   " already holds a sephash index (force replaces it)");
+    }
+    // Forget whatever the nodes held: the magic first, then every bump.
+    std::uint64_t first = remote::kFirstAllocatable;
+    IndexRoot blank{};
+    b.clear();
+    b.write(0, kRootOff, &blank, sizeof(blank));
+    for (unsigned n = 0; n < specs_.size(); ++n) b.write(n, remote::kBumpOffset, &first, 8);
+    if (Status s = exec(*ss, b); !s.ok()) return s;
+
+    const unsigned depth = params_.initial_depth;
+    const std::uint64_t entries = std::uint64_t{1} << params_.max_depth;
+    if (Status s = alloc_direct(*ss, 0, entries * 8, &params_.directory); !s.ok()) return s;
+    std::vector<RAddr> segs(std::size_t{1} << depth);
+    b.clear();
+    std::vector<std::vector<std::byte>> images;
+    images.reserve(segs.size());
+    for (std::uint64_t p = 0; p < segs.size(); ++p) {
+      const unsigned node = static_cast<unsigned>(p % specs_.size());
+      std::uint64_t off = 0;
+      if (Status s = alloc_direct(*ss, node, kCurSegBytes, &off); !s.ok()) return s;
+      segs[p] = make_raddr(node, off);
+      images.push_back(curseg_image(make_meta(true, depth, 0, 0), p));
+      b.write(node, off, images.back().data(), kCurSegBytes);
+    }
+    std::vector<RAddr> dir(entries);
+    for (std::uint64_t i = 0; i < entries; ++i) dir[i] = segs[i & low_mask(depth)];
+    b.write(0, params_.directory, dir.data(), static_cast<std::uint32_t>(entries * 8));
+    root = IndexRoot{};
+    root.layout_version = kLayoutVersion;
+    root.nodes = static_cast<std::uint32_t>(specs_.size());
+    root.initial_depth = depth;
+    root.max_depth = params_.max_depth;
+    root.main_max_slots = params_.main_max_slots;
+    root.directory = params_.directory;
+    root.global_depth = depth;
+    root.version = 1;
+    b.write(0, kRootOff, &root, sizeof(root));
+    if (Status s = exec(*ss, b); !s.ok()) return s;
+    // Complete and durable: only now does the index exist.
+    b.clear();
+    b.write(0, kRootOff, kMagic, sizeof(kMagic));
+    return exec(*ss, b);
+  }
+
+  Status attach() {
+    std::unique_ptr<Session> ss;
+    if (Status s = new_session(&ss); !s.ok()) return s;
+    for (unsigned n = 0; n < specs_.size(); ++n) node_sizes_.push_back(ss->client->node_size(n));
+    IndexRoot root{};
+    Batch b;
+    b.read(0, kRootOff, &root, sizeof(root));
+    if (Status s = exec(*ss, b); !s.ok()) return s;
+    if (std::memcmp(root.magic, kMagic, sizeof(kMagic)) != 0) {
+      return Status::InvalidArgument("memory node " + specs_[0] +
+                                     " holds no sephash index (create one first)");
+    }
+    if (root.layout_version != kLayoutVersion) {
+      return Status::Corruption("memory node " + specs_[0] + ": sephash layout version " +
+                                std::to_string(root.layout_version) + ", this build reads " +
+                                std::to_string(kLayoutVersion));
+    }
+    if (root.nodes != specs_.size()) {
+      return Status::InvalidArgument("the sephash index on " + specs_[0] + " spans " +
+                                     std::to_string(root.nodes) + " memory nodes, " +
+                                     std::to_string(specs_.size()) + " given");
+    }
+    if (root.max_depth > 20 || root.initial_depth > root.max_depth ||
+        root.main_max_slots + kCurSlots > kMaxMainSlots || root.global_depth > root.max_depth) {
+      return Status::Corruption("memory node " + specs_[0] + ": sephash root is damaged");
+    }
+    params_ = Params{root.nodes, root.initial_depth, root.max_depth, root.main_max_slots,
+                     root.directory};
+    return Status::OK();
+  }
+
+ private:
+  enum class Want { kAbsent, kPresent, kAny };
+
+  Status exec(Session& ss, Batch& b) { return ss.client->exec_sync(b); }
+
+  Clock::time_point lock_deadline() const {
+    return Clock::now() + std::chrono::milliseconds(options_.remote_timeout_ms);
+  }
+
+  Status locked_too_long(RAddr seg) const {
+    return Status::Busy("sephash: segment at node " + std::to_string(raddr_node(seg)) +
+                        " offset " + std::to_string(raddr_off(seg)) + " stayed locked for " +
+                        std::to_string(options_.remote_timeout_ms) +
+                        " ms (a merge runs, or its client died)");
+  }
+
+  std::vector<std::byte> curseg_image(std::uint64_t meta, std::uint64_t pattern) const {
+    std::vector<std::byte> img(kCurSegBytes);
+    std::memcpy(img.data() + kMetaOff, &meta, 8);
+    std::memcpy(img.data() + kPatternOff, &pattern, 8);
+    return img;
+  }
+
+  // ---- allocation: FAA on the node's bump word ----
+  Status alloc_direct(Session& ss, unsigned node, std::uint64_t bytes, std::uint64_t* off) {
+    bytes = round64(bytes);
+    Batch b;
+    b.faa(node, remote::kBumpOffset, bytes);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    const std::uint64_t at = b.result(0);
+    if (at + bytes > ss.client->node_size(node)) {
+      return Status::NoSpace("memory node " + specs_[node] + " is full (" +
+                             std::to_string(ss.client->node_size(node)) + " bytes)");
+    }
+    *off = at;
+    return Status::OK();
+  }
+
+  Status alloc(Session& ss, unsigned node, std::uint64_t bytes, std::uint64_t* off) {
+    bytes = round64(bytes);
+    if (bytes > kChunkBytes / 4) return alloc_direct(ss, node, bytes, off);
+    auto& [next, end] = ss.chunks[node];
+    if (next + bytes > end) {
+      std::uint64_t at = 0;
+      if (Status s = alloc_direct(ss, node, kChunkBytes, &at); !s.ok()) return s;
+      next = at;
+      end = at + kChunkBytes;
+    }
+    *off = next;
+    next += bytes;
+    return Status::OK();
+  }
+
+  // ---- directory ----
+  Status refresh_dir(Session& ss) {
+    std::uint64_t depth = 0;
+    Batch b;
+    b.read(0, kGlobalDepthOff, &depth, 8);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    if (depth > params_.max_depth) {
+      return Status::Corruption("memory node " + specs_[0] + ": sephash global depth " +
+                                std::to_string(depth) + " beyond the maximum");
+    }
+    ss.dir.resize(std::size_t{1} << depth);
+    b.clear();
+    b.read(0, params_.directory, ss.dir.data(), static_cast<std::uint32_t>(ss.dir.size() * 8));
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    ss.global_depth = static_cast<unsigned>(depth);
+    return Status::OK();
+  }
+
+  RAddr segment_of(const Session& ss, std::uint64_t h) const {
+    return ss.dir[h & low_mask(ss.global_depth)];
+  }
+
+  // Waits until the segment's meta is unlocked; its value in *meta.
+  Status wait_unlocked(Session& ss, RAddr seg, std::uint64_t* meta) {
+    const auto deadline = lock_deadline();
+    for (;;) {
+      Batch b;
+      b.read(raddr_node(seg), raddr_off(seg) + kMetaOff, meta, 8);
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      if ((*meta & kMetaLock) == 0) return Status::OK();
+      if (Clock::now() > deadline) return locked_too_long(seg);
+      std::this_thread::yield();
+    }
+  }
+
+  // ---- items ----
+  // Reads the items the slots name (all on `node`), in one round trip, and
+  // a second for any item longer than its slot says.
+  Status read_items(Session& ss, unsigned node, const std::vector<std::uint64_t>& slots,
+                    std::vector<Candidate>* out) {
+    out->assign(slots.size(), {});
+    if (slots.empty()) return Status::OK();
+    Batch b;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const unsigned units = slot_len(slots[i]) == 0 ? kMaxSlotLenUnits : slot_len(slots[i]);
+      (*out)[i].slot = slots[i];
+      (*out)[i].item.resize(units * 64);
+      b.read(node, slot_item(slots[i]), (*out)[i].item.data(), units * 64);
+    }
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    b.clear();
+    for (Candidate& c : *out) {
+      const ItemHeader& h = c.header();
+      const std::uint64_t total = sizeof(ItemHeader) + std::uint64_t{h.key_len} + h.value_len;
+      if (total > sizeof(ItemHeader) + kMaxKeySize + kMaxValueSize) {
+        return Status::Corruption("sephash: item at node " + std::to_string(node) + " offset " +
+                                  std::to_string(slot_item(c.slot)) + " has a bad length");
+      }
+      if (total > c.item.size()) {
+        const std::size_t had = c.item.size();
+        c.item.resize(total);
+        b.read(node, slot_item(c.slot) + had, c.item.data() + had,
+               static_cast<std::uint32_t>(total - had));
+      }
+    }
+    if (b.size() != 0) return exec(ss, b);
+    return Status::OK();
+  }
+
+  // The newest of `items` whose key is `key`: *any false when none is.
+  static void newest(const std::vector<Candidate>& items, std::string_view key, Candidate* best,
+                     bool* any) {
+    for (const Candidate& c : items) {
+      if (c.key() != key) continue;
+      if (!*any || c.header().version > best->header().version) {
+        *best = c;
+        *any = true;
+      }
+    }
+  }
+
+  // ---- search ----
+  // The newest entry of `key` (*any false when the key has none).
+  Status lookup(Session& ss, const Key& key, Candidate* best, bool* any) {
+    const std::uint64_t h = key.h1;
+    const unsigned fp = hash_fp(h), fp2 = hash_fp2(h);
+    const auto deadline = lock_deadline();
+    for (;;) {
+      *any = false;
+      const RAddr seg = segment_of(ss, h);
+      const unsigned node = raddr_node(seg);
+      const std::uint64_t off = raddr_off(seg);
+      Session::MainCache& mc = ss.mains[seg];
+      Header hd{};
+      std::uint64_t meta2 = 0;
+      const unsigned lo = mc.prefix[fp], hi = mc.prefix[fp + 1];
+      std::vector<std::uint64_t> mslots(hi - lo);
+      Batch b;
+      b.read(node, off, &hd, kHeaderBytes);
+      if (hi > lo) {
+        b.read(node, mc.main_off + kPrefixBytes + lo * 8ull, mslots.data(), (hi - lo) * 8);
+      }
+      b.read(node, off + kMetaOff, &meta2, 8);
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      if (hd.meta != meta2 || (hd.meta & kMetaLock) != 0) {
+        if (Clock::now() > deadline) return locked_too_long(seg);
+        std::this_thread::yield();
+        continue;
+      }
+      const unsigned depth = meta_depth(hd.meta);
+      if ((h & low_mask(depth)) != hd.pattern) {
+        if (Status s = refresh_dir(ss); !s.ok()) return s;
+        continue;
+      }
+      if (meta_main_off(hd.meta) != mc.main_off) {
+        if (Status s = load_prefix(ss, node, hd.meta, &mc); !s.ok()) return s;
+        continue;
+      }
+      const unsigned dbits = hash_dbits(h, depth);
+      auto matches = [&](std::uint64_t s) {
+        return slot_fp(s) == fp && slot_fp2(s) == fp2 && slot_dbits(s) == dbits;
+      };
+      std::vector<std::uint64_t> main_cands;
+      for (std::uint64_t s : mslots) {
+        if (matches(s)) main_cands.push_back(s);
+      }
+      const bool sign = meta_sign(hd.meta);
+      std::vector<Candidate> items;
+      if (!bitmap_has(hd, sign, bitmap_bit(fp, fp2))) {
+        if (Status s = read_items(ss, node, main_cands, &items); !s.ok()) return s;
+        newest(items, key.bytes, best, any);
+        return Status::OK();
+      }
+      // The CurSeg may hold the key: its slots, and the meta once more.
+      std::uint64_t slots[kCurSlots];
+      std::uint64_t meta3 = 0;
+      b.clear();
+      b.read(node, off + kSlotsOff, slots, sizeof(slots));
+      b.read(node, off + kMetaOff, &meta3, 8);
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      if (meta3 != hd.meta) continue;
+      std::vector<std::uint64_t> cands = main_cands;
+      for (std::uint64_t s : slots) {
+        if (s != 0 && ((s & kSignBit) != 0) == sign && matches(s)) cands.push_back(s);
+      }
+      if (Status s = read_items(ss, node, cands, &items); !s.ok()) return s;
+      newest(items, key.bytes, best, any);
+      return Status::OK();
+    }
+  }
+
+  Status load_prefix(Session& ss, unsigned node, std::uint64_t meta, Session::MainCache* mc) {
+    mc->main_off = meta_main_off(meta);
+    if (meta_main_len(meta) == 0) {
+      std::fill(mc->prefix.begin(), mc->prefix.end(), 0);
+      return Status::OK();
+    }
+    Batch b;
+    b.read(node, mc->main_off, mc->prefix.data(), 257 * 2);
+    Status s = exec(ss, b);
+    if (!s.ok()) mc->main_off = ~std::uint64_t{0};
+    if (s.ok() && mc->prefix[256] != meta_main_len(meta)) {
+      return Status::Corruption("sephash: MainSeg at node " + std::to_string(node) +
+                                " offset " + std::to_string(mc->main_off) +
+                                " does not match its segment's meta");
+    }
+    return s;
+  }
+
+  // ---- writes ----
+  Status write(const Key& key, std::string_view value, bool tomb, Want want) {
+    return with_session([&](Session& ss) -> Status {
+      if (want != Want::kAny) {
+        Candidate found;
+        bool any = false;
+        if (Status s = lookup(ss, key, &found, &any); !s.ok()) return s;
+        const bool present = any && !slot_tomb(found.slot);
+        if (want == Want::kAbsent && present) return Status::AlreadyExists("");
+        if (want == Want::kPresent && !present) return Status::NotFound("");
+      }
+      return append(ss, key, value, tomb);
+    });
+  }
+
+  Status append(Session& ss, const Key& key, std::string_view value, bool tomb) {
+    const std::uint64_t h = key.h1;
+    const unsigned fp = hash_fp(h), fp2 = hash_fp2(h);
+    const std::uint64_t bytes = sizeof(ItemHeader) + key.bytes.size() + value.size();
+    const std::uint64_t units = item_units(bytes);
+    std::vector<std::byte> item(units * 64);
+    ItemHeader ih{0, static_cast<std::uint32_t>(key.bytes.size()),
+                  static_cast<std::uint32_t>(value.size()), h};
+    std::memcpy(item.data() + sizeof(ItemHeader), key.bytes.data(), key.bytes.size());
+    if (!value.empty()) {
+      std::memcpy(item.data() + sizeof(ItemHeader) + key.bytes.size(), value.data(), value.size());
+    }
+    unsigned item_node = ~0u;  // where the item is written, once it is
+    std::uint64_t item_off = 0;
+    bool item_written = false;
+    const auto deadline = lock_deadline();
+    for (;;) {
+      const RAddr seg = segment_of(ss, h);
+      const unsigned node = raddr_node(seg);
+      const std::uint64_t off = raddr_off(seg);
+      Header hd{};
+      std::uint64_t slots[kCurSlots];
+      std::uint64_t meta2 = 0;
+      const unsigned w = ss.window;
+      Batch b;
+      if (ih.version == 0) b.faa(0, kVersionOff, 1);
+      b.read(node, off, &hd, kHeaderBytes);
+      b.read(node, off + kSlotsOff + w * 8ull, slots + w, kWindowSlots * 8);
+      b.read(node, off + kMetaOff, &meta2, 8);
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      if (ih.version == 0) ih.version = b.result(0);
+      if (hd.meta != meta2 || (hd.meta & kMetaLock) != 0) {
+        if (Clock::now() > deadline) return locked_too_long(seg);
+        std::this_thread::yield();
+        continue;
+      }
+      const unsigned depth = meta_depth(hd.meta);
+      if ((h & low_mask(depth)) != hd.pattern) {
+        if (Status s = refresh_dir(ss); !s.ok()) return s;
+        continue;
+      }
+      const bool sign = meta_sign(hd.meta);
+      auto is_free = [&](std::uint64_t s) { return s == 0 || ((s & kSignBit) != 0) != sign; };
+      std::vector<unsigned> free_slots;
+      for (unsigned i = w; i < w + kWindowSlots; ++i) {
+        if (is_free(slots[i])) free_slots.push_back(i);
+      }
+      if (free_slots.empty()) {
+        // The window is full: look at every slot before deciding to merge.
+        std::uint64_t meta3 = 0;
+        b.clear();
+        b.read(node, off + kSlotsOff, slots, sizeof(slots));
+        b.read(node, off + kMetaOff, &meta3, 8);
+        if (Status s = exec(ss, b); !s.ok()) return s;
+        if (meta3 != hd.meta) continue;
+        for (unsigned i = 0; i < kCurSlots; ++i) {
+          if (is_free(slots[i])) free_slots.push_back(i);
+        }
+        if (free_slots.empty()) {
+          if (Status s = merge(ss, seg, hd.meta); !s.ok()) return s;
+          continue;
+        }
+        ss.window = (free_slots.front() / kWindowSlots) * kWindowSlots;
+      }
+      if (item_node != node) {
+        if (Status s = alloc(ss, node, units * 64, &item_off); !s.ok()) return s;
+        item_node = node;
+        item_written = false;
+      }
+      std::memcpy(item.data(), &ih, sizeof(ih));
+      const std::uint64_t entry =
+          (std::uint64_t{fp} << kFpShift) | (std::uint64_t{fp2} << kFp2Shift) |
+          (tomb ? kTombBit : 0) |
+          (std::uint64_t{units <= kMaxSlotLenUnits ? units : 0} << kLenShift) |
+          (sign ? kSignBit : 0) | (std::uint64_t{hash_dbits(h, depth)} << kDbitsShift) |
+          (item_off >> 6);
+      const unsigned bit = bitmap_bit(fp, fp2);
+      const std::uint64_t bitmap_word_off =
+          off + kBitmapOff + (sign ? kBitmapBytes : 0) + (bit / 64) * 8;
+      std::uint64_t bitmap_word = hd.bitmap[sign ? 1 : 0][bit / 64];
+      const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
+      if (append_hook()) append_hook()();
+      bool won = false;
+      std::uint64_t meta4 = 0;
+      for (unsigned i : free_slots) {
+        b.clear();
+        std::size_t bitmap_op = ~std::size_t{0};
+        if (!item_written) b.write(node, item_off, item.data(), static_cast<std::uint32_t>(units * 64));
+        if ((bitmap_word & mask) == 0) {
+          bitmap_op = b.size();
+          b.cas(node, bitmap_word_off, bitmap_word, bitmap_word | mask);
+        }
+        const std::size_t slot_op = b.size();
+        b.cas(node, off + kSlotsOff + i * 8ull, slots[i], entry);
+        b.read(node, off + kMetaOff, &meta4, 8);
+        if (Status s = exec(ss, b); !s.ok()) return s;
+        item_written = true;
+        if (bitmap_op != ~std::size_t{0}) {
+          const std::uint64_t old = b.result(bitmap_op);
+          bitmap_word = old == bitmap_word ? (old | mask) : old;
+        }
+        if (b.result(slot_op) == slots[i]) {
+          won = true;
+          break;
+        }
+        if (meta4 != hd.meta) break;  // the segment moved on: start over
+      }
+      if (meta4 != hd.meta) stale_appends_.fetch_add(1, std::memory_order_relaxed);
+      if (!won || meta4 != hd.meta) {
+        // Lost every slot, or the meta changed under the CAS (a merge may
+        // have read the slots already, or freed this one): append again.
+        ss.window = (ss.window + kWindowSlots) % kCurSlots;
+        continue;
+      }
+      // The entry stands. The bitmap bit must be set before the call
+      // returns (readers skip a CurSeg whose bitmap lacks the key).
+      while ((bitmap_word & mask) == 0) {
+        b.clear();
+        b.cas(node, bitmap_word_off, bitmap_word, bitmap_word | mask);
+        if (Status s = exec(ss, b); !s.ok()) return s;
+        const std::uint64_t old = b.result(0);
+        bitmap_word = old == bitmap_word ? (old | mask) : old;
+      }
+      return Status::OK();
+    }
+  }
+
+  // ---- merge and split ----
+  // Empties the CurSeg at `seg` (whose meta was `meta`) into a new MainSeg,
+  // splitting the segment when that MainSeg would be too large. Returns OK
+  // also when another client holds the lock (the caller looks again).
+  Status merge(Session& ss, RAddr seg, std::uint64_t meta) {
+    const unsigned node = raddr_node(seg);
+    const std::uint64_t off = raddr_off(seg);
+    Batch b;
+    b.cas(node, off + kMetaOff, meta, meta | kMetaLock);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    if (b.result(0) != meta) return Status::OK();
+    // Locked: no append that re-reads the meta from now on keeps its slot.
+    bool restorable = true;
+    Status s = merge_locked(ss, seg, meta, &restorable);
+    if (!s.ok() && restorable) {
+      // Leave the segment as it was (unlocked); the entries are all still
+      // in the CurSeg and the old MainSeg.
+      b.clear();
+      b.write(node, off + kMetaOff, &meta, 8);
+      (void)exec(ss, b);
+    }
+    return s;
+  }
+
+  // *restorable: false once a failure has left the segment half split
+  // (its lock then stays, and calls on it return Busy).
+  Status merge_locked(Session& ss, RAddr seg, std::uint64_t meta, bool* restorable) {
+    const unsigned node = raddr_node(seg);
+    const std::uint64_t off = raddr_off(seg);
+    const bool sign = meta_sign(meta);
+    const unsigned depth = meta_depth(meta);
+    const unsigned main_len = meta_main_len(meta);
+    std::uint64_t slots[kCurSlots];
+    std::uint64_t pattern = 0;
+    std::vector<std::uint64_t> main(main_len);
+    Batch b;
+    b.read(node, off + kSlotsOff, slots, sizeof(slots));
+    b.read(node, off + kPatternOff, &pattern, 8);
+    if (main_len != 0) {
+      b.read(node, meta_main_off(meta) + kPrefixBytes, main.data(), main_len * 8);
+    }
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    std::vector<std::uint64_t> all = std::move(main);
+    for (std::uint64_t s : slots) {
+      if (s != 0 && ((s & kSignBit) != 0) == sign) all.push_back(slot_entry(s));
+    }
+    std::vector<std::uint64_t> keep;
+    if (Status s = newest_entries(ss, node, std::move(all), &keep); !s.ok()) return s;
+    merges_.fetch_add(1, std::memory_order_relaxed);
+    if (keep.size() > params_.main_max_slots && depth < params_.max_depth) {
+      return split_locked(ss, seg, meta, pattern, keep, restorable);
+    }
+    if (keep.size() > kMaxMainSlots - kCurSlots) {
+      return Status::NoSpace("sephash: a segment is full at the maximum depth " +
+                             std::to_string(params_.max_depth) +
+                             " (create the index with a larger sephash_max_depth)");
+    }
+    std::uint64_t main_off = 0;
+    std::vector<std::byte> image;
+    if (!keep.empty()) {
+      image = main_image(keep);
+      if (Status s = alloc_direct(ss, node, image.size(), &main_off); !s.ok()) return s;
+    }
+    const std::uint64_t meta_new =
+        make_meta(!sign, depth, static_cast<unsigned>(keep.size()), main_off);
+    const std::uint64_t zero[8] = {};
+    b.clear();
+    if (!image.empty()) b.write(node, main_off, image.data(), static_cast<std::uint32_t>(image.size()));
+    b.write(node, off + kBitmapOff + (!sign ? kBitmapBytes : 0), zero, kBitmapBytes);
+    b.write(node, off + kMetaOff, &meta_new, 8);
+    return exec(ss, b);
+  }
+
+  // Each key's newest entry of `all` (sorted by fingerprint), tombstones
+  // dropped. Items are read only where entries' filter bits collide.
+  Status newest_entries(Session& ss, unsigned node, std::vector<std::uint64_t> all,
+                        std::vector<std::uint64_t>* keep) {
+    // Filter bits: fingerprint, second fingerprint, hash bits.
+    auto key_bits = [](std::uint64_t s) {
+      return (std::uint64_t{slot_fp(s)} << 9) | (std::uint64_t{slot_fp2(s)} << 4) | slot_dbits(s);
+    };
+    std::sort(all.begin(), all.end(), [&](std::uint64_t a, std::uint64_t b) {
+      return key_bits(a) != key_bits(b) ? key_bits(a) < key_bits(b) : a < b;
+    });
+    all.erase(std::unique(all.begin(), all.end()), all.end());  // one entry taken twice
+    std::vector<std::uint64_t> colliding;
+    for (std::size_t i = 0; i < all.size();) {
+      std::size_t j = i + 1;
+      while (j < all.size() && key_bits(all[j]) == key_bits(all[i])) ++j;
+      if (j - i == 1) {
+        if (!slot_tomb(all[i])) keep->push_back(all[i]);
+      } else {
+        colliding.insert(colliding.end(), all.begin() + i, all.begin() + j);
+      }
+      i = j;
+    }
+    if (!colliding.empty()) {
+      std::vector<Candidate> items;
+      if (Status s = read_items(ss, node, colliding, &items); !s.ok()) return s;
+      std::vector<bool> taken(items.size(), false);
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        if (taken[i]) continue;
+        std::size_t best = i;
+        for (std::size_t j = i; j < items.size(); ++j) {
+          if (taken[j] || key_bits(items[j].slot) != key_bits(items[i].slot) ||
+              items[j].key() != items[i].key()) {
+            continue;
+          }
+          taken[j] = true;
+          if (items[j].header().version > items[best].header().version) best = j;
+        }
+        if (!slot_tomb(items[best].slot)) keep->push_back(items[best].slot);
+      }
+    }
+    std::sort(keep->begin(), keep->end(), [&](std::uint64_t a, std::uint64_t b) {
+      return key_bits(a) < key_bits(b);
+    });
+    return Status::OK();
+  }
+
+  static std::vector<std::byte> main_image(const std::vector<std::uint64_t>& sorted) {
+    std::vector<std::byte> img(main_bytes(static_cast<unsigned>(sorted.size())));
+    std::uint16_t prefix[257] = {};
+    for (std::uint64_t s : sorted) ++prefix[slot_fp(s) + 1];
+    for (unsigned f = 1; f <= 256; ++f) prefix[f] = static_cast<std::uint16_t>(prefix[f] + prefix[f - 1]);
+    std::memcpy(img.data(), prefix, sizeof(prefix));
+    std::memcpy(img.data() + kPrefixBytes, sorted.data(), sorted.size() * 8);
+    return img;
+  }
+
+  Status split_locked(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t pattern,
+                      const std::vector<std::uint64_t>& keep, bool* restorable) {
+    const unsigned node = raddr_node(seg);
+    const std::uint64_t off = raddr_off(seg);
+    const bool sign = meta_sign(meta);
+    const unsigned depth = meta_depth(meta);
+    const unsigned depth1 = depth + 1;
+    std::vector<std::uint64_t> half[2];
+    if (dbits_base(depth1) == dbits_base(depth)) {
+      for (std::uint64_t s : keep) half[(slot_dbits(s) >> (depth - dbits_base(depth))) & 1].push_back(s);
+    } else {
+      // The slots' four hash bits are used up: re-read every item's hash.
+      std::vector<ItemHeader> hs(keep.size());
+      Batch b;
+      for (std::size_t i = 0; i < keep.size(); ++i) {
+        b.read(node, slot_item(keep[i]), &hs[i], sizeof(ItemHeader));
+      }
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      for (std::size_t i = 0; i < keep.size(); ++i) {
+        const std::uint64_t e = (keep[i] & ~(std::uint64_t{15} << kDbitsShift)) |
+                                (std::uint64_t{hash_dbits(hs[i].hash, depth1)} << kDbitsShift);
+        half[(hs[i].hash >> depth) & 1].push_back(e);
+      }
+      for (auto& hv : half) {
+        std::sort(hv.begin(), hv.end(), [](std::uint64_t a, std::uint64_t b) {
+          return (a >> kDbitsShift) < (b >> kDbitsShift);
+        });
+      }
+    }
+    const std::uint64_t pattern1 = pattern | (std::uint64_t{1} << depth);
+    const unsigned node1 = static_cast<unsigned>(pattern1 % specs_.size());
+    std::uint64_t main0 = 0, main1 = 0, cur1 = 0;
+    std::vector<std::byte> img0, img1;
+    if (!half[0].empty()) {
+      img0 = main_image(half[0]);
+      if (Status s = alloc_direct(ss, node, img0.size(), &main0); !s.ok()) return s;
+    }
+    if (!half[1].empty()) {
+      img1 = main_image(half[1]);
+      if (Status s = alloc_direct(ss, node1, img1.size(), &main1); !s.ok()) return s;
+    }
+    if (Status s = alloc_direct(ss, node1, kCurSegBytes, &cur1); !s.ok()) return s;
+    // (1) The new segment, complete, and both MainSegs; (2) the directory
+    // entries of the new half and the global depth; (3) this segment's
+    // meta, which unlocks it.
+    const std::vector<std::byte> cur_img = curseg_image(
+        make_meta(true, depth1, static_cast<unsigned>(half[1].size()), main1), pattern1);
+    Batch b;
+    if (!img0.empty()) b.write(node, main0, img0.data(), static_cast<std::uint32_t>(img0.size()));
+    if (!img1.empty()) b.write(node1, main1, img1.data(), static_cast<std::uint32_t>(img1.size()));
+    b.write(node1, cur1, cur_img.data(), kCurSegBytes);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    const RAddr seg1 = make_raddr(node1, cur1);
+    *restorable = false;
+    b.clear();
+    std::uint64_t global = 0;
+    const std::uint64_t step = std::uint64_t{1} << depth1;
+    for (std::uint64_t i = pattern1; i < (std::uint64_t{1} << params_.max_depth); i += step) {
+      b.write(0, params_.directory + i * 8, &seg1, 8);
+    }
+    b.read(0, kGlobalDepthOff, &global, 8);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    while (global < depth1) {
+      b.clear();
+      b.cas(0, kGlobalDepthOff, global, depth1);
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      global = b.result(0) == global ? depth1 : b.result(0);
+    }
+    const std::uint64_t meta0 =
+        make_meta(!sign, depth1, static_cast<unsigned>(half[0].size()), main0);
+    const std::uint64_t zero[8] = {};
+    b.clear();
+    b.write(node, off + kBitmapOff + (!sign ? kBitmapBytes : 0), zero, kBitmapBytes);
+    b.write(node, off + kMetaOff, &meta0, 8);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    splits_.fetch_add(1, std::memory_order_relaxed);
+    split_bytes_.fetch_add(img0.size() + img1.size() + kCurSegBytes, std::memory_order_relaxed);
+    return refresh_dir(ss);
+  }
+
+  // ---- whole-index reads ----
+  struct SegmentView {
+    std::uint64_t meta = 0;
+    std::uint64_t pattern = 0;
+    std::vector<std::uint64_t> entries;  // live CurSeg slots (sign cleared) and MainSeg slots
+    std::vector<std::uint64_t> main;
+  };
+
+  // A consistent view of one segment's slots.
+  Status read_segment(Session& ss, RAddr seg, SegmentView* v) {
+    const unsigned node = raddr_node(seg);
+    const std::uint64_t off = raddr_off(seg);
+    const auto deadline = lock_deadline();
+    for (;;) {
+      std::uint64_t meta = 0;
+      if (Status s = wait_unlocked(ss, seg, &meta); !s.ok()) return s;
+      Header hd{};
+      std::uint64_t slots[kCurSlots];
+      std::uint64_t meta2 = 0;
+      v->main.assign(meta_main_len(meta), 0);
+      Batch b;
+      b.read(node, off, &hd, kHeaderBytes);
+      b.read(node, off + kSlotsOff, slots, sizeof(slots));
+      if (!v->main.empty()) {
+        b.read(node, meta_main_off(meta) + kPrefixBytes, v->main.data(),
+               static_cast<std::uint32_t>(v->main.size() * 8));
+      }
+      b.read(node, off + kMetaOff, &meta2, 8);
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      if (hd.meta != meta || meta2 != meta) {
+        if (Clock::now() > deadline) return locked_too_long(seg);
+        continue;
+      }
+      v->meta = meta;
+      v->pattern = hd.pattern;
+      v->entries = v->main;
+      for (std::uint64_t s : slots) {
+        if (s != 0 && ((s & kSignBit) != 0) == meta_sign(meta)) v->entries.push_back(slot_entry(s));
+      }
+      return Status::OK();
+    }
+  }
+
+  // The distinct segments of the directory, in directory order.
+  Status segments(Session& ss, std::vector<RAddr>* out) {
+    if (Status s = refresh_dir(ss); !s.ok()) return s;
+    std::unordered_set<RAddr> seen;
+    for (RAddr a : ss.dir) {
+      if (seen.insert(a).second) out->push_back(a);
+    }
+    return Status::OK();
+  }
+
+  Status scan(Session& ss, const ForEachFn& fn) {
+    std::vector<RAddr> segs;
+    if (Status s = segments(ss, &segs); !s.ok()) return s;
+    for (RAddr seg : segs) {
+      SegmentView v;
+      if (Status s = read_segment(ss, seg, &v); !s.ok()) return s;
+      std::vector<Candidate> items;
+      if (Status s = read_items(ss, raddr_node(seg), v.entries, &items); !s.ok()) return s;
+      // Newest entry per key.
+      std::unordered_map<std::string_view, const Candidate*> best;
+      for (const Candidate& c : items) {
+        auto [it, fresh] = best.try_emplace(c.key(), &c);
+        if (!fresh && c.header().version > it->second->header().version) it->second = &c;
+      }
+      for (const auto& [k, c] : best) {
+        if (slot_tomb(c->slot)) continue;
+        if (!fn(k, c->value())) return Status::OK();
+      }
+    }
+    return Status::OK();
+  }
+
+  Status verify(Session& ss) {
+    std::vector<RAddr> segs;
+    if (Status s = segments(ss, &segs); !s.ok()) return s;
+    auto fail = [&](RAddr seg, const std::string& what) {
+      return Status::Corruption("sephash: segment at node " + std::to_string(raddr_node(seg)) +
+                                " offset " + std::to_string(raddr_off(seg)) + ": " + what);
+    };
+    // The full directory: every entry names a segment whose pattern it has.
+    std::vector<RAddr> dir(std::size_t{1} << params_.max_depth);
+    Batch b;
+    b.read(0, params_.directory, dir.data(), static_cast<std::uint32_t>(dir.size() * 8));
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    std::unordered_map<RAddr, SegmentView> views;
+    for (RAddr seg : segs) {
+      SegmentView v;
+      if (Status s = read_segment(ss, seg, &v); !s.ok()) return s;
+      if (meta_depth(v.meta) > ss.global_depth) return fail(seg, "deeper than the global depth");
+      views.emplace(seg, std::move(v));
+    }
+    for (std::size_t i = 0; i < dir.size(); ++i) {
+      auto it = views.find(dir[i]);
+      if (it == views.end()) {
+        // Entries beyond 2^global_depth repeat the ones below it.
+        if (i < ss.dir.size() || dir[i] != dir[i & (ss.dir.size() - 1)]) {
+          return Status::Corruption("sephash: directory entry " + std::to_string(i) +
+                                    " names no segment of the directory's first " +
+                                    std::to_string(ss.dir.size()) + " entries");
+        }
+        continue;
+      }
+      if ((i & low_mask(meta_depth(it->second.meta))) != it->second.pattern) {
+        return fail(dir[i], "directory entry " + std::to_string(i) + " does not match its pattern");
+      }
+    }
+    for (auto& [seg, v] : views) {
+      const unsigned depth = meta_depth(v.meta);
+      for (std::size_t i = 1; i < v.main.size(); ++i) {
+        if (slot_fp(v.main[i - 1]) > slot_fp(v.main[i])) return fail(seg, "MainSeg not sorted");
+      }
+      std::vector<Candidate> items;
+      if (Status s = read_items(ss, raddr_node(seg), v.entries, &items); !s.ok()) return s;
+      for (const Candidate& c : items) {
+        const ItemHeader& h = c.header();
+        const Key k = make_key(c.key());
+        if (k.h1 != h.hash || slot_fp(c.slot) != hash_fp(h.hash) ||
+            slot_fp2(c.slot) != hash_fp2(h.hash) || slot_dbits(c.slot) != hash_dbits(h.hash, depth)) {
+          return fail(seg, "an entry's filter bits do not match its item's key");
+        }
+        if ((h.hash & low_mask(depth)) != v.pattern) {
+          return fail(seg, "holds a key of another segment");
+        }
+        if (slot_tomb(c.slot) && h.value_len != 0) {
+          return fail(seg, "a tombstone with a value");
+        }
+      }
+    }
+    return Status::OK();
+  }
+
+  Options options_;
+  std::vector<std::string> specs_;
+  Params params_;
+  std::vector<std::uint64_t> node_sizes_;
+  std::mutex sessions_mu_;
+  std::vector<std::unique_ptr<Session>> idle_;
+  std::atomic<std::uint64_t> round_trips_{0}, verbs_{0}, bytes_{0};
+  std::atomic<std::uint64_t> merges_{0}, splits_{0}, split_bytes_{0}, stale_appends_{0};
+};
+
+Status check_create_options(const Options& o) {
+  if (o.sephash_initial_depth < 1 || o.sephash_initial_depth > 12) {
+    return Status::InvalidArgument("sephash initial depth must be 1 .. 12, got " +
+                                   std::to_string(o.sephash_initial_depth));
+  }
+  if (o.sephash_max_depth < o.sephash_initial_depth || o.sephash_max_depth > 20) {
+    return Status::InvalidArgument("sephash maximum depth must be initial depth .. 20, got " +
+                                   std::to_string(o.sephash_max_depth));
+  }
+  if (o.sephash_main_max_slots < 2 * kCurSlots ||
+      o.sephash_main_max_slots > kMaxMainSlots - kCurSlots) {
+    return Status::InvalidArgument("sephash MainSeg slots must be " + std::to_string(2 * kCurSlots) +
+                                   " .. " + std::to_string(kMaxMainSlots - kCurSlots) + ", got " +
+                                   std::to_string(o.sephash_main_max_slots));
+  }
+  if (o.remote_timeout_ms < 1 || o.remote_timeout_ms > 600000) {
+    return Status::InvalidArgument("remote timeout must be 1 .. 600000 ms");
+  }
+  return Status::OK();
+}
+
+Status make_index(const Options& options, bool create, std::unique_ptr<Index>* out) {
+  std::vector<std::string> specs;
+  if (Status s = split_specs(options.memnodes, &specs); !s.ok()) return s;
+  Params p;
+  if (create) {
+    if (Status s = check_create_options(options); !s.ok()) return s;
+    p = Params{static_cast<unsigned>(specs.size()), options.sephash_initial_depth,
+               options.sephash_max_depth, options.sephash_main_max_slots, 0};
+  }
+  auto index = std::make_unique<SepHashIndex>(options, std::move(specs), p);
+  if (Status s = create ? index->format(options.force) : index->attach(); !s.ok()) return s;
+  *out = std::move(index);
+  return Status::OK();
+}
+
+Status create_remote(const Options& options, std::unique_ptr<Index>* out) {
+  return make_index(options, true, out);
+}
+Status open_remote(const Options& options, std::unique_ptr<Index>* out) {
+  return make_index(options, false, out);
+}
+
+Status no_params(const Options&, std::uint8_t*) { return Status::OK(); }
+
+}  // namespace
+
+void set_append_hook_for_testing(std::function<void()> hook) { append_hook() = std::move(hook); }
+
+const EngineInfo kEngineInfo = {"sephash",     &no_params,    nullptr,      nullptr,
+                                /*in_progress=*/true, &create_remote, &open_remote};
+
+}  // namespace pmhash::engine::sephash

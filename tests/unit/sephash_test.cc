@@ -1,0 +1,371 @@
+// Unit tests of the sephash engine (src/engine/sephash) through the Store
+// API, on memory nodes of the shm transport and of the tcp daemon: the
+// operations against a model through merges and splits, threads, the
+// stale-sign race, reopening, full nodes, dead nodes and bad input.
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/hash.h"
+#include "engine/sephash/layout.h"
+#include "engine/sephash/sephash.h"
+#include "memnode_daemon.h"
+#include "pmhash/store.h"
+#include "remote/memnode.h"
+#include "scratch_file.h"
+
+namespace pmhash {
+namespace {
+
+using Model = std::map<std::string, std::string>;
+
+std::string key_of(unsigned i) { return "key-" + std::to_string(i); }
+std::string value_of(unsigned i, unsigned round) {
+  return "value-" + std::to_string(i) + "-" + std::to_string(round) +
+         std::string(i % 7 == 0 ? 300 : 0, 'v');  // some items longer than one slot's units
+}
+
+class SepHashTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int n = 0; n < 2; ++n) {
+      nodes_.push_back(dir_.str() + "/mn" + std::to_string(n));
+      const Status s = remote::create_memnode(nodes_.back(), 64u << 20, false);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+    }
+  }
+  void TearDown() override { engine::sephash::set_append_hook_for_testing(nullptr); }
+
+  Options options() const {
+    Options o;
+    o.engine = "sephash";
+    o.memnodes = "shm:" + nodes_[0] + ",shm:" + nodes_[1];
+    // Small segments, so that a few thousand keys merge and split often.
+    o.sephash_initial_depth = 1;
+    o.sephash_main_max_slots = 2 * engine::sephash::kCurSlots;
+    o.sephash_max_depth = 12;
+    return o;
+  }
+  std::unique_ptr<Store> create(const Options& o) {
+    std::unique_ptr<Store> st;
+    const Status s = Store::create("", o, &st);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return st;
+  }
+  std::unique_ptr<Store> open(const Options& o) {
+    std::unique_ptr<Store> st;
+    const Status s = Store::open("", o, &st);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return st;
+  }
+
+  static void expect_holds(Store& st, const Model& model) {
+    for (const auto& [k, v] : model) {
+      std::string got;
+      const Status s = st.get(k, &got);
+      ASSERT_TRUE(s.ok()) << k << ": " << s.to_string();
+      ASSERT_EQ(got, v) << k;
+    }
+    Model seen;
+    ASSERT_TRUE(st.for_each([&](std::string_view k, std::string_view v) {
+                    EXPECT_TRUE(seen.emplace(std::string(k), std::string(v)).second)
+                        << "for_each gave " << k << " twice";
+                    return true;
+                  }).ok());
+    EXPECT_EQ(seen, model);
+    EXPECT_EQ(st.size(), model.size());
+    const Status c = st.check();
+    EXPECT_TRUE(c.ok()) << c.to_string();
+  }
+
+  testing::ScratchDir dir_;
+  std::vector<std::string> nodes_;
+};
+
+TEST_F(SepHashTest, OperationsFollowAModelThroughMergesAndSplits) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  std::mt19937 rng(7);
+  for (unsigned step = 0; step < 12000; ++step) {
+    const unsigned i = rng() % 3000;
+    const std::string k = key_of(i);
+    const std::string v = value_of(i, step);
+    const bool present = model.count(k) != 0;
+    std::string got;
+    switch (rng() % 5) {
+      case 0: {
+        const Status s = st->insert(k, v);
+        ASSERT_EQ(s.is_already_exists(), present) << s.to_string();
+        if (!present) {
+          ASSERT_TRUE(s.ok()) << s.to_string();
+        }
+        model.emplace(k, v);
+        break;
+      }
+      case 1: {
+        const Status s = st->update(k, v);
+        ASSERT_EQ(s.is_not_found(), !present) << s.to_string();
+        if (present) model[k] = v;
+        break;
+      }
+      case 2:
+        ASSERT_TRUE(st->upsert(k, v).ok());
+        model[k] = v;
+        break;
+      case 3: {
+        const Status s = st->remove(k);
+        ASSERT_EQ(s.is_not_found(), !present) << s.to_string();
+        model.erase(k);
+        break;
+      }
+      default: {
+        const Status s = st->get(k, &got);
+        ASSERT_EQ(s.ok(), present) << k << ": " << s.to_string();
+        if (present) {
+          ASSERT_EQ(got, model[k]);
+        }
+      }
+    }
+  }
+  const Stats stats = st->stats();
+  EXPECT_EQ(stats.engine, "sephash");
+  EXPECT_GT(stats.merges, 20u);
+  EXPECT_GT(stats.expansions, 4u);  // splits
+  EXPECT_GT(stats.round_trips, 12000u);
+  EXPECT_GT(stats.remote_bytes, stats.round_trips);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  ASSERT_TRUE(st->close().ok());
+  // Another client attaches to the same nodes and sees the same index.
+  auto again = open(options());
+  ASSERT_NE(again, nullptr);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*again, model));
+}
+
+TEST_F(SepHashTest, SplitsAtDepthsThatReReadItemsKeepEveryKey) {
+  // From depth 1 past depths 4 and 8, where the slots' hash bits run out.
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  for (unsigned i = 0; i < 20000; ++i) {
+    ASSERT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
+    model.emplace(key_of(i), value_of(i, 0));
+  }
+  EXPECT_GE(st->stats().expansions, 60u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+}
+
+TEST_F(SepHashTest, ThreadsWriteTheirOwnKeysAndShareOthers) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  constexpr unsigned kThreads = 4, kKeys = 1500;
+  std::vector<Model> models(kThreads);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      Model& m = models[t];
+      for (unsigned step = 0; step < 4000; ++step) {
+        const unsigned i = t * kKeys + rng() % kKeys;
+        const std::string k = key_of(i);
+        const std::string v = value_of(i, step);
+        if (rng() % 4 == 0) {
+          const Status s = st->remove(k);
+          EXPECT_EQ(s.is_not_found(), m.count(k) == 0) << s.to_string();
+          m.erase(k);
+        } else {
+          EXPECT_TRUE(st->upsert(k, v).ok());
+          m[k] = v;
+        }
+        // Every thread also reads the shared key written by all of them.
+        std::string got;
+        const Status s = st->get(k, &got);
+        EXPECT_EQ(s.ok(), m.count(k) != 0) << s.to_string();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  Model all;
+  for (const Model& m : models) all.insert(m.begin(), m.end());
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, all));
+}
+
+TEST_F(SepHashTest, ConcurrentWritesOfOneKeyLeaveOneOfTheirValues) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (unsigned r = 0; r < 300; ++r) {
+        EXPECT_TRUE(st->upsert("shared", "t" + std::to_string(t) + "-" + std::to_string(r)).ok());
+        EXPECT_TRUE(st->upsert(key_of(t * 1000 + r), "x").ok());  // forces merges
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::string got;
+  ASSERT_TRUE(st->get("shared", &got).ok());
+  // The last value of one of the threads (the newest version wins).
+  bool last = false;
+  for (unsigned t = 0; t < 4; ++t) last |= got == "t" + std::to_string(t) + "-299";
+  EXPECT_TRUE(last) << got;
+  EXPECT_TRUE(st->check().ok());
+}
+
+// A client reads the CurSeg's meta and slots; before its slot CAS, another
+// client fills the same CurSeg until it merges (flipping the sign, so that
+// the slot the first client saw as free reads free again under the new
+// sign, or was read by the merge already). The first client's entry must
+// not be lost, and it must have noticed (it appends again).
+TEST_F(SepHashTest, AnAppendWithAStaleSignIsNotLost) {
+  Options o = options();
+  o.sephash_initial_depth = 1;
+  auto st = create(o);
+  ASSERT_NE(st, nullptr);
+  // Keys of segment 0 (hash bit 0 clear) only.
+  std::vector<std::string> same;
+  for (unsigned i = 0; same.size() < 3 * engine::sephash::kCurSlots; ++i) {
+    if ((engine::make_key(key_of(i)).h1 & 1) == 0) same.push_back(key_of(i));
+  }
+  const std::string victim = same.back();
+  same.pop_back();
+  bool fired = false;
+  engine::sephash::set_append_hook_for_testing([&] {
+    if (fired) return;
+    fired = true;
+    // Another thread, so another client: enough appends to the same
+    // CurSeg to fill it and make it merge at least once.
+    std::thread other([&] {
+      const std::uint64_t merges = st->stats().merges;
+      for (const std::string& k : same) EXPECT_TRUE(st->insert(k, "other").ok());
+      EXPECT_GT(st->stats().merges, merges);
+    });
+    other.join();
+  });
+  ASSERT_TRUE(st->insert(victim, "mine").ok());
+  engine::sephash::set_append_hook_for_testing(nullptr);
+  ASSERT_TRUE(fired);
+  EXPECT_GE(st->stats().read_retries, 1u);  // the stale append ran again
+  std::string got;
+  ASSERT_TRUE(st->get(victim, &got).ok());
+  EXPECT_EQ(got, "mine");
+  Model model;
+  for (const std::string& k : same) model.emplace(k, "other");
+  model.emplace(victim, "mine");
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+}
+
+TEST_F(SepHashTest, BadInputIsRefusedWithAClearError) {
+  std::unique_ptr<Store> st;
+  Options o = options();
+  // Open before any create: the nodes hold no index.
+  Status s = Store::open("", o, &st);
+  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+  EXPECT_NE(s.message().find("holds no sephash index"), std::string::npos) << s.to_string();
+  // A path as well as memory nodes.
+  s = Store::create(dir_.str() + "/pool", o, &st);
+  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+  // No memory nodes.
+  Options none = o;
+  none.memnodes.clear();
+  s = Store::create(dir_.str() + "/pool", none, &st);
+  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+  EXPECT_NE(s.message().find("memnodes"), std::string::npos) << s.to_string();
+  // A memory node that is not one, and an empty entry.
+  Options bad = o;
+  bad.memnodes = "shm:" + dir_.str() + "/nothing";
+  EXPECT_FALSE(Store::create("", bad, &st).ok());
+  bad.memnodes = "shm:" + nodes_[0] + ",";
+  EXPECT_TRUE(Store::create("", bad, &st).is_invalid_argument());
+  // Epoch durability.
+  Options epoch = o;
+  epoch.durability = Durability::kEpoch;
+  EXPECT_TRUE(Store::create("", epoch, &st).is_invalid_argument());
+
+  st = create(o);
+  ASSERT_NE(st, nullptr);
+  ASSERT_TRUE(st->insert("k", "v").ok());
+  EXPECT_TRUE(st->insert(std::string(kMaxKeySize + 1, 'k'), "v").is_invalid_argument());
+  ASSERT_TRUE(st->close().ok());
+  // A second create does not wipe the index; a client naming one node of two is refused.
+  s = Store::create("", o, &st);
+  EXPECT_TRUE(s.is_already_exists()) << s.to_string();
+  Options one = o;
+  one.memnodes = "shm:" + nodes_[0];
+  s = Store::open("", one, &st);
+  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+  st = open(o);
+  ASSERT_NE(st, nullptr);
+  std::string got;
+  ASSERT_TRUE(st->get("k", &got).ok());
+  EXPECT_EQ(got, "v");
+}
+
+TEST_F(SepHashTest, AFullNodeGivesNoSpaceAndKeepsWhatIsStored) {
+  const std::string small = dir_.str() + "/small";
+  ASSERT_TRUE(remote::create_memnode(small, 4u << 20, false).ok());
+  Options o = options();
+  o.memnodes = "shm:" + small;
+  o.sephash_max_depth = 8;
+  auto st = create(o);
+  ASSERT_NE(st, nullptr);
+  Model model;
+  Status s;
+  for (unsigned i = 0; i < 200000; ++i) {
+    s = st->insert(key_of(i), std::string(500, 'x'));
+    if (!s.ok()) break;
+    model.emplace(key_of(i), std::string(500, 'x'));
+  }
+  ASSERT_TRUE(s.is_no_space()) << s.to_string();
+  EXPECT_NE(s.message().find(small), std::string::npos) << s.to_string();
+  EXPECT_GT(model.size(), 1000u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+}
+
+class SepHashTcpTest : public SepHashTest {};
+
+// Over tcp, one node is a daemon: killed, calls fail with IOError within
+// the timeout (no hang); restarted from its pool file, every completed
+// write is there.
+TEST_F(SepHashTcpTest, ADeadNodeFailsCallsAndARestartedOneServesThem) {
+  auto daemon = std::make_unique<testing::Daemon>(nodes_[1], 0);
+  const std::uint16_t port = daemon->port();
+  ASSERT_NE(port, 0);
+  Options o = options();
+  o.memnodes = "shm:" + nodes_[0] + ",tcp:127.0.0.1:" + std::to_string(port);
+  o.remote_timeout_ms = 500;
+  auto st = create(o);
+  ASSERT_NE(st, nullptr);
+  Model model;
+  for (unsigned i = 0; i < 3000; ++i) {
+    ASSERT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
+    model.emplace(key_of(i), value_of(i, 0));
+  }
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  daemon->kill(SIGKILL);
+  // Keys on node 1 fail; the error names it.
+  unsigned failed = 0;
+  for (unsigned i = 0; i < 64; ++i) {
+    std::string got;
+    const Status s = st->get(key_of(i), &got);
+    if (!s.ok()) {
+      EXPECT_TRUE(s.is_io_error()) << s.to_string();
+      EXPECT_NE(s.message().find("127.0.0.1"), std::string::npos) << s.to_string();
+      ++failed;
+    }
+  }
+  EXPECT_GT(failed, 0u);
+  daemon = std::make_unique<testing::Daemon>(nodes_[1], port);
+  ASSERT_EQ(daemon->port(), port);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  ASSERT_TRUE(st->upsert(key_of(1), "after").ok());
+  model[key_of(1)] = "after";
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+}
+
+}  // namespace
+}  // namespace pmhash
