@@ -2,6 +2,9 @@
 // API, on memory nodes of the shm transport and of the tcp daemon: the
 // operations against a model through merges and splits, threads, the
 // stale-sign race, reopening, full nodes, dead nodes and bad input.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <map>
 #include <random>
 #include <string>
@@ -365,6 +368,98 @@ TEST_F(SepHashTcpTest, ADeadNodeFailsCallsAndARestartedOneServesThem) {
   ASSERT_TRUE(st->upsert(key_of(1), "after").ok());
   model[key_of(1)] = "after";
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+}
+
+// Several client processes on the same memory nodes, each writing its own
+// keys (checking every answer against its own model) while reading the
+// others'; the parent then checks the whole index against the models,
+// which it recomputes from the same seeds.
+class SepHashProcessTest : public SepHashTest {
+ protected:
+  static constexpr unsigned kProcs = 4, kKeys = 800;
+
+  // The ops of process p, applied to `model`; with a store, each is also
+  // run and its answer compared. False on the first wrong answer.
+  static bool run_ops(unsigned p, unsigned steps, Model* model, Store* st) {
+    std::mt19937 rng(100 + p);
+    for (unsigned step = 0; step < steps; ++step) {
+      const unsigned i = p * kKeys + rng() % kKeys;
+      const std::string k = key_of(i);
+      const std::string v = value_of(i, step);
+      const bool present = model->count(k) != 0;
+      const unsigned op = rng() % 4;
+      const unsigned other = ((p + 1) % kProcs) * kKeys + rng() % kKeys;
+      if (op == 0) {
+        model->erase(k);
+      } else {
+        (*model)[k] = v;
+      }
+      if (st == nullptr) continue;
+      Status s;
+      if (op == 0) {
+        s = st->remove(k);
+        if (s.is_not_found() != !present) return false;
+      } else if (op == 1) {
+        s = present ? st->update(k, v) : st->insert(k, v);
+        if (!s.ok()) return false;
+      } else {
+        if (!st->upsert(k, v).ok()) return false;
+      }
+      std::string got;
+      s = st->get(key_of(other), &got);  // another process's key: any answer but an error
+      if (!s.ok() && !s.is_not_found()) return false;
+      s = st->get(k, &got);
+      if (s.ok() != (model->count(k) != 0) || (s.ok() && got != (*model)[k])) return false;
+    }
+    return true;
+  }
+
+  // (Over tcp every round trip is a socket exchange with a daemon process,
+  // on a machine shared with the build: fewer steps.)
+  void run_processes(const Options& o, unsigned steps) {
+    auto st = create(o);
+    ASSERT_NE(st, nullptr);
+    ASSERT_TRUE(st->close().ok());
+    std::vector<pid_t> pids;
+    for (unsigned p = 0; p < kProcs; ++p) {
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        std::unique_ptr<Store> mine;
+        if (!Store::open("", o, &mine).ok()) ::_exit(2);
+        Model model;
+        const bool ok = run_ops(p, steps, &model, mine.get());
+        ::_exit(ok && mine->close().ok() ? 0 : 1);
+      }
+      pids.push_back(pid);
+    }
+    for (pid_t pid : pids) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+    }
+    Model all;
+    for (unsigned p = 0; p < kProcs; ++p) {
+      Model m;
+      run_ops(p, steps, &m, nullptr);
+      all.insert(m.begin(), m.end());
+    }
+    st = open(o);
+    ASSERT_NE(st, nullptr);
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, all));
+  }
+};
+
+TEST_F(SepHashProcessTest, ProcessesOnTwoShmNodes) { run_processes(options(), 2500); }
+
+TEST_F(SepHashProcessTest, ProcessesOnTwoTcpNodesOverLoopback) {
+  testing::Daemon d0(nodes_[0], 0), d1(nodes_[1], 0);
+  ASSERT_NE(d0.port(), 0);
+  ASSERT_NE(d1.port(), 0);
+  Options o = options();
+  o.memnodes = "tcp:127.0.0.1:" + std::to_string(d0.port()) + ",tcp:127.0.0.1:" +
+               std::to_string(d1.port());
+  run_processes(o, 500);
 }
 
 }  // namespace
