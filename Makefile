@@ -33,6 +33,11 @@
 #                    PMEH_SECONDS, PMEH_MOVE_RECORDS, PMEH_STEP_RECORDS,
 #                    PMEH_OPEN_RECORDS, PMEH_KILL_RECORDS, PMEH_PARTS, SHM_DIR:
 #                    scripts/bench.sh)
+#   make bench-sephash  sephash on two memory nodes with 1, 2 and 4 client
+#                    processes: insert, read, YCSB A/B/C over shm (0 and
+#                    2000 ns injected latency) and tcp loopback, into
+#                    docs/results/sephash/runs.csv (SEPHASH_RECORDS, default
+#                    200000)
 #   make figures     regenerate every figure in docs/results from its JSON
 #   make bench       pmhash-microbench, pmhash against libcuckoo, repeated
 # Fuzzing (README, "Fuzzing"):
@@ -43,7 +48,7 @@
 #                    knobs in scripts/crash-long.sh)
 
 .PHONY: run test bootstrap bootstrap-plot build-release build-asan build-tsan \
-        build-fuzz bench bench-full bench-dali bench-nehash bench-pmeh results figures crash-long \
+        build-fuzz bench bench-full bench-dali bench-nehash bench-pmeh bench-sephash results figures crash-long \
         fuzz clean
 
 bootstrap:
@@ -95,6 +100,14 @@ bench-nehash: build-release bootstrap-plot
 
 bench-pmeh: build-release bootstrap-plot
 	./scripts/bench.sh pmeh build/release
+
+SEPHASH_RECORDS ?= 200000
+bench-sephash: build-release
+	mkdir -p docs/results/sephash
+	./build/release/bench/pmhash-remote-bench --transport shm,tcp --latency-ns 0,2000 \
+	  --clients 1,2,4 --workload insert,read,a,b,c --records $(SEPHASH_RECORDS) \
+	  --csv docs/results/sephash/runs.csv > docs/results/sephash/runs.txt
+	cat docs/results/sephash/runs.txt
 
 crash-long: build-release
 	./scripts/crash-long.sh build/release

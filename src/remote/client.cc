@@ -1,6 +1,7 @@
 #include "remote/client.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace pmhash::remote {
 
@@ -98,18 +99,23 @@ void Client::drive() {
   unsigned busy = 0;
   for (auto& n : nodes_) busy += n->in_flight() != 0 ? 1 : 0;
   if (busy == 0) return;
+  bool progress = false;
   for (auto& n : nodes_) {
     if (n->in_flight() == 0) continue;
     done_.clear();
     // With one node busy, wait on it; with several, look at each in turn.
     n->poll(&done_, busy == 1 ? std::chrono::nanoseconds(std::chrono::milliseconds(1))
                               : std::chrono::nanoseconds(0));
+    progress |= !done_.empty();
     for (Completion& c : done_) {
       Wait* w = reinterpret_cast<Wait*>(c.tag);
       if (!c.status.ok() && w->status.ok()) w->status = std::move(c.status);
       if (--w->remaining == 0 && w->handle) ready_.push_back(w->handle);
     }
   }
+  // Several nodes are looked at without waiting; when none had anything,
+  // give the CPU away rather than spin against the daemons that answer.
+  if (busy > 1 && !progress) std::this_thread::yield();
 }
 
 Status Client::exec_sync(Batch& b) {

@@ -1,0 +1,331 @@
+// pmhash-remote-bench: throughput and remote traffic of the indexes on
+// memory nodes (sephash), with client processes.
+//
+//   pmhash-remote-bench --transport shm,tcp --latency-ns 0,2000
+//       --clients 1,2,4 --workload insert,read,a,b,c --records 200000
+//
+// For every combination it makes fresh memory nodes (pool files in --dir;
+// for tcp, a pmhash-memnode loop per node in a child process on loopback),
+// creates the index, and forks the client processes. "insert" measures the
+// load phase: the clients insert --records keys, each its own share. The
+// other workloads load first (untimed), then run --ops operations spread
+// over the clients: read (100% reads), YCSB A (50% reads, 50% updates), B
+// (95/5), C (100% reads), keys drawn scrambled-zipfian (0.99). Keys are 8
+// bytes, values --value-size bytes. Clients start together (a pipe
+// barrier) and report operations, time and their Stats counters; a wrong
+// answer (a missing key, a failed write) fails the run.
+//
+// Output: one line per run (throughput, round trips, verbs and bytes per
+// operation, merges, splits, bytes splits wrote), and with --csv a CSV file.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "key_chooser.h"
+#include "pmhash/store.h"
+#include "remote/memnode.h"
+#include "remote/server.h"
+
+namespace {
+
+using pmhash::Options;
+using pmhash::Status;
+using pmhash::Store;
+
+struct Config {
+  std::string engine = "sephash";
+  std::vector<std::string> transports = {"shm"};
+  std::vector<unsigned> latencies = {0};
+  std::vector<unsigned> clients = {1, 2, 4};
+  std::vector<std::string> workloads = {"insert", "read", "a", "b", "c"};
+  unsigned nodes = 2;
+  std::uint64_t records = 200000;
+  std::uint64_t ops = 0;  // 0: --records
+  unsigned value_size = 8;
+  std::string dir = "/dev/shm";
+  std::uint64_t node_size = std::uint64_t{1} << 30;
+  std::uint64_t seed = 1;
+  std::string csv;
+};
+
+// What a client process reports.
+struct Report {
+  std::uint64_t ops = 0;
+  std::uint64_t ns = 0;
+  std::uint64_t wrong = 0;
+  std::uint64_t round_trips = 0, verbs = 0, bytes = 0, merges = 0, splits = 0, moved = 0;
+  char error[256] = {};
+};
+
+std::string key_of(std::uint64_t i, std::uint64_t seed) {
+  // A bijection of the index: distinct 8-byte keys, spread over the hash.
+  std::uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+  x ^= x >> 29;
+  std::string k(8, '\0');
+  std::memcpy(k.data(), &x, 8);
+  return k;
+}
+
+// A memory-node daemon loop in a child process.
+pid_t start_daemon(const std::string& pool, std::uint16_t* port) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::unique_ptr<pmhash::remote::Server> srv;
+    const Status s = pmhash::remote::Server::start(pool, "127.0.0.1:0", &srv);
+    const std::uint16_t got = s.ok() ? srv->port() : 0;
+    [[maybe_unused]] ssize_t n = ::write(fds[1], &got, sizeof(got));
+    ::close(fds[1]);
+    if (!s.ok()) ::_exit(1);
+    ::_exit(srv->run().ok() ? 0 : 1);
+  }
+  ::close(fds[1]);
+  *port = 0;
+  [[maybe_unused]] ssize_t n = ::read(fds[0], port, sizeof(*port));
+  ::close(fds[0]);
+  return pid;
+}
+
+struct Run {
+  std::string transport;
+  unsigned latency_ns;
+  unsigned clients;
+  std::string workload;
+};
+
+// The body of client `c` of `n`: opens the store, waits for the go byte,
+// runs its share, reports.
+Report client(const Config& cfg, const Options& o, const Run& run, unsigned c, int go_fd) {
+  Report r;
+  auto fail = [&](const std::string& what) {
+    std::snprintf(r.error, sizeof(r.error), "%s", what.c_str());
+    return r;
+  };
+  std::unique_ptr<Store> st;
+  if (Status s = Store::open("", o, &st); !s.ok()) return fail("open: " + s.to_string());
+  const bool load = run.workload == "insert";
+  const std::uint64_t ops = load ? cfg.records : (cfg.ops ? cfg.ops : cfg.records);
+  const std::uint64_t from = ops * c / run.clients, to = ops * (c + 1) / run.clients;
+  unsigned read_pct = 100;
+  if (run.workload == "a") read_pct = 50;
+  if (run.workload == "b") read_pct = 95;
+  std::mt19937_64 rng(cfg.seed * 1000 + c);
+  pmhash::bench::Zipfian zipf(cfg.records);
+  const std::string value(cfg.value_size, 'v'), value2(cfg.value_size, 'w');
+  char go = 0;
+  if (::read(go_fd, &go, 1) != 1) return fail("no start signal");
+  const pmhash::Stats before = st->stats();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string got;
+  for (std::uint64_t i = from; i < to; ++i) {
+    if (load) {
+      if (!st->insert(key_of(i, cfg.seed), value).ok()) ++r.wrong;
+      continue;
+    }
+    const std::uint64_t rec = pmhash::bench::fnv1a64(zipf.next(rng)) % cfg.records;
+    const std::string k = key_of(rec, cfg.seed);
+    if (rng() % 100 < read_pct) {
+      if (!st->get(k, &got).ok()) ++r.wrong;
+    } else {
+      if (!st->update(k, (i & 1) ? value2 : value).ok()) ++r.wrong;
+    }
+  }
+  r.ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now() - t0)
+                                        .count());
+  r.ops = to - from;
+  const pmhash::Stats after = st->stats();
+  r.round_trips = after.round_trips - before.round_trips;
+  r.verbs = after.remote_verbs - before.remote_verbs;
+  r.bytes = after.remote_bytes - before.remote_bytes;
+  r.merges = after.merges - before.merges;
+  r.splits = after.expansions - before.expansions;
+  r.moved = after.bytes_moved - before.bytes_moved;
+  if (Status s = st->close(); !s.ok()) return fail("close: " + s.to_string());
+  return r;
+}
+
+// Forks `run.clients` clients, starts them together, sums their reports;
+// the slowest client's time is the run's.
+bool run_clients(const Config& cfg, const Options& o, const Run& run, Report* sum) {
+  std::vector<pid_t> pids;
+  std::vector<int> go, back;
+  for (unsigned c = 0; c < run.clients; ++c) {
+    int g[2], b[2];
+    if (::pipe(g) != 0 || ::pipe(b) != 0) return false;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(g[1]);
+      ::close(b[0]);
+      const Report r = client(cfg, o, run, c, g[0]);
+      [[maybe_unused]] ssize_t n = ::write(b[1], &r, sizeof(r));
+      ::_exit(0);
+    }
+    ::close(g[0]);
+    ::close(b[1]);
+    pids.push_back(pid);
+    go.push_back(g[1]);
+    back.push_back(b[0]);
+  }
+  for (int fd : go) {
+    [[maybe_unused]] ssize_t n = ::write(fd, "g", 1);
+    ::close(fd);
+  }
+  bool ok = true;
+  *sum = Report{};
+  for (unsigned c = 0; c < run.clients; ++c) {
+    Report r;
+    if (::read(back[c], &r, sizeof(r)) != static_cast<ssize_t>(sizeof(r))) {
+      std::cerr << "client " << c << " died\n";
+      ok = false;
+    } else if (r.error[0] != 0 || r.wrong != 0) {
+      std::cerr << "client " << c << ": " << (r.error[0] ? r.error : "") << " wrong answers "
+                << r.wrong << "\n";
+      ok = false;
+    }
+    ::close(back[c]);
+    ::waitpid(pids[c], nullptr, 0);
+    sum->ops += r.ops;
+    sum->ns = std::max(sum->ns, r.ns);
+    sum->round_trips += r.round_trips;
+    sum->verbs += r.verbs;
+    sum->bytes += r.bytes;
+    sum->merges += r.merges;
+    sum->splits += r.splits;
+    sum->moved += r.moved;
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  CLI::App app{"pmhash-remote-bench: indexes on memory nodes, with client processes"};
+  app.add_option("--engine", cfg.engine, "the engine")->capture_default_str();
+  app.add_option("--transport", cfg.transports, "shm, tcp (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"shm", "tcp"}));
+  app.add_option("--latency-ns", cfg.latencies, "shm: injected round-trip latencies to sweep")
+      ->delimiter(',');
+  app.add_option("--clients", cfg.clients, "client process counts to sweep")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
+  app.add_option("--workload", cfg.workloads, "insert, read, a, b, c")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"insert", "read", "a", "b", "c"}));
+  app.add_option("--nodes", cfg.nodes, "memory nodes")->check(CLI::Range(1, 16))->capture_default_str();
+  app.add_option("--records", cfg.records, "keys loaded")->check(CLI::Range(1, 1 << 30))->capture_default_str();
+  app.add_option("--ops", cfg.ops, "operations of a run phase (default: --records)");
+  app.add_option("--value-size", cfg.value_size, "bytes per value")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--dir", cfg.dir, "directory of the memory-node pool files")->capture_default_str();
+  app.add_option("--node-size", cfg.node_size, "bytes per memory node (K, M, G)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  app.add_option("--seed", cfg.seed, "key and operation seed")->capture_default_str();
+  app.add_option("--csv", cfg.csv, "also write the results as CSV");
+  CLI11_PARSE(app, argc, argv);
+
+  std::ofstream csv;
+  if (!cfg.csv.empty()) {
+    csv.open(cfg.csv);
+    if (!csv) {
+      std::cerr << "pmhash-remote-bench: cannot write " << cfg.csv << "\n";
+      return 2;
+    }
+    csv << "engine,transport,latency_ns,clients,workload,ops,mops,round_trips_per_op,"
+           "verbs_per_op,bytes_per_op,merges,splits,split_bytes\n";
+  }
+  std::printf("%-8s %-4s %7s %3s %-6s %9s %8s %8s %9s %7s %6s %11s\n", "engine", "net", "lat_ns",
+              "cli", "work", "Mops/s", "rtt/op", "verbs/op", "bytes/op", "merges", "splits",
+              "split_bytes");
+  bool all_ok = true;
+  for (const std::string& transport : cfg.transports) {
+    for (unsigned lat : cfg.latencies) {
+      if (transport == "tcp" && lat != cfg.latencies.front()) continue;  // shm only
+      for (unsigned clients : cfg.clients) {
+        for (const std::string& workload : cfg.workloads) {
+          const Run run{transport, transport == "shm" ? lat : 0, clients, workload};
+          std::vector<std::string> pools;
+          std::vector<pid_t> daemons;
+          std::string specs;
+          for (unsigned n = 0; n < cfg.nodes; ++n) {
+            pools.push_back(cfg.dir + "/pmhash-remote-bench-" + std::to_string(::getpid()) +
+                            "-mn" + std::to_string(n));
+            if (Status s = pmhash::remote::create_memnode(pools.back(), cfg.node_size, true);
+                !s.ok()) {
+              std::cerr << "pmhash-remote-bench: " << s.to_string() << "\n";
+              return 1;
+            }
+            if (transport == "tcp") {
+              std::uint16_t port = 0;
+              daemons.push_back(start_daemon(pools.back(), &port));
+              if (port == 0) {
+                std::cerr << "pmhash-remote-bench: daemon for " << pools.back() << " failed\n";
+                return 1;
+              }
+              specs += (specs.empty() ? "" : ",") + std::string("tcp:127.0.0.1:") + std::to_string(port);
+            } else {
+              specs += (specs.empty() ? "" : ",") + std::string("shm:") + pools.back();
+            }
+          }
+          Options o;
+          o.engine = cfg.engine;
+          o.memnodes = specs;
+          o.remote_latency_ns = run.latency_ns;
+          o.remote_timeout_ms = 10000;
+          std::unique_ptr<Store> st;
+          bool ok = true;
+          if (Status s = Store::create("", o, &st); !s.ok() || !st->close().ok()) {
+            std::cerr << "pmhash-remote-bench: create: " << s.to_string() << "\n";
+            ok = false;
+          }
+          Report r;
+          if (ok && workload != "insert") {
+            ok = run_clients(cfg, o, Run{transport, run.latency_ns, clients, "insert"}, &r);
+          }
+          if (ok) ok = run_clients(cfg, o, run, &r);
+          if (ok) {
+            const double ops = static_cast<double>(r.ops);
+            std::printf("%-8s %-4s %7u %3u %-6s %9.3f %8.2f %8.2f %9.1f %7llu %6llu %11llu\n",
+                        cfg.engine.c_str(), transport.c_str(), run.latency_ns, clients,
+                        workload.c_str(), ops / static_cast<double>(r.ns) * 1e3,
+                        static_cast<double>(r.round_trips) / ops, static_cast<double>(r.verbs) / ops,
+                        static_cast<double>(r.bytes) / ops, static_cast<unsigned long long>(r.merges),
+                        static_cast<unsigned long long>(r.splits),
+                        static_cast<unsigned long long>(r.moved));
+            std::fflush(stdout);
+            if (csv) {
+              csv << cfg.engine << "," << transport << "," << run.latency_ns << "," << clients << ","
+                  << workload << "," << r.ops << "," << ops / static_cast<double>(r.ns) * 1e3 << ","
+                  << static_cast<double>(r.round_trips) / ops << ","
+                  << static_cast<double>(r.verbs) / ops << "," << static_cast<double>(r.bytes) / ops
+                  << "," << r.merges << "," << r.splits << "," << r.moved << "\n";
+            }
+          }
+          all_ok &= ok;
+          for (pid_t d : daemons) {
+            ::kill(d, SIGTERM);
+            ::waitpid(d, nullptr, 0);
+          }
+          for (const std::string& p : pools) ::unlink(p.c_str());
+        }
+      }
+    }
+  }
+  return all_ok ? 0 : 1;
+}
