@@ -531,19 +531,15 @@ class SepHashIndex final : public Index {
   // ---- writes ----
   Status write(const Key& key, std::string_view value, bool tomb, Want want) {
     return with_session([&](Session& ss) -> Status {
-      if (want != Want::kAny) {
-        Candidate found;
-        bool any = false;
-        if (Status s = lookup(ss, key, &found, &any); !s.ok()) return s;
-        const bool present = any && !slot_tomb(found.slot);
-        if (want == Want::kAbsent && present) return Status::AlreadyExists("");
-        if (want == Want::kPresent && !present) return Status::NotFound("");
-      }
-      return append(ss, key, value, tomb);
+      return append(ss, key, value, tomb, want);
     });
   }
 
-  Status append(Session& ss, const Key& key, std::string_view value, bool tomb) {
+  // Appends an entry for `key`. Unless `want` is kAny, first checks that
+  // the key is absent (kAbsent) or present (kPresent), from the same round
+  // trips: the first one also reads the MainSeg slots of the key's
+  // fingerprint, and only a bitmap or fingerprint match costs more.
+  Status append(Session& ss, const Key& key, std::string_view value, bool tomb, Want want) {
     const std::uint64_t h = key.h1;
     const unsigned fp = hash_fp(h), fp2 = hash_fp2(h);
     const std::uint64_t bytes = sizeof(ItemHeader) + key.bytes.size() + value.size();
@@ -567,9 +563,16 @@ class SepHashIndex final : public Index {
       std::uint64_t slots[kCurSlots];
       std::uint64_t meta2 = 0;
       const unsigned w = ss.window;
+      Session::MainCache& mc = ss.mains[seg];
+      const unsigned lo = mc.prefix[fp], hi = mc.prefix[fp + 1];
+      std::vector<std::uint64_t> mslots;
       Batch b;
       if (ih.version == 0) b.faa(0, kVersionOff, 1);
       b.read(node, off, &hd, kHeaderBytes);
+      if (want != Want::kAny && hi > lo) {
+        mslots.resize(hi - lo);
+        b.read(node, mc.main_off + kPrefixBytes + lo * 8ull, mslots.data(), (hi - lo) * 8);
+      }
       b.read(node, off + kSlotsOff + w * 8ull, slots + w, kWindowSlots * 8);
       b.read(node, off + kMetaOff, &meta2, 8);
       if (Status s = exec(ss, b); !s.ok()) return s;
@@ -585,10 +588,66 @@ class SepHashIndex final : public Index {
         continue;
       }
       const bool sign = meta_sign(hd.meta);
+      bool all_slots = false;  // slots[] holds every slot, not only the window
+      if (want != Want::kAny) {
+        if (meta_main_off(hd.meta) != mc.main_off) {
+          if (Status s = load_prefix(ss, node, hd.meta, &mc); !s.ok()) return s;
+          continue;
+        }
+        const unsigned dbits = hash_dbits(h, depth);
+        auto matches = [&](std::uint64_t s) {
+          return slot_fp(s) == fp && slot_fp2(s) == fp2 && slot_dbits(s) == dbits;
+        };
+        std::vector<std::uint64_t> cands;
+        for (std::uint64_t s : mslots) {
+          if (matches(s)) cands.push_back(s);
+        }
+        if (bitmap_has(hd, sign, bitmap_bit(fp, fp2))) {
+          std::uint64_t meta3 = 0;
+          b.clear();
+          b.read(node, off + kSlotsOff, slots, sizeof(slots));
+          b.read(node, off + kMetaOff, &meta3, 8);
+          if (Status s = exec(ss, b); !s.ok()) return s;
+          if (meta3 != hd.meta) continue;
+          all_slots = true;
+          for (std::uint64_t s : slots) {
+            if (s != 0 && ((s & kSignBit) != 0) == sign && matches(s)) cands.push_back(s);
+          }
+        }
+        std::vector<Candidate> items;
+        if (Status s = read_items(ss, node, cands, &items); !s.ok()) return s;
+        Candidate found;
+        bool any = false;
+        newest(items, key.bytes, &found, &any);
+        const bool present = any && !slot_tomb(found.slot);
+        if (want == Want::kAbsent && present) return Status::AlreadyExists("");
+        if (want == Want::kPresent && !present) return Status::NotFound("");
+        // The version was taken before the check; a write the check saw
+        // may have taken a later one (it ran meanwhile). This append must
+        // order after everything it saw, so it takes a new version then.
+        if (any && found.header().version >= ih.version) {
+          b.clear();
+          b.faa(0, kVersionOff, 1);
+          if (Status s = exec(ss, b); !s.ok()) return s;
+          ih.version = b.result(0);
+        }
+        // Decided once: a later pass may see this append's own entry.
+        want = Want::kAny;
+      }
       auto is_free = [&](std::uint64_t s) { return s == 0 || ((s & kSignBit) != 0) != sign; };
       std::vector<unsigned> free_slots;
       for (unsigned i = w; i < w + kWindowSlots; ++i) {
         if (is_free(slots[i])) free_slots.push_back(i);
+      }
+      if (free_slots.empty() && all_slots) {
+        for (unsigned i = 0; i < kCurSlots; ++i) {
+          if (is_free(slots[i])) free_slots.push_back(i);
+        }
+        if (free_slots.empty()) {
+          if (Status s = merge(ss, seg, hd.meta); !s.ok()) return s;
+          continue;
+        }
+        ss.window = (free_slots.front() / kWindowSlots) * kWindowSlots;
       }
       if (free_slots.empty()) {
         // The window is full: look at every slot before deciding to merge.
