@@ -10,6 +10,9 @@ packages=(
   libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   libcuckoo-dev libtbb-dev liblmdb-dev librocksdb-dev
   python3 python3-venv
+  # ip netns: the sephash tests run memory nodes and clients in network
+  # namespaces of their own.
+  iproute2
   # The fuzz build (tests/fuzz): clang, and the runtime behind
   # -fsanitize=fuzzer,address,undefined, which clang only recommends.
   clang libclang-rt-14-dev

@@ -2,9 +2,12 @@
 // API, on memory nodes of the shm transport and of the tcp daemon: the
 // operations against a model through merges and splits, threads, the
 // stale-sign race, reopening, full nodes, dead nodes and bad input.
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
@@ -19,6 +22,7 @@
 #include "memnode_daemon.h"
 #include "pmhash/store.h"
 #include "remote/memnode.h"
+#include "remote/server.h"
 #include "scratch_file.h"
 
 namespace pmhash {
@@ -460,6 +464,119 @@ TEST_F(SepHashProcessTest, ProcessesOnTwoTcpNodesOverLoopback) {
   o.memnodes = "tcp:127.0.0.1:" + std::to_string(d0.port()) + ",tcp:127.0.0.1:" +
                std::to_string(d1.port());
   run_processes(o, 500);
+}
+
+// Memory nodes and clients on different hosts, as far as the network can
+// tell: the test makes two network namespaces joined by a veth pair, runs
+// both memory-node daemons in one and the client processes in the other,
+// then checks the nodes' pool files directly (shm) against the models.
+class SepHashNetnsTest : public SepHashProcessTest {
+ protected:
+  void TearDown() override {
+    for (const std::string& ns : made_) (void)std::system(("ip netns del " + ns + " 2>/dev/null").c_str());
+    SepHashProcessTest::TearDown();
+  }
+  static bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
+  // Runs `body` in a child process that has joined namespace `ns`; its
+  // exit status (0: success).
+  template <class Body>
+  static pid_t in_netns(const std::string& ns, Body body) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int fd = ::open(("/var/run/netns/" + ns).c_str(), O_RDONLY);
+      if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) ::_exit(3);
+      ::close(fd);
+      ::_exit(body());
+    }
+    return pid;
+  }
+  std::vector<std::string> made_;
+};
+
+TEST_F(SepHashNetnsTest, ClientsInOneNamespaceAndNodesInAnother) {
+  const std::string tag = std::to_string(::getpid());
+  const std::string srv = "pmhash-mn-" + tag, cli = "pmhash-cl-" + tag;
+  ASSERT_TRUE(sh("ip netns add " + srv)) << "ip netns add (iproute2, root)";
+  made_.push_back(srv);
+  ASSERT_TRUE(sh("ip netns add " + cli));
+  made_.push_back(cli);
+  const std::string va = "pmv" + tag.substr(tag.size() > 6 ? tag.size() - 6 : 0) + "a";
+  const std::string vb = va.substr(0, va.size() - 1) + "b";
+  ASSERT_TRUE(sh("ip link add " + va + " netns " + srv + " type veth peer name " + vb + " netns " + cli));
+  ASSERT_TRUE(sh("ip -n " + srv + " addr add 10.77.0.1/24 dev " + va));
+  ASSERT_TRUE(sh("ip -n " + cli + " addr add 10.77.0.2/24 dev " + vb));
+  for (const std::string& ns : {srv, cli}) ASSERT_TRUE(sh("ip -n " + ns + " link set lo up"));
+  ASSERT_TRUE(sh("ip -n " + srv + " link set " + va + " up"));
+  ASSERT_TRUE(sh("ip -n " + cli + " link set " + vb + " up"));
+
+  // The daemons, in the node namespace; each reports its port on a pipe.
+  std::vector<pid_t> daemons;
+  std::vector<std::uint16_t> ports;
+  for (const std::string& pool : nodes_) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    daemons.push_back(in_netns(srv, [&] {
+      ::close(fds[0]);
+      std::unique_ptr<remote::Server> server;
+      const Status s = remote::Server::start(pool, "10.77.0.1:0", &server);
+      const std::uint16_t port = s.ok() ? server->port() : 0;
+      [[maybe_unused]] const ssize_t n = ::write(fds[1], &port, sizeof(port));
+      ::close(fds[1]);
+      return s.ok() && server->run().ok() ? 0 : 1;
+    }));
+    ::close(fds[1]);
+    std::uint16_t port = 0;
+    EXPECT_EQ(::read(fds[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+    ::close(fds[0]);
+    ASSERT_NE(port, 0);
+    ports.push_back(port);
+  }
+  Options o = options();
+  o.memnodes = "tcp:10.77.0.1:" + std::to_string(ports[0]) + ",tcp:10.77.0.1:" +
+               std::to_string(ports[1]);
+  // Not reachable from here (another namespace): a clear error, no hang.
+  {
+    Options quick = o;
+    quick.remote_timeout_ms = 300;
+    std::unique_ptr<Store> st;
+    const Status s = Store::create("", quick, &st);
+    EXPECT_TRUE(s.is_io_error()) << s.to_string();
+  }
+  constexpr unsigned kSteps = 500;
+  const pid_t creator = in_netns(cli, [&] {
+    std::unique_ptr<Store> st;
+    return Store::create("", o, &st).ok() && st->close().ok() ? 0 : 1;
+  });
+  int status = 0;
+  ASSERT_EQ(::waitpid(creator, &status, 0), creator);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  std::vector<pid_t> clients;
+  for (unsigned p = 0; p < kProcs; ++p) {
+    clients.push_back(in_netns(cli, [&, p] {
+      std::unique_ptr<Store> mine;
+      if (!Store::open("", o, &mine).ok()) return 2;
+      Model model;
+      return run_ops(p, kSteps, &model, mine.get()) && mine->close().ok() ? 0 : 1;
+    }));
+  }
+  for (pid_t pid : clients) {
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+  for (pid_t pid : daemons) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  // The nodes' pool files hold the index: read it through shm.
+  Model all;
+  for (unsigned p = 0; p < kProcs; ++p) {
+    Model m;
+    run_ops(p, kSteps, &m, nullptr);
+    all.insert(m.begin(), m.end());
+  }
+  auto st = open(options());
+  ASSERT_NE(st, nullptr);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, all));
 }
 
 }  // namespace
