@@ -475,7 +475,6 @@ void DaliIndex::collect_garbage(unsigned t, std::uint64_t e, std::uint32_t strip
     epochs_->dirty(t, &kept->next, sizeof(std::uint64_t));
     for (; i < end; ++i) {
       retire(t, e, list[i]);
-      collected_.fetch_add(1, std::memory_order_relaxed);
     }
     last_unlink.store(e, std::memory_order_relaxed);
   }

@@ -248,7 +248,6 @@ class DaliIndex final : public Index {
   std::unique_ptr<std::atomic<std::uint64_t>[]> unlinked_at_;
   // Per stripe: the epoch of its last garbage collection after a write.
   std::unique_ptr<std::atomic<std::uint64_t>[]> collected_at_;
-  std::atomic<std::uint64_t> collected_{0};
 
   std::mutex room_mu_;  // one make_room at a time
 
