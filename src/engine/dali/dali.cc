@@ -207,7 +207,8 @@ Status DaliIndex::read_as_of(unsigned t, const Key& key, std::uint64_t snapshot,
 
 DaliIndex::Probe DaliIndex::probe(const Key& key) const {
   Probe p;
-  p.bucket = bucket_of(key.h1, shape());
+  p.index = shape().bucket_of(key.h1);
+  p.bucket = bucket(p.index);
   p.found = find(valid_head(*p.bucket), key);
   p.present = p.found != 0 && !record_absent(rec(p.found));
   return p;
@@ -350,20 +351,23 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
     }
     if (s.ok()) {
       if (absent || !p.present) add_count(t, stripe, absent ? -1 : 1);
-      // Paper §3.4: "occasionally" at the end of an update. Here: when the
-      // write superseded a version with more records behind it (older
-      // versions of the key, or of others, may have become garbage), and at
-      // every kGcEvery-th write; at most once per epoch and stripe (garbage
-      // grows by a version per key and epoch).
+      // Paper §3.4: "occasionally" after an update. Here: when the write
+      // superseded a version with more records behind it (older versions
+      // of the key, or of others, may have become garbage), and at every
+      // kGcEvery-th write; at most once per epoch and stripe (garbage grows
+      // by a version per key and epoch). The bucket is queued, and
+      // collected with kGcBatch - 1 others (collect_queued).
       const bool behind = p.found != 0 && rec(p.found)->next.load(std::memory_order_relaxed) != 0;
       std::atomic<std::uint64_t>& last = collected_at_[stripe];
-      if ((behind || ++retired_[t].writes % kGcEvery == 0) && last.load(std::memory_order_relaxed) != e) {
+      RetireList& mine = retired_[t];
+      if ((behind || ++mine.writes % kGcEvery == 0) && last.load(std::memory_order_relaxed) != e) {
         last.store(e, std::memory_order_relaxed);
-        collect_garbage(t, e, stripe, p.bucket);
+        mine.gc_queue[mine.gc_queued++] = p.index;
       }
     }
     epochs_->exit(t);
     end_write_and_unlock(stripe);
+    if (retired_[t].gc_queued == kGcBatch) collect_queued(t);
     if (s.is_no_space() && attempt == 0) {
       make_room(tc, t);
       continue;
@@ -447,11 +451,98 @@ void DaliIndex::obsolete(const std::vector<std::uint64_t>& list, std::uint64_t e
 
 void DaliIndex::collect_garbage(unsigned t, std::uint64_t e, std::uint32_t stripe, Bucket* b) {
   thread_local std::vector<std::uint64_t> list;
-  thread_local std::vector<char> drop;
   list.clear();
   for (std::uint64_t r = valid_head(*b); r != 0; r = rec(r)->next.load(std::memory_order_relaxed)) {
     list.push_back(r);
   }
+  collect_list(t, e, stripe, list);
+}
+
+void DaliIndex::collect_queued(unsigned t) {
+  // Walking a list is a chain of dependent cache misses, one per record,
+  // and it is most of what garbage collection costs. Walked one step at a
+  // time side by side, with the next record of each prefetched, the lists
+  // of a batch miss together instead of one after the other.
+  //
+  // Each bucket is collected as collect_garbage would have been right after
+  // the write that queued it, only later: under its stripe's lock (taken
+  // with try_lock, before the epoch is entered, so no one waits on us
+  // while we are in it; a stripe busy now, a transaction's maybe, is left
+  // for a later write to queue again), inside the epoch e we enter now,
+  // which is all obsolete() depends on. A bucket index stays a bucket of
+  // the stripe (the table never shrinks; a split keeps the stripe); if it
+  // was split meanwhile, its list is the one the split left.
+  RetireList& mine = retired_[t];
+  const unsigned n = mine.gc_queued;
+  mine.gc_queued = 0;
+  struct Walk {
+    std::uint64_t index;
+    std::uint32_t stripe;
+    bool owner;  // this entry took the stripe's lock (and releases it)
+  };
+  Walk walks[kGcBatch];
+  unsigned m = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    const std::uint64_t index = mine.gc_queue[i];
+    bool dup = false;
+    for (unsigned j = 0; j < m && !dup; ++j) dup = walks[j].index == index;
+    if (dup) continue;  // one walk per bucket: a second list would be stale
+    walks[m++] = Walk{index, stripe_of(index), false};
+    __builtin_prefetch(&locks_[walks[m - 1].stripe]);
+  }
+  unsigned kept = 0;
+  for (unsigned i = 0; i < m; ++i) {
+    Walk w = walks[i];
+    bool held = false;
+    for (unsigned j = 0; j < kept && !held; ++j) held = walks[j].stripe == w.stripe;
+    if (!held) {
+      if (!try_lock(w.stripe)) continue;
+      begin_write(w.stripe);
+      w.owner = true;
+    }
+    walks[kept++] = w;
+  }
+  if (kept == 0) return;
+  const std::uint64_t e = epochs_->enter(t);
+  thread_local std::vector<std::uint64_t> lists[kGcBatch];
+  Bucket* buckets[kGcBatch];
+  for (unsigned i = 0; i < kept; ++i) {
+    buckets[i] = bucket(walks[i].index);
+    __builtin_prefetch(buckets[i]);
+  }
+  unsigned active = 0;  // lists not yet walked to their end: [0, active)
+  unsigned order[kGcBatch];
+  for (unsigned i = 0; i < kept; ++i) {
+    lists[i].clear();
+    const std::uint64_t head = valid_head(*buckets[i]);
+    if (head == 0) continue;
+    lists[i].push_back(head);
+    __builtin_prefetch(rec(head));
+    order[active++] = i;
+  }
+  while (active > 0) {
+    for (unsigned k = 0; k < active;) {
+      std::vector<std::uint64_t>& list = lists[order[k]];
+      const std::uint64_t next = rec(list.back())->next.load(std::memory_order_relaxed);
+      if (next == 0) {
+        order[k] = order[--active];
+        continue;
+      }
+      list.push_back(next);
+      __builtin_prefetch(rec(next));
+      ++k;
+    }
+  }
+  for (unsigned i = 0; i < kept; ++i) collect_list(t, e, walks[i].stripe, lists[i]);
+  epochs_->exit(t);
+  for (unsigned i = 0; i < kept; ++i) {
+    if (walks[i].owner) end_write_and_unlock(walks[i].stripe);
+  }
+}
+
+void DaliIndex::collect_list(unsigned t, std::uint64_t e, std::uint32_t stripe,
+                             const std::vector<std::uint64_t>& list) {
+  thread_local std::vector<char> drop;
   if (list.size() < 2) return;
   std::atomic<std::uint64_t>& last_unlink = unlinked_at_[stripe];
   obsolete(list, e, /*for_split=*/false, last_unlink.load(std::memory_order_relaxed) + 2 <= e, &drop);

@@ -180,10 +180,15 @@
 // ---------------------------------------------------------------------------
 // Garbage collection (paper §3.4) and reclamation
 // ---------------------------------------------------------------------------
-// At the end of a write that superseded a version with records behind it,
-// and of every 8th write of a thread (at most once per epoch and lock
-// stripe), still under the bucket's lock, the writer walks that bucket's
-// valid list. For each key, its anchor is the
+// A write that superseded a version with records behind it, and every 8th
+// write of a thread (at most once per epoch and lock stripe), queues its
+// bucket. Once a thread has queued 8, it collects them: with each stripe's
+// lock (try_lock: a busy stripe is skipped), inside one epoch, it walks
+// their valid lists side by side, one record of each at a time, so that
+// the lists' cache misses overlap (walking a list is a chain of misses,
+// most of what collection costs). Later than the paper's "at the end of
+// an update", but every decision below depends only on the lock and the
+// epoch the collection runs in. For each key, its anchor is the
 // newest record that every snapshot reader sees (version <= horizon) and
 // that survives every crash (written <= E-2); every older record of the key
 // is obsolete. Each run of obsolete records (never the head) is unlinked

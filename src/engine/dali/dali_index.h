@@ -133,6 +133,7 @@ class DaliIndex final : public Index {
   // --- updates (stripe locked, inside epoch e) ---
   // What a write of `key` finds, and whether it changes the store.
   struct Probe {
+    std::uint64_t index = 0;  // the bucket's index in the shape probed
     Bucket* bucket = nullptr;
     std::uint64_t found = 0;  // newest record of the key, 0 if none
     bool present = false;     // found and not absent
@@ -171,6 +172,13 @@ class DaliIndex final : public Index {
   void obsolete(const std::vector<std::uint64_t>& list, std::uint64_t e, bool for_split,
                 bool absent_ok, std::vector<char>* drop) const;
   void collect_garbage(unsigned t, std::uint64_t e, std::uint32_t stripe, Bucket* b);
+  // Unlinks and retires the obsolete records of `list`, the valid list of
+  // a bucket of `stripe` (newest first), walked under the lock just now.
+  void collect_list(unsigned t, std::uint64_t e, std::uint32_t stripe,
+                    const std::vector<std::uint64_t>& list);
+  // Collects the buckets thread t queued (outside any epoch and lock):
+  // their lists are walked side by side (dali.h, "Garbage collection").
+  void collect_queued(unsigned t);
   void retire(unsigned t, std::uint64_t e, std::uint64_t off);
   // Frees thread t's retired records that no one can reach any more.
   void reclaim(heap::ThreadCache* tc, unsigned t);
@@ -226,6 +234,8 @@ class DaliIndex final : public Index {
   std::atomic<bool> recounting_{false};
   std::mutex recount_mu_;
 
+  // Buckets a thread collects together (collect_queued).
+  static constexpr unsigned kGcBatch = 8;
   // Records unlinked by garbage collection or a split, per thread slot,
   // freed once no one can reach them (Epochs::quiescent).
   struct Retired {
@@ -239,6 +249,9 @@ class DaliIndex final : public Index {
     // the lock when nothing is due.
     std::atomic<std::uint64_t> front{~std::uint64_t{0}};
     unsigned writes = 0;  // owner only: paces garbage collection
+    // Owner only: buckets (indices) to collect at the next collect_queued.
+    std::uint64_t gc_queue[kGcBatch];
+    unsigned gc_queued = 0;
   };
   std::unique_ptr<RetireList[]> retired_;
   // Frees the records of `list` whose epoch + 1 <= q (list.mu held).
