@@ -93,6 +93,12 @@ Bucket* DaliIndex::bucket(std::uint64_t index) const {
   return segments_[j].load(std::memory_order_acquire) + (index - (std::uint64_t{1} << (width - 1)));
 }
 
+void DaliIndex::prefetch_bucket(const Key& key) const {
+  // Only a hint, read without the lock: a split may move the key before
+  // the probe, which reads the shape again.
+  __builtin_prefetch(bucket_of(key.h1, shape()));
+}
+
 bool DaliIndex::failed(std::uint64_t epoch) const {
   return std::binary_search(failed_.begin(), failed_.end(), epoch);
 }
@@ -138,6 +144,9 @@ Status DaliIndex::get(const Key& key, std::string* value) {
   // instead of under the bucket's lock (dali.h, "Locks"): a change of the
   // stripe meanwhile makes us read again. Inside an epoch, so that nothing
   // we may reach is freed under us.
+  // The bucket's line is the probe's first cache miss: started now, it
+  // overlaps the lock word's and the epoch announcement.
+  prefetch_bucket(key);
   Status s;
   heap::ThreadCache* tc = heap_.thread(&s);
   if (tc == nullptr) return s;
@@ -323,6 +332,7 @@ Status DaliIndex::upsert(const Key& key, std::string_view value) { return write(
 Status DaliIndex::remove(const Key& key) { return write(Op::kRemove, key, {}); }
 
 Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
+  prefetch_bucket(key);  // as in get()
   Status s;
   heap::ThreadCache* tc = heap_.thread(&s);
   if (tc == nullptr) return s;

@@ -114,6 +114,9 @@ class DaliIndex final : public Index {
     for (std::uint64_t b = stripe; b < sh.buckets(); b += stripe_mask_ + 1) fn(bucket(b));
   }
 
+  // Starts loading the line of the bucket `key` is in now.
+  void prefetch_bucket(const Key& key) const;
+
   // --- lists ---
   RecordHeader* rec(std::uint64_t off) const { return region_.at<RecordHeader>(off); }
   bool failed(std::uint64_t epoch) const;
