@@ -30,9 +30,10 @@
 // different keys may also wait for each other.
 //
 // Thread safety: a Transaction is used by one thread at a time (it may move
-// between threads). It must be destroyed (or committed / aborted) before its
-// Store is closed. While it holds locks, writes by the Store's own methods to
-// keys in the same buckets wait for it, and time out as well (Status Busy).
+// between threads). It must be committed, aborted or destroyed before its
+// Store is closed; once committed or aborted it may outlive the Store.
+// While it holds locks, writes by the Store's own methods to keys in the
+// same buckets wait for it, and time out as well (Status Busy).
 #pragma once
 
 #include <memory>

@@ -51,7 +51,11 @@ class TransactionImpl final : public Transaction {
  public:
   TransactionImpl(std::unique_ptr<engine::Txn> txn, const std::atomic<bool>* store_closed)
       : txn_(std::move(txn)), store_closed_(store_closed) {}
-  ~TransactionImpl() override { abort(); }
+  // A transaction committed or aborted touches nothing of the store's when
+  // destroyed, so it may outlive the store (transaction.h).
+  ~TransactionImpl() override {
+    if (!finished_) abort();
+  }
 
   Status get(std::string_view key, std::string* value) override {
     if (Status s = check(key, {}); !s.ok()) return s;
@@ -75,10 +79,13 @@ class TransactionImpl final : public Transaction {
   }
   Status commit() override {
     if (store_closed_->load(std::memory_order_relaxed)) return Status::Busy("store is closed");
+    finished_ = true;
     return txn_->commit();
   }
   void abort() override {
+    if (finished_) return;
     if (!store_closed_->load(std::memory_order_relaxed)) txn_->abort();
+    finished_ = true;
   }
 
  private:
@@ -90,6 +97,7 @@ class TransactionImpl final : public Transaction {
 
   std::unique_ptr<engine::Txn> txn_;
   const std::atomic<bool>* store_closed_;
+  bool finished_ = false;  // commit() ran, or abort()
 };
 
 class StoreImpl final : public Store {

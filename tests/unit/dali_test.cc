@@ -734,6 +734,30 @@ TEST_F(DaliTest, AnAbortedTransactionChangesNothing) {
   EXPECT_EQ(store_->size(), 1u);
 }
 
+TEST_F(DaliTest, ATransactionCommittedOrAbortedMayOutliveItsStore) {
+  // transaction.h: once committed or aborted, destroying a transaction
+  // touches nothing of the store's (ASan catches a use after free).
+  options_.durability = Durability::kEpoch;
+  create();
+  std::unique_ptr<Transaction> committed, aborted;
+  ASSERT_TRUE(store_->transaction(&committed).ok());
+  ASSERT_TRUE(committed->insert("a", "1").ok());
+  ASSERT_TRUE(committed->commit().ok());
+  ASSERT_TRUE(store_->transaction(&aborted).ok());
+  ASSERT_TRUE(aborted->insert("b", "2").ok());
+  aborted->abort();
+  aborted->abort();  // a second abort does nothing
+  EXPECT_TRUE(aborted->commit().is_aborted());
+  reopen();  // the first store is destroyed here
+  std::string v;
+  ASSERT_TRUE(store_->get("a", &v).ok());
+  EXPECT_EQ(v, "1");
+  EXPECT_TRUE(store_->get("b", &v).is_not_found());
+  committed.reset();
+  aborted.reset();
+  EXPECT_EQ(store_->size(), 1u);
+}
+
 TEST_F(DaliTest, ADeadlockIsBrokenByTheLockTimeout) {
   options_.durability = Durability::kEpoch;
   options_.dali_initial_log2 = 10;
