@@ -73,6 +73,16 @@ Status Chunks::alloc(remote::Client& client, unsigned node, std::uint64_t bytes,
   return Status::OK();
 }
 
+Status check_unclaimed(remote::Client& client, bool force) {
+  char magic[8] = {};
+  Batch b;
+  b.read(0, remote::kIndexRootOffset, magic, sizeof(magic));
+  if (Status s = client.exec_sync(b); !s.ok()) return s;
+  if (force || std::all_of(magic, magic + 8, [](char c) { return c == 0; })) return Status::OK();
+  return Status::AlreadyExists("memory node " + client.node_name(0) + " already holds an index ('" +
+                               std::string(magic, 8) + "'; force replaces it)");
+}
+
 Status forget_nodes(remote::Client& client, std::uint64_t root_bytes) {
   const std::uint64_t first = remote::kFirstAllocatable;
   const std::vector<std::byte> blank(root_bytes);

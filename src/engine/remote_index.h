@@ -60,6 +60,10 @@ struct Chunks {
   Status alloc(remote::Client& client, unsigned node, std::uint64_t bytes, std::uint64_t* off);
 };
 
+// Refuses a create (AlreadyExists naming node 0 and what it holds) when
+// node 0 holds an index of any engine, unless `force`.
+Status check_unclaimed(remote::Client& client, bool force);
+
 // The first step of a create: blanks `root_bytes` of node 0's index root
 // (its magic first of all) and resets every node's bump word, so that no
 // earlier index is found and all space is free again. One round trip.

@@ -174,14 +174,10 @@ class SepHashIndex final : public Index {
     std::unique_ptr<Session> ss;
     if (Status s = new_session(&ss); !s.ok()) return s;
     for (unsigned n = 0; n < specs_.size(); ++n) node_sizes_.push_back(ss->client->node_size(n));
+    // An index of any engine on the nodes stays unless `force`.
+    if (Status s = remote_index::check_unclaimed(*ss->client, force); !s.ok()) return s;
     IndexRoot root{};
     Batch b;
-    b.read(0, kRootOff, &root, sizeof(root));
-    if (Status s = exec(*ss, b); !s.ok()) return s;
-    if (std::memcmp(root.magic, kMagic, sizeof(kMagic)) == 0 && !force) {
-      return Status::AlreadyExists("memory node " + specs_[0] +
-                                   " already holds a sephash index (force replaces it)");
-    }
     // Forget whatever the nodes held: the magic first, then every bump.
     if (Status s = remote_index::forget_nodes(*ss->client, sizeof(IndexRoot)); !s.ok()) return s;
 
