@@ -129,7 +129,7 @@ class RaceIndex final : public Index {
       Kv found;
       bool any = false;
       if (Status s = read_view(ss, p, &v); !s.ok()) return s;
-      if (Status s = find_key(ss, p, key, v, &found, &any, nullptr); !s.ok()) return s;
+      if (Status s = find_key(ss, p, key, v, &found, &any); !s.ok()) return s;
       if (!any) return Status::NotFound("");
       value->assign(found.value());
       return Status::OK();
@@ -449,10 +449,9 @@ class RaceIndex final : public Index {
   }
 
   // The key's entry in `v` (*any false if none): of several (concurrent
-  // inserts of one key, race.h), the one at the lowest address. `others`,
-  // if given, receives the slots of the key's other entries.
+  // inserts of one key, race.h), the one at the lowest address.
   Status find_key(Session& ss, const Place& p, const Key& key, const View& v, Kv* found,
-                  bool* any, std::vector<Slot>* others) {
+                  bool* any) {
     *any = false;
     std::vector<Slot> cands;
     for (const Slot& s : v.slots) {
@@ -463,12 +462,9 @@ class RaceIndex final : public Index {
     if (Status s = read_kvs(ss, cands, &kvs); !s.ok()) return s;
     for (Kv& kv : kvs) {  // by address (v.slots is sorted)
       if (kv.key() != key.bytes) continue;
-      if (!*any) {
-        *found = std::move(kv);
-        *any = true;
-      } else if (others != nullptr) {
-        others->push_back(kv.slot);
-      }
+      *found = std::move(kv);
+      *any = true;
+      break;
     }
     return Status::OK();
   }
@@ -513,7 +509,7 @@ class RaceIndex final : public Index {
       // Round trip 2 (only on a fingerprint match): the candidates' blocks.
       Kv found;
       bool any = false;
-      if (Status s = find_key(ss, p, key, v, &found, &any, nullptr); !s.ok()) return s;
+      if (Status s = find_key(ss, p, key, v, &found, &any); !s.ok()) return s;
       if (any) {
         if (op == Op::kInsert) return Status::AlreadyExists("");
         // Update, upsert, remove: CAS the entry from its KV block to ours.
@@ -593,9 +589,10 @@ class RaceIndex final : public Index {
     return best;
   }
 
-  // After an insert's CAS: reads the key's buckets again. If another entry
-  // of the key is at a lower address, ours loses: it is removed and *won
-  // is false. race.h argues why exactly one of concurrent inserts wins.
+  // After an insert's CAS: reads the key's buckets again, and the blocks of
+  // other entries whose fingerprint matches. If another entry of the key
+  // is at a lower address, ours loses: it is removed and *won is false.
+  // race.h argues why exactly one of concurrent inserts wins.
   Status settle(Session& ss, const Place& p, const Key& key, std::uint64_t entry, bool* won) {
     const auto until = deadline();
     for (;;) {
@@ -607,11 +604,14 @@ class RaceIndex final : public Index {
         *won = true;
         return Status::OK();
       }
-      Kv first;
-      bool any = false;
-      std::vector<Slot> others;
-      if (Status s = find_key(ss, p, key, v, &first, &any, &others); !s.ok()) return s;
-      if (!any || first.slot.off == mine->off) {
+      std::vector<Slot> lower;  // fingerprint matches below ours
+      for (const Slot& s : v.slots) {
+        const std::uint64_t e = entry_thawed(s.word);
+        if (s.off < mine->off && e != 0 && entry_fp(e) == p.fp) lower.push_back(s);
+      }
+      std::vector<Kv> kvs;
+      if (Status s = read_kvs(ss, lower, &kvs); !s.ok()) return s;
+      if (std::none_of(kvs.begin(), kvs.end(), [&](const Kv& kv) { return kv.key() == key.bytes; })) {
         *won = true;
         return Status::OK();
       }

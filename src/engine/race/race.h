@@ -61,13 +61,13 @@
 // Insert (3 round trips; 4 when a fingerprint matches): (1) WRITE the KV
 // block and READ the view in one batch; [(1b) READ the blocks of
 // fingerprint matches: the key present is AlreadyExists]; (2) CAS a free
-// slot from 0 to the entry: the less loaded combined bucket (the one with
-// more free slots, the first on a tie), its main bucket's first free slot,
-// else its overflow's; (3) READ the view again and the blocks of other
-// fingerprint matches: if another entry of the key sits at a lower
-// address, ours is removed (CAS to 0) and the insert reports AlreadyExists
-// (an upsert updates that entry instead). Both buckets full: split, then
-// again. The slot choice is deterministic, so inserters of one key that
+// slot from 0 to the entry, and READ that bucket's header after it: the
+// less loaded combined bucket (the one with more free slots, the first on
+// a tie), its main bucket's first free slot, else its overflow's; (3) READ
+// the view again [and the blocks of fingerprint matches below our slot]:
+// if another entry of the key sits at a lower address, ours is removed
+// (CAS to 0) and the insert reports AlreadyExists (an upsert updates that
+// entry instead). Both buckets full: split, then again. The slot choice is deterministic, so inserters of one key that
 // saw the same buckets race for the same slot and the CAS picks one.
 // Update, upsert of a present key, remove: (1) WRITE the new block, READ
 // the view; (2) the candidates' blocks; (3) CAS the key's slot from the old
@@ -81,8 +81,10 @@
 // reads saw the key absent but not the same free slots (a third client
 // freed a slot in between), both return OK; the key then has two entries,
 // all operations act on the lower one, and a remove of it makes the other
-// visible. Inserters that saw the same buckets pick the same slot, so the
-// test of 4 threads inserting one key always sees exactly one OK. An
+// visible. Inserters that saw the same buckets pick the same slot (and
+// all but one CAS fail and then see the winner's entry), so when nothing
+// else writes those buckets meanwhile exactly one insert returns OK
+// (RaceTest.ConcurrentInsertsOfOneKeyExactlyOneSucceeds). An
 // insert in flight may be seen by a reader and then removed (it lost):
 // inserts are linearizable only once they have returned.
 //
@@ -110,7 +112,9 @@
 //   (7) WRITE the directory words of the old half (depth d + 1), the word
 //       s last, which releases the lock.
 // Stats: expansions (splits), items_moved (entries moved), bytes_moved
-// (the new subtable, the old one's headers and slots, directory words).
+// (the new subtable, the old one's headers and slots, directory words),
+// read_retries (views read again because a split tore them, waits for a
+// thaw, strays taken back, KV blocks read again after a bad checksum).
 //
 // Readers during a split never miss a key present before they started:
 // before (4) no directory word names the new subtable and the old one
@@ -130,7 +134,19 @@
 // the thaw, then reads again (and follows the suffix to the new subtable).
 // An insert whose entry was frozen before its re-read (3) waits the same
 // way; its entry keeps its place in whichever subtable now holds the key.
-// So no write is lost, and no writer changes an entry the split copied.
+// So no writer changes an entry the split copied. One ABA remains: a free
+// slot goes 0, frozen, 0 again through a whole split, so an insert that
+// read it free before the split can CAS it after, into a subtable its key
+// has left (a stray). The header READ after the CAS (step 2) catches that:
+// the split rewrote the headers before the thaw, so a changed header whose
+// suffix no longer matches the key means the CAS came after (5) or before
+// (1). The insert then CASes its entry back to 0: success means a stray
+// (never visible: any reader of the slot reads the new header after it)
+// and the insert starts again; failure means the split had captured the
+// entry, which now stands in the key's new subtable. (Found by
+// RaceProcessTest, whose single clients keep stale directories longest.)
+// GAP: a second split of the same subtable that freezes a stray between
+// the CAS and its undo would keep it, unreachable (space only).
 //
 // Durability. Every round trip's writes are durable when it completes
 // (remote layer), and a call returns after its last round trip: writes are
