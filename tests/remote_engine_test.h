@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "memnode_daemon.h"
 #include "pmhash/store.h"
 #include "remote/memnode.h"
 #include "scratch_file.h"
@@ -75,6 +76,26 @@ class RemoteEngineTest : public ::testing::Test {
     EXPECT_EQ(st.size(), model.size());
     const Status c = st.check();
     EXPECT_TRUE(c.ok()) << c.to_string();
+  }
+
+  // expect_holds, then again through another client attached to the same
+  // nodes after this one closed.
+  void expect_holds_here_and_reopened(std::unique_ptr<Store> st, const Model& model) {
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+    ASSERT_TRUE(st->close().ok());
+    auto again = open(options());
+    ASSERT_NE(again, nullptr);
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*again, model));
+  }
+
+  // Inserts key_of(from .. to-1) with value_of(i, 0), into the model too
+  // (each after its insert returned).
+  static void load(Store& st, unsigned from, unsigned to, Model* model) {
+    for (unsigned i = from; i < to; ++i) {
+      const Status s = st.insert(key_of(i), value_of(i, 0));
+      ASSERT_TRUE(s.ok()) << key_of(i) << ": " << s.to_string();
+      model->emplace(key_of(i), value_of(i, 0));
+    }
   }
 
   // `steps` random inserts, updates, upserts, removes and gets of `keys`
@@ -239,6 +260,84 @@ class RemoteEngineTest : public ::testing::Test {
     st = open(o);
     ASSERT_NE(st, nullptr);
     ASSERT_NO_FATAL_FAILURE(expect_holds(*st, all_models(steps)));
+  }
+
+  // The refusals of every engine on memory nodes, whose messages name
+  // `engine`; leaves on the nodes of `o` an index holding "k" -> "v".
+  void expect_refuses_bad_input(const Options& o, const std::string& engine) {
+    std::unique_ptr<Store> st;
+    // Open before any create: the nodes hold no index.
+    Status s = Store::open("", o, &st);
+    EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+    EXPECT_NE(s.message().find("holds no " + engine + " index"), std::string::npos) << s.to_string();
+    // A path as well as memory nodes.
+    s = Store::create(dir_.str() + "/pool", o, &st);
+    EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+    // No memory nodes.
+    Options none = o;
+    none.memnodes.clear();
+    s = Store::create(dir_.str() + "/pool", none, &st);
+    EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+    EXPECT_NE(s.message().find("memnodes"), std::string::npos) << s.to_string();
+    // A memory node that is not one, and an empty entry.
+    Options bad = o;
+    bad.memnodes = "shm:" + dir_.str() + "/nothing";
+    EXPECT_FALSE(Store::create("", bad, &st).ok());
+    bad.memnodes = "shm:" + nodes_[0] + ",";
+    EXPECT_TRUE(Store::create("", bad, &st).is_invalid_argument());
+    // Epoch durability.
+    Options epoch = o;
+    epoch.durability = Durability::kEpoch;
+    EXPECT_TRUE(Store::create("", epoch, &st).is_invalid_argument());
+
+    st = create(o);
+    ASSERT_NE(st, nullptr);
+    ASSERT_TRUE(st->insert("k", "v").ok());
+    EXPECT_TRUE(st->insert(std::string(kMaxKeySize + 1, 'k'), "v").is_invalid_argument());
+    ASSERT_TRUE(st->close().ok());
+    // A second create does not wipe the index; a client naming one node of two is refused.
+    s = Store::create("", o, &st);
+    EXPECT_TRUE(s.is_already_exists()) << s.to_string();
+    Options one = o;
+    one.memnodes = "shm:" + nodes_[0];
+    s = Store::open("", one, &st);
+    EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+    EXPECT_NE(s.message().find("spans 2 memory nodes, 1 given"), std::string::npos) << s.to_string();
+    st = open(o);
+    ASSERT_NE(st, nullptr);
+    std::string got;
+    ASSERT_TRUE(st->get("k", &got).ok());
+    EXPECT_EQ(got, "v");
+  }
+
+  // Inserts 500-byte values into the index of `o`, whose only node is the
+  // 4 MiB pool `small`, until NoSpace, which must name the node; what was
+  // stored must all be there.
+  void expect_full_node_keeps_data(const Options& o, const std::string& small) {
+    auto st = create(o);
+    ASSERT_NE(st, nullptr);
+    Model model;
+    Status s;
+    for (unsigned i = 0; i < 200000; ++i) {
+      s = st->insert(key_of(i), std::string(500, 'x'));
+      if (!s.ok()) break;
+      model.emplace(key_of(i), std::string(500, 'x'));
+    }
+    ASSERT_TRUE(s.is_no_space()) << s.to_string();
+    EXPECT_NE(s.message().find(small), std::string::npos) << s.to_string();
+    EXPECT_GT(model.size(), 1000u);
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  }
+
+  // run_processes on two memory-node daemons over loopback (the same pools).
+  void run_processes_on_tcp(unsigned steps) {
+    Daemon d0(nodes_[0], 0), d1(nodes_[1], 0);
+    ASSERT_NE(d0.port(), 0);
+    ASSERT_NE(d1.port(), 0);
+    Options o = options();
+    o.memnodes = "tcp:127.0.0.1:" + std::to_string(d0.port()) + ",tcp:127.0.0.1:" +
+                 std::to_string(d1.port());
+    run_processes(o, steps);
   }
 
   ScratchDir dir_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "remote/memnode.h"
 
@@ -39,6 +40,72 @@ remote::ConnectOptions connect_options(const Options& o) {
   c.timeout = std::chrono::milliseconds(o.remote_timeout_ms);
   c.shm_latency = std::chrono::nanoseconds(o.remote_latency_ns);
   return c;
+}
+
+std::uint64_t count_keys(Index& index) {
+  std::uint64_t n = 0;
+  const Status s = index.for_each([&](std::string_view, std::string_view) {
+    ++n;
+    return true;
+  });
+  return s.ok() ? n : 0;
+}
+
+Status connect(const std::vector<std::string>& specs, const Options& o,
+               std::unique_ptr<remote::Client>* out) {
+  return remote::Client::connect(specs, connect_options(o), out);
+}
+
+Status check_root(const remote::Client& client, std::string_view engine, const char* magic,
+                  const char (&expected)[8], std::uint32_t version, std::uint32_t expected_version,
+                  std::uint32_t nodes) {
+  const std::string node0 = client.node_name(0);
+  const std::string name(engine);
+  if (std::memcmp(magic, expected, sizeof(expected)) != 0) {
+    return Status::InvalidArgument("memory node " + node0 + " holds no " + name +
+                                   " index (create one first)");
+  }
+  if (version != expected_version) {
+    return Status::Corruption("memory node " + node0 + ": " + name + " layout version " +
+                              std::to_string(version) + ", this build reads " +
+                              std::to_string(expected_version));
+  }
+  if (nodes != client.nodes()) {
+    return Status::InvalidArgument("the " + name + " index on " + node0 + " spans " +
+                                   std::to_string(nodes) + " memory nodes, " +
+                                   std::to_string(client.nodes()) + " given");
+  }
+  return Status::OK();
+}
+
+Status read_directory(remote::Client& client, std::string_view engine, std::uint64_t global_off,
+                      std::uint64_t dir_off, unsigned max_depth, std::vector<std::uint64_t>* dir,
+                      unsigned* depth) {
+  std::uint64_t global = 0;
+  Batch b;
+  b.read(0, global_off, &global, 8);
+  if (Status s = client.exec_sync(b); !s.ok()) return s;
+  if (global > max_depth) {
+    return Status::Corruption("memory node " + client.node_name(0) + ": " + std::string(engine) +
+                              " global depth " + std::to_string(global) + " beyond the maximum");
+  }
+  dir->resize(std::size_t{1} << global);
+  b.clear();
+  b.read(0, dir_off, dir->data(), static_cast<std::uint32_t>(dir->size() * 8));
+  if (Status s = client.exec_sync(b); !s.ok()) return s;
+  *depth = static_cast<unsigned>(global);
+  return Status::OK();
+}
+
+Status raise_global_depth(remote::Client& client, std::uint64_t global_off, std::uint64_t seen,
+                          unsigned depth) {
+  while (seen < depth) {
+    Batch b;
+    b.cas(0, global_off, seen, depth);
+    if (Status s = client.exec_sync(b); !s.ok()) return s;
+    seen = b.result(0) == seen ? depth : b.result(0);
+  }
+  return Status::OK();
 }
 
 Status alloc_direct(remote::Client& client, unsigned node, std::uint64_t bytes,

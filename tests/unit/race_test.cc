@@ -12,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include "engine/race/race.h"
-#include "memnode_daemon.h"
 #include "pmhash/store.h"
 #include "remote/memnode.h"
 #include "remote_engine_test.h"
@@ -41,15 +40,6 @@ class RaceTest : public testing::RemoteEngineTest {
     return o;
   }
 
-  // Inserts key_of(from .. to-1) with value_of(i, 0), into the model too.
-  static void load(Store& st, unsigned from, unsigned to, Model* model) {
-    for (unsigned i = from; i < to; ++i) {
-      const Status s = st.insert(key_of(i), value_of(i, 0));
-      ASSERT_TRUE(s.ok()) << key_of(i) << ": " << s.to_string();
-      model->emplace(key_of(i), value_of(i, 0));
-    }
-  }
-
   // Every key of `model` has its value in `st`: the number that do not.
   static unsigned misses(Store& st, const Model& model) {
     unsigned missed = 0;
@@ -73,12 +63,7 @@ TEST_F(RaceTest, OperationsFollowAModelThroughSplits) {
   EXPECT_GT(stats.bytes_moved, stats.expansions * 8 * 192);
   EXPECT_GT(stats.round_trips, 12000u);
   EXPECT_GT(stats.remote_bytes, stats.round_trips);
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
-  ASSERT_TRUE(st->close().ok());
-  // Another client attaches to the same nodes and sees the same index.
-  auto again = open(options());
-  ASSERT_NE(again, nullptr);
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*again, model));
+  ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
 }
 
 TEST_F(RaceTest, SplitsPastTheInitialDepthKeepEveryKey) {
@@ -162,10 +147,7 @@ TEST_F(RaceTest, ReadersDuringEachSplitStepFindEveryKey) {
     a.join();
     b.join();
   });
-  for (unsigned i = 0; i < 1200; ++i) {
-    ASSERT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
-    model.emplace(key_of(i), value_of(i, 0));  // after the insert returned
-  }
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 1200, &model));  // each key after its insert returned
   engine::race::set_split_hook_for_testing(nullptr);
   EXPECT_EQ(missed.load(), 0u);
   for (unsigned s = 0; s < 4; ++s) EXPECT_GT(steps[s], 2u) << "step " << s;
@@ -206,25 +188,13 @@ TEST_F(RaceTest, ReadersRacingSplitsNeverMissAKey) {
 }
 
 TEST_F(RaceTest, BadInputIsRefusedWithAClearError) {
+  const Options o = options();
+  ASSERT_NO_FATAL_FAILURE(expect_refuses_bad_input(o, "race"));
   std::unique_ptr<Store> st;
-  Options o = options();
-  // Open before any create: the nodes hold no index.
-  Status s = Store::open("", o, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  EXPECT_NE(s.message().find("holds no race index"), std::string::npos) << s.to_string();
-  // A path as well as memory nodes.
-  s = Store::create(dir_.str() + "/pool", o, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  // No memory nodes.
-  Options none = o;
-  none.memnodes.clear();
-  s = Store::create(dir_.str() + "/pool", none, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  EXPECT_NE(s.message().find("memnodes"), std::string::npos) << s.to_string();
   // An engine of pool files on memory nodes: the message names those that run there.
   Options file = o;
   file.engine = "clevel";
-  s = Store::create("", file, &st);
+  Status s = Store::create("", file, &st);
   EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
   EXPECT_NE(s.message().find("sephash, race"), std::string::npos) << s.to_string();
   // Options out of range.
@@ -236,30 +206,14 @@ TEST_F(RaceTest, BadInputIsRefusedWithAClearError) {
   bad = o;
   bad.race_max_depth = 21;
   EXPECT_TRUE(Store::create("", bad, &st).is_invalid_argument());
-  bad = o;
-  bad.memnodes = "shm:" + nodes_[0] + ",";
-  EXPECT_TRUE(Store::create("", bad, &st).is_invalid_argument());
-
-  st = create(o);
-  ASSERT_NE(st, nullptr);
-  ASSERT_TRUE(st->insert("k", "v").ok());
-  EXPECT_TRUE(st->insert(std::string(kMaxKeySize + 1, 'k'), "v").is_invalid_argument());
-  ASSERT_TRUE(st->close().ok());
-  // A second create does not wipe the index, nor does one of another
-  // engine; a client naming one node of two is refused.
-  s = Store::create("", o, &st);
-  EXPECT_TRUE(s.is_already_exists()) << s.to_string();
+  // The race index on the nodes is no sephash index, and a sephash create
+  // does not wipe it.
   Options seph = o;
   seph.engine = "sephash";
   s = Store::create("", seph, &st);
   EXPECT_TRUE(s.is_already_exists()) << s.to_string();
   s = Store::open("", seph, &st);
   EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  Options one = o;
-  one.memnodes = "shm:" + nodes_[0];
-  s = Store::open("", one, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  EXPECT_NE(s.message().find("spans 2 memory nodes, 1 given"), std::string::npos) << s.to_string();
   st = open(o);
   ASSERT_NE(st, nullptr);
   std::string got;
@@ -273,34 +227,14 @@ TEST_F(RaceTest, AFullNodeGivesNoSpaceAndKeepsWhatIsStored) {
   Options o = options();
   o.memnodes = "shm:" + small;
   o.race_max_depth = 10;
-  auto st = create(o);
-  ASSERT_NE(st, nullptr);
-  Model model;
-  Status s;
-  for (unsigned i = 0; i < 200000; ++i) {
-    s = st->insert(key_of(i), std::string(500, 'x'));
-    if (!s.ok()) break;
-    model.emplace(key_of(i), std::string(500, 'x'));
-  }
-  ASSERT_TRUE(s.is_no_space()) << s.to_string();
-  EXPECT_NE(s.message().find(small), std::string::npos) << s.to_string();
-  EXPECT_GT(model.size(), 1000u);
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  expect_full_node_keeps_data(o, small);
 }
 
 class RaceProcessTest : public RaceTest {};
 
 TEST_F(RaceProcessTest, ProcessesOnTwoShmNodes) { run_processes(options(), 2500); }
 
-TEST_F(RaceProcessTest, ProcessesOnTwoTcpNodesOverLoopback) {
-  testing::Daemon d0(nodes_[0], 0), d1(nodes_[1], 0);
-  ASSERT_NE(d0.port(), 0);
-  ASSERT_NE(d1.port(), 0);
-  Options o = options();
-  o.memnodes = "tcp:127.0.0.1:" + std::to_string(d0.port()) + ",tcp:127.0.0.1:" +
-               std::to_string(d1.port());
-  run_processes(o, 500);
-}
+TEST_F(RaceProcessTest, ProcessesOnTwoTcpNodesOverLoopback) { run_processes_on_tcp(500); }
 
 }  // namespace
 }  // namespace pmhash

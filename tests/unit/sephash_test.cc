@@ -58,12 +58,7 @@ TEST_F(SepHashTest, OperationsFollowAModelThroughMergesAndSplits) {
   EXPECT_GT(stats.expansions, 4u);  // splits
   EXPECT_GT(stats.round_trips, 12000u);
   EXPECT_GT(stats.remote_bytes, stats.round_trips);
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
-  ASSERT_TRUE(st->close().ok());
-  // Another client attaches to the same nodes and sees the same index.
-  auto again = open(options());
-  ASSERT_NE(again, nullptr);
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*again, model));
+  ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
 }
 
 TEST_F(SepHashTest, SplitsAtDepthsThatReReadItemsKeepEveryKey) {
@@ -71,10 +66,7 @@ TEST_F(SepHashTest, SplitsAtDepthsThatReReadItemsKeepEveryKey) {
   auto st = create(options());
   ASSERT_NE(st, nullptr);
   Model model;
-  for (unsigned i = 0; i < 20000; ++i) {
-    ASSERT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
-    model.emplace(key_of(i), value_of(i, 0));
-  }
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 20000, &model));
   EXPECT_GE(st->stats().expansions, 60u);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
 }
@@ -151,49 +143,7 @@ TEST_F(SepHashTest, AnAppendWithAStaleSignIsNotLost) {
 }
 
 TEST_F(SepHashTest, BadInputIsRefusedWithAClearError) {
-  std::unique_ptr<Store> st;
-  Options o = options();
-  // Open before any create: the nodes hold no index.
-  Status s = Store::open("", o, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  EXPECT_NE(s.message().find("holds no sephash index"), std::string::npos) << s.to_string();
-  // A path as well as memory nodes.
-  s = Store::create(dir_.str() + "/pool", o, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  // No memory nodes.
-  Options none = o;
-  none.memnodes.clear();
-  s = Store::create(dir_.str() + "/pool", none, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  EXPECT_NE(s.message().find("memnodes"), std::string::npos) << s.to_string();
-  // A memory node that is not one, and an empty entry.
-  Options bad = o;
-  bad.memnodes = "shm:" + dir_.str() + "/nothing";
-  EXPECT_FALSE(Store::create("", bad, &st).ok());
-  bad.memnodes = "shm:" + nodes_[0] + ",";
-  EXPECT_TRUE(Store::create("", bad, &st).is_invalid_argument());
-  // Epoch durability.
-  Options epoch = o;
-  epoch.durability = Durability::kEpoch;
-  EXPECT_TRUE(Store::create("", epoch, &st).is_invalid_argument());
-
-  st = create(o);
-  ASSERT_NE(st, nullptr);
-  ASSERT_TRUE(st->insert("k", "v").ok());
-  EXPECT_TRUE(st->insert(std::string(kMaxKeySize + 1, 'k'), "v").is_invalid_argument());
-  ASSERT_TRUE(st->close().ok());
-  // A second create does not wipe the index; a client naming one node of two is refused.
-  s = Store::create("", o, &st);
-  EXPECT_TRUE(s.is_already_exists()) << s.to_string();
-  Options one = o;
-  one.memnodes = "shm:" + nodes_[0];
-  s = Store::open("", one, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  st = open(o);
-  ASSERT_NE(st, nullptr);
-  std::string got;
-  ASSERT_TRUE(st->get("k", &got).ok());
-  EXPECT_EQ(got, "v");
+  expect_refuses_bad_input(options(), "sephash");
 }
 
 TEST_F(SepHashTest, AFullNodeGivesNoSpaceAndKeepsWhatIsStored) {
@@ -202,19 +152,7 @@ TEST_F(SepHashTest, AFullNodeGivesNoSpaceAndKeepsWhatIsStored) {
   Options o = options();
   o.memnodes = "shm:" + small;
   o.sephash_max_depth = 8;
-  auto st = create(o);
-  ASSERT_NE(st, nullptr);
-  Model model;
-  Status s;
-  for (unsigned i = 0; i < 200000; ++i) {
-    s = st->insert(key_of(i), std::string(500, 'x'));
-    if (!s.ok()) break;
-    model.emplace(key_of(i), std::string(500, 'x'));
-  }
-  ASSERT_TRUE(s.is_no_space()) << s.to_string();
-  EXPECT_NE(s.message().find(small), std::string::npos) << s.to_string();
-  EXPECT_GT(model.size(), 1000u);
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  expect_full_node_keeps_data(o, small);
 }
 
 class SepHashTcpTest : public SepHashTest {};
@@ -264,15 +202,7 @@ class SepHashProcessTest : public SepHashTest {};
 
 TEST_F(SepHashProcessTest, ProcessesOnTwoShmNodes) { run_processes(options(), 2500); }
 
-TEST_F(SepHashProcessTest, ProcessesOnTwoTcpNodesOverLoopback) {
-  testing::Daemon d0(nodes_[0], 0), d1(nodes_[1], 0);
-  ASSERT_NE(d0.port(), 0);
-  ASSERT_NE(d1.port(), 0);
-  Options o = options();
-  o.memnodes = "tcp:127.0.0.1:" + std::to_string(d0.port()) + ",tcp:127.0.0.1:" +
-               std::to_string(d1.port());
-  run_processes(o, 500);
-}
+TEST_F(SepHashProcessTest, ProcessesOnTwoTcpNodesOverLoopback) { run_processes_on_tcp(500); }
 
 // Memory nodes and clients on different hosts, as far as the network can
 // tell: the test makes two network namespaces joined by a veth pair, runs

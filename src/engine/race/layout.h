@@ -17,22 +17,18 @@ inline constexpr char kMagic[8] = {'P', 'M', 'H', 'R', 'A', 'C', 'E', '1'};
 inline constexpr std::uint32_t kLayoutVersion = 1;
 
 struct IndexRoot {
-  char magic[8];               // written last at create
-  std::uint32_t layout_version;
-  std::uint32_t nodes;         // memory nodes the index spans
+  remote_index::RootHeader head;  // kMagic (written last at create), kLayoutVersion, nodes
+  std::uint64_t directory;        // offset on node 0 of 2^max_depth directory words
   std::uint32_t initial_depth;
   std::uint32_t max_depth;
-  std::uint32_t groups;        // bucket groups per subtable
-  std::uint32_t reserved0;
-  std::uint64_t directory;     // offset on node 0 of 2^max_depth directory words
-  std::uint8_t pad0[24];
-  std::uint64_t global_depth;  // the deepest subtable's local depth (CAS to raise)
+  std::uint32_t groups;           // bucket groups per subtable
+  std::uint8_t pad0[28];
+  std::uint64_t global_depth;     // the deepest subtable's local depth (CAS to raise)
   std::uint8_t pad1[56];
 };
-static_assert(sizeof(IndexRoot) <= remote::kIndexRootSize);
-inline constexpr std::uint64_t kRootOff = remote::kIndexRootOffset;
-inline constexpr std::uint64_t kGlobalDepthOff = kRootOff + offsetof(IndexRoot, global_depth);
-static_assert(kGlobalDepthOff % 64 == 0);
+static_assert(sizeof(IndexRoot) <= remote::kIndexRootSize && offsetof(IndexRoot, global_depth) == 64);
+inline constexpr std::uint64_t kGlobalDepthOff =
+    remote::kIndexRootOffset + offsetof(IndexRoot, global_depth);
 
 // ---- directory word: one per suffix, all 2^max_depth kept current ----
 //   63     lock: a split of this subtable runs (set by CAS on the word of

@@ -95,30 +95,25 @@ struct Kv {
   }
 };
 
+// What splits and retries did since open (race.h, "Split").
+struct SplitCounters {
+  std::atomic<std::uint64_t> splits{0}, bytes{0}, moved{0}, retries{0};
+  void fill(Stats* st) const {
+    st->expansions = splits.load(std::memory_order_relaxed);
+    st->bytes_moved = bytes.load(std::memory_order_relaxed);
+    st->items_moved = moved.load(std::memory_order_relaxed);
+    st->read_retries = retries.load(std::memory_order_relaxed);
+  }
+};
+
 class RaceIndex final : public Index {
  public:
   RaceIndex(const Options& options, std::vector<std::string> specs, Params params)
-      : options_(options), specs_(std::move(specs)), params_(params) {}
-
-  // ---- sessions ----
-  Status new_session(std::unique_ptr<Session>* out) {
-    auto ss = std::make_unique<Session>();
-    if (Status s = Client::connect(specs_, remote_index::connect_options(options_), &ss->client);
-        !s.ok()) {
-      return s;
-    }
-    *out = std::move(ss);
-    return Status::OK();
-  }
+      : options_(options), specs_(std::move(specs)), params_(params), sessions_(specs_, options) {}
 
   template <class F>
   Status with_session(F&& f) {
-    return sessions_.with(
-        [&](std::unique_ptr<Session>* ss) {
-          if (Status s = new_session(ss); !s.ok()) return s;
-          return refresh_dir(**ss);
-        },
-        std::forward<F>(f));
+    return sessions_.with([&](Session& ss) { return refresh_dir(ss); }, std::forward<F>(f));
   }
 
   // ---- the Index interface ----
@@ -154,12 +149,7 @@ class RaceIndex final : public Index {
   }
 
   std::uint64_t size() const override {
-    std::uint64_t n = 0;
-    Status s = const_cast<RaceIndex*>(this)->for_each([&](std::string_view, std::string_view) {
-      ++n;
-      return true;
-    });
-    return s.ok() ? n : 0;
+    return remote_index::count_keys(*const_cast<RaceIndex*>(this));
   }
 
   Status sync() override { return Status::OK(); }  // every write is durable when it returns
@@ -170,25 +160,18 @@ class RaceIndex final : public Index {
     });
   }
 
+  void close() override { sessions_.clear(); }
+
   void fill_stats(Stats* st) const override {
     sessions_.fill_stats(st);
-    st->read_retries = retries_.load(std::memory_order_relaxed);
-    st->expansions = splits_.load(std::memory_order_relaxed);
-    st->bytes_moved = split_bytes_.load(std::memory_order_relaxed);
-    st->items_moved = moved_.load(std::memory_order_relaxed);
-    st->pool_size = 0;
-    for (std::uint64_t s : node_sizes_) st->pool_size += s;
-    st->granularity = "remote";
+    counters_.fill(st);
   }
-
-  void close() override { sessions_.clear(); }
 
   // ---- create and open ----
   Status format(bool force) {
     std::unique_ptr<Session> ss;
-    if (Status s = new_session(&ss); !s.ok()) return s;
+    if (Status s = sessions_.make(&ss); !s.ok()) return s;
     Client& c = *ss->client;
-    for (unsigned n = 0; n < specs_.size(); ++n) node_sizes_.push_back(c.node_size(n));
     if (Status s = remote_index::check_unclaimed(c, force); !s.ok()) return s;
     if (Status s = remote_index::forget_nodes(c, sizeof(IndexRoot)); !s.ok()) return s;
 
@@ -214,48 +197,40 @@ class RaceIndex final : public Index {
     for (std::uint64_t i = 0; i < entries; ++i) dir[i] = tables[i & low_mask(depth)];
     b.write(0, params_.directory, dir.data(), static_cast<std::uint32_t>(entries * 8));
     IndexRoot root{};
-    root.layout_version = kLayoutVersion;
-    root.nodes = static_cast<std::uint32_t>(specs_.size());
+    root.head.layout_version = kLayoutVersion;
+    root.head.nodes = static_cast<std::uint32_t>(specs_.size());
     root.initial_depth = depth;
     root.max_depth = params_.max_depth;
     root.groups = params_.groups;
     root.directory = params_.directory;
     root.global_depth = depth;
-    b.write(0, kRootOff, &root, sizeof(root));
+    b.write(0, remote::kIndexRootOffset, &root, sizeof(root));
     if (Status s = c.exec_sync(b); !s.ok()) return s;
     // Complete and durable: only now does the index exist.
     b.clear();
-    b.write(0, kRootOff, kMagic, sizeof(kMagic));
+    b.write(0, remote::kIndexRootOffset, kMagic, sizeof(kMagic));
     return c.exec_sync(b);
   }
 
   Status attach() {
     std::unique_ptr<Session> ss;
-    if (Status s = new_session(&ss); !s.ok()) return s;
-    for (unsigned n = 0; n < specs_.size(); ++n) node_sizes_.push_back(ss->client->node_size(n));
+    if (Status s = sessions_.make(&ss); !s.ok()) return s;
     IndexRoot root{};
     Batch b;
-    b.read(0, kRootOff, &root, sizeof(root));
+    b.read(0, remote::kIndexRootOffset, &root, sizeof(root));
     if (Status s = ss->client->exec_sync(b); !s.ok()) return s;
-    if (std::memcmp(root.magic, kMagic, sizeof(kMagic)) != 0) {
-      return Status::InvalidArgument("memory node " + specs_[0] +
-                                     " holds no race index (create one first)");
-    }
-    if (root.layout_version != kLayoutVersion) {
-      return Status::Corruption("memory node " + specs_[0] + ": race layout version " +
-                                std::to_string(root.layout_version) + ", this build reads " +
-                                std::to_string(kLayoutVersion));
-    }
-    if (root.nodes != specs_.size()) {
-      return Status::InvalidArgument("the race index on " + specs_[0] + " spans " +
-                                     std::to_string(root.nodes) + " memory nodes, " +
-                                     std::to_string(specs_.size()) + " given");
+    if (Status s = remote_index::check_root(*ss->client, "race", root.head.magic, kMagic,
+                                            root.head.layout_version, kLayoutVersion,
+                                            root.head.nodes);
+        !s.ok()) {
+      return s;
     }
     if (root.max_depth > kMaxDepth || root.initial_depth > root.max_depth ||
         root.groups < kMinGroups || root.groups > kMaxGroups || root.global_depth > root.max_depth) {
       return Status::Corruption("memory node " + specs_[0] + ": race root is damaged");
     }
-    params_ = Params{root.nodes, root.initial_depth, root.max_depth, root.groups, root.directory};
+    params_ = Params{root.head.nodes, root.initial_depth, root.max_depth, root.groups,
+                     root.directory};
     return Status::OK();
   }
 
@@ -292,20 +267,8 @@ class RaceIndex final : public Index {
 
   // ---- directory ----
   Status refresh_dir(Session& ss) {
-    std::uint64_t depth = 0;
-    Batch b;
-    b.read(0, kGlobalDepthOff, &depth, 8);
-    if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
-    if (depth > params_.max_depth) {
-      return Status::Corruption("memory node " + specs_[0] + ": race global depth " +
-                                std::to_string(depth) + " beyond the maximum");
-    }
-    ss.dir.resize(std::size_t{1} << depth);
-    b.clear();
-    b.read(0, params_.directory, ss.dir.data(), static_cast<std::uint32_t>(ss.dir.size() * 8));
-    if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
-    ss.global_depth = static_cast<unsigned>(depth);
-    return Status::OK();
+    return remote_index::read_directory(*ss.client, "race", kGlobalDepthOff, params_.directory,
+                                        params_.max_depth, &ss.dir, &ss.global_depth);
   }
 
   // ---- reading a key's buckets ----
@@ -377,7 +340,7 @@ class RaceIndex final : public Index {
           if (Status s = refresh_dir(ss); !s.ok()) return s;
           break;
         case Seen::kTorn:
-          retries_.fetch_add(1, std::memory_order_relaxed);
+          counters_.retries.fetch_add(1, std::memory_order_relaxed);
           if (Clock::now() > until) return stuck(dir_node(dw), dir_off(dw), "stayed torn");
           std::this_thread::yield();
           break;
@@ -431,7 +394,7 @@ class RaceIndex final : public Index {
         }
       }
       if (!bad.empty()) {
-        retries_.fetch_add(bad.size(), std::memory_order_relaxed);
+        counters_.retries.fetch_add(bad.size(), std::memory_order_relaxed);
         if (Clock::now() > until) {
           const std::uint64_t e = entry_thawed(slots[bad.front()].word);
           return Status::Corruption("race: KV block at node " + std::to_string(entry_node(e)) +
@@ -502,7 +465,7 @@ class RaceIndex final : public Index {
       if (v.frozen) {
         // A split has captured the subtable: no CAS could succeed.
         if (Clock::now() > until) return stuck(v.node, v.base, "stayed frozen");
-        retries_.fetch_add(1, std::memory_order_relaxed);
+        counters_.retries.fetch_add(1, std::memory_order_relaxed);
         std::this_thread::yield();
         continue;
       }
@@ -548,7 +511,7 @@ class RaceIndex final : public Index {
         b.cas(slot->node, slot->off, entry, 0);
         if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
         if (b.result(0) == entry) {
-          retries_.fetch_add(1, std::memory_order_relaxed);
+          counters_.retries.fetch_add(1, std::memory_order_relaxed);
           continue;
         }
       }
@@ -751,11 +714,9 @@ class RaceIndex final : public Index {
     }
     b.read(0, kGlobalDepthOff, &global, 8);
     if (Status s = c.exec_sync(b); !s.ok()) return s;
-    while (global < depth + 1) {
-      b.clear();
-      b.cas(0, kGlobalDepthOff, global, depth + 1);
-      if (Status s = c.exec_sync(b); !s.ok()) return s;
-      global = b.result(0) == global ? depth + 1 : b.result(0);
+    if (Status s = remote_index::raise_global_depth(c, kGlobalDepthOff, global, depth + 1);
+        !s.ok()) {
+      return s;
     }
     if (split_hook()) split_hook()(SplitStep::kDirectoryUpdated);
     // (5) This subtable's headers: readers of a moved key that come with an
@@ -784,11 +745,11 @@ class RaceIndex final : public Index {
     b.write(0, params_.directory + suffix * 8, &dw0, 8);
     ++dir_words;
     if (Status s = c.exec_sync(b); !s.ok()) return s;
-    splits_.fetch_add(1, std::memory_order_relaxed);
-    moved_.fetch_add(moved, std::memory_order_relaxed);
+    counters_.splits.fetch_add(1, std::memory_order_relaxed);
+    counters_.moved.fetch_add(moved, std::memory_order_relaxed);
     // Bytes the split wrote: the new subtable, the old one's headers and
     // slots, the directory words.
-    split_bytes_.fetch_add(table_bytes() + params_.groups * 3 * 8 +
+    counters_.bytes.fetch_add(table_bytes() + params_.groups * 3 * 8 +
                                (words - params_.groups * 3) * 8 + dir_words * 8,
                            std::memory_order_relaxed);
     return Status::OK();
@@ -873,9 +834,8 @@ class RaceIndex final : public Index {
   Options options_;
   std::vector<std::string> specs_;
   Params params_;
-  std::vector<std::uint64_t> node_sizes_;
   remote_index::SessionPool<Session> sessions_;
-  std::atomic<std::uint64_t> splits_{0}, split_bytes_{0}, moved_{0}, retries_{0};
+  SplitCounters counters_;
 };
 
 Status check_create_options(const Options& o) {
@@ -894,33 +854,19 @@ Status check_create_options(const Options& o) {
                                    std::to_string(kMaxGroups) + ", got " +
                                    std::to_string(o.race_groups));
   }
-  if (o.remote_timeout_ms < 1 || o.remote_timeout_ms > 600000) {
-    return Status::InvalidArgument("remote timeout must be 1 .. 600000 ms");
-  }
   return Status::OK();
 }
 
-Status make_index(const Options& options, bool create, std::unique_ptr<Index>* out) {
-  std::vector<std::string> specs;
-  if (Status s = remote_index::split_specs(options.memnodes, "race", &specs); !s.ok()) return s;
-  Params p;
-  if (create) {
-    if (Status s = check_create_options(options); !s.ok()) return s;
-    p = Params{static_cast<unsigned>(specs.size()), options.race_initial_depth,
-               options.race_max_depth, options.race_groups, 0};
-  }
-  auto index = std::make_unique<RaceIndex>(options, std::move(specs), p);
-  if (Status s = create ? index->format(options.force) : index->attach(); !s.ok()) return s;
-  *out = std::move(index);
-  return Status::OK();
+// Create or open (remote_index::start).
+Status start(const Options& options, bool create, std::unique_ptr<Index>* out) {
+  auto params = [&](unsigned nodes, Params* p) {
+    *p = Params{nodes, options.race_initial_depth, options.race_max_depth, options.race_groups, 0};
+    return check_create_options(options);
+  };
+  return remote_index::start<RaceIndex, Params>(options, "race", create, params, out);
 }
-
-Status create_remote(const Options& options, std::unique_ptr<Index>* out) {
-  return make_index(options, true, out);
-}
-Status open_remote(const Options& options, std::unique_ptr<Index>* out) {
-  return make_index(options, false, out);
-}
+Status create_remote(const Options& o, std::unique_ptr<Index>* out) { return start(o, true, out); }
+Status open_remote(const Options& o, std::unique_ptr<Index>* out) { return start(o, false, out); }
 
 Status no_params(const Options&, std::uint8_t*) { return Status::OK(); }
 

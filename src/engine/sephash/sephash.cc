@@ -90,26 +90,15 @@ struct Params {
 class SepHashIndex final : public Index {
  public:
   SepHashIndex(const Options& options, std::vector<std::string> specs, Params params)
-      : options_(options), specs_(std::move(specs)), params_(params) {}
+      : options_(options), specs_(std::move(specs)), params_(params), sessions_(specs_, options) {}
 
   // ---- sessions ----
-  Status new_session(std::unique_ptr<Session>* out) {
-    auto ss = std::make_unique<Session>();
-    if (Status s = Client::connect(specs_, remote_index::connect_options(options_), &ss->client);
-        !s.ok()) {
-      return s;
-    }
-    ss->window = static_cast<unsigned>(ss->rng() % (kCurSlots / kWindowSlots)) * kWindowSlots;
-    *out = std::move(ss);
-    return Status::OK();
-  }
-
   template <class F>
   Status with_session(F&& f) {
     return sessions_.with(
-        [&](std::unique_ptr<Session>* ss) {
-          if (Status s = new_session(ss); !s.ok()) return s;
-          return refresh_dir(**ss);
+        [&](Session& ss) {
+          ss.window = static_cast<unsigned>(ss.rng() % (kCurSlots / kWindowSlots)) * kWindowSlots;
+          return refresh_dir(ss);
         },
         std::forward<F>(f));
   }
@@ -142,12 +131,7 @@ class SepHashIndex final : public Index {
   }
 
   std::uint64_t size() const override {
-    std::uint64_t n = 0;
-    Status s = const_cast<SepHashIndex*>(this)->for_each([&](std::string_view, std::string_view) {
-      ++n;
-      return true;
-    });
-    return s.ok() ? n : 0;
+    return remote_index::count_keys(*const_cast<SepHashIndex*>(this));
   }
 
   Status sync() override { return Status::OK(); }  // every write is durable when it returns
@@ -162,9 +146,6 @@ class SepHashIndex final : public Index {
     st->read_retries = stale_appends_.load(std::memory_order_relaxed);
     st->expansions = splits_.load(std::memory_order_relaxed);
     st->bytes_moved = split_bytes_.load(std::memory_order_relaxed);
-    st->pool_size = 0;
-    for (std::uint64_t s : node_sizes_) st->pool_size += s;
-    st->granularity = "remote";
   }
 
   void close() override { sessions_.clear(); }
@@ -172,8 +153,7 @@ class SepHashIndex final : public Index {
   // ---- create and open ----
   Status format(bool force) {
     std::unique_ptr<Session> ss;
-    if (Status s = new_session(&ss); !s.ok()) return s;
-    for (unsigned n = 0; n < specs_.size(); ++n) node_sizes_.push_back(ss->client->node_size(n));
+    if (Status s = sessions_.make(&ss); !s.ok()) return s;
     // An index of any engine on the nodes stays unless `force`.
     if (Status s = remote_index::check_unclaimed(*ss->client, force); !s.ok()) return s;
     IndexRoot root{};
@@ -218,25 +198,15 @@ class SepHashIndex final : public Index {
 
   Status attach() {
     std::unique_ptr<Session> ss;
-    if (Status s = new_session(&ss); !s.ok()) return s;
-    for (unsigned n = 0; n < specs_.size(); ++n) node_sizes_.push_back(ss->client->node_size(n));
+    if (Status s = sessions_.make(&ss); !s.ok()) return s;
     IndexRoot root{};
     Batch b;
     b.read(0, kRootOff, &root, sizeof(root));
     if (Status s = exec(*ss, b); !s.ok()) return s;
-    if (std::memcmp(root.magic, kMagic, sizeof(kMagic)) != 0) {
-      return Status::InvalidArgument("memory node " + specs_[0] +
-                                     " holds no sephash index (create one first)");
-    }
-    if (root.layout_version != kLayoutVersion) {
-      return Status::Corruption("memory node " + specs_[0] + ": sephash layout version " +
-                                std::to_string(root.layout_version) + ", this build reads " +
-                                std::to_string(kLayoutVersion));
-    }
-    if (root.nodes != specs_.size()) {
-      return Status::InvalidArgument("the sephash index on " + specs_[0] + " spans " +
-                                     std::to_string(root.nodes) + " memory nodes, " +
-                                     std::to_string(specs_.size()) + " given");
+    if (Status s = remote_index::check_root(*ss->client, "sephash", root.magic, kMagic,
+                                            root.layout_version, kLayoutVersion, root.nodes);
+        !s.ok()) {
+      return s;
     }
     if (root.max_depth > 20 || root.initial_depth > root.max_depth ||
         root.main_max_slots + kCurSlots > kMaxMainSlots || root.global_depth > root.max_depth) {
@@ -281,20 +251,8 @@ class SepHashIndex final : public Index {
 
   // ---- directory ----
   Status refresh_dir(Session& ss) {
-    std::uint64_t depth = 0;
-    Batch b;
-    b.read(0, kGlobalDepthOff, &depth, 8);
-    if (Status s = exec(ss, b); !s.ok()) return s;
-    if (depth > params_.max_depth) {
-      return Status::Corruption("memory node " + specs_[0] + ": sephash global depth " +
-                                std::to_string(depth) + " beyond the maximum");
-    }
-    ss.dir.resize(std::size_t{1} << depth);
-    b.clear();
-    b.read(0, params_.directory, ss.dir.data(), static_cast<std::uint32_t>(ss.dir.size() * 8));
-    if (Status s = exec(ss, b); !s.ok()) return s;
-    ss.global_depth = static_cast<unsigned>(depth);
-    return Status::OK();
+    return remote_index::read_directory(*ss.client, "sephash", kGlobalDepthOff, params_.directory,
+                                        params_.max_depth, &ss.dir, &ss.global_depth);
   }
 
   RAddr segment_of(const Session& ss, std::uint64_t h) const {
@@ -841,11 +799,9 @@ class SepHashIndex final : public Index {
     }
     b.read(0, kGlobalDepthOff, &global, 8);
     if (Status s = exec(ss, b); !s.ok()) return s;
-    while (global < depth1) {
-      b.clear();
-      b.cas(0, kGlobalDepthOff, global, depth1);
-      if (Status s = exec(ss, b); !s.ok()) return s;
-      global = b.result(0) == global ? depth1 : b.result(0);
+    if (Status s = remote_index::raise_global_depth(*ss.client, kGlobalDepthOff, global, depth1);
+        !s.ok()) {
+      return s;
     }
     const std::uint64_t meta0 =
         make_meta(!sign, depth1, static_cast<unsigned>(half[0].size()), main0);
@@ -996,7 +952,6 @@ class SepHashIndex final : public Index {
   Options options_;
   std::vector<std::string> specs_;
   Params params_;
-  std::vector<std::uint64_t> node_sizes_;
   remote_index::SessionPool<Session> sessions_;
   std::atomic<std::uint64_t> merges_{0}, splits_{0}, split_bytes_{0}, stale_appends_{0};
 };
@@ -1016,27 +971,16 @@ Status check_create_options(const Options& o) {
                                    " .. " + std::to_string(kMaxMainSlots - kCurSlots) + ", got " +
                                    std::to_string(o.sephash_main_max_slots));
   }
-  if (o.remote_timeout_ms < 1 || o.remote_timeout_ms > 600000) {
-    return Status::InvalidArgument("remote timeout must be 1 .. 600000 ms");
-  }
   return Status::OK();
 }
 
 Status make_index(const Options& options, bool create, std::unique_ptr<Index>* out) {
-  std::vector<std::string> specs;
-  if (Status s = remote_index::split_specs(options.memnodes, "sephash", &specs); !s.ok()) {
-    return s;
-  }
-  Params p;
-  if (create) {
-    if (Status s = check_create_options(options); !s.ok()) return s;
-    p = Params{static_cast<unsigned>(specs.size()), options.sephash_initial_depth,
-               options.sephash_max_depth, options.sephash_main_max_slots, 0};
-  }
-  auto index = std::make_unique<SepHashIndex>(options, std::move(specs), p);
-  if (Status s = create ? index->format(options.force) : index->attach(); !s.ok()) return s;
-  *out = std::move(index);
-  return Status::OK();
+  auto params = [&](unsigned nodes, Params* p) {
+    *p = Params{nodes, options.sephash_initial_depth, options.sephash_max_depth,
+                options.sephash_main_max_slots, 0};
+    return check_create_options(options);
+  };
+  return remote_index::start<SepHashIndex, Params>(options, "sephash", create, params, out);
 }
 
 Status create_remote(const Options& options, std::unique_ptr<Index>* out) {
