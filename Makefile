@@ -33,7 +33,8 @@
 #                    PMEH_SECONDS, PMEH_MOVE_RECORDS, PMEH_STEP_RECORDS,
 #                    PMEH_OPEN_RECORDS, PMEH_KILL_RECORDS, PMEH_PARTS, SHM_DIR:
 #                    scripts/bench.sh)
-#   make bench-sephash  sephash on two memory nodes with 1, 2 and 4 client
+#   make bench-sephash  sephash and race (the RACE-hashing baseline) on two
+#                    memory nodes with 1, 2 and 4 client
 #                    processes: insert, read, YCSB A/B/C over shm (0 and
 #                    2000 ns injected latency) and tcp loopback, into
 #                    docs/results/sephash/runs.csv (SEPHASH_RECORDS, default
@@ -104,7 +105,7 @@ bench-pmeh: build-release bootstrap-plot
 SEPHASH_RECORDS ?= 200000
 bench-sephash: build-release
 	mkdir -p docs/results/sephash
-	./build/release/bench/pmhash-remote-bench --transport shm,tcp --latency-ns 0,2000 \
+	./build/release/bench/pmhash-remote-bench --engine sephash,race --transport shm,tcp --latency-ns 0,2000 \
 	  --clients 1,2,4 --workload insert,read,a,b,c --records $(SEPHASH_RECORDS) \
 	  --csv docs/results/sephash/runs.csv > docs/results/sephash/runs.txt
 	cat docs/results/sephash/runs.txt

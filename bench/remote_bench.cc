@@ -1,9 +1,13 @@
 // pmhash-remote-bench: throughput and remote traffic of the indexes on
-// memory nodes (sephash), with client processes.
+// memory nodes (sephash, and race, the RACE-hashing baseline), with client
+// processes.
 //
-//   pmhash-remote-bench --transport shm,tcp --latency-ns 0,2000
-//       --clients 1,2,4 --workload insert,read,a,b,c --records 200000
+//   pmhash-remote-bench --engine sephash,race --transport shm,tcp
+//       --latency-ns 0,2000 --clients 1,2,4 --workload insert,read,a,b,c
+//       --records 200000
 //
+// Every engine of --engine runs each combination in turn, on fresh nodes
+// of the same transport, with the same workload.
 // For every combination it makes fresh memory nodes (pool files in --dir;
 // for tcp, a pmhash-memnode loop per node in a child process on loopback),
 // creates the index, and forks the client processes. "insert" measures the
@@ -15,8 +19,9 @@
 // barrier) and report operations, time and their Stats counters; a wrong
 // answer (a missing key, a failed write) fails the run.
 //
-// Output: one line per run (throughput, round trips, verbs and bytes per
-// operation, merges, splits, bytes splits wrote), and with --csv a CSV file.
+// Output: one line per run (engine, throughput, round trips, verbs and
+// bytes per operation, merges, splits, bytes splits wrote), and with --csv
+// a CSV file that also has the bytes written per split.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,7 +50,7 @@ using pmhash::Status;
 using pmhash::Store;
 
 struct Config {
-  std::string engine = "sephash";
+  std::vector<std::string> engines = {"sephash"};
   std::vector<std::string> transports = {"shm"};
   std::vector<unsigned> latencies = {0};
   std::vector<unsigned> clients = {1, 2, 4};
@@ -101,6 +106,7 @@ pid_t start_daemon(const std::string& pool, std::uint16_t* port) {
 }
 
 struct Run {
+  std::string engine;
   std::string transport;
   unsigned latency_ns;
   unsigned clients;
@@ -216,7 +222,10 @@ bool run_clients(const Config& cfg, const Options& o, const Run& run, Report* su
 int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"pmhash-remote-bench: indexes on memory nodes, with client processes"};
-  app.add_option("--engine", cfg.engine, "the engine")->capture_default_str();
+  app.add_option("--engine", cfg.engines, "engines on memory nodes to compare: sephash, race "
+                                         "(comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"sephash", "race"}));
   app.add_option("--transport", cfg.transports, "shm, tcp (comma-separated)")
       ->delimiter(',')
       ->check(CLI::IsMember({"shm", "tcp"}));
@@ -248,7 +257,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     csv << "engine,transport,latency_ns,clients,workload,ops,mops,round_trips_per_op,"
-           "verbs_per_op,bytes_per_op,merges,splits,split_bytes\n";
+           "verbs_per_op,bytes_per_op,merges,splits,split_bytes,split_bytes_per_split\n";
   }
   std::printf("%-8s %-4s %7s %3s %-6s %9s %8s %8s %9s %7s %6s %11s\n", "engine", "net", "lat_ns",
               "cli", "work", "Mops/s", "rtt/op", "verbs/op", "bytes/op", "merges", "splits",
@@ -259,70 +268,74 @@ int main(int argc, char** argv) {
       if (transport == "tcp" && lat != cfg.latencies.front()) continue;  // shm only
       for (unsigned clients : cfg.clients) {
         for (const std::string& workload : cfg.workloads) {
-          const Run run{transport, transport == "shm" ? lat : 0, clients, workload};
-          std::vector<std::string> pools;
-          std::vector<pid_t> daemons;
-          std::string specs;
-          for (unsigned n = 0; n < cfg.nodes; ++n) {
-            pools.push_back(cfg.dir + "/pmhash-remote-bench-" + std::to_string(::getpid()) +
-                            "-mn" + std::to_string(n));
-            if (Status s = pmhash::remote::create_memnode(pools.back(), cfg.node_size, true);
-                !s.ok()) {
-              std::cerr << "pmhash-remote-bench: " << s.to_string() << "\n";
-              return 1;
-            }
-            if (transport == "tcp") {
-              std::uint16_t port = 0;
-              daemons.push_back(start_daemon(pools.back(), &port));
-              if (port == 0) {
-                std::cerr << "pmhash-remote-bench: daemon for " << pools.back() << " failed\n";
+          for (const std::string& engine : cfg.engines) {
+            const Run run{engine, transport, transport == "shm" ? lat : 0, clients, workload};
+            std::vector<std::string> pools;
+            std::vector<pid_t> daemons;
+            std::string specs;
+            for (unsigned n = 0; n < cfg.nodes; ++n) {
+              pools.push_back(cfg.dir + "/pmhash-remote-bench-" + std::to_string(::getpid()) +
+                              "-mn" + std::to_string(n));
+              if (Status s = pmhash::remote::create_memnode(pools.back(), cfg.node_size, true);
+                  !s.ok()) {
+                std::cerr << "pmhash-remote-bench: " << s.to_string() << "\n";
                 return 1;
               }
-              specs += (specs.empty() ? "" : ",") + std::string("tcp:127.0.0.1:") + std::to_string(port);
-            } else {
-              specs += (specs.empty() ? "" : ",") + std::string("shm:") + pools.back();
+              if (transport == "tcp") {
+                std::uint16_t port = 0;
+                daemons.push_back(start_daemon(pools.back(), &port));
+                if (port == 0) {
+                  std::cerr << "pmhash-remote-bench: daemon for " << pools.back() << " failed\n";
+                  return 1;
+                }
+                specs += (specs.empty() ? "" : ",") + std::string("tcp:127.0.0.1:") + std::to_string(port);
+              } else {
+                specs += (specs.empty() ? "" : ",") + std::string("shm:") + pools.back();
+              }
             }
-          }
-          Options o;
-          o.engine = cfg.engine;
-          o.memnodes = specs;
-          o.remote_latency_ns = run.latency_ns;
-          o.remote_timeout_ms = 10000;
-          std::unique_ptr<Store> st;
-          bool ok = true;
-          if (Status s = Store::create("", o, &st); !s.ok() || !st->close().ok()) {
-            std::cerr << "pmhash-remote-bench: create: " << s.to_string() << "\n";
-            ok = false;
-          }
-          Report r;
-          if (ok && workload != "insert") {
-            ok = run_clients(cfg, o, Run{transport, run.latency_ns, clients, "insert"}, &r);
-          }
-          if (ok) ok = run_clients(cfg, o, run, &r);
-          if (ok) {
-            const double ops = static_cast<double>(r.ops);
-            std::printf("%-8s %-4s %7u %3u %-6s %9.3f %8.2f %8.2f %9.1f %7llu %6llu %11llu\n",
-                        cfg.engine.c_str(), transport.c_str(), run.latency_ns, clients,
-                        workload.c_str(), ops / static_cast<double>(r.ns) * 1e3,
-                        static_cast<double>(r.round_trips) / ops, static_cast<double>(r.verbs) / ops,
-                        static_cast<double>(r.bytes) / ops, static_cast<unsigned long long>(r.merges),
-                        static_cast<unsigned long long>(r.splits),
-                        static_cast<unsigned long long>(r.moved));
-            std::fflush(stdout);
-            if (csv) {
-              csv << cfg.engine << "," << transport << "," << run.latency_ns << "," << clients << ","
-                  << workload << "," << r.ops << "," << ops / static_cast<double>(r.ns) * 1e3 << ","
-                  << static_cast<double>(r.round_trips) / ops << ","
-                  << static_cast<double>(r.verbs) / ops << "," << static_cast<double>(r.bytes) / ops
-                  << "," << r.merges << "," << r.splits << "," << r.moved << "\n";
+            Options o;
+            o.engine = engine;
+            o.memnodes = specs;
+            o.remote_latency_ns = run.latency_ns;
+            o.remote_timeout_ms = 10000;
+            std::unique_ptr<Store> st;
+            bool ok = true;
+            if (Status s = Store::create("", o, &st); !s.ok() || !st->close().ok()) {
+              std::cerr << "pmhash-remote-bench: create: " << s.to_string() << "\n";
+              ok = false;
             }
+            Report r;
+            if (ok && workload != "insert") {
+              ok = run_clients(cfg, o, Run{engine, transport, run.latency_ns, clients, "insert"}, &r);
+            }
+            if (ok) ok = run_clients(cfg, o, run, &r);
+            if (ok) {
+              const double ops = static_cast<double>(r.ops);
+              std::printf("%-8s %-4s %7u %3u %-6s %9.3f %8.2f %8.2f %9.1f %7llu %6llu %11llu\n",
+                          engine.c_str(), transport.c_str(), run.latency_ns, clients,
+                          workload.c_str(), ops / static_cast<double>(r.ns) * 1e3,
+                          static_cast<double>(r.round_trips) / ops, static_cast<double>(r.verbs) / ops,
+                          static_cast<double>(r.bytes) / ops, static_cast<unsigned long long>(r.merges),
+                          static_cast<unsigned long long>(r.splits),
+                          static_cast<unsigned long long>(r.moved));
+              std::fflush(stdout);
+              if (csv) {
+                csv << engine << "," << transport << "," << run.latency_ns << "," << clients << ","
+                    << workload << "," << r.ops << "," << ops / static_cast<double>(r.ns) * 1e3 << ","
+                    << static_cast<double>(r.round_trips) / ops << ","
+                    << static_cast<double>(r.verbs) / ops << "," << static_cast<double>(r.bytes) / ops
+                    << "," << r.merges << "," << r.splits << "," << r.moved << ","
+                    << (r.splits != 0 ? static_cast<double>(r.moved) / static_cast<double>(r.splits) : 0.0)
+                    << "\n";
+              }
+            }
+            all_ok &= ok;
+            for (pid_t d : daemons) {
+              ::kill(d, SIGTERM);
+              ::waitpid(d, nullptr, 0);
+            }
+            for (const std::string& p : pools) ::unlink(p.c_str());
           }
-          all_ok &= ok;
-          for (pid_t d : daemons) {
-            ::kill(d, SIGTERM);
-            ::waitpid(d, nullptr, 0);
-          }
-          for (const std::string& p : pools) ::unlink(p.c_str());
         }
       }
     }

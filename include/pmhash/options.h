@@ -123,6 +123,18 @@ struct Options {
   // 2^n entries. initial depth .. 20.
   unsigned sephash_max_depth = 16;
 
+  // --- race (the RACE-hashing baseline on memory nodes) ---------------
+  // Uses memnodes, remote_timeout_ms and remote_latency_ns as sephash does.
+  // Local depth of a new index's subtables (create only; kept on node 0):
+  // 2^n subtables to start with. 1 .. 12.
+  unsigned race_initial_depth = 4;
+  // The deepest a subtable may split to (create only); the directory has
+  // 2^n entries. initial depth .. 20.
+  unsigned race_max_depth = 16;
+  // Bucket groups (3 buckets of 64 bytes, 21 entry slots) per subtable
+  // (create only): 256 is 48 KiB and 5376 slots. 2 .. 4096.
+  unsigned race_groups = 256;
+
   // --- dali -----------------------------------------------------------
   // Buckets of a new table, as a power of two (32 bytes each). The table
   // grows online, one bucket split at a time (linear hashing), and never

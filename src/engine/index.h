@@ -99,6 +99,9 @@ struct EngineInfo {
 const EngineInfo* find_engine(std::string_view name);
 // Comma-separated names, for error messages.
 std::string engine_names();
+// Comma-separated names of the engines whose index lives on memory nodes
+// (those with create_remote).
+std::string remote_engine_names();
 // The names of the finished engines, one per element.
 std::vector<std::string> engine_list();
 

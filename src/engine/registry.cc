@@ -6,15 +6,16 @@
 #include "engine/index.h"
 #include "engine/nehash/nehash.h"
 #include "engine/pmeh/pmeh.h"
+#include "engine/race/race.h"
 #include "engine/sephash/sephash.h"
 
 namespace pmhash::engine {
 namespace {
 
-const std::array<const EngineInfo*, 5>& engines() {
-  static const std::array<const EngineInfo*, 5> all = {&clevel::kEngineInfo, &dali::kEngineInfo,
-                                                       &nehash::kEngineInfo, &pmeh::kEngineInfo,
-                                                       &sephash::kEngineInfo};
+const std::array<const EngineInfo*, 6>& engines() {
+  static const std::array<const EngineInfo*, 6> all = {
+      &clevel::kEngineInfo, &dali::kEngineInfo,    &nehash::kEngineInfo,
+      &pmeh::kEngineInfo,   &sephash::kEngineInfo, &race::kEngineInfo};
   return all;
 }
 
@@ -30,6 +31,16 @@ const EngineInfo* find_engine(std::string_view name) {
 std::string engine_names() {
   std::string out;
   for (const EngineInfo* e : engines()) {
+    if (!out.empty()) out += ", ";
+    out += e->name;
+  }
+  return out;
+}
+
+std::string remote_engine_names() {
+  std::string out;
+  for (const EngineInfo* e : engines()) {
+    if (e->create_remote == nullptr) continue;
     if (!out.empty()) out += ", ";
     out += e->name;
   }

@@ -376,7 +376,8 @@ Status start_remote(const std::string& path, const Options& options, bool create
   if (info == nullptr || info->create_remote == nullptr) {
     return Status::InvalidArgument("engine '" + name +
                                    "' keeps its index in a pool file, not on memory nodes "
-                                   "(memory nodes are for sephash)");
+                                   "(memory nodes are for " +
+                                   engine::remote_engine_names() + ")");
   }
   if (!path.empty()) {
     return Status::InvalidArgument("engine " + name +

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -23,31 +22,20 @@
 #include "pmhash/store.h"
 #include "remote/memnode.h"
 #include "remote/server.h"
-#include "scratch_file.h"
+#include "remote_engine_test.h"
 
 namespace pmhash {
 namespace {
 
-using Model = std::map<std::string, std::string>;
+using testing::key_of;
+using testing::Model;
+using testing::value_of;
 
-std::string key_of(unsigned i) { return "key-" + std::to_string(i); }
-std::string value_of(unsigned i, unsigned round) {
-  return "value-" + std::to_string(i) + "-" + std::to_string(round) +
-         std::string(i % 7 == 0 ? 300 : 0, 'v');  // some items longer than one slot's units
-}
-
-class SepHashTest : public ::testing::Test {
+class SepHashTest : public testing::RemoteEngineTest {
  protected:
-  void SetUp() override {
-    for (int n = 0; n < 2; ++n) {
-      nodes_.push_back(dir_.str() + "/mn" + std::to_string(n));
-      const Status s = remote::create_memnode(nodes_.back(), 64u << 20, false);
-      ASSERT_TRUE(s.ok()) << s.to_string();
-    }
-  }
   void TearDown() override { engine::sephash::set_append_hook_for_testing(nullptr); }
 
-  Options options() const {
+  Options options() const override {
     Options o;
     o.engine = "sephash";
     o.memnodes = "shm:" + nodes_[0] + ",shm:" + nodes_[1];
@@ -57,100 +45,20 @@ class SepHashTest : public ::testing::Test {
     o.sephash_max_depth = 12;
     return o;
   }
-  std::unique_ptr<Store> create(const Options& o) {
-    std::unique_ptr<Store> st;
-    const Status s = Store::create("", o, &st);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-    return st;
-  }
-  std::unique_ptr<Store> open(const Options& o) {
-    std::unique_ptr<Store> st;
-    const Status s = Store::open("", o, &st);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-    return st;
-  }
-
-  static void expect_holds(Store& st, const Model& model) {
-    for (const auto& [k, v] : model) {
-      std::string got;
-      const Status s = st.get(k, &got);
-      ASSERT_TRUE(s.ok()) << k << ": " << s.to_string();
-      ASSERT_EQ(got, v) << k;
-    }
-    Model seen;
-    ASSERT_TRUE(st.for_each([&](std::string_view k, std::string_view v) {
-                    EXPECT_TRUE(seen.emplace(std::string(k), std::string(v)).second)
-                        << "for_each gave " << k << " twice";
-                    return true;
-                  }).ok());
-    EXPECT_EQ(seen, model);
-    EXPECT_EQ(st.size(), model.size());
-    const Status c = st.check();
-    EXPECT_TRUE(c.ok()) << c.to_string();
-  }
-
-  testing::ScratchDir dir_;
-  std::vector<std::string> nodes_;
 };
 
 TEST_F(SepHashTest, OperationsFollowAModelThroughMergesAndSplits) {
   auto st = create(options());
   ASSERT_NE(st, nullptr);
   Model model;
-  std::mt19937 rng(7);
-  for (unsigned step = 0; step < 12000; ++step) {
-    const unsigned i = rng() % 3000;
-    const std::string k = key_of(i);
-    const std::string v = value_of(i, step);
-    const bool present = model.count(k) != 0;
-    std::string got;
-    switch (rng() % 5) {
-      case 0: {
-        const Status s = st->insert(k, v);
-        ASSERT_EQ(s.is_already_exists(), present) << s.to_string();
-        if (!present) {
-          ASSERT_TRUE(s.ok()) << s.to_string();
-        }
-        model.emplace(k, v);
-        break;
-      }
-      case 1: {
-        const Status s = st->update(k, v);
-        ASSERT_EQ(s.is_not_found(), !present) << s.to_string();
-        if (present) model[k] = v;
-        break;
-      }
-      case 2:
-        ASSERT_TRUE(st->upsert(k, v).ok());
-        model[k] = v;
-        break;
-      case 3: {
-        const Status s = st->remove(k);
-        ASSERT_EQ(s.is_not_found(), !present) << s.to_string();
-        model.erase(k);
-        break;
-      }
-      default: {
-        const Status s = st->get(k, &got);
-        ASSERT_EQ(s.ok(), present) << k << ": " << s.to_string();
-        if (present) {
-          ASSERT_EQ(got, model[k]);
-        }
-      }
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(run_model(*st, 12000, 3000, &model));
   const Stats stats = st->stats();
   EXPECT_EQ(stats.engine, "sephash");
   EXPECT_GT(stats.merges, 20u);
   EXPECT_GT(stats.expansions, 4u);  // splits
   EXPECT_GT(stats.round_trips, 12000u);
   EXPECT_GT(stats.remote_bytes, stats.round_trips);
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
-  ASSERT_TRUE(st->close().ok());
-  // Another client attaches to the same nodes and sees the same index.
-  auto again = open(options());
-  ASSERT_NE(again, nullptr);
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*again, model));
+  ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
 }
 
 TEST_F(SepHashTest, SplitsAtDepthsThatReReadItemsKeepEveryKey) {
@@ -158,10 +66,7 @@ TEST_F(SepHashTest, SplitsAtDepthsThatReReadItemsKeepEveryKey) {
   auto st = create(options());
   ASSERT_NE(st, nullptr);
   Model model;
-  for (unsigned i = 0; i < 20000; ++i) {
-    ASSERT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
-    model.emplace(key_of(i), value_of(i, 0));
-  }
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 20000, &model));
   EXPECT_GE(st->stats().expansions, 60u);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
 }
@@ -169,36 +74,7 @@ TEST_F(SepHashTest, SplitsAtDepthsThatReReadItemsKeepEveryKey) {
 TEST_F(SepHashTest, ThreadsWriteTheirOwnKeysAndShareOthers) {
   auto st = create(options());
   ASSERT_NE(st, nullptr);
-  constexpr unsigned kThreads = 4, kKeys = 1500;
-  std::vector<Model> models(kThreads);
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937 rng(t);
-      Model& m = models[t];
-      for (unsigned step = 0; step < 4000; ++step) {
-        const unsigned i = t * kKeys + rng() % kKeys;
-        const std::string k = key_of(i);
-        const std::string v = value_of(i, step);
-        if (rng() % 4 == 0) {
-          const Status s = st->remove(k);
-          EXPECT_EQ(s.is_not_found(), m.count(k) == 0) << s.to_string();
-          m.erase(k);
-        } else {
-          EXPECT_TRUE(st->upsert(k, v).ok());
-          m[k] = v;
-        }
-        // Every thread also reads the shared key written by all of them.
-        std::string got;
-        const Status s = st->get(k, &got);
-        EXPECT_EQ(s.ok(), m.count(k) != 0) << s.to_string();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  Model all;
-  for (const Model& m : models) all.insert(m.begin(), m.end());
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, all));
+  ASSERT_NO_FATAL_FAILURE(run_threads(*st));
 }
 
 TEST_F(SepHashTest, ConcurrentWritesOfOneKeyLeaveOneOfTheirValues) {
@@ -267,49 +143,7 @@ TEST_F(SepHashTest, AnAppendWithAStaleSignIsNotLost) {
 }
 
 TEST_F(SepHashTest, BadInputIsRefusedWithAClearError) {
-  std::unique_ptr<Store> st;
-  Options o = options();
-  // Open before any create: the nodes hold no index.
-  Status s = Store::open("", o, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  EXPECT_NE(s.message().find("holds no sephash index"), std::string::npos) << s.to_string();
-  // A path as well as memory nodes.
-  s = Store::create(dir_.str() + "/pool", o, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  // No memory nodes.
-  Options none = o;
-  none.memnodes.clear();
-  s = Store::create(dir_.str() + "/pool", none, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  EXPECT_NE(s.message().find("memnodes"), std::string::npos) << s.to_string();
-  // A memory node that is not one, and an empty entry.
-  Options bad = o;
-  bad.memnodes = "shm:" + dir_.str() + "/nothing";
-  EXPECT_FALSE(Store::create("", bad, &st).ok());
-  bad.memnodes = "shm:" + nodes_[0] + ",";
-  EXPECT_TRUE(Store::create("", bad, &st).is_invalid_argument());
-  // Epoch durability.
-  Options epoch = o;
-  epoch.durability = Durability::kEpoch;
-  EXPECT_TRUE(Store::create("", epoch, &st).is_invalid_argument());
-
-  st = create(o);
-  ASSERT_NE(st, nullptr);
-  ASSERT_TRUE(st->insert("k", "v").ok());
-  EXPECT_TRUE(st->insert(std::string(kMaxKeySize + 1, 'k'), "v").is_invalid_argument());
-  ASSERT_TRUE(st->close().ok());
-  // A second create does not wipe the index; a client naming one node of two is refused.
-  s = Store::create("", o, &st);
-  EXPECT_TRUE(s.is_already_exists()) << s.to_string();
-  Options one = o;
-  one.memnodes = "shm:" + nodes_[0];
-  s = Store::open("", one, &st);
-  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  st = open(o);
-  ASSERT_NE(st, nullptr);
-  std::string got;
-  ASSERT_TRUE(st->get("k", &got).ok());
-  EXPECT_EQ(got, "v");
+  expect_refuses_bad_input(options(), "sephash");
 }
 
 TEST_F(SepHashTest, AFullNodeGivesNoSpaceAndKeepsWhatIsStored) {
@@ -318,19 +152,7 @@ TEST_F(SepHashTest, AFullNodeGivesNoSpaceAndKeepsWhatIsStored) {
   Options o = options();
   o.memnodes = "shm:" + small;
   o.sephash_max_depth = 8;
-  auto st = create(o);
-  ASSERT_NE(st, nullptr);
-  Model model;
-  Status s;
-  for (unsigned i = 0; i < 200000; ++i) {
-    s = st->insert(key_of(i), std::string(500, 'x'));
-    if (!s.ok()) break;
-    model.emplace(key_of(i), std::string(500, 'x'));
-  }
-  ASSERT_TRUE(s.is_no_space()) << s.to_string();
-  EXPECT_NE(s.message().find(small), std::string::npos) << s.to_string();
-  EXPECT_GT(model.size(), 1000u);
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  expect_full_node_keeps_data(o, small);
 }
 
 class SepHashTcpTest : public SepHashTest {};
@@ -374,97 +196,13 @@ TEST_F(SepHashTcpTest, ADeadNodeFailsCallsAndARestartedOneServesThem) {
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
 }
 
-// Several client processes on the same memory nodes, each writing its own
-// keys (checking every answer against its own model) while reading the
-// others'; the parent then checks the whole index against the models,
-// which it recomputes from the same seeds.
-class SepHashProcessTest : public SepHashTest {
- protected:
-  static constexpr unsigned kProcs = 4, kKeys = 800;
-
-  // The ops of process p, applied to `model`; with a store, each is also
-  // run and its answer compared. False on the first wrong answer.
-  static bool run_ops(unsigned p, unsigned steps, Model* model, Store* st) {
-    std::mt19937 rng(100 + p);
-    for (unsigned step = 0; step < steps; ++step) {
-      const unsigned i = p * kKeys + rng() % kKeys;
-      const std::string k = key_of(i);
-      const std::string v = value_of(i, step);
-      const bool present = model->count(k) != 0;
-      const unsigned op = rng() % 4;
-      const unsigned other = ((p + 1) % kProcs) * kKeys + rng() % kKeys;
-      if (op == 0) {
-        model->erase(k);
-      } else {
-        (*model)[k] = v;
-      }
-      if (st == nullptr) continue;
-      Status s;
-      if (op == 0) {
-        s = st->remove(k);
-        if (s.is_not_found() != !present) return false;
-      } else if (op == 1) {
-        s = present ? st->update(k, v) : st->insert(k, v);
-        if (!s.ok()) return false;
-      } else {
-        if (!st->upsert(k, v).ok()) return false;
-      }
-      std::string got;
-      s = st->get(key_of(other), &got);  // another process's key: any answer but an error
-      if (!s.ok() && !s.is_not_found()) return false;
-      s = st->get(k, &got);
-      if (s.ok() != (model->count(k) != 0) || (s.ok() && got != (*model)[k])) return false;
-    }
-    return true;
-  }
-
-  // (Over tcp every round trip is a socket exchange with a daemon process,
-  // on a machine shared with the build: fewer steps.)
-  void run_processes(const Options& o, unsigned steps) {
-    auto st = create(o);
-    ASSERT_NE(st, nullptr);
-    ASSERT_TRUE(st->close().ok());
-    std::vector<pid_t> pids;
-    for (unsigned p = 0; p < kProcs; ++p) {
-      const pid_t pid = ::fork();
-      ASSERT_GE(pid, 0);
-      if (pid == 0) {
-        std::unique_ptr<Store> mine;
-        if (!Store::open("", o, &mine).ok()) ::_exit(2);
-        Model model;
-        const bool ok = run_ops(p, steps, &model, mine.get());
-        ::_exit(ok && mine->close().ok() ? 0 : 1);
-      }
-      pids.push_back(pid);
-    }
-    for (pid_t pid : pids) {
-      int status = 0;
-      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
-    }
-    Model all;
-    for (unsigned p = 0; p < kProcs; ++p) {
-      Model m;
-      run_ops(p, steps, &m, nullptr);
-      all.insert(m.begin(), m.end());
-    }
-    st = open(o);
-    ASSERT_NE(st, nullptr);
-    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, all));
-  }
-};
+// Several client processes on the same memory nodes against their models
+// (RemoteEngineTest::run_processes).
+class SepHashProcessTest : public SepHashTest {};
 
 TEST_F(SepHashProcessTest, ProcessesOnTwoShmNodes) { run_processes(options(), 2500); }
 
-TEST_F(SepHashProcessTest, ProcessesOnTwoTcpNodesOverLoopback) {
-  testing::Daemon d0(nodes_[0], 0), d1(nodes_[1], 0);
-  ASSERT_NE(d0.port(), 0);
-  ASSERT_NE(d1.port(), 0);
-  Options o = options();
-  o.memnodes = "tcp:127.0.0.1:" + std::to_string(d0.port()) + ",tcp:127.0.0.1:" +
-               std::to_string(d1.port());
-  run_processes(o, 500);
-}
+TEST_F(SepHashProcessTest, ProcessesOnTwoTcpNodesOverLoopback) { run_processes_on_tcp(500); }
 
 // Memory nodes and clients on different hosts, as far as the network can
 // tell: the test makes two network namespaces joined by a veth pair, runs
@@ -568,15 +306,9 @@ TEST_F(SepHashNetnsTest, ClientsInOneNamespaceAndNodesInAnother) {
     ::waitpid(pid, nullptr, 0);
   }
   // The nodes' pool files hold the index: read it through shm.
-  Model all;
-  for (unsigned p = 0; p < kProcs; ++p) {
-    Model m;
-    run_ops(p, kSteps, &m, nullptr);
-    all.insert(m.begin(), m.end());
-  }
   auto st = open(options());
   ASSERT_NE(st, nullptr);
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, all));
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, all_models(kSteps)));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // engine/sephash/layout.h - the sephash index's bytes on the memory nodes.
 //
-// Remote addresses (RAddr) name a node and a byte offset in its region:
-// node in the top 8 bits, offset in the low 48. Every structure below is
+// Remote addresses (RAddr, engine/remote_index.h) name a node and a byte
+// offset in its region. Every structure below is
 // written with remote verbs (remote/transport.h) and read back the same way;
 // words that verbs CAS or FAA are 8-byte aligned.
 #pragma once
@@ -9,18 +9,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/remote_index.h"
 #include "remote/memnode.h"
 
 namespace pmhash::engine::sephash {
 
-using RAddr = std::uint64_t;
-inline constexpr unsigned kNodeShift = 56;
-inline constexpr std::uint64_t kOffsetMask = (std::uint64_t{1} << 48) - 1;
-inline constexpr RAddr make_raddr(unsigned node, std::uint64_t off) {
-  return (std::uint64_t{node} << kNodeShift) | off;
-}
-inline constexpr unsigned raddr_node(RAddr a) { return static_cast<unsigned>(a >> kNodeShift); }
-inline constexpr std::uint64_t raddr_off(RAddr a) { return a & kOffsetMask; }
+using remote_index::kOffsetMask;
+using remote_index::make_raddr;
+using remote_index::RAddr;
+using remote_index::raddr_node;
+using remote_index::raddr_off;
 
 // ---- the index root, in node 0's index root (remote::kIndexRootOffset) ----
 inline constexpr char kMagic[8] = {'P', 'M', 'H', 'S', 'E', 'P', 'H', '1'};

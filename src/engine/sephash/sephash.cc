@@ -30,7 +30,7 @@ std::function<void()>& append_hook() {
 inline std::uint64_t low_mask(unsigned bits) {
   return bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
 }
-inline std::uint64_t round64(std::uint64_t n) { return (n + 63) & ~std::uint64_t{63}; }
+using remote_index::round64;
 
 // The CurSeg's first 192 bytes as one READ brings them.
 struct Header {
@@ -72,12 +72,11 @@ struct Session {
     std::vector<std::uint16_t> prefix = std::vector<std::uint16_t>(257, 0);
   };
   std::unordered_map<RAddr, MainCache> mains;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> chunks;  // per node: next, end
+  remote_index::Chunks chunks;
   unsigned window = 0;
   std::mt19937_64 rng{std::random_device{}()};
 };
 
-inline constexpr std::uint64_t kChunkBytes = 64 * 1024;
 inline constexpr unsigned kWindowSlots = 8;
 
 struct Params {
@@ -88,75 +87,20 @@ struct Params {
   std::uint64_t directory = 0;
 };
 
-Status split_specs(const std::string& list, std::vector<std::string>* out) {
-  std::size_t at = 0;
-  while (at <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', at), list.size());
-    std::string one = list.substr(at, comma - at);
-    if (one.empty()) {
-      return Status::InvalidArgument("memory node list '" + list +
-                                     "': an empty entry (expected shm:PATH or tcp:HOST:PORT, "
-                                     "separated by commas)");
-    }
-    out->push_back(std::move(one));
-    at = comma + 1;
-  }
-  if (out->empty() || list.empty()) {
-    return Status::InvalidArgument(
-        "engine sephash keeps its index on memory nodes: give them in Options::memnodes "
-        "(--memnodes shm:PATH,tcp:HOST:PORT)");
-  }
-  if (out->size() > 255) return Status::InvalidArgument("more than 255 memory nodes");
-  return Status::OK();
-}
-
-remote::ConnectOptions connect_options(const Options& o) {
-  remote::ConnectOptions c;
-  c.timeout = std::chrono::milliseconds(o.remote_timeout_ms);
-  c.shm_latency = std::chrono::nanoseconds(o.remote_latency_ns);
-  return c;
-}
-
 class SepHashIndex final : public Index {
  public:
   SepHashIndex(const Options& options, std::vector<std::string> specs, Params params)
-      : options_(options), specs_(std::move(specs)), params_(params) {}
+      : options_(options), specs_(std::move(specs)), params_(params), sessions_(specs_, options) {}
 
   // ---- sessions ----
-  Status new_session(std::unique_ptr<Session>* out) {
-    auto ss = std::make_unique<Session>();
-    if (Status s = Client::connect(specs_, connect_options(options_), &ss->client); !s.ok()) {
-      return s;
-    }
-    ss->chunks.assign(specs_.size(), {0, 0});
-    ss->window = static_cast<unsigned>(ss->rng() % (kCurSlots / kWindowSlots)) * kWindowSlots;
-    *out = std::move(ss);
-    return Status::OK();
-  }
-
   template <class F>
   Status with_session(F&& f) {
-    std::unique_ptr<Session> ss;
-    {
-      std::lock_guard<std::mutex> g(sessions_mu_);
-      if (!idle_.empty()) {
-        ss = std::move(idle_.back());
-        idle_.pop_back();
-      }
-    }
-    if (!ss) {
-      if (Status s = new_session(&ss); !s.ok()) return s;
-      if (Status s = refresh_dir(*ss); !s.ok()) return s;
-    }
-    Status s = f(*ss);
-    const remote::ClientCounters& c = ss->client->counters();
-    round_trips_.fetch_add(c.round_trips, std::memory_order_relaxed);
-    verbs_.fetch_add(c.verbs, std::memory_order_relaxed);
-    bytes_.fetch_add(c.bytes, std::memory_order_relaxed);
-    ss->client->reset_counters();
-    std::lock_guard<std::mutex> g(sessions_mu_);
-    idle_.push_back(std::move(ss));
-    return s;
+    return sessions_.with(
+        [&](Session& ss) {
+          ss.window = static_cast<unsigned>(ss.rng() % (kCurSlots / kWindowSlots)) * kWindowSlots;
+          return refresh_dir(ss);
+        },
+        std::forward<F>(f));
   }
 
   // ---- the Index interface ----
@@ -187,12 +131,7 @@ class SepHashIndex final : public Index {
   }
 
   std::uint64_t size() const override {
-    std::uint64_t n = 0;
-    Status s = const_cast<SepHashIndex*>(this)->for_each([&](std::string_view, std::string_view) {
-      ++n;
-      return true;
-    });
-    return s.ok() ? n : 0;
+    return remote_index::count_keys(*const_cast<SepHashIndex*>(this));
   }
 
   Status sync() override { return Status::OK(); }  // every write is durable when it returns
@@ -202,43 +141,25 @@ class SepHashIndex final : public Index {
   }
 
   void fill_stats(Stats* st) const override {
-    st->round_trips = round_trips_.load(std::memory_order_relaxed);
-    st->remote_verbs = verbs_.load(std::memory_order_relaxed);
-    st->remote_bytes = bytes_.load(std::memory_order_relaxed);
+    sessions_.fill_stats(st);
     st->merges = merges_.load(std::memory_order_relaxed);
     st->read_retries = stale_appends_.load(std::memory_order_relaxed);
     st->expansions = splits_.load(std::memory_order_relaxed);
     st->bytes_moved = split_bytes_.load(std::memory_order_relaxed);
-    st->pool_size = 0;
-    for (std::uint64_t s : node_sizes_) st->pool_size += s;
-    st->granularity = "remote";
   }
 
-  void close() override {
-    std::lock_guard<std::mutex> g(sessions_mu_);
-    idle_.clear();
-  }
+  void close() override { sessions_.clear(); }
 
   // ---- create and open ----
   Status format(bool force) {
     std::unique_ptr<Session> ss;
-    if (Status s = new_session(&ss); !s.ok()) return s;
-    for (unsigned n = 0; n < specs_.size(); ++n) node_sizes_.push_back(ss->client->node_size(n));
+    if (Status s = sessions_.make(&ss); !s.ok()) return s;
+    // An index of any engine on the nodes stays unless `force`.
+    if (Status s = remote_index::check_unclaimed(*ss->client, force); !s.ok()) return s;
     IndexRoot root{};
     Batch b;
-    b.read(0, kRootOff, &root, sizeof(root));
-    if (Status s = exec(*ss, b); !s.ok()) return s;
-    if (std::memcmp(root.magic, kMagic, sizeof(kMagic)) == 0 && !force) {
-      return Status::AlreadyExists("memory node " + specs_[0] +
-                                   " already holds a sephash index (force replaces it)");
-    }
     // Forget whatever the nodes held: the magic first, then every bump.
-    std::uint64_t first = remote::kFirstAllocatable;
-    IndexRoot blank{};
-    b.clear();
-    b.write(0, kRootOff, &blank, sizeof(blank));
-    for (unsigned n = 0; n < specs_.size(); ++n) b.write(n, remote::kBumpOffset, &first, 8);
-    if (Status s = exec(*ss, b); !s.ok()) return s;
+    if (Status s = remote_index::forget_nodes(*ss->client, sizeof(IndexRoot)); !s.ok()) return s;
 
     const unsigned depth = params_.initial_depth;
     const std::uint64_t entries = std::uint64_t{1} << params_.max_depth;
@@ -277,25 +198,15 @@ class SepHashIndex final : public Index {
 
   Status attach() {
     std::unique_ptr<Session> ss;
-    if (Status s = new_session(&ss); !s.ok()) return s;
-    for (unsigned n = 0; n < specs_.size(); ++n) node_sizes_.push_back(ss->client->node_size(n));
+    if (Status s = sessions_.make(&ss); !s.ok()) return s;
     IndexRoot root{};
     Batch b;
     b.read(0, kRootOff, &root, sizeof(root));
     if (Status s = exec(*ss, b); !s.ok()) return s;
-    if (std::memcmp(root.magic, kMagic, sizeof(kMagic)) != 0) {
-      return Status::InvalidArgument("memory node " + specs_[0] +
-                                     " holds no sephash index (create one first)");
-    }
-    if (root.layout_version != kLayoutVersion) {
-      return Status::Corruption("memory node " + specs_[0] + ": sephash layout version " +
-                                std::to_string(root.layout_version) + ", this build reads " +
-                                std::to_string(kLayoutVersion));
-    }
-    if (root.nodes != specs_.size()) {
-      return Status::InvalidArgument("the sephash index on " + specs_[0] + " spans " +
-                                     std::to_string(root.nodes) + " memory nodes, " +
-                                     std::to_string(specs_.size()) + " given");
+    if (Status s = remote_index::check_root(*ss->client, "sephash", root.magic, kMagic,
+                                            root.layout_version, kLayoutVersion, root.nodes);
+        !s.ok()) {
+      return s;
     }
     if (root.max_depth > 20 || root.initial_depth > root.max_depth ||
         root.main_max_slots + kCurSlots > kMaxMainSlots || root.global_depth > root.max_depth) {
@@ -331,50 +242,17 @@ class SepHashIndex final : public Index {
 
   // ---- allocation: FAA on the node's bump word ----
   Status alloc_direct(Session& ss, unsigned node, std::uint64_t bytes, std::uint64_t* off) {
-    bytes = round64(bytes);
-    Batch b;
-    b.faa(node, remote::kBumpOffset, bytes);
-    if (Status s = exec(ss, b); !s.ok()) return s;
-    const std::uint64_t at = b.result(0);
-    if (at + bytes > ss.client->node_size(node)) {
-      return Status::NoSpace("memory node " + specs_[node] + " is full (" +
-                             std::to_string(ss.client->node_size(node)) + " bytes)");
-    }
-    *off = at;
-    return Status::OK();
+    return remote_index::alloc_direct(*ss.client, node, bytes, off);
   }
 
   Status alloc(Session& ss, unsigned node, std::uint64_t bytes, std::uint64_t* off) {
-    bytes = round64(bytes);
-    if (bytes > kChunkBytes / 4) return alloc_direct(ss, node, bytes, off);
-    auto& [next, end] = ss.chunks[node];
-    if (next + bytes > end) {
-      std::uint64_t at = 0;
-      if (Status s = alloc_direct(ss, node, kChunkBytes, &at); !s.ok()) return s;
-      next = at;
-      end = at + kChunkBytes;
-    }
-    *off = next;
-    next += bytes;
-    return Status::OK();
+    return ss.chunks.alloc(*ss.client, node, bytes, off);
   }
 
   // ---- directory ----
   Status refresh_dir(Session& ss) {
-    std::uint64_t depth = 0;
-    Batch b;
-    b.read(0, kGlobalDepthOff, &depth, 8);
-    if (Status s = exec(ss, b); !s.ok()) return s;
-    if (depth > params_.max_depth) {
-      return Status::Corruption("memory node " + specs_[0] + ": sephash global depth " +
-                                std::to_string(depth) + " beyond the maximum");
-    }
-    ss.dir.resize(std::size_t{1} << depth);
-    b.clear();
-    b.read(0, params_.directory, ss.dir.data(), static_cast<std::uint32_t>(ss.dir.size() * 8));
-    if (Status s = exec(ss, b); !s.ok()) return s;
-    ss.global_depth = static_cast<unsigned>(depth);
-    return Status::OK();
+    return remote_index::read_directory(*ss.client, "sephash", kGlobalDepthOff, params_.directory,
+                                        params_.max_depth, &ss.dir, &ss.global_depth);
   }
 
   RAddr segment_of(const Session& ss, std::uint64_t h) const {
@@ -921,11 +799,9 @@ class SepHashIndex final : public Index {
     }
     b.read(0, kGlobalDepthOff, &global, 8);
     if (Status s = exec(ss, b); !s.ok()) return s;
-    while (global < depth1) {
-      b.clear();
-      b.cas(0, kGlobalDepthOff, global, depth1);
-      if (Status s = exec(ss, b); !s.ok()) return s;
-      global = b.result(0) == global ? depth1 : b.result(0);
+    if (Status s = remote_index::raise_global_depth(*ss.client, kGlobalDepthOff, global, depth1);
+        !s.ok()) {
+      return s;
     }
     const std::uint64_t meta0 =
         make_meta(!sign, depth1, static_cast<unsigned>(half[0].size()), main0);
@@ -1076,10 +952,7 @@ class SepHashIndex final : public Index {
   Options options_;
   std::vector<std::string> specs_;
   Params params_;
-  std::vector<std::uint64_t> node_sizes_;
-  std::mutex sessions_mu_;
-  std::vector<std::unique_ptr<Session>> idle_;
-  std::atomic<std::uint64_t> round_trips_{0}, verbs_{0}, bytes_{0};
+  remote_index::SessionPool<Session> sessions_;
   std::atomic<std::uint64_t> merges_{0}, splits_{0}, split_bytes_{0}, stale_appends_{0};
 };
 
@@ -1098,25 +971,16 @@ Status check_create_options(const Options& o) {
                                    " .. " + std::to_string(kMaxMainSlots - kCurSlots) + ", got " +
                                    std::to_string(o.sephash_main_max_slots));
   }
-  if (o.remote_timeout_ms < 1 || o.remote_timeout_ms > 600000) {
-    return Status::InvalidArgument("remote timeout must be 1 .. 600000 ms");
-  }
   return Status::OK();
 }
 
 Status make_index(const Options& options, bool create, std::unique_ptr<Index>* out) {
-  std::vector<std::string> specs;
-  if (Status s = split_specs(options.memnodes, &specs); !s.ok()) return s;
-  Params p;
-  if (create) {
-    if (Status s = check_create_options(options); !s.ok()) return s;
-    p = Params{static_cast<unsigned>(specs.size()), options.sephash_initial_depth,
-               options.sephash_max_depth, options.sephash_main_max_slots, 0};
-  }
-  auto index = std::make_unique<SepHashIndex>(options, std::move(specs), p);
-  if (Status s = create ? index->format(options.force) : index->attach(); !s.ok()) return s;
-  *out = std::move(index);
-  return Status::OK();
+  auto params = [&](unsigned nodes, Params* p) {
+    *p = Params{nodes, options.sephash_initial_depth, options.sephash_max_depth,
+                options.sephash_main_max_slots, 0};
+    return check_create_options(options);
+  };
+  return remote_index::start<SepHashIndex, Params>(options, "sephash", create, params, out);
 }
 
 Status create_remote(const Options& options, std::unique_ptr<Index>* out) {

@@ -1,0 +1,347 @@
+// tests/remote_engine_test.h - what the tests of the engines on memory
+// nodes (sephash, race) share: two fresh memory nodes per test, create and
+// open through the Store API, a whole-index check against a model, the
+// single-client model run, threads with their own models, and client
+// processes (forked) checked against models the parent recomputes.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "memnode_daemon.h"
+#include "pmhash/store.h"
+#include "remote/memnode.h"
+#include "scratch_file.h"
+
+namespace pmhash::testing {
+
+using Model = std::map<std::string, std::string>;
+
+inline std::string key_of(unsigned i) { return "key-" + std::to_string(i); }
+inline std::string value_of(unsigned i, unsigned round) {
+  return "value-" + std::to_string(i) + "-" + std::to_string(round) +
+         std::string(i % 7 == 0 ? 300 : 0, 'v');  // some items longer than one slot's units
+}
+
+class RemoteEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int n = 0; n < 2; ++n) {
+      nodes_.push_back(dir_.str() + "/mn" + std::to_string(n));
+      const Status s = remote::create_memnode(nodes_.back(), 64u << 20, false);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+    }
+  }
+
+  // The engine's options on the two nodes (small structures, so that a few
+  // thousand keys resize often).
+  virtual Options options() const = 0;
+
+  std::unique_ptr<Store> create(const Options& o) {
+    std::unique_ptr<Store> st;
+    const Status s = Store::create("", o, &st);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return st;
+  }
+  std::unique_ptr<Store> open(const Options& o) {
+    std::unique_ptr<Store> st;
+    const Status s = Store::open("", o, &st);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return st;
+  }
+
+  static void expect_holds(Store& st, const Model& model) {
+    for (const auto& [k, v] : model) {
+      std::string got;
+      const Status s = st.get(k, &got);
+      ASSERT_TRUE(s.ok()) << k << ": " << s.to_string();
+      ASSERT_EQ(got, v) << k;
+    }
+    Model seen;
+    ASSERT_TRUE(st.for_each([&](std::string_view k, std::string_view v) {
+                    EXPECT_TRUE(seen.emplace(std::string(k), std::string(v)).second)
+                        << "for_each gave " << k << " twice";
+                    return true;
+                  }).ok());
+    EXPECT_EQ(seen, model);
+    EXPECT_EQ(st.size(), model.size());
+    const Status c = st.check();
+    EXPECT_TRUE(c.ok()) << c.to_string();
+  }
+
+  // expect_holds, then again through another client attached to the same
+  // nodes after this one closed.
+  void expect_holds_here_and_reopened(std::unique_ptr<Store> st, const Model& model) {
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+    ASSERT_TRUE(st->close().ok());
+    auto again = open(options());
+    ASSERT_NE(again, nullptr);
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*again, model));
+  }
+
+  // Inserts key_of(from .. to-1) with value_of(i, 0), into the model too
+  // (each after its insert returned).
+  static void load(Store& st, unsigned from, unsigned to, Model* model) {
+    for (unsigned i = from; i < to; ++i) {
+      const Status s = st.insert(key_of(i), value_of(i, 0));
+      ASSERT_TRUE(s.ok()) << key_of(i) << ": " << s.to_string();
+      model->emplace(key_of(i), value_of(i, 0));
+    }
+  }
+
+  // `steps` random inserts, updates, upserts, removes and gets of `keys`
+  // keys, each answer checked against *model.
+  static void run_model(Store& st, unsigned steps, unsigned keys, Model* model) {
+    std::mt19937 rng(7);
+    for (unsigned step = 0; step < steps; ++step) {
+      const unsigned i = rng() % keys;
+      const std::string k = key_of(i);
+      const std::string v = value_of(i, step);
+      const bool present = model->count(k) != 0;
+      std::string got;
+      switch (rng() % 5) {
+        case 0: {
+          const Status s = st.insert(k, v);
+          ASSERT_EQ(s.is_already_exists(), present) << s.to_string();
+          if (!present) {
+            ASSERT_TRUE(s.ok()) << s.to_string();
+          }
+          model->emplace(k, v);
+          break;
+        }
+        case 1: {
+          const Status s = st.update(k, v);
+          ASSERT_EQ(s.is_not_found(), !present) << s.to_string();
+          if (present) (*model)[k] = v;
+          break;
+        }
+        case 2:
+          ASSERT_TRUE(st.upsert(k, v).ok());
+          (*model)[k] = v;
+          break;
+        case 3: {
+          const Status s = st.remove(k);
+          ASSERT_EQ(s.is_not_found(), !present) << s.to_string();
+          model->erase(k);
+          break;
+        }
+        default: {
+          const Status s = st.get(k, &got);
+          ASSERT_EQ(s.ok(), present) << k << ": " << s.to_string();
+          if (present) {
+            ASSERT_EQ(got, (*model)[k]);
+          }
+        }
+      }
+    }
+  }
+
+  // 4 threads (4 clients of one store), each upserting and removing its
+  // own keys against its own model and reading them back; then the whole
+  // index against the union of the models.
+  static void run_threads(Store& st) {
+    constexpr unsigned kThreads = 4, kThreadKeys = 1500;
+    std::vector<Model> models(kThreads);
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(t);
+        Model& m = models[t];
+        for (unsigned step = 0; step < 4000; ++step) {
+          const unsigned i = t * kThreadKeys + rng() % kThreadKeys;
+          const std::string k = key_of(i);
+          const std::string v = value_of(i, step);
+          if (rng() % 4 == 0) {
+            const Status s = st.remove(k);
+            EXPECT_EQ(s.is_not_found(), m.count(k) == 0) << s.to_string();
+            m.erase(k);
+          } else {
+            EXPECT_TRUE(st.upsert(k, v).ok());
+            m[k] = v;
+          }
+          std::string got;
+          const Status s = st.get(k, &got);
+          EXPECT_EQ(s.ok(), m.count(k) != 0) << s.to_string();
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    Model all;
+    for (const Model& m : models) all.insert(m.begin(), m.end());
+    ASSERT_NO_FATAL_FAILURE(expect_holds(st, all));
+  }
+
+  // Several client processes on the same memory nodes, each writing its
+  // own keys (checking every answer against its own model) while reading
+  // the others'; the parent then checks the whole index against the
+  // models, which it recomputes from the same seeds.
+  static constexpr unsigned kProcs = 4, kKeys = 800;
+
+  // The ops of process p, applied to `model`; with a store, each is also
+  // run and its answer compared. False on the first wrong answer.
+  static bool run_ops(unsigned p, unsigned steps, Model* model, Store* st) {
+    std::mt19937 rng(100 + p);
+    for (unsigned step = 0; step < steps; ++step) {
+      const unsigned i = p * kKeys + rng() % kKeys;
+      const std::string k = key_of(i);
+      const std::string v = value_of(i, step);
+      const bool present = model->count(k) != 0;
+      const unsigned op = rng() % 4;
+      const unsigned other = ((p + 1) % kProcs) * kKeys + rng() % kKeys;
+      if (op == 0) {
+        model->erase(k);
+      } else {
+        (*model)[k] = v;
+      }
+      if (st == nullptr) continue;
+      Status s;
+      if (op == 0) {
+        s = st->remove(k);
+        if (s.is_not_found() != !present) return false;
+      } else if (op == 1) {
+        s = present ? st->update(k, v) : st->insert(k, v);
+        if (!s.ok()) return false;
+      } else {
+        if (!st->upsert(k, v).ok()) return false;
+      }
+      std::string got;
+      s = st->get(key_of(other), &got);  // another process's key: any answer but an error
+      if (!s.ok() && !s.is_not_found()) return false;
+      s = st->get(k, &got);
+      if (s.ok() != (model->count(k) != 0) || (s.ok() && got != (*model)[k])) return false;
+    }
+    return true;
+  }
+
+  // The union of the models of all processes after `steps` steps.
+  static Model all_models(unsigned steps) {
+    Model all;
+    for (unsigned p = 0; p < kProcs; ++p) {
+      Model m;
+      run_ops(p, steps, &m, nullptr);
+      all.insert(m.begin(), m.end());
+    }
+    return all;
+  }
+
+  // (Over tcp every round trip is a socket exchange with a daemon process,
+  // on a machine shared with the build: fewer steps.)
+  void run_processes(const Options& o, unsigned steps) {
+    auto st = create(o);
+    ASSERT_NE(st, nullptr);
+    ASSERT_TRUE(st->close().ok());
+    std::vector<pid_t> pids;
+    for (unsigned p = 0; p < kProcs; ++p) {
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        std::unique_ptr<Store> mine;
+        if (!Store::open("", o, &mine).ok()) ::_exit(2);
+        Model model;
+        const bool ok = run_ops(p, steps, &model, mine.get());
+        ::_exit(ok && mine->close().ok() ? 0 : 1);
+      }
+      pids.push_back(pid);
+    }
+    for (pid_t pid : pids) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+    }
+    st = open(o);
+    ASSERT_NE(st, nullptr);
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, all_models(steps)));
+  }
+
+  // The refusals of every engine on memory nodes, whose messages name
+  // `engine`; leaves on the nodes of `o` an index holding "k" -> "v".
+  void expect_refuses_bad_input(const Options& o, const std::string& engine) {
+    std::unique_ptr<Store> st;
+    // Open before any create: the nodes hold no index.
+    Status s = Store::open("", o, &st);
+    EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+    EXPECT_NE(s.message().find("holds no " + engine + " index"), std::string::npos) << s.to_string();
+    // A path as well as memory nodes.
+    s = Store::create(dir_.str() + "/pool", o, &st);
+    EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+    // No memory nodes.
+    Options none = o;
+    none.memnodes.clear();
+    s = Store::create(dir_.str() + "/pool", none, &st);
+    EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+    EXPECT_NE(s.message().find("memnodes"), std::string::npos) << s.to_string();
+    // A memory node that is not one, and an empty entry.
+    Options bad = o;
+    bad.memnodes = "shm:" + dir_.str() + "/nothing";
+    EXPECT_FALSE(Store::create("", bad, &st).ok());
+    bad.memnodes = "shm:" + nodes_[0] + ",";
+    EXPECT_TRUE(Store::create("", bad, &st).is_invalid_argument());
+    // Epoch durability.
+    Options epoch = o;
+    epoch.durability = Durability::kEpoch;
+    EXPECT_TRUE(Store::create("", epoch, &st).is_invalid_argument());
+
+    st = create(o);
+    ASSERT_NE(st, nullptr);
+    ASSERT_TRUE(st->insert("k", "v").ok());
+    EXPECT_TRUE(st->insert(std::string(kMaxKeySize + 1, 'k'), "v").is_invalid_argument());
+    ASSERT_TRUE(st->close().ok());
+    // A second create does not wipe the index; a client naming one node of two is refused.
+    s = Store::create("", o, &st);
+    EXPECT_TRUE(s.is_already_exists()) << s.to_string();
+    Options one = o;
+    one.memnodes = "shm:" + nodes_[0];
+    s = Store::open("", one, &st);
+    EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+    EXPECT_NE(s.message().find("spans 2 memory nodes, 1 given"), std::string::npos) << s.to_string();
+    st = open(o);
+    ASSERT_NE(st, nullptr);
+    std::string got;
+    ASSERT_TRUE(st->get("k", &got).ok());
+    EXPECT_EQ(got, "v");
+  }
+
+  // Inserts 500-byte values into the index of `o`, whose only node is the
+  // 4 MiB pool `small`, until NoSpace, which must name the node; what was
+  // stored must all be there.
+  void expect_full_node_keeps_data(const Options& o, const std::string& small) {
+    auto st = create(o);
+    ASSERT_NE(st, nullptr);
+    Model model;
+    Status s;
+    for (unsigned i = 0; i < 200000; ++i) {
+      s = st->insert(key_of(i), std::string(500, 'x'));
+      if (!s.ok()) break;
+      model.emplace(key_of(i), std::string(500, 'x'));
+    }
+    ASSERT_TRUE(s.is_no_space()) << s.to_string();
+    EXPECT_NE(s.message().find(small), std::string::npos) << s.to_string();
+    EXPECT_GT(model.size(), 1000u);
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  }
+
+  // run_processes on two memory-node daemons over loopback (the same pools).
+  void run_processes_on_tcp(unsigned steps) {
+    Daemon d0(nodes_[0], 0), d1(nodes_[1], 0);
+    ASSERT_NE(d0.port(), 0);
+    ASSERT_NE(d1.port(), 0);
+    Options o = options();
+    o.memnodes = "tcp:127.0.0.1:" + std::to_string(d0.port()) + ",tcp:127.0.0.1:" +
+                 std::to_string(d1.port());
+    run_processes(o, steps);
+  }
+
+  ScratchDir dir_;
+  std::vector<std::string> nodes_;
+};
+
+}  // namespace pmhash::testing
