@@ -368,7 +368,7 @@ class SepHashIndex final : public Index {
   // The newest entry of `key` (*any false when the key has none).
   Status lookup(Session& ss, const Key& key, Candidate* best, bool* any) {
     const std::uint64_t h = key.h1;
-    const unsigned fp = hash_fp(h), fp2 = hash_fp2(h);
+    const unsigned fp = hash_fp(h);
     const auto deadline = lock_deadline();
     for (;;) {
       *any = false;
@@ -387,51 +387,86 @@ class SepHashIndex final : public Index {
       }
       b.read(node, off + kMetaOff, &meta2, 8);
       if (Status s = exec(ss, b); !s.ok()) return s;
-      if (hd.meta != meta2 || (hd.meta & kMetaLock) != 0) {
-        if (Clock::now() > deadline) return locked_too_long(seg);
-        std::this_thread::yield();
-        continue;
+      bool go = false;
+      if (Status s = check_snapshot(ss, h, seg, hd, meta2, &mc, deadline, &go); !s.ok()) return s;
+      if (!go) continue;
+      bool retry = false;
+      if (Status s = newest_in_snapshot(ss, key, seg, hd, mslots, nullptr, best, any, &retry);
+          !s.ok() || !retry) {
+        return s;
       }
-      const unsigned depth = meta_depth(hd.meta);
-      if ((h & low_mask(depth)) != hd.pattern) {
-        if (Status s = refresh_dir(ss); !s.ok()) return s;
-        continue;
-      }
-      if (meta_main_off(hd.meta) != mc.main_off) {
-        if (Status s = load_prefix(ss, node, hd.meta, &mc); !s.ok()) return s;
-        continue;
-      }
-      const unsigned dbits = hash_dbits(h, depth);
-      auto matches = [&](std::uint64_t s) {
-        return slot_fp(s) == fp && slot_fp2(s) == fp2 && slot_dbits(s) == dbits;
-      };
-      std::vector<std::uint64_t> main_cands;
-      for (std::uint64_t s : mslots) {
-        if (matches(s)) main_cands.push_back(s);
-      }
-      const bool sign = meta_sign(hd.meta);
-      std::vector<Candidate> items;
-      if (!bitmap_has(hd, sign, bitmap_bit(fp, fp2))) {
-        if (Status s = read_items(ss, node, main_cands, &items); !s.ok()) return s;
-        newest(items, key.bytes, best, any);
-        return Status::OK();
-      }
-      // The CurSeg may hold the key: its slots, and the meta once more.
-      std::uint64_t slots[kCurSlots];
-      std::uint64_t meta3 = 0;
-      b.clear();
-      b.read(node, off + kSlotsOff, slots, sizeof(slots));
-      b.read(node, off + kMetaOff, &meta3, 8);
-      if (Status s = exec(ss, b); !s.ok()) return s;
-      if (meta3 != hd.meta) continue;
-      std::vector<std::uint64_t> cands = main_cands;
-      for (std::uint64_t s : slots) {
-        if (s != 0 && ((s & kSignBit) != 0) == sign && matches(s)) cands.push_back(s);
-      }
-      if (Status s = read_items(ss, node, cands, &items); !s.ok()) return s;
-      newest(items, key.bytes, best, any);
+    }
+  }
+
+  // Judges a first round trip's snapshot of segment `seg` (header `hd`,
+  // then the meta again, `meta2`) for a key of hash `h`: *go when it is
+  // consistent and unlocked, the segment is the key's, and (with `mc`) the
+  // MainSeg prefix cache is current. Otherwise it waits a little (locked;
+  // Busy past the deadline), re-reads the directory or loads the prefix
+  // table, and the caller starts over.
+  Status check_snapshot(Session& ss, std::uint64_t h, RAddr seg, const Header& hd,
+                        std::uint64_t meta2, Session::MainCache* mc, Clock::time_point deadline,
+                        bool* go) {
+    *go = false;
+    if (hd.meta != meta2 || (hd.meta & kMetaLock) != 0) {
+      if (Clock::now() > deadline) return locked_too_long(seg);
+      std::this_thread::yield();
       return Status::OK();
     }
+    if ((h & low_mask(meta_depth(hd.meta))) != hd.pattern) return refresh_dir(ss);
+    if (mc != nullptr && meta_main_off(hd.meta) != mc->main_off) {
+      return load_prefix(ss, raddr_node(seg), hd.meta, mc);
+    }
+    *go = true;
+    return Status::OK();
+  }
+
+  // The newest entry of `key` in segment `seg`, given a consistent snapshot
+  // of its header `hd` and the MainSeg slots of the key's fingerprint
+  // (`mslots`): the CurSeg's slots are read only when the bitmap has the
+  // key's bit (into `all_slots`, when given, which then holds every slot),
+  // then the candidates' items. *retry: the segment changed under the
+  // reads; nothing was decided, the caller starts over.
+  Status newest_in_snapshot(Session& ss, const Key& key, RAddr seg, const Header& hd,
+                            const std::vector<std::uint64_t>& mslots, std::uint64_t* all_slots,
+                            Candidate* best, bool* any, bool* retry) {
+    const std::uint64_t h = key.h1;
+    const unsigned fp = hash_fp(h), fp2 = hash_fp2(h);
+    const unsigned node = raddr_node(seg);
+    const std::uint64_t off = raddr_off(seg);
+    const unsigned dbits = hash_dbits(h, meta_depth(hd.meta));
+    auto matches = [&](std::uint64_t s) {
+      return slot_fp(s) == fp && slot_fp2(s) == fp2 && slot_dbits(s) == dbits;
+    };
+    *any = false;
+    *retry = false;
+    std::vector<std::uint64_t> cands;
+    for (std::uint64_t s : mslots) {
+      if (matches(s)) cands.push_back(s);
+    }
+    const bool sign = meta_sign(hd.meta);
+    if (bitmap_has(hd, sign, bitmap_bit(fp, fp2))) {
+      // The CurSeg may hold the key: its slots, and the meta once more.
+      std::uint64_t own[kCurSlots];
+      std::uint64_t* slots = all_slots != nullptr ? all_slots : own;
+      std::uint64_t meta3 = 0;
+      Batch b;
+      b.read(node, off + kSlotsOff, slots, kCurSlots * 8);
+      b.read(node, off + kMetaOff, &meta3, 8);
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      if (meta3 != hd.meta) {
+        *retry = true;
+        return Status::OK();
+      }
+      for (unsigned i = 0; i < kCurSlots; ++i) {
+        const std::uint64_t s = slots[i];
+        if (s != 0 && ((s & kSignBit) != 0) == sign && matches(s)) cands.push_back(s);
+      }
+    }
+    std::vector<Candidate> items;
+    if (Status s = read_items(ss, node, cands, &items); !s.ok()) return s;
+    newest(items, key.bytes, best, any);
+    return Status::OK();
   }
 
   Status load_prefix(Session& ss, unsigned node, std::uint64_t meta, Session::MainCache* mc) {
@@ -501,48 +536,26 @@ class SepHashIndex final : public Index {
       b.read(node, off + kMetaOff, &meta2, 8);
       if (Status s = exec(ss, b); !s.ok()) return s;
       if (ih.version == 0) ih.version = b.result(0);
-      if (hd.meta != meta2 || (hd.meta & kMetaLock) != 0) {
-        if (Clock::now() > deadline) return locked_too_long(seg);
-        std::this_thread::yield();
-        continue;
+      bool go = false;
+      if (Status s = check_snapshot(ss, h, seg, hd, meta2, want != Want::kAny ? &mc : nullptr,
+                                    deadline, &go);
+          !s.ok()) {
+        return s;
       }
+      if (!go) continue;
       const unsigned depth = meta_depth(hd.meta);
-      if ((h & low_mask(depth)) != hd.pattern) {
-        if (Status s = refresh_dir(ss); !s.ok()) return s;
-        continue;
-      }
       const bool sign = meta_sign(hd.meta);
       bool all_slots = false;  // slots[] holds every slot, not only the window
       if (want != Want::kAny) {
-        if (meta_main_off(hd.meta) != mc.main_off) {
-          if (Status s = load_prefix(ss, node, hd.meta, &mc); !s.ok()) return s;
-          continue;
-        }
-        const unsigned dbits = hash_dbits(h, depth);
-        auto matches = [&](std::uint64_t s) {
-          return slot_fp(s) == fp && slot_fp2(s) == fp2 && slot_dbits(s) == dbits;
-        };
-        std::vector<std::uint64_t> cands;
-        for (std::uint64_t s : mslots) {
-          if (matches(s)) cands.push_back(s);
-        }
-        if (bitmap_has(hd, sign, bitmap_bit(fp, fp2))) {
-          std::uint64_t meta3 = 0;
-          b.clear();
-          b.read(node, off + kSlotsOff, slots, sizeof(slots));
-          b.read(node, off + kMetaOff, &meta3, 8);
-          if (Status s = exec(ss, b); !s.ok()) return s;
-          if (meta3 != hd.meta) continue;
-          all_slots = true;
-          for (std::uint64_t s : slots) {
-            if (s != 0 && ((s & kSignBit) != 0) == sign && matches(s)) cands.push_back(s);
-          }
-        }
-        std::vector<Candidate> items;
-        if (Status s = read_items(ss, node, cands, &items); !s.ok()) return s;
         Candidate found;
-        bool any = false;
-        newest(items, key.bytes, &found, &any);
+        bool any = false, retry = false;
+        if (bitmap_has(hd, sign, bitmap_bit(fp, fp2))) all_slots = true;
+        if (Status s = newest_in_snapshot(ss, key, seg, hd, mslots, all_slots ? slots : nullptr,
+                                          &found, &any, &retry);
+            !s.ok()) {
+          return s;
+        }
+        if (retry) continue;
         const bool present = any && !slot_tomb(found.slot);
         if (want == Want::kAbsent && present) return Status::AlreadyExists("");
         if (want == Want::kPresent && !present) return Status::NotFound("");
@@ -563,17 +576,7 @@ class SepHashIndex final : public Index {
       for (unsigned i = w; i < w + kWindowSlots; ++i) {
         if (is_free(slots[i])) free_slots.push_back(i);
       }
-      if (free_slots.empty() && all_slots) {
-        for (unsigned i = 0; i < kCurSlots; ++i) {
-          if (is_free(slots[i])) free_slots.push_back(i);
-        }
-        if (free_slots.empty()) {
-          if (Status s = merge(ss, seg, hd.meta); !s.ok()) return s;
-          continue;
-        }
-        ss.window = (free_slots.front() / kWindowSlots) * kWindowSlots;
-      }
-      if (free_slots.empty()) {
+      if (free_slots.empty() && !all_slots) {
         // The window is full: look at every slot before deciding to merge.
         std::uint64_t meta3 = 0;
         b.clear();
@@ -581,6 +584,9 @@ class SepHashIndex final : public Index {
         b.read(node, off + kMetaOff, &meta3, 8);
         if (Status s = exec(ss, b); !s.ok()) return s;
         if (meta3 != hd.meta) continue;
+        all_slots = true;
+      }
+      if (free_slots.empty()) {  // slots[] holds every slot
         for (unsigned i = 0; i < kCurSlots; ++i) {
           if (is_free(slots[i])) free_slots.push_back(i);
         }
