@@ -347,6 +347,44 @@ TEST_F(SepHashTest, CloseHandsBlocksBackAndANewClientReusesThem) {
   ASSERT_NO_FATAL_FAILURE(expect_holds(*again, model));
 }
 
+// A client that frees more than it allocates (here: it removes thousands
+// of keys, and its merges free their items) hands its surplus to the nodes'
+// stacks while it runs, where another client open at the same time finds it.
+TEST_F(SepHashTest, AClientThatFreesMoreThanItWritesSharesTheSurplus) {
+  auto a = create(options());
+  ASSERT_NE(a, nullptr);
+  // More than 2 x kKeepFreeBlocks (sephash.cc) blocks per node end up freed.
+  constexpr unsigned kKeys = 16000;
+  for (unsigned i = 0; i < kKeys; ++i) ASSERT_TRUE(a->insert(key_of(i), "v").ok());
+  for (unsigned i = 0; i < kKeys; ++i) ASSERT_TRUE(a->remove(key_of(i)).ok());
+  const Stats sa = a->stats();
+  EXPECT_GT(sa.remote_blocks_freed - sa.remote_blocks_reused, 8000u);
+  // The nodes' stacks (layout.h, FreeTable) hold records now, a still open.
+  auto stacked = [&] {
+    engine::sephash::IndexRoot root{};
+    std::unique_ptr<remote::Client> c;
+    EXPECT_TRUE(remote::Client::connect({"shm:" + nodes_[0], "shm:" + nodes_[1]}, {}, &c).ok());
+    remote::Batch b;
+    b.read(0, engine::sephash::kRootOff, &root, sizeof(root));
+    EXPECT_TRUE(c->exec_sync(b).ok());
+    std::uint64_t head[2] = {};
+    b.clear();
+    for (unsigned n = 0; n < 2; ++n) b.read(n, root.free_table, &head[n], 8);
+    EXPECT_TRUE(c->exec_sync(b).ok());
+    return (engine::sephash::head_off(head[0]) != 0) + (engine::sephash::head_off(head[1]) != 0);
+  };
+  EXPECT_GE(stacked(), 1u);
+  auto b = open(options());
+  ASSERT_NE(b, nullptr);
+  Model model;
+  for (unsigned i = 0; i < 300; ++i) {
+    ASSERT_TRUE(b->insert(key_of(i), "w").ok());
+    model[key_of(i)] = "w";
+  }
+  EXPECT_GT(b->stats().remote_blocks_reused, 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*b, model));
+}
+
 TEST_F(SepHashTest, BadInputIsRefusedWithAClearError) {
   std::unique_ptr<Store> st;
   Options o = options();

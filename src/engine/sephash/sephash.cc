@@ -459,40 +459,81 @@ class SepHashIndex final : public Index {
       std::vector<std::uint64_t> entries;
       for (auto& [units, offs] : ss.free[node]) {
         for (std::uint64_t o : offs) entries.push_back(free_entry(units, o));
-        offs.clear();
       }
       ss.free[node].clear();
-      while (!entries.empty()) {
-        // The record's own block: a free one of its size, else a piece of a
-        // larger free one, else a new one.
-        std::uint64_t rec_off = 0;
-        const std::uint64_t rec_units = kFreeRecordBytes / 64;
-        auto fit = std::find_if(entries.begin(), entries.end(),
-                                [&](std::uint64_t e) { return entry_units(e) >= rec_units; });
-        if (fit != entries.end()) {
-          rec_off = entry_off(*fit);
-          if (entry_units(*fit) == rec_units) {
-            *fit = entries.back();
-            entries.pop_back();
-          } else {
-            *fit = free_entry(entry_units(*fit) - rec_units, rec_off + kFreeRecordBytes);
-          }
-        } else if (Status s = alloc_direct(ss, node, kFreeRecordBytes, &rec_off); !s.ok()) {
-          if (first.ok()) first = s;
-          break;
-        }
-        const std::size_t n = std::min<std::size_t>(entries.size(), kFreeRecordEntries);
-        std::vector<std::uint64_t> rec(kFreeRecordBytes / 8, 0);
-        rec[1] = n;
-        std::copy(entries.end() - static_cast<std::ptrdiff_t>(n), entries.end(), rec.begin() + 2);
-        if (Status s = push_record(ss, node, rec_off, &rec); !s.ok()) {
-          if (first.ok()) first = s;
-          break;
-        }
-        entries.resize(entries.size() - n);
-      }
+      // What a failing node did not take is lost (leaked).
+      if (Status s = push_blocks(ss, node, &entries, true); !s.ok() && first.ok()) first = s;
     }
     return first;
+  }
+
+  // A client that frees more than it allocates (it merges more than it
+  // writes) gives the surplus of `node` to the node's stack, where clients
+  // that allocate more take it before they take new space: one record (2
+  // or 3 round trips) when it holds more than kKeepFreeBlocks blocks there.
+  static constexpr std::size_t kKeepFreeBlocks = 4 * kFreeRecordEntries;
+  void shed_surplus(Session& ss, unsigned node) {
+    std::size_t total = 0;
+    for (const auto& [units, offs] : ss.free[node]) total += offs.size();
+    if (total <= kKeepFreeBlocks) return;
+    std::vector<std::uint64_t> entries;
+    for (auto& [units, offs] : ss.free[node]) {
+      for (std::size_t give = offs.size() / 2; give > 0 && entries.size() < kFreeRecordEntries; --give) {
+        entries.push_back(free_entry(units, offs.back()));
+        offs.pop_back();
+      }
+    }
+    // The record's block may be new space (4 KiB for up to 510 blocks; the
+    // client that pops it reuses it too).
+    (void)push_blocks(ss, node, &entries, true);
+    for (std::uint64_t e : entries) ss.free[node][entry_units(e)].push_back(entry_off(e));
+  }
+
+  // Pushes the blocks `entries` of `node` to its stack, in records whose
+  // own blocks come from the entries (one of kFreeRecordBytes, or a piece
+  // of a larger one), else (`may_bump`) from the bump word. What was not
+  // pushed stays in *entries.
+  Status push_blocks(Session& ss, unsigned node, std::vector<std::uint64_t>* entries,
+                     bool may_bump) {
+    const std::uint64_t rec_units = kFreeRecordBytes / 64;
+    while (!entries->empty()) {
+      std::uint64_t rec_off = 0;
+      auto fit = std::find_if(entries->begin(), entries->end(),
+                              [&](std::uint64_t e) { return entry_units(e) >= rec_units; });
+      std::uint64_t fit_entry = 0;
+      std::size_t fit_at = 0;
+      if (fit != entries->end()) {
+        fit_entry = *fit;
+        fit_at = static_cast<std::size_t>(fit - entries->begin());
+        rec_off = entry_off(*fit);
+        if (entry_units(*fit) == rec_units) {
+          *fit = entries->back();
+          entries->pop_back();
+        } else {
+          *fit = free_entry(entry_units(*fit) - rec_units, rec_off + kFreeRecordBytes);
+        }
+      } else if (!may_bump) {
+        return Status::OK();
+      } else if (Status s = alloc_direct(ss, node, kFreeRecordBytes, &rec_off); !s.ok()) {
+        return s;
+      }
+      const std::size_t n = std::min<std::size_t>(entries->size(), kFreeRecordEntries);
+      std::vector<std::uint64_t> rec(kFreeRecordBytes / 8, 0);
+      rec[1] = n;
+      std::copy(entries->end() - static_cast<std::ptrdiff_t>(n), entries->end(), rec.begin() + 2);
+      if (Status s = push_record(ss, node, rec_off, &rec); !s.ok()) {
+        // Not pushed (as far as this client knows): the record's block is
+        // free again too.
+        if (fit_entry != 0 && entry_units(fit_entry) == rec_units) {
+          entries->push_back(fit_entry);
+        } else if (fit_entry != 0) {
+          (*entries)[fit_at] = fit_entry;  // the piece's rest stood there
+        }
+        return s;
+      }
+      entries->resize(entries->size() - n);
+    }
+    return Status::OK();
   }
 
   // Writes the record (its next word set here) and makes it the top of
@@ -1064,6 +1105,7 @@ class SepHashIndex final : public Index {
     if (meta_main_len(meta) != 0) {
       release(ss, node, meta_main_off(meta), main_units(meta_main_len(meta)));
     }
+    shed_surplus(ss, node);
   }
 
   // Each key's newest entry of `all` (sorted by fingerprint), tombstones
