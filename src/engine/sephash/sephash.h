@@ -111,8 +111,11 @@
 //   Why a merger never frees a block still named. It frees only blocks of
 // entries it read under the lock (live CurSeg slots and its MainSeg), not
 // named by a kept entry, and the MainSeg its publish replaced; after the
-// publish the slots hold free words and the old MainSeg is unreferenced. No other
-// client frees this segment's blocks: frees need the segment's lock. A
+// publish the slots hold free words and the old MainSeg is unreferenced.
+// An entry a stale append lands after the merge read the slots is
+// overwritten by the publish; its block is its appender's, which appends
+// again and never frees it. No other client frees this segment's blocks:
+// frees need the segment's lock. A
 // split moves the new half's entries into the new segment; they are freed
 // later only by that segment's lock holder, which exists only after the
 // split's publish.
