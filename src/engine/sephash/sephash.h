@@ -159,8 +159,13 @@
 //
 // What this version does not do yet (issue 8): recover a segment whose
 // merging client died with the lock held, or whose publish failed (calls
-// on that segment return Busy after the timeout); and it runs one call per client thread at a time (the remote
-// layer's coroutines are for the benchmark clients). Two concurrent inserts
+// on that segment return Busy after the timeout); and it runs one call
+// per client thread at a time (the remote layer's coroutines are for the
+// benchmark clients). A split puts the new segment on node pattern mod
+// nodes but leaves its items (and names them) on the old segment's node:
+// with a node count that is not a power of two, or an initial depth below
+// log2(nodes), they differ, and reads of the new segment look on the wrong
+// node (found while writing reclamation; not fixed). Two concurrent inserts
 // of one absent key by different clients may both return OK; the one with
 // the larger version stands, as if the other had been an upsert.
 #pragma once
