@@ -101,6 +101,26 @@ TEST_F(SepHashTest, SplitsAtDepthsThatReReadItemsKeepEveryKey) {
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
 }
 
+TEST_F(SepHashTest, ThreeNodesKeepEverySegmentWithItsItems) {
+  // Three nodes and initial depth 1: segments split into patterns whose
+  // residue mod 3 is not their parent's; a split's new segment must stay
+  // on the node of the items it names.
+  const std::string third = dir_.str() + "/mn2";
+  ASSERT_TRUE(remote::create_memnode(third, 64u << 20, false).ok());
+  Options o = options();
+  o.memnodes += ",shm:" + third;
+  auto st = create(o);
+  ASSERT_NE(st, nullptr);
+  Model model;
+  ASSERT_NO_FATAL_FAILURE(run_model(*st, 8000, 2500, &model));
+  EXPECT_GT(st->stats().expansions, 4u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  ASSERT_TRUE(st->close().ok());
+  auto again = open(o);
+  ASSERT_NE(again, nullptr);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*again, model));
+}
+
 TEST_F(SepHashTest, ThreadsWriteTheirOwnKeysAndShareOthers) {
   auto st = create(options());
   ASSERT_NE(st, nullptr);

@@ -1233,7 +1233,7 @@ class SepHashIndex final : public Index {
       }
     }
     const std::uint64_t pattern1 = pattern | (std::uint64_t{1} << depth);
-    const unsigned node1 = static_cast<unsigned>(pattern1 % specs_.size());
+    const unsigned node1 = node;  // where the items the new half names are
     std::uint64_t main0 = 0, main1 = 0, cur1 = 0;
     std::vector<std::byte> img0, img1;
     if (!half[0].empty()) {

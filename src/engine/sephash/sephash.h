@@ -11,8 +11,10 @@
 // low hash bits, a segment. A segment is a CurSeg (1 KiB: a meta word, a
 // fingerprint bitmap per sign, 104 unsorted slots) and a MainSeg (a sorted,
 // immutable array of slots). A segment of local depth d holds the keys whose
-// low d hash bits equal its pattern; it lives on node pattern mod nodes, and
-// so do its items. All 2^max_depth directory entries are kept current (a
+// low d hash bits equal its pattern. The 2^initial_depth segments of a new
+// index go round the nodes (pattern mod nodes); a split's new segment stays
+// on its parent's node, where the items it names are, so every segment and
+// its items live on one node. All 2^max_depth directory entries are kept current (a
 // split rewrites the entries of its new half), so growing the global depth
 // copies nothing; clients read the first 2^global_depth entries.
 //
@@ -161,11 +163,7 @@
 // merging client died with the lock held, or whose publish failed (calls
 // on that segment return Busy after the timeout); and it runs one call
 // per client thread at a time (the remote layer's coroutines are for the
-// benchmark clients). A split puts the new segment on node pattern mod
-// nodes but leaves its items (and names them) on the old segment's node:
-// with a node count that is not a power of two, or an initial depth below
-// log2(nodes), they differ, and reads of the new segment look on the wrong
-// node (found while writing reclamation; not fixed). Two concurrent inserts
+// benchmark clients). Two concurrent inserts
 // of one absent key by different clients may both return OK; the one with
 // the larger version stands, as if the other had been an upsert.
 #pragma once
