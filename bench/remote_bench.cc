@@ -20,7 +20,8 @@
 // answer (a missing key, a failed write) fails the run.
 //
 // Output: one line per run (engine, throughput, round trips, verbs and
-// bytes per operation, merges, splits, bytes splits wrote), and with --csv
+// bytes per operation, merges, splits, bytes splits wrote, and the remote
+// KiB merges freed, allocations reused and new space took), and with --csv
 // a CSV file that also has the bytes written per split.
 #include <signal.h>
 #include <sys/wait.h>
@@ -71,6 +72,7 @@ struct Report {
   std::uint64_t ns = 0;
   std::uint64_t wrong = 0;
   std::uint64_t round_trips = 0, verbs = 0, bytes = 0, merges = 0, splits = 0, moved = 0;
+  std::uint64_t freed = 0, reused = 0, bumped = 0;  // remote bytes (Stats::remote_bytes_*)
   char error[256] = {};
 };
 
@@ -161,6 +163,9 @@ Report client(const Config& cfg, const Options& o, const Run& run, unsigned c, i
   r.merges = after.merges - before.merges;
   r.splits = after.expansions - before.expansions;
   r.moved = after.bytes_moved - before.bytes_moved;
+  r.freed = after.remote_bytes_freed - before.remote_bytes_freed;
+  r.reused = after.remote_bytes_reused - before.remote_bytes_reused;
+  r.bumped = after.remote_bytes_bumped - before.remote_bytes_bumped;
   if (Status s = st->close(); !s.ok()) return fail("close: " + s.to_string());
   return r;
 }
@@ -213,6 +218,9 @@ bool run_clients(const Config& cfg, const Options& o, const Run& run, Report* su
     sum->merges += r.merges;
     sum->splits += r.splits;
     sum->moved += r.moved;
+    sum->freed += r.freed;
+    sum->reused += r.reused;
+    sum->bumped += r.bumped;
   }
   return ok;
 }
@@ -257,11 +265,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     csv << "engine,transport,latency_ns,clients,workload,ops,mops,round_trips_per_op,"
-           "verbs_per_op,bytes_per_op,merges,splits,split_bytes,split_bytes_per_split\n";
+           "verbs_per_op,bytes_per_op,merges,splits,split_bytes,split_bytes_per_split,"
+           "freed_bytes,reused_bytes,new_bytes\n";
   }
-  std::printf("%-8s %-4s %7s %3s %-6s %9s %8s %8s %9s %7s %6s %11s\n", "engine", "net", "lat_ns",
-              "cli", "work", "Mops/s", "rtt/op", "verbs/op", "bytes/op", "merges", "splits",
-              "split_bytes");
+  std::printf("%-8s %-4s %7s %3s %-6s %9s %8s %8s %9s %7s %6s %11s %9s %9s %9s\n", "engine",
+              "net", "lat_ns", "cli", "work", "Mops/s", "rtt/op", "verbs/op", "bytes/op", "merges",
+              "splits", "split_bytes", "freed_KiB", "reuse_KiB", "new_KiB");
   bool all_ok = true;
   for (const std::string& transport : cfg.transports) {
     for (unsigned lat : cfg.latencies) {
@@ -311,13 +320,17 @@ int main(int argc, char** argv) {
             if (ok) ok = run_clients(cfg, o, run, &r);
             if (ok) {
               const double ops = static_cast<double>(r.ops);
-              std::printf("%-8s %-4s %7u %3u %-6s %9.3f %8.2f %8.2f %9.1f %7llu %6llu %11llu\n",
+              std::printf("%-8s %-4s %7u %3u %-6s %9.3f %8.2f %8.2f %9.1f %7llu %6llu %11llu "
+                          "%9llu %9llu %9llu\n",
                           engine.c_str(), transport.c_str(), run.latency_ns, clients,
                           workload.c_str(), ops / static_cast<double>(r.ns) * 1e3,
                           static_cast<double>(r.round_trips) / ops, static_cast<double>(r.verbs) / ops,
                           static_cast<double>(r.bytes) / ops, static_cast<unsigned long long>(r.merges),
                           static_cast<unsigned long long>(r.splits),
-                          static_cast<unsigned long long>(r.moved));
+                          static_cast<unsigned long long>(r.moved),
+                          static_cast<unsigned long long>(r.freed / 1024),
+                          static_cast<unsigned long long>(r.reused / 1024),
+                          static_cast<unsigned long long>(r.bumped / 1024));
               std::fflush(stdout);
               if (csv) {
                 csv << engine << "," << transport << "," << run.latency_ns << "," << clients << ","
@@ -326,7 +339,7 @@ int main(int argc, char** argv) {
                     << static_cast<double>(r.verbs) / ops << "," << static_cast<double>(r.bytes) / ops
                     << "," << r.merges << "," << r.splits << "," << r.moved << ","
                     << (r.splits != 0 ? static_cast<double>(r.moved) / static_cast<double>(r.splits) : 0.0)
-                    << "\n";
+                    << "," << r.freed << "," << r.reused << "," << r.bumped << "\n";
               }
             }
             all_ok &= ok;

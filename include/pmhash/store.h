@@ -94,6 +94,16 @@ struct Stats {
   std::uint64_t remote_verbs = 0;
   std::uint64_t remote_bytes = 0;
   std::uint64_t merges = 0;
+  // Reuse of memory-node space (sephash; 0 otherwise), since open: blocks
+  // (items, MainSegs) that merges and splits freed and their bytes; blocks
+  // that allocations took from freed ones (this store's, or ones another
+  // client handed back when it closed) instead of new space, and their
+  // bytes; and the bytes taken from the nodes' bump words (new space).
+  std::uint64_t remote_blocks_freed = 0;
+  std::uint64_t remote_bytes_freed = 0;
+  std::uint64_t remote_blocks_reused = 0;
+  std::uint64_t remote_bytes_reused = 0;
+  std::uint64_t remote_bytes_bumped = 0;
   std::uint64_t flushes = 0;     // cache-line flushes issued since open
   std::uint64_t fences = 0;      // drains (store fences) issued since open
 };

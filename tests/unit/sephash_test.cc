@@ -7,7 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -20,6 +23,7 @@
 #include "engine/sephash/sephash.h"
 #include "memnode_daemon.h"
 #include "pmhash/store.h"
+#include "remote/client.h"
 #include "remote/memnode.h"
 #include "remote/server.h"
 #include "remote_engine_test.h"
@@ -45,6 +49,24 @@ class SepHashTest : public testing::RemoteEngineTest {
     o.sephash_max_depth = 12;
     return o;
   }
+
+  // The bytes the memory nodes' bump words have handed out, all nodes
+  // together: the space the index has taken.
+  std::uint64_t bumped() const {
+    std::uint64_t total = 0;
+    for (const std::string& n : nodes_) {
+      std::unique_ptr<remote::Client> c;
+      const Status s = remote::Client::connect({"shm:" + n}, {}, &c);
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      if (!s.ok()) return 0;
+      std::uint64_t bump = 0;
+      remote::Batch b;
+      b.read(0, remote::kBumpOffset, &bump, 8);
+      EXPECT_TRUE(c->exec_sync(b).ok());
+      total += bump - remote::kFirstAllocatable;
+    }
+    return total;
+  }
 };
 
 TEST_F(SepHashTest, OperationsFollowAModelThroughMergesAndSplits) {
@@ -69,6 +91,26 @@ TEST_F(SepHashTest, SplitsAtDepthsThatReReadItemsKeepEveryKey) {
   ASSERT_NO_FATAL_FAILURE(load(*st, 0, 20000, &model));
   EXPECT_GE(st->stats().expansions, 60u);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+}
+
+TEST_F(SepHashTest, ThreeNodesKeepEverySegmentWithItsItems) {
+  // Three nodes and initial depth 1: segments split into patterns whose
+  // residue mod 3 is not their parent's; a split's new segment must stay
+  // on the node of the items it names.
+  const std::string third = dir_.str() + "/mn2";
+  ASSERT_TRUE(remote::create_memnode(third, 64u << 20, false).ok());
+  Options o = options();
+  o.memnodes += ",shm:" + third;
+  auto st = create(o);
+  ASSERT_NE(st, nullptr);
+  Model model;
+  ASSERT_NO_FATAL_FAILURE(run_model(*st, 8000, 2500, &model));
+  EXPECT_GT(st->stats().expansions, 4u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  ASSERT_TRUE(st->close().ok());
+  auto again = open(o);
+  ASSERT_NE(again, nullptr);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*again, model));
 }
 
 TEST_F(SepHashTest, ThreadsWriteTheirOwnKeysAndShareOthers) {
@@ -140,6 +182,219 @@ TEST_F(SepHashTest, AnAppendWithAStaleSignIsNotLost) {
   for (const std::string& k : same) model.emplace(k, "other");
   model.emplace(victim, "mine");
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+}
+
+// Updates, upserts, removes and inserts over a fixed set of keys, round
+// after round, against a model: merges free the items they drop and the
+// MainSegs they replace, and the writes reuse them, so the space the nodes
+// hand out stops growing once the index is warm.
+TEST_F(SepHashTest, SpaceStopsGrowingUnderUpdatesOfAFixedKeySet) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  constexpr unsigned kKeys = 1500, kRounds = 10;
+  Model model;
+  std::mt19937 rng(11);
+  std::uint64_t after_round3 = 0, written_after_round3 = 0;
+  for (unsigned round = 1; round <= kRounds; ++round) {
+    for (unsigned step = 0; step < 2 * kKeys; ++step) {
+      const unsigned i = rng() % kKeys;
+      const std::string k = key_of(i);
+      const std::string v = value_of(i, round);
+      const bool present = model.count(k) != 0;
+      const unsigned op = rng() % 8;
+      if (op == 0) {
+        const Status s = st->remove(k);
+        ASSERT_EQ(s.is_not_found(), !present) << s.to_string();
+        model.erase(k);
+      } else if (op == 1 || !present) {
+        const Status s = st->insert(k, v);
+        ASSERT_EQ(s.is_already_exists(), present) << s.to_string();
+        model.emplace(k, v);
+      } else if (op < 5) {
+        ASSERT_TRUE(st->update(k, v).ok());
+        model[k] = v;
+      } else {
+        ASSERT_TRUE(st->upsert(k, v).ok());
+        model[k] = v;
+      }
+      if (round > 3) written_after_round3 += 24 + k.size() + v.size();
+    }
+    if (round == 3) after_round3 = bumped();
+  }
+  const std::uint64_t after_last = bumped();
+  const Stats stats = st->stats();
+  EXPECT_GT(stats.merges, 100u);
+  EXPECT_GT(stats.remote_blocks_freed, 10u * kKeys);
+  EXPECT_GT(stats.remote_blocks_reused, 10u * kKeys);
+  EXPECT_EQ(stats.remote_bytes_bumped, after_last);  // one store did all the allocating
+  // Rounds 4 to 10 wrote `written_after_round3` bytes of items (more in
+  // 64-byte units) and a MainSeg per merge. Without reuse the nodes would
+  // have grown by at least that much; with it, they may grow only by
+  // blocks of sizes the free blocks do not have yet (a MainSeg of a larger
+  // size class, a chunk for items of a new length): allow one 64 KiB chunk
+  // per node and round.
+  std::cout << "[ bump ] after round 3: " << after_round3 << " bytes, after round " << kRounds
+            << ": " << after_last << " bytes; items written since round 3: "
+            << written_after_round3 << " bytes\n";
+  EXPECT_LE(after_last, after_round3 + nodes_.size() * (kRounds - 3) * 64 * 1024);
+  EXPECT_LT(after_last - after_round3, written_after_round3 / 10);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+}
+
+// Writers update a small set of keys (so that its segments merge, free and
+// reuse blocks all the time) while readers get them: a reader must only
+// ever see a value some writer wrote for that key, whole, and never
+// NotFound for a key nobody removes. A reader that read a block after a
+// merge freed and reused it must notice (its check fails) and read again.
+TEST_F(SepHashTest, ReadersSeeOnlyWrittenValuesWhileBlocksAreReused) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  constexpr unsigned kKeys = 48, kWriters = 2, kReaders = 2, kWrites = 3000;
+  // Keys [0, kKeys) are never removed; [kKeys, 2 kKeys) are removed and
+  // inserted again by writer 0.
+  auto value = [](unsigned key, unsigned writer, unsigned n) {
+    // Lengths vary, so that blocks of one length are reused for items of
+    // keys and values that differ.
+    return "k" + std::to_string(key) + "-w" + std::to_string(writer) + "-" + std::to_string(n) +
+           "-" + std::string((n * 37 + key) % 200, 'a' + static_cast<char>(key % 26)) + ".";
+  };
+  // A value is whole when it parses and its padding is as the writer made it.
+  auto whole = [&](const std::string& v, unsigned key, const std::atomic<unsigned>* started) {
+    unsigned k = 0, w = 0, n = 0;
+    int used = 0;
+    if (std::sscanf(v.c_str(), "k%u-w%u-%u-%n", &k, &w, &n, &used) != 3) return false;
+    if (k != key || w >= kWriters || n > started[w].load()) return false;
+    return v == value(key, w, n);
+  };
+  for (unsigned k = 0; k < 2 * kKeys; ++k) ASSERT_TRUE(st->insert(key_of(k), value(k, 0, 0)).ok());
+  std::atomic<unsigned> started[kWriters] = {};
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> reads{0}, bad{0};
+  std::vector<std::thread> threads;
+  for (unsigned w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937 rng(w);
+      for (unsigned n = 1; n <= kWrites; ++n) {
+        started[w].store(n);
+        const unsigned k = rng() % kKeys;
+        EXPECT_TRUE(st->upsert(key_of(k), value(k, w, n)).ok());
+        if (w == 0) {
+          const unsigned r = kKeys + rng() % kKeys;
+          if (rng() % 2 == 0) {
+            const Status s = st->remove(key_of(r));
+            EXPECT_TRUE(s.ok() || s.is_not_found()) << s.to_string();
+          } else {
+            EXPECT_TRUE(st->upsert(key_of(r), value(r, w, n)).ok());
+          }
+        }
+      }
+    });
+  }
+  for (unsigned r = 0; r < kReaders; ++r) {
+    threads.emplace_back([&, r] {
+      std::mt19937 rng(100 + r);
+      while (!done.load()) {
+        const unsigned k = rng() % (2 * kKeys);
+        std::string got;
+        const Status s = st->get(key_of(k), &got);
+        reads.fetch_add(1);
+        if (s.is_not_found() && k >= kKeys) continue;
+        if (!s.ok() || !whole(got, k, started)) {
+          bad.fetch_add(1);
+          ADD_FAILURE() << key_of(k) << ": " << s.to_string() << " '" << got << "'";
+        }
+      }
+    });
+  }
+  for (unsigned w = 0; w < kWriters; ++w) threads[w].join();
+  done.store(true);
+  for (unsigned r = 0; r < kReaders; ++r) threads[kWriters + r].join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GT(reads.load(), 1000u);
+  const Stats stats = st->stats();
+  EXPECT_GT(stats.merges, 20u);
+  EXPECT_GT(stats.remote_blocks_reused, 1000u);
+  for (unsigned k = 0; k < kKeys; ++k) {
+    std::string got;
+    ASSERT_TRUE(st->get(key_of(k), &got).ok());
+    EXPECT_TRUE(whole(got, k, started)) << got;
+  }
+  EXPECT_TRUE(st->check().ok());
+}
+
+// A client that closes hands its free blocks to the nodes' stacks; a new
+// client takes them before it takes new space, so a workload that fits in
+// them does not grow the nodes at all.
+TEST_F(SepHashTest, CloseHandsBlocksBackAndANewClientReusesThem) {
+  Model model;
+  std::uint64_t handed = 0;  // blocks the first client freed and had not reused
+  {
+    auto st = create(options());
+    ASSERT_NE(st, nullptr);
+    for (unsigned round = 0; round < 6; ++round) {
+      for (unsigned i = 0; i < 1000; ++i) {
+        ASSERT_TRUE(st->upsert(key_of(i), value_of(i, round)).ok());
+        model[key_of(i)] = value_of(i, round);
+      }
+    }
+    const Stats stats = st->stats();
+    handed = stats.remote_blocks_freed - stats.remote_blocks_reused;
+    EXPECT_GT(handed, 200u);
+    ASSERT_TRUE(st->close().ok());
+  }
+  const std::uint64_t before = bumped();
+  auto again = open(options());
+  ASSERT_NE(again, nullptr);
+  // Half as many writes as there are handed-back blocks, of the same sizes
+  // as the first client's.
+  const unsigned writes = static_cast<unsigned>(handed / 2);
+  for (unsigned i = 0; i < writes; ++i) {
+    ASSERT_TRUE(again->upsert(key_of(i), value_of(i, 6)).ok());
+    model[key_of(i)] = value_of(i, 6);
+  }
+  const Stats stats = again->stats();
+  EXPECT_GE(stats.remote_blocks_reused, writes);
+  EXPECT_EQ(stats.remote_bytes_bumped, 0u);
+  EXPECT_EQ(bumped(), before);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*again, model));
+}
+
+// A client that frees more than it allocates (here: it removes thousands
+// of keys, and its merges free their items) hands its surplus to the nodes'
+// stacks while it runs, where another client open at the same time finds it.
+TEST_F(SepHashTest, AClientThatFreesMoreThanItWritesSharesTheSurplus) {
+  auto a = create(options());
+  ASSERT_NE(a, nullptr);
+  // More than 2 x kKeepFreeBlocks (sephash.cc) blocks per node end up freed.
+  constexpr unsigned kKeys = 16000;
+  for (unsigned i = 0; i < kKeys; ++i) ASSERT_TRUE(a->insert(key_of(i), "v").ok());
+  for (unsigned i = 0; i < kKeys; ++i) ASSERT_TRUE(a->remove(key_of(i)).ok());
+  const Stats sa = a->stats();
+  EXPECT_GT(sa.remote_blocks_freed - sa.remote_blocks_reused, 8000u);
+  // The nodes' stacks (layout.h, FreeTable) hold records now, a still open.
+  auto stacked = [&] {
+    engine::sephash::IndexRoot root{};
+    std::unique_ptr<remote::Client> c;
+    EXPECT_TRUE(remote::Client::connect({"shm:" + nodes_[0], "shm:" + nodes_[1]}, {}, &c).ok());
+    remote::Batch b;
+    b.read(0, engine::sephash::kRootOff, &root, sizeof(root));
+    EXPECT_TRUE(c->exec_sync(b).ok());
+    std::uint64_t head[2] = {};
+    b.clear();
+    for (unsigned n = 0; n < 2; ++n) b.read(n, root.free_table, &head[n], 8);
+    EXPECT_TRUE(c->exec_sync(b).ok());
+    return (engine::sephash::head_off(head[0]) != 0) + (engine::sephash::head_off(head[1]) != 0);
+  };
+  EXPECT_GE(stacked(), 1u);
+  auto b = open(options());
+  ASSERT_NE(b, nullptr);
+  Model model;
+  for (unsigned i = 0; i < 300; ++i) {
+    ASSERT_TRUE(b->insert(key_of(i), "w").ok());
+    model[key_of(i)] = "w";
+  }
+  EXPECT_GT(b->stats().remote_blocks_reused, 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*b, model));
 }
 
 TEST_F(SepHashTest, BadInputIsRefusedWithAClearError) {

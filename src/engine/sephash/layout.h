@@ -22,7 +22,8 @@ using remote_index::raddr_off;
 
 // ---- the index root, in node 0's index root (remote::kIndexRootOffset) ----
 inline constexpr char kMagic[8] = {'P', 'M', 'H', 'S', 'E', 'P', 'H', '1'};
-inline constexpr std::uint32_t kLayoutVersion = 1;
+// 2: the CurSeg header's merge sequence word, the per-node free tables.
+inline constexpr std::uint32_t kLayoutVersion = 2;
 
 struct IndexRoot {
   char magic[8];              // written last at create
@@ -33,7 +34,8 @@ struct IndexRoot {
   std::uint32_t main_max_slots;
   std::uint32_t reserved0;
   std::uint64_t directory;    // offset on node 0 of 2^max_depth RAddr entries
-  std::uint8_t pad0[24];
+  std::uint64_t free_table;   // offset, the same on every node, of that node's FreeTable
+  std::uint8_t pad0[16];
   std::uint64_t global_depth; // the deepest segment's local depth (CAS to raise)
   std::uint8_t pad1[56];
   std::uint64_t version;      // FAA: the version of the next write (item order)
@@ -55,7 +57,10 @@ static_assert(kGlobalDepthOff % 64 == 0 && kVersionOff % 64 == 0);
 //   45..42 four hash bits from bit 4*floor(depth/4) on (depth = the
 //          segment's local depth): what a split sorts by without reading items
 //   41..0  item offset / 64 on the segment's node
-// Word 0 is always a free slot.
+// A slot whose item field is 0 names no item: it is free in the state whose
+// seq has these low 22 bits in bits 63..42 (free_slot(seq); a merge writes
+// it to every slot for the state it publishes; 0 is the free word of seq 0,
+// a new CurSeg's). An entry is live when its sign is the segment's.
 inline constexpr unsigned kFpShift = 56;
 inline constexpr unsigned kFp2Shift = 51;
 inline constexpr std::uint64_t kTombBit = std::uint64_t{1} << 50;
@@ -70,6 +75,10 @@ inline unsigned slot_len(std::uint64_t s) { return static_cast<unsigned>((s >> k
 inline unsigned slot_dbits(std::uint64_t s) { return static_cast<unsigned>((s >> kDbitsShift) & 15); }
 inline std::uint64_t slot_item(std::uint64_t s) { return (s & kItemMask) << 6; }
 inline bool slot_tomb(std::uint64_t s) { return (s & kTombBit) != 0; }
+inline std::uint64_t free_slot(std::uint64_t seq) { return (seq & ((1u << 22) - 1)) << 42; }
+inline bool slot_live(std::uint64_t s, bool sign) {
+  return (s & kItemMask) != 0 && ((s & kSignBit) != 0) == sign;
+}
 // The slot with its sign cleared: what identifies an entry.
 inline std::uint64_t slot_entry(std::uint64_t s) { return s & ~kSignBit; }
 
@@ -84,13 +93,19 @@ inline unsigned hash_dbits(std::uint64_t h, unsigned depth) {
 //   +0    meta (one word, so that sign, lock, depth and MainSeg change at once):
 //           63 sign, 62 lock (a merge or split runs), 61..56 local depth,
 //           55..42 MainSeg slots, 41..0 MainSeg offset / 64 (same node)
-//   +8    pattern: the low `depth` hash bits every key of the segment has
+//   +8    seq: the merge sequence number. The client that takes the lock
+//         adds 1 (FAA) before it reads anything of the segment; it only
+//         grows. A reader's snapshot is (seq, then meta); its data counts
+//         when a later READ of (meta, then seq) finds both unchanged and the
+//         meta unlocked (sephash.h, "Reclamation").
+//   +16   pattern: the low `depth` hash bits every key of the segment has
 //   +64   fingerprint bitmaps, one of 512 bits per sign: bit fp*2 + (fp2&1)
 //         is set (before the slot's CAS) for every entry in a slot of that sign
 //   +192  104 slots
 inline constexpr std::uint64_t kCurSegBytes = 1024;
 inline constexpr std::uint64_t kMetaOff = 0;
-inline constexpr std::uint64_t kPatternOff = 8;
+inline constexpr std::uint64_t kSeqOff = 8;
+inline constexpr std::uint64_t kPatternOff = 16;
 inline constexpr std::uint64_t kBitmapOff = 64;
 inline constexpr std::uint64_t kBitmapBytes = 64;  // per sign
 inline constexpr std::uint64_t kHeaderBytes = 192;
@@ -129,5 +144,33 @@ struct ItemHeader {
 };
 static_assert(sizeof(ItemHeader) == 24);
 inline constexpr unsigned kMaxSlotLenUnits = 7;
+
+// ---- free blocks handed back by clients: a Treiber stack per node ----
+// Every node has, from create on, a FreeTable at IndexRoot::free_table:
+//   +0    head: 63..42 tag (22 bits, +1 on every push and pop, so that a
+//         CAS never succeeds on a head that was popped and pushed again
+//         since it was read), 41..0 offset / 64 of the top FreeRecord on
+//         this node (0: the stack is empty)
+// A FreeRecord (kFreeRecordBytes, 64-byte aligned, on the same node) is
+// immutable while on the stack:
+//   +0    next: offset of the record below it (0: none)
+//   +8    count: entries that follow, <= kFreeRecordEntries
+//   +16   entries: 63..42 block length in 64-byte units, 41..0 offset / 64
+// A client pushes a record of blocks it no longer needs when its session
+// ends; another pops a whole record (and takes the record's own block too).
+inline constexpr std::uint64_t kFreeTableBytes = 64;
+inline constexpr std::uint64_t kFreeRecordBytes = 4096;
+inline constexpr std::uint64_t kFreeRecordEntries = (kFreeRecordBytes - 16) / 8;
+inline constexpr unsigned kTagShift = 42;
+inline constexpr std::uint64_t free_head(std::uint64_t tag, std::uint64_t off) {
+  return (tag << kTagShift) | (off >> 6);
+}
+inline std::uint64_t head_tag(std::uint64_t h) { return h >> kTagShift; }
+inline std::uint64_t head_off(std::uint64_t h) { return (h & kItemMask) << 6; }
+inline std::uint64_t free_entry(std::uint64_t units, std::uint64_t off) {
+  return (units << kTagShift) | (off >> 6);
+}
+inline std::uint64_t entry_units(std::uint64_t e) { return e >> kTagShift; }
+inline std::uint64_t entry_off(std::uint64_t e) { return (e & kItemMask) << 6; }
 
 }  // namespace pmhash::engine::sephash

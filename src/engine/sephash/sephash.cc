@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -35,11 +36,28 @@ using remote_index::round64;
 // The CurSeg's first 192 bytes as one READ brings them.
 struct Header {
   std::uint64_t meta;
+  std::uint64_t seq;  // read after meta here: a snapshot's seq is read on its own, before
   std::uint64_t pattern;
-  std::uint64_t reserved[6];
+  std::uint64_t reserved[5];
   std::uint64_t bitmap[2][8];
 };
 static_assert(sizeof(Header) == kHeaderBytes);
+static_assert(offsetof(Header, pattern) == kPatternOff && offsetof(Header, seq) == kSeqOff);
+
+// What a reader saw of a segment: its meta and merge sequence number, in
+// their order on the node (a 16-byte READ at the meta brings the meta
+// first, then seq: the check that ends a validated batch).
+struct Snap {
+  std::uint64_t meta = 0;
+  std::uint64_t seq = 0;
+};
+static_assert(kSeqOff == kMetaOff + 8);
+
+// Whether reads made between the snapshot `then` and the check `now` count
+// (sephash.h, "Reclamation"): no lock was taken on the segment meanwhile.
+inline bool unchanged(const Snap& then, const Snap& now) {
+  return now.meta == then.meta && now.seq == then.seq && (now.meta & kMetaLock) == 0;
+}
 
 bool bitmap_has(const Header& h, bool sign, unsigned bit) {
   return ((h.bitmap[sign ? 1 : 0][bit / 64] >> (bit % 64)) & 1) != 0;
@@ -60,6 +78,9 @@ struct Candidate {
 };
 
 std::uint64_t item_units(std::uint64_t bytes) { return (bytes + 63) / 64; }
+// A MainSeg of `slots` slots takes a power of two of 64-byte units, so that
+// the blocks replaced MainSegs leave fit later ones.
+std::uint64_t main_units(unsigned slots) { return std::bit_ceil(item_units(main_bytes(slots))); }
 
 // What one client thread keeps: its connections, its copy of the
 // directory, what it knows of MainSegs, and its allocation chunks.
@@ -69,10 +90,22 @@ struct Session {
   std::vector<RAddr> dir;
   struct MainCache {
     std::uint64_t main_off = 0;
+    std::uint64_t seq = ~std::uint64_t{0};  // the segment's seq when read (~0: never)
     std::vector<std::uint16_t> prefix = std::vector<std::uint16_t>(257, 0);
   };
   std::unordered_map<RAddr, MainCache> mains;
   remote_index::Chunks chunks;
+  // Blocks this client freed (merges, splits) or took from a node's stack,
+  // to reuse before its chunks: per node, offsets by length in 64-byte units.
+  std::vector<std::unordered_map<std::uint64_t, std::vector<std::uint64_t>>> free;
+  // Runs when the session ends (its pool closes): hands `free` back.
+  std::function<void(Session&)> on_end;
+  Session() = default;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  ~Session() {
+    if (on_end) on_end(*this);
+  }
   unsigned window = 0;
   std::mt19937_64 rng{std::random_device{}()};
 };
@@ -85,6 +118,7 @@ struct Params {
   unsigned max_depth = 0;
   unsigned main_max_slots = 0;
   std::uint64_t directory = 0;
+  std::uint64_t free_table = 0;
 };
 
 class SepHashIndex final : public Index {
@@ -93,11 +127,19 @@ class SepHashIndex final : public Index {
       : options_(options), specs_(std::move(specs)), params_(params), sessions_(specs_, options) {}
 
   // ---- sessions ----
+  // A new session's own state: its slot window, its free blocks, and the
+  // hand-back of those blocks when it ends.
+  void prepare(Session& ss) {
+    ss.window = static_cast<unsigned>(ss.rng() % (kCurSlots / kWindowSlots)) * kWindowSlots;
+    ss.free.resize(specs_.size());
+    ss.on_end = [this](Session& me) { (void)hand_back(me); };
+  }
+
   template <class F>
   Status with_session(F&& f) {
     return sessions_.with(
         [&](Session& ss) {
-          ss.window = static_cast<unsigned>(ss.rng() % (kCurSlots / kWindowSlots)) * kWindowSlots;
+          prepare(ss);
           return refresh_dir(ss);
         },
         std::forward<F>(f));
@@ -146,9 +188,19 @@ class SepHashIndex final : public Index {
     st->read_retries = stale_appends_.load(std::memory_order_relaxed);
     st->expansions = splits_.load(std::memory_order_relaxed);
     st->bytes_moved = split_bytes_.load(std::memory_order_relaxed);
+    st->remote_blocks_freed = blocks_freed_.load(std::memory_order_relaxed);
+    st->remote_bytes_freed = bytes_freed_.load(std::memory_order_relaxed);
+    st->remote_blocks_reused = blocks_reused_.load(std::memory_order_relaxed);
+    st->remote_bytes_reused = bytes_reused_.load(std::memory_order_relaxed);
+    st->remote_bytes_bumped = bytes_bumped_.load(std::memory_order_relaxed);
   }
 
+  // Ends every session, which hands its free blocks to the nodes' stacks
+  // (a new client may take them). A node that fails keeps what was pushed
+  // before; the rest of its blocks are lost (leaked).
   void close() override { sessions_.clear(); }
+
+  ~SepHashIndex() override { close(); }
 
   // ---- create and open ----
   Status format(bool force) {
@@ -163,9 +215,23 @@ class SepHashIndex final : public Index {
 
     const unsigned depth = params_.initial_depth;
     const std::uint64_t entries = std::uint64_t{1} << params_.max_depth;
+    // Every node's first block is its free table, so it has the same
+    // offset on all of them; an empty stack.
+    b.clear();
+    const std::uint64_t zero_table[kFreeTableBytes / 8] = {};
+    for (unsigned n = 0; n < specs_.size(); ++n) {
+      std::uint64_t table = 0;
+      if (Status s = alloc_direct(*ss, n, kFreeTableBytes, &table); !s.ok()) return s;
+      if (n != 0 && table != params_.free_table) {
+        return Status::Corruption("memory node " + specs_[n] + ": its first block is at " +
+                                  std::to_string(table) + ", node 0's at " +
+                                  std::to_string(params_.free_table));
+      }
+      params_.free_table = table;
+      b.write(n, table, zero_table, kFreeTableBytes);
+    }
     if (Status s = alloc_direct(*ss, 0, entries * 8, &params_.directory); !s.ok()) return s;
     std::vector<RAddr> segs(std::size_t{1} << depth);
-    b.clear();
     std::vector<std::vector<std::byte>> images;
     images.reserve(segs.size());
     for (std::uint64_t p = 0; p < segs.size(); ++p) {
@@ -186,6 +252,7 @@ class SepHashIndex final : public Index {
     root.max_depth = params_.max_depth;
     root.main_max_slots = params_.main_max_slots;
     root.directory = params_.directory;
+    root.free_table = params_.free_table;
     root.global_depth = depth;
     root.version = 1;
     b.write(0, kRootOff, &root, sizeof(root));
@@ -209,11 +276,12 @@ class SepHashIndex final : public Index {
       return s;
     }
     if (root.max_depth > 20 || root.initial_depth > root.max_depth ||
-        root.main_max_slots + kCurSlots > kMaxMainSlots || root.global_depth > root.max_depth) {
+        root.main_max_slots + kCurSlots > kMaxMainSlots || root.global_depth > root.max_depth ||
+        root.free_table % 64 != 0 || root.free_table < remote::kFirstAllocatable) {
       return Status::Corruption("memory node " + specs_[0] + ": sephash root is damaged");
     }
     params_ = Params{root.nodes, root.initial_depth, root.max_depth, root.main_max_slots,
-                     root.directory};
+                     root.directory, root.free_table};
     return Status::OK();
   }
 
@@ -240,13 +308,226 @@ class SepHashIndex final : public Index {
     return img;
   }
 
-  // ---- allocation: FAA on the node's bump word ----
+  // ---- allocation: FAA on the node's bump word (remote_index) ----
   Status alloc_direct(Session& ss, unsigned node, std::uint64_t bytes, std::uint64_t* off) {
-    return remote_index::alloc_direct(*ss.client, node, bytes, off);
+    if (Status s = remote_index::alloc_direct(*ss.client, node, bytes, off); !s.ok()) return s;
+    bytes_bumped_.fetch_add(round64(bytes), std::memory_order_relaxed);
+    return Status::OK();
+  }
+
+  // The chunk of `node` as (next, end); (0, 0) before the first.
+  static std::pair<std::uint64_t, std::uint64_t> chunk_of(const Session& ss, unsigned node) {
+    const auto& per = ss.chunks.per_node;
+    return node < per.size() ? per[node] : std::pair<std::uint64_t, std::uint64_t>{0, 0};
   }
 
   Status alloc(Session& ss, unsigned node, std::uint64_t bytes, std::uint64_t* off) {
-    return ss.chunks.alloc(*ss.client, node, bytes, off);
+    bytes = round64(bytes);
+    const std::uint64_t end = chunk_of(ss, node).second;
+    if (Status s = ss.chunks.alloc(*ss.client, node, bytes, off); !s.ok()) return s;
+    // New space: a block too large for chunks, or a new chunk.
+    if (bytes > remote_index::kChunkBytes / 4) {
+      bytes_bumped_.fetch_add(bytes, std::memory_order_relaxed);
+    } else if (chunk_of(ss, node).second != end) {
+      bytes_bumped_.fetch_add(remote_index::kChunkBytes, std::memory_order_relaxed);
+    }
+    return Status::OK();
+  }
+
+  // ---- reuse: this client's free blocks, the nodes' stacks ----
+  // A block of `units` 64-byte units on `node`: one this client freed or
+  // took from the node's stack, else from its chunk or the bump word. Only
+  // when the chunk (or, for a large block, the bump word) would be used
+  // does it look at the node's stack first, popping records until one has
+  // a block of this length (round trips then: one to find the stack empty,
+  // three per record; never per item).
+  Status alloc_block(Session& ss, unsigned node, std::uint64_t units, std::uint64_t* off) {
+    if (take_free(ss, node, units, off)) return Status::OK();
+    const std::uint64_t bytes = units * 64;
+    const auto [next, end] = chunk_of(ss, node);
+    if (bytes > remote_index::kChunkBytes / 4 || next + bytes > end) {
+      // Records until one has a block of this length, or none is left.
+      for (bool got = true; got;) {
+        if (Status s = pop_record(ss, node, &got); !s.ok()) return s;
+        if (got && take_free(ss, node, units, off)) return Status::OK();
+      }
+    }
+    return alloc(ss, node, bytes, off);
+  }
+
+  bool take_free(Session& ss, unsigned node, std::uint64_t units, std::uint64_t* off) {
+    auto it = ss.free[node].find(units);
+    if (it == ss.free[node].end() || it->second.empty()) return false;
+    *off = it->second.back();
+    it->second.pop_back();
+    blocks_reused_.fetch_add(1, std::memory_order_relaxed);
+    bytes_reused_.fetch_add(units * 64, std::memory_order_relaxed);
+    return true;
+  }
+
+  // A block no published state names any more (a merge's or split's lock
+  // holder calls this only after its publish completed): this client may
+  // write it again.
+  void release(Session& ss, unsigned node, std::uint64_t off, std::uint64_t units) {
+    ss.free[node][units].push_back(off);
+    blocks_freed_.fetch_add(1, std::memory_order_relaxed);
+    bytes_freed_.fetch_add(units * 64, std::memory_order_relaxed);
+  }
+
+  // Pops the top record of `node`'s stack into this client's free blocks
+  // (the record's own block too); *got false when the stack was empty.
+  Status pop_record(Session& ss, unsigned node, bool* got) {
+    *got = false;
+    const std::uint64_t table = params_.free_table;
+    std::uint64_t head = 0;
+    Batch b;
+    b.read(node, table, &head, 8);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    std::vector<std::uint64_t> rec(kFreeRecordBytes / 8);
+    for (;;) {
+      if (head_off(head) == 0) return Status::OK();
+      b.clear();
+      b.read(node, head_off(head), rec.data(), static_cast<std::uint32_t>(kFreeRecordBytes));
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      // The record's bytes count only if the head is still the one read
+      // before them: the tag changes with every push and pop.
+      b.clear();
+      b.cas(node, table, head, free_head((head_tag(head) + 1) & ((1u << 22) - 1), rec[0]));
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      if (b.result(0) == head) break;
+      head = b.result(0);
+    }
+    const std::uint64_t size = ss.client->node_size(node);
+    if (rec[1] > kFreeRecordEntries) {
+      return Status::Corruption("sephash: free record at node " + std::to_string(node) +
+                                " offset " + std::to_string(head_off(head)) + " counts " +
+                                std::to_string(rec[1]) + " blocks");
+    }
+    for (std::uint64_t i = 0; i < rec[1]; ++i) {
+      const std::uint64_t e = rec[2 + i];
+      if (entry_off(e) < remote::kFirstAllocatable || entry_units(e) == 0 ||
+          entry_off(e) + entry_units(e) * 64 > size) {
+        return Status::Corruption("sephash: free record at node " + std::to_string(node) +
+                                  " offset " + std::to_string(head_off(head)) +
+                                  " names a block outside the node");
+      }
+      ss.free[node][entry_units(e)].push_back(entry_off(e));
+    }
+    ss.free[node][kFreeRecordBytes / 64].push_back(head_off(head));
+    *got = true;
+    return Status::OK();
+  }
+
+  // Pushes every free block of this client, and the rest of its chunks, to
+  // the nodes' stacks, in records of up to kFreeRecordEntries blocks.
+  Status hand_back(Session& ss) {
+    Status first;
+    for (unsigned node = 0; node < ss.free.size(); ++node) {
+      if (node < ss.chunks.per_node.size()) {
+        auto& [next, end] = ss.chunks.per_node[node];
+        if (end > next) ss.free[node][(end - next) / 64].push_back(next);
+        next = end = 0;
+      }
+      std::vector<std::uint64_t> entries;
+      for (auto& [units, offs] : ss.free[node]) {
+        for (std::uint64_t o : offs) entries.push_back(free_entry(units, o));
+      }
+      ss.free[node].clear();
+      // What a failing node did not take is lost (leaked).
+      if (Status s = push_blocks(ss, node, &entries, true); !s.ok() && first.ok()) first = s;
+    }
+    return first;
+  }
+
+  // A client that frees more than it allocates (it merges more than it
+  // writes) gives the surplus of `node` to the node's stack, where clients
+  // that allocate more take it before they take new space: one record (2
+  // or 3 round trips) when it holds more than kKeepFreeBlocks blocks there.
+  static constexpr std::size_t kKeepFreeBlocks = 4 * kFreeRecordEntries;
+  void shed_surplus(Session& ss, unsigned node) {
+    std::size_t total = 0;
+    for (const auto& [units, offs] : ss.free[node]) total += offs.size();
+    if (total <= kKeepFreeBlocks) return;
+    std::vector<std::uint64_t> entries;
+    for (auto& [units, offs] : ss.free[node]) {
+      for (std::size_t give = offs.size() / 2; give > 0 && entries.size() < kFreeRecordEntries; --give) {
+        entries.push_back(free_entry(units, offs.back()));
+        offs.pop_back();
+      }
+    }
+    // The record's block may be new space (4 KiB for up to 510 blocks; the
+    // client that pops it reuses it too).
+    (void)push_blocks(ss, node, &entries, true);
+    for (std::uint64_t e : entries) ss.free[node][entry_units(e)].push_back(entry_off(e));
+  }
+
+  // Pushes the blocks `entries` of `node` to its stack, in records whose
+  // own blocks come from the entries (one of kFreeRecordBytes, or a piece
+  // of a larger one), else (`may_bump`) from the bump word. What was not
+  // pushed stays in *entries.
+  Status push_blocks(Session& ss, unsigned node, std::vector<std::uint64_t>* entries,
+                     bool may_bump) {
+    const std::uint64_t rec_units = kFreeRecordBytes / 64;
+    while (!entries->empty()) {
+      std::uint64_t rec_off = 0;
+      auto fit = std::find_if(entries->begin(), entries->end(),
+                              [&](std::uint64_t e) { return entry_units(e) >= rec_units; });
+      std::uint64_t fit_entry = 0;
+      std::size_t fit_at = 0;
+      if (fit != entries->end()) {
+        fit_entry = *fit;
+        fit_at = static_cast<std::size_t>(fit - entries->begin());
+        rec_off = entry_off(*fit);
+        if (entry_units(*fit) == rec_units) {
+          *fit = entries->back();
+          entries->pop_back();
+        } else {
+          *fit = free_entry(entry_units(*fit) - rec_units, rec_off + kFreeRecordBytes);
+        }
+      } else if (!may_bump) {
+        return Status::OK();
+      } else if (Status s = alloc_direct(ss, node, kFreeRecordBytes, &rec_off); !s.ok()) {
+        return s;
+      }
+      const std::size_t n = std::min<std::size_t>(entries->size(), kFreeRecordEntries);
+      std::vector<std::uint64_t> rec(kFreeRecordBytes / 8, 0);
+      rec[1] = n;
+      std::copy(entries->end() - static_cast<std::ptrdiff_t>(n), entries->end(), rec.begin() + 2);
+      if (Status s = push_record(ss, node, rec_off, &rec); !s.ok()) {
+        // Not pushed (as far as this client knows): the record's block is
+        // free again too.
+        if (fit_entry != 0 && entry_units(fit_entry) == rec_units) {
+          entries->push_back(fit_entry);
+        } else if (fit_entry != 0) {
+          (*entries)[fit_at] = fit_entry;  // the piece's rest stood there
+        }
+        return s;
+      }
+      entries->resize(entries->size() - n);
+    }
+    return Status::OK();
+  }
+
+  // Writes the record (its next word set here) and makes it the top of
+  // `node`'s stack.
+  Status push_record(Session& ss, unsigned node, std::uint64_t rec_off,
+                     std::vector<std::uint64_t>* rec) {
+    const std::uint64_t table = params_.free_table;
+    std::uint64_t head = 0;
+    Batch b;
+    b.read(node, table, &head, 8);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    for (;;) {
+      (*rec)[0] = head_off(head);
+      b.clear();
+      // The record is complete before the CAS that publishes it (same node,
+      // in order).
+      b.write(node, rec_off, rec->data(), static_cast<std::uint32_t>(kFreeRecordBytes));
+      b.cas(node, table, head, free_head((head_tag(head) + 1) & ((1u << 22) - 1), rec_off));
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      if (b.result(1) == head) return Status::OK();
+      head = b.result(1);
+    }
   }
 
   // ---- directory ----
@@ -259,26 +540,47 @@ class SepHashIndex final : public Index {
     return ss.dir[h & low_mask(ss.global_depth)];
   }
 
-  // Waits until the segment's meta is unlocked; its value in *meta.
-  Status wait_unlocked(Session& ss, RAddr seg, std::uint64_t* meta) {
+  // Waits until the segment's meta is unlocked; the snapshot (seq read
+  // first, then the meta) in *snap.
+  Status wait_unlocked(Session& ss, RAddr seg, Snap* snap) {
     const auto deadline = lock_deadline();
     for (;;) {
       Batch b;
-      b.read(raddr_node(seg), raddr_off(seg) + kMetaOff, meta, 8);
+      b.read(raddr_node(seg), raddr_off(seg) + kSeqOff, &snap->seq, 8);
+      b.read(raddr_node(seg), raddr_off(seg) + kMetaOff, &snap->meta, 8);
       if (Status s = exec(ss, b); !s.ok()) return s;
-      if ((*meta & kMetaLock) == 0) return Status::OK();
+      if ((snap->meta & kMetaLock) == 0) return Status::OK();
       if (Clock::now() > deadline) return locked_too_long(seg);
       std::this_thread::yield();
     }
   }
 
+  // Adds to `b` a snapshot of segment `seg`: its seq, then its header
+  // (the meta first). The snapshot is (seq, hd->meta).
+  static void add_snapshot(Batch& b, RAddr seg, std::uint64_t* seq, Header* hd) {
+    b.read(raddr_node(seg), raddr_off(seg) + kSeqOff, seq, 8);
+    b.read(raddr_node(seg), raddr_off(seg), hd, kHeaderBytes);
+  }
+  // Adds to `b` the check that validates the reads before it in `b` (on
+  // the segment's node): the meta, then seq.
+  static void add_check(Batch& b, RAddr seg, Snap* now) {
+    b.read(raddr_node(seg), raddr_off(seg) + kMetaOff, now, sizeof(Snap));
+  }
+
   // ---- items ----
-  // Reads the items the slots name (all on `node`), in one round trip, and
-  // a second for any item longer than its slot says.
-  Status read_items(Session& ss, unsigned node, const std::vector<std::uint64_t>& slots,
-                    std::vector<Candidate>* out) {
+  // Reads the items the slots name (all on the segment's node), in one
+  // round trip, and a second for any item longer than its slot says. With
+  // a snapshot, each round trip ends with the check, and when it fails
+  // *retry is set and nothing was interpreted (the bytes may be a reused
+  // block's). Without one the caller holds the segment's lock.
+  Status read_items(Session& ss, RAddr seg, const Snap* snap,
+                    const std::vector<std::uint64_t>& slots, std::vector<Candidate>* out,
+                    bool* retry) {
+    const unsigned node = raddr_node(seg);
+    *retry = false;
     out->assign(slots.size(), {});
     if (slots.empty()) return Status::OK();
+    Snap now;
     Batch b;
     for (std::size_t i = 0; i < slots.size(); ++i) {
       const unsigned units = slot_len(slots[i]) == 0 ? kMaxSlotLenUnits : slot_len(slots[i]);
@@ -286,7 +588,12 @@ class SepHashIndex final : public Index {
       (*out)[i].item.resize(units * 64);
       b.read(node, slot_item(slots[i]), (*out)[i].item.data(), units * 64);
     }
+    if (snap != nullptr) add_check(b, seg, &now);
     if (Status s = exec(ss, b); !s.ok()) return s;
+    if (snap != nullptr && !unchanged(*snap, now)) {
+      *retry = true;
+      return Status::OK();
+    }
     b.clear();
     for (Candidate& c : *out) {
       const ItemHeader& h = c.header();
@@ -302,7 +609,10 @@ class SepHashIndex final : public Index {
                static_cast<std::uint32_t>(total - had));
       }
     }
-    if (b.size() != 0) return exec(ss, b);
+    if (b.size() == 0) return Status::OK();
+    if (snap != nullptr) add_check(b, seg, &now);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    if (snap != nullptr && !unchanged(*snap, now)) *retry = true;
     return Status::OK();
   }
 
@@ -322,88 +632,140 @@ class SepHashIndex final : public Index {
   // The newest entry of `key` (*any false when the key has none).
   Status lookup(Session& ss, const Key& key, Candidate* best, bool* any) {
     const std::uint64_t h = key.h1;
-    const unsigned fp = hash_fp(h), fp2 = hash_fp2(h);
+    const unsigned fp = hash_fp(h);
     const auto deadline = lock_deadline();
     for (;;) {
       *any = false;
       const RAddr seg = segment_of(ss, h);
       const unsigned node = raddr_node(seg);
-      const std::uint64_t off = raddr_off(seg);
       Session::MainCache& mc = ss.mains[seg];
       Header hd{};
-      std::uint64_t meta2 = 0;
+      Snap snap, now;
       const unsigned lo = mc.prefix[fp], hi = mc.prefix[fp + 1];
       std::vector<std::uint64_t> mslots(hi - lo);
       Batch b;
-      b.read(node, off, &hd, kHeaderBytes);
+      add_snapshot(b, seg, &snap.seq, &hd);
       if (hi > lo) {
         b.read(node, mc.main_off + kPrefixBytes + lo * 8ull, mslots.data(), (hi - lo) * 8);
       }
-      b.read(node, off + kMetaOff, &meta2, 8);
+      add_check(b, seg, &now);
       if (Status s = exec(ss, b); !s.ok()) return s;
-      if (hd.meta != meta2 || (hd.meta & kMetaLock) != 0) {
-        if (Clock::now() > deadline) return locked_too_long(seg);
-        std::this_thread::yield();
-        continue;
+      snap.meta = hd.meta;
+      bool go = false;
+      if (Status s = check_snapshot(ss, h, seg, hd, snap, now, &mc, deadline, &go); !s.ok()) {
+        return s;
       }
-      const unsigned depth = meta_depth(hd.meta);
-      if ((h & low_mask(depth)) != hd.pattern) {
-        if (Status s = refresh_dir(ss); !s.ok()) return s;
-        continue;
+      if (!go) continue;
+      bool retry = false;
+      if (Status s = newest_in_snapshot(ss, key, seg, snap, hd, mslots, nullptr, best, any, &retry);
+          !s.ok() || !retry) {
+        return s;
       }
-      if (meta_main_off(hd.meta) != mc.main_off) {
-        if (Status s = load_prefix(ss, node, hd.meta, &mc); !s.ok()) return s;
-        continue;
-      }
-      const unsigned dbits = hash_dbits(h, depth);
-      auto matches = [&](std::uint64_t s) {
-        return slot_fp(s) == fp && slot_fp2(s) == fp2 && slot_dbits(s) == dbits;
-      };
-      std::vector<std::uint64_t> main_cands;
-      for (std::uint64_t s : mslots) {
-        if (matches(s)) main_cands.push_back(s);
-      }
-      const bool sign = meta_sign(hd.meta);
-      std::vector<Candidate> items;
-      if (!bitmap_has(hd, sign, bitmap_bit(fp, fp2))) {
-        if (Status s = read_items(ss, node, main_cands, &items); !s.ok()) return s;
-        newest(items, key.bytes, best, any);
-        return Status::OK();
-      }
-      // The CurSeg may hold the key: its slots, and the meta once more.
-      std::uint64_t slots[kCurSlots];
-      std::uint64_t meta3 = 0;
-      b.clear();
-      b.read(node, off + kSlotsOff, slots, sizeof(slots));
-      b.read(node, off + kMetaOff, &meta3, 8);
-      if (Status s = exec(ss, b); !s.ok()) return s;
-      if (meta3 != hd.meta) continue;
-      std::vector<std::uint64_t> cands = main_cands;
-      for (std::uint64_t s : slots) {
-        if (s != 0 && ((s & kSignBit) != 0) == sign && matches(s)) cands.push_back(s);
-      }
-      if (Status s = read_items(ss, node, cands, &items); !s.ok()) return s;
-      newest(items, key.bytes, best, any);
-      return Status::OK();
+      if (Clock::now() > deadline) return locked_too_long(seg);
     }
   }
 
-  Status load_prefix(Session& ss, unsigned node, std::uint64_t meta, Session::MainCache* mc) {
-    mc->main_off = meta_main_off(meta);
-    if (meta_main_len(meta) == 0) {
-      std::fill(mc->prefix.begin(), mc->prefix.end(), 0);
+  // Judges a first round trip's snapshot of segment `seg` (`snap`, with
+  // its header `hd`, and the check `now` that ended the batch) for a key of
+  // hash `h`: *go when no lock was taken in between, the segment is the
+  // key's, and (with `mc`) the MainSeg prefix cache is this snapshot's.
+  // Otherwise it waits a little (locked or changed; Busy past the
+  // deadline), re-reads the directory or loads the prefix table, and the
+  // caller starts over.
+  Status check_snapshot(Session& ss, std::uint64_t h, RAddr seg, const Header& hd,
+                        const Snap& snap, const Snap& now, Session::MainCache* mc,
+                        Clock::time_point deadline, bool* go) {
+    *go = false;
+    if (!unchanged(snap, now)) {
+      if (Clock::now() > deadline) return locked_too_long(seg);
+      std::this_thread::yield();
       return Status::OK();
     }
-    Batch b;
-    b.read(node, mc->main_off, mc->prefix.data(), 257 * 2);
-    Status s = exec(ss, b);
-    if (!s.ok()) mc->main_off = ~std::uint64_t{0};
-    if (s.ok() && mc->prefix[256] != meta_main_len(meta)) {
-      return Status::Corruption("sephash: MainSeg at node " + std::to_string(node) +
-                                " offset " + std::to_string(mc->main_off) +
-                                " does not match its segment's meta");
+    if ((h & low_mask(meta_depth(hd.meta))) != hd.pattern) return refresh_dir(ss);
+    if (mc != nullptr && (meta_main_off(snap.meta) != mc->main_off || snap.seq != mc->seq)) {
+      return load_prefix(ss, seg, snap, mc);
     }
-    return s;
+    *go = true;
+    return Status::OK();
+  }
+
+  // The newest entry of `key` in segment `seg`, given a checked snapshot
+  // `snap` with its header `hd` and the MainSeg slots of the key's
+  // fingerprint (`mslots`): the CurSeg's slots are read only when the
+  // bitmap has the key's bit (into `all_slots`, when given, which then
+  // holds every slot), then the candidates' items, each round trip checked
+  // against `snap`. *retry: a check failed; nothing was decided, the caller
+  // starts over.
+  Status newest_in_snapshot(Session& ss, const Key& key, RAddr seg, const Snap& snap,
+                            const Header& hd, const std::vector<std::uint64_t>& mslots,
+                            std::uint64_t* all_slots, Candidate* best, bool* any, bool* retry) {
+    const std::uint64_t h = key.h1;
+    const unsigned fp = hash_fp(h), fp2 = hash_fp2(h);
+    const unsigned node = raddr_node(seg);
+    const std::uint64_t off = raddr_off(seg);
+    const unsigned dbits = hash_dbits(h, meta_depth(hd.meta));
+    auto matches = [&](std::uint64_t s) {
+      return slot_fp(s) == fp && slot_fp2(s) == fp2 && slot_dbits(s) == dbits;
+    };
+    *any = false;
+    *retry = false;
+    std::vector<std::uint64_t> cands;
+    for (std::uint64_t s : mslots) {
+      if (matches(s)) cands.push_back(s);
+    }
+    const bool sign = meta_sign(hd.meta);
+    if (bitmap_has(hd, sign, bitmap_bit(fp, fp2))) {
+      // The CurSeg may hold the key: its slots, and the check.
+      std::uint64_t own[kCurSlots];
+      std::uint64_t* slots = all_slots != nullptr ? all_slots : own;
+      Snap now;
+      Batch b;
+      b.read(node, off + kSlotsOff, slots, kCurSlots * 8);
+      add_check(b, seg, &now);
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      if (!unchanged(snap, now)) {
+        *retry = true;
+        return Status::OK();
+      }
+      for (unsigned i = 0; i < kCurSlots; ++i) {
+        const std::uint64_t s = slots[i];
+        if (slot_live(s, sign) && matches(s)) cands.push_back(s);
+      }
+    }
+    std::vector<Candidate> items;
+    if (Status s = read_items(ss, seg, &snap, cands, &items, retry); !s.ok() || *retry) return s;
+    newest(items, key.bytes, best, any);
+    return Status::OK();
+  }
+
+  // Reads the prefix table of the MainSeg that the checked snapshot `snap`
+  // names, checked against it; on a failed check *mc stays unusable (the
+  // caller starts over and comes back).
+  Status load_prefix(Session& ss, RAddr seg, const Snap& snap, Session::MainCache* mc) {
+    const unsigned node = raddr_node(seg);
+    mc->seq = ~std::uint64_t{0};
+    mc->main_off = meta_main_off(snap.meta);
+    if (meta_main_len(snap.meta) == 0) {
+      std::fill(mc->prefix.begin(), mc->prefix.end(), 0);
+      mc->seq = snap.seq;
+      return Status::OK();
+    }
+    std::vector<std::uint16_t> prefix(257, 0);
+    Snap now;
+    Batch b;
+    b.read(node, mc->main_off, prefix.data(), 257 * 2);
+    add_check(b, seg, &now);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    if (!unchanged(snap, now)) return Status::OK();
+    bool sorted = true;
+    for (unsigned f = 0; f < 256; ++f) sorted &= prefix[f] <= prefix[f + 1];
+    if (!sorted || prefix[256] != meta_main_len(snap.meta)) {
+      return Status::Corruption("sephash: MainSeg at node " + std::to_string(node) + " offset " +
+                                std::to_string(mc->main_off) + " does not match its segment's meta");
+    }
+    mc->prefix = std::move(prefix);
+    mc->seq = snap.seq;
+    return Status::OK();
   }
 
   // ---- writes ----
@@ -429,74 +791,57 @@ class SepHashIndex final : public Index {
     if (!value.empty()) {
       std::memcpy(item.data() + sizeof(ItemHeader) + key.bytes.size(), value.data(), value.size());
     }
-    unsigned item_node = ~0u;  // where the item is written, once it is
+    unsigned item_node = ~0u;  // where the item's block is, once it has one
     std::uint64_t item_off = 0;
     bool item_written = false;
+    bool item_named = false;  // a slot may name the block: it is no longer this client's
     const auto deadline = lock_deadline();
     for (;;) {
       const RAddr seg = segment_of(ss, h);
       const unsigned node = raddr_node(seg);
       const std::uint64_t off = raddr_off(seg);
       Header hd{};
+      Snap snap, now;
       std::uint64_t slots[kCurSlots];
-      std::uint64_t meta2 = 0;
       const unsigned w = ss.window;
       Session::MainCache& mc = ss.mains[seg];
       const unsigned lo = mc.prefix[fp], hi = mc.prefix[fp + 1];
       std::vector<std::uint64_t> mslots;
       Batch b;
       if (ih.version == 0) b.faa(0, kVersionOff, 1);
-      b.read(node, off, &hd, kHeaderBytes);
+      add_snapshot(b, seg, &snap.seq, &hd);
       if (want != Want::kAny && hi > lo) {
         mslots.resize(hi - lo);
         b.read(node, mc.main_off + kPrefixBytes + lo * 8ull, mslots.data(), (hi - lo) * 8);
       }
       b.read(node, off + kSlotsOff + w * 8ull, slots + w, kWindowSlots * 8);
-      b.read(node, off + kMetaOff, &meta2, 8);
+      add_check(b, seg, &now);
       if (Status s = exec(ss, b); !s.ok()) return s;
       if (ih.version == 0) ih.version = b.result(0);
-      if (hd.meta != meta2 || (hd.meta & kMetaLock) != 0) {
-        if (Clock::now() > deadline) return locked_too_long(seg);
-        std::this_thread::yield();
-        continue;
+      snap.meta = hd.meta;
+      bool go = false;
+      if (Status s = check_snapshot(ss, h, seg, hd, snap, now,
+                                    want != Want::kAny ? &mc : nullptr, deadline, &go);
+          !s.ok()) {
+        return s;
       }
+      if (!go) continue;
       const unsigned depth = meta_depth(hd.meta);
-      if ((h & low_mask(depth)) != hd.pattern) {
-        if (Status s = refresh_dir(ss); !s.ok()) return s;
-        continue;
-      }
       const bool sign = meta_sign(hd.meta);
       bool all_slots = false;  // slots[] holds every slot, not only the window
       if (want != Want::kAny) {
-        if (meta_main_off(hd.meta) != mc.main_off) {
-          if (Status s = load_prefix(ss, node, hd.meta, &mc); !s.ok()) return s;
+        Candidate found;
+        bool any = false, retry = false;
+        if (bitmap_has(hd, sign, bitmap_bit(fp, fp2))) all_slots = true;
+        if (Status s = newest_in_snapshot(ss, key, seg, snap, hd, mslots,
+                                          all_slots ? slots : nullptr, &found, &any, &retry);
+            !s.ok()) {
+          return s;
+        }
+        if (retry) {
+          if (Clock::now() > deadline) return locked_too_long(seg);
           continue;
         }
-        const unsigned dbits = hash_dbits(h, depth);
-        auto matches = [&](std::uint64_t s) {
-          return slot_fp(s) == fp && slot_fp2(s) == fp2 && slot_dbits(s) == dbits;
-        };
-        std::vector<std::uint64_t> cands;
-        for (std::uint64_t s : mslots) {
-          if (matches(s)) cands.push_back(s);
-        }
-        if (bitmap_has(hd, sign, bitmap_bit(fp, fp2))) {
-          std::uint64_t meta3 = 0;
-          b.clear();
-          b.read(node, off + kSlotsOff, slots, sizeof(slots));
-          b.read(node, off + kMetaOff, &meta3, 8);
-          if (Status s = exec(ss, b); !s.ok()) return s;
-          if (meta3 != hd.meta) continue;
-          all_slots = true;
-          for (std::uint64_t s : slots) {
-            if (s != 0 && ((s & kSignBit) != 0) == sign && matches(s)) cands.push_back(s);
-          }
-        }
-        std::vector<Candidate> items;
-        if (Status s = read_items(ss, node, cands, &items); !s.ok()) return s;
-        Candidate found;
-        bool any = false;
-        newest(items, key.bytes, &found, &any);
         const bool present = any && !slot_tomb(found.slot);
         if (want == Want::kAbsent && present) return Status::AlreadyExists("");
         if (want == Want::kPresent && !present) return Status::NotFound("");
@@ -512,29 +857,25 @@ class SepHashIndex final : public Index {
         // Decided once: a later pass may see this append's own entry.
         want = Want::kAny;
       }
-      auto is_free = [&](std::uint64_t s) { return s == 0 || ((s & kSignBit) != 0) != sign; };
+      // A slot is free when it holds this snapshot's free word: the merge
+      // that began the snapshot's state wrote it to every slot. An append
+      // can thus claim a slot only in the state its snapshot saw.
+      const std::uint64_t free_word = free_slot(snap.seq);
+      auto is_free = [&](std::uint64_t s) { return s == free_word; };
       std::vector<unsigned> free_slots;
       for (unsigned i = w; i < w + kWindowSlots; ++i) {
         if (is_free(slots[i])) free_slots.push_back(i);
       }
-      if (free_slots.empty() && all_slots) {
-        for (unsigned i = 0; i < kCurSlots; ++i) {
-          if (is_free(slots[i])) free_slots.push_back(i);
-        }
-        if (free_slots.empty()) {
-          if (Status s = merge(ss, seg, hd.meta); !s.ok()) return s;
-          continue;
-        }
-        ss.window = (free_slots.front() / kWindowSlots) * kWindowSlots;
-      }
-      if (free_slots.empty()) {
+      if (free_slots.empty() && !all_slots) {
         // The window is full: look at every slot before deciding to merge.
-        std::uint64_t meta3 = 0;
         b.clear();
         b.read(node, off + kSlotsOff, slots, sizeof(slots));
-        b.read(node, off + kMetaOff, &meta3, 8);
+        add_check(b, seg, &now);
         if (Status s = exec(ss, b); !s.ok()) return s;
-        if (meta3 != hd.meta) continue;
+        if (!unchanged(snap, now)) continue;
+        all_slots = true;
+      }
+      if (free_slots.empty()) {  // slots[] holds every slot
         for (unsigned i = 0; i < kCurSlots; ++i) {
           if (is_free(slots[i])) free_slots.push_back(i);
         }
@@ -544,10 +885,14 @@ class SepHashIndex final : public Index {
         }
         ss.window = (free_slots.front() / kWindowSlots) * kWindowSlots;
       }
-      if (item_node != node) {
-        if (Status s = alloc(ss, node, units * 64, &item_off); !s.ok()) return s;
+      if (item_node != node || item_named) {
+        // A block no slot names is still this client's to reuse; one a
+        // slot may name is never written again (a merge may have freed it).
+        if (item_node != ~0u && !item_named) ss.free[item_node][units].push_back(item_off);
+        if (Status s = alloc_block(ss, node, units, &item_off); !s.ok()) return s;
         item_node = node;
         item_written = false;
+        item_named = false;
       }
       std::memcpy(item.data(), &ih, sizeof(ih));
       const std::uint64_t entry =
@@ -562,11 +907,11 @@ class SepHashIndex final : public Index {
       std::uint64_t bitmap_word = hd.bitmap[sign ? 1 : 0][bit / 64];
       const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
       if (append_hook()) append_hook()();
-      bool won = false;
-      std::uint64_t meta4 = 0;
+      bool won = false, moved = false;
       for (unsigned i : free_slots) {
         b.clear();
         std::size_t bitmap_op = ~std::size_t{0};
+        // The item is complete before the CAS that names it (same node, in order).
         if (!item_written) b.write(node, item_off, item.data(), static_cast<std::uint32_t>(units * 64));
         if ((bitmap_word & mask) == 0) {
           bitmap_op = b.size();
@@ -574,23 +919,28 @@ class SepHashIndex final : public Index {
         }
         const std::size_t slot_op = b.size();
         b.cas(node, off + kSlotsOff + i * 8ull, slots[i], entry);
-        b.read(node, off + kMetaOff, &meta4, 8);
+        add_check(b, seg, &now);
         if (Status s = exec(ss, b); !s.ok()) return s;
         item_written = true;
         if (bitmap_op != ~std::size_t{0}) {
           const std::uint64_t old = b.result(bitmap_op);
           bitmap_word = old == bitmap_word ? (old | mask) : old;
         }
-        if (b.result(slot_op) == slots[i]) {
-          won = true;
-          break;
-        }
-        if (meta4 != hd.meta) break;  // the segment moved on: start over
+        won = b.result(slot_op) == slots[i];
+        moved = !unchanged(snap, now);
+        if (won || moved) break;  // placed, or the segment moved on: start over
       }
-      if (meta4 != hd.meta) stale_appends_.fetch_add(1, std::memory_order_relaxed);
-      if (!won || meta4 != hd.meta) {
-        // Lost every slot, or the meta changed under the CAS (a merge may
-        // have read the slots already, or freed this one): append again.
+      if (moved) stale_appends_.fetch_add(1, std::memory_order_relaxed);
+      if (won && moved) {
+        // A lock was taken between the snapshot and the check: a merge may
+        // have read the slots already (the entry is lost with the sign
+        // flip), kept the entry, or dropped it and freed its block, which
+        // its client may have written again. Append again, from a fresh
+        // copy in a new block; should both entries stand, they carry the
+        // same version and the same bytes, and merges keep one.
+        item_named = true;
+      }
+      if (!won || moved) {
         ss.window = (ss.window + kWindowSlots) % kCurSlots;
         continue;
       }
@@ -631,7 +981,14 @@ class SepHashIndex final : public Index {
     return s;
   }
 
-  // *restorable: false once a failure has left the segment half split
+  // A block a merge or split drops: its offset on the segment's node and
+  // its length in 64-byte units.
+  struct Dropped {
+    std::uint64_t off;
+    std::uint64_t units;
+  };
+
+  // *restorable: false once a failure may have left the segment changed
   // (its lock then stays, and calls on it return Busy).
   Status merge_locked(Session& ss, RAddr seg, std::uint64_t meta, bool* restorable) {
     const unsigned node = raddr_node(seg);
@@ -643,21 +1000,27 @@ class SepHashIndex final : public Index {
     std::uint64_t pattern = 0;
     std::vector<std::uint64_t> main(main_len);
     Batch b;
+    // The seq first, before anything is read: every reader whose snapshot
+    // is older than this lock now fails its check (sephash.h, "Reclamation").
+    const std::size_t seq_op = b.size();
+    b.faa(node, off + kSeqOff, 1);
     b.read(node, off + kSlotsOff, slots, sizeof(slots));
     b.read(node, off + kPatternOff, &pattern, 8);
     if (main_len != 0) {
       b.read(node, meta_main_off(meta) + kPrefixBytes, main.data(), main_len * 8);
     }
     if (Status s = exec(ss, b); !s.ok()) return s;
+    const std::uint64_t seq = b.result(seq_op) + 1;  // this lock's, and the next state's
     std::vector<std::uint64_t> all = std::move(main);
     for (std::uint64_t s : slots) {
-      if (s != 0 && ((s & kSignBit) != 0) == sign) all.push_back(slot_entry(s));
+      if (slot_live(s, sign)) all.push_back(slot_entry(s));
     }
     std::vector<std::uint64_t> keep;
-    if (Status s = newest_entries(ss, node, std::move(all), &keep); !s.ok()) return s;
+    std::vector<Dropped> drop;
+    if (Status s = newest_entries(ss, seg, std::move(all), &keep, &drop); !s.ok()) return s;
     merges_.fetch_add(1, std::memory_order_relaxed);
     if (keep.size() > params_.main_max_slots && depth < params_.max_depth) {
-      return split_locked(ss, seg, meta, pattern, keep, restorable);
+      return split_locked(ss, seg, meta, seq, pattern, keep, drop, restorable);
     }
     if (keep.size() > kMaxMainSlots - kCurSlots) {
       return Status::NoSpace("sephash: a segment is full at the maximum depth " +
@@ -668,22 +1031,51 @@ class SepHashIndex final : public Index {
     std::vector<std::byte> image;
     if (!keep.empty()) {
       image = main_image(keep);
-      if (Status s = alloc_direct(ss, node, image.size(), &main_off); !s.ok()) return s;
+      if (Status s = alloc_block(ss, node, main_units(static_cast<unsigned>(keep.size())), &main_off);
+          !s.ok()) {
+        return s;
+      }
     }
     const std::uint64_t meta_new =
         make_meta(!sign, depth, static_cast<unsigned>(keep.size()), main_off);
+    std::uint64_t cleared[kCurSlots];
+    std::fill(std::begin(cleared), std::end(cleared), free_slot(seq));
     const std::uint64_t zero[8] = {};
     b.clear();
     if (!image.empty()) b.write(node, main_off, image.data(), static_cast<std::uint32_t>(image.size()));
     b.write(node, off + kBitmapOff + (!sign ? kBitmapBytes : 0), zero, kBitmapBytes);
+    // Every slot gets the next state's free word before the meta that
+    // starts that state (sephash.h, "Reclamation": why no stale append can
+    // land in a later state).
+    b.write(node, off + kSlotsOff, cleared, kCurSlots * 8);
     b.write(node, off + kMetaOff, &meta_new, 8);
-    return exec(ss, b);
+    *restorable = false;  // the slots may be clear: the entries live only in the new MainSeg
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    // Published: what the merge dropped is named by no state a reader can
+    // still validate.
+    free_dropped(ss, node, drop, meta);
+    return Status::OK();
+  }
+
+  // Gives this client the dropped blocks and the MainSeg `meta` named,
+  // after the publish that replaced them completed.
+  void free_dropped(Session& ss, unsigned node, const std::vector<Dropped>& drop,
+                    std::uint64_t meta) {
+    for (const Dropped& d : drop) release(ss, node, d.off, d.units);
+    if (meta_main_len(meta) != 0) {
+      release(ss, node, meta_main_off(meta), main_units(meta_main_len(meta)));
+    }
+    shed_surplus(ss, node);
   }
 
   // Each key's newest entry of `all` (sorted by fingerprint), tombstones
-  // dropped. Items are read only where entries' filter bits collide.
-  Status newest_entries(Session& ss, unsigned node, std::vector<std::uint64_t> all,
-                        std::vector<std::uint64_t>* keep) {
+  // dropped, into *keep; every other entry's block, once, and none that a
+  // kept entry names, into *drop. Items are read only where entries'
+  // filter bits collide, and headers of dropped items longer than their
+  // slot says. The caller holds the segment's lock.
+  Status newest_entries(Session& ss, RAddr seg, std::vector<std::uint64_t> all,
+                        std::vector<std::uint64_t>* keep, std::vector<Dropped>* drop) {
+    const unsigned node = raddr_node(seg);
     // Filter bits: fingerprint, second fingerprint, hash bits.
     auto key_bits = [](std::uint64_t s) {
       return (std::uint64_t{slot_fp(s)} << 9) | (std::uint64_t{slot_fp2(s)} << 4) | slot_dbits(s);
@@ -703,11 +1095,15 @@ class SepHashIndex final : public Index {
       }
       i = j;
     }
+    std::unordered_map<std::uint64_t, std::uint64_t> units_of;  // block -> units, from items read
     if (!colliding.empty()) {
       std::vector<Candidate> items;
-      if (Status s = read_items(ss, node, colliding, &items); !s.ok()) return s;
+      bool retry = false;
+      if (Status s = read_items(ss, seg, nullptr, colliding, &items, &retry); !s.ok()) return s;
       std::vector<bool> taken(items.size(), false);
       for (std::size_t i = 0; i < items.size(); ++i) {
+        const ItemHeader& h = items[i].header();
+        units_of[slot_item(items[i].slot)] = item_units(sizeof(ItemHeader) + h.key_len + h.value_len);
         if (taken[i]) continue;
         std::size_t best = i;
         for (std::size_t j = i; j < items.size(); ++j) {
@@ -716,6 +1112,8 @@ class SepHashIndex final : public Index {
             continue;
           }
           taken[j] = true;
+          // Equal versions: the same write twice (an append made again
+          // after a merge moved under it), in two blocks; keep the first.
           if (items[j].header().version > items[best].header().version) best = j;
         }
         if (!slot_tomb(items[best].slot)) keep->push_back(items[best].slot);
@@ -724,6 +1122,32 @@ class SepHashIndex final : public Index {
     std::sort(keep->begin(), keep->end(), [&](std::uint64_t a, std::uint64_t b) {
       return key_bits(a) < key_bits(b);
     });
+    std::unordered_set<std::uint64_t> named;
+    for (std::uint64_t k : *keep) named.insert(slot_item(k));
+    std::vector<std::size_t> unknown;  // dropped blocks whose length the slot does not give
+    for (std::uint64_t e : all) {
+      const std::uint64_t blk = slot_item(e);
+      if (!named.insert(blk).second) continue;  // kept, or dropped already
+      std::uint64_t units = slot_len(e);
+      if (units == 0) {
+        auto it = units_of.find(blk);
+        if (it != units_of.end()) units = it->second;
+      }
+      if (units == 0) unknown.push_back(drop->size());
+      drop->push_back({blk, units});
+    }
+    if (!unknown.empty()) {
+      std::vector<ItemHeader> hs(unknown.size());
+      Batch b;
+      for (std::size_t i = 0; i < unknown.size(); ++i) {
+        b.read(node, (*drop)[unknown[i]].off, &hs[i], sizeof(ItemHeader));
+      }
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      for (std::size_t i = 0; i < unknown.size(); ++i) {
+        (*drop)[unknown[i]].units =
+            item_units(sizeof(ItemHeader) + std::uint64_t{hs[i].key_len} + hs[i].value_len);
+      }
+    }
     return Status::OK();
   }
 
@@ -737,8 +1161,10 @@ class SepHashIndex final : public Index {
     return img;
   }
 
-  Status split_locked(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t pattern,
-                      const std::vector<std::uint64_t>& keep, bool* restorable) {
+  Status split_locked(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t seq,
+                      std::uint64_t pattern,
+                      const std::vector<std::uint64_t>& keep, const std::vector<Dropped>& drop,
+                      bool* restorable) {
     const unsigned node = raddr_node(seg);
     const std::uint64_t off = raddr_off(seg);
     const bool sign = meta_sign(meta);
@@ -767,18 +1193,24 @@ class SepHashIndex final : public Index {
       }
     }
     const std::uint64_t pattern1 = pattern | (std::uint64_t{1} << depth);
-    const unsigned node1 = static_cast<unsigned>(pattern1 % specs_.size());
+    const unsigned node1 = node;  // where the items the new half names are
     std::uint64_t main0 = 0, main1 = 0, cur1 = 0;
     std::vector<std::byte> img0, img1;
     if (!half[0].empty()) {
       img0 = main_image(half[0]);
-      if (Status s = alloc_direct(ss, node, img0.size(), &main0); !s.ok()) return s;
+      if (Status s = alloc_block(ss, node, main_units(static_cast<unsigned>(half[0].size())), &main0);
+          !s.ok()) {
+        return s;
+      }
     }
     if (!half[1].empty()) {
       img1 = main_image(half[1]);
-      if (Status s = alloc_direct(ss, node1, img1.size(), &main1); !s.ok()) return s;
+      if (Status s = alloc_block(ss, node1, main_units(static_cast<unsigned>(half[1].size())), &main1);
+          !s.ok()) {
+        return s;
+      }
     }
-    if (Status s = alloc_direct(ss, node1, kCurSegBytes, &cur1); !s.ok()) return s;
+    if (Status s = alloc_block(ss, node1, kCurSegBytes / 64, &cur1); !s.ok()) return s;
     // (1) The new segment, complete, and both MainSegs; (2) the directory
     // entries of the new half and the global depth; (3) this segment's
     // meta, which unlocks it.
@@ -805,11 +1237,15 @@ class SepHashIndex final : public Index {
     }
     const std::uint64_t meta0 =
         make_meta(!sign, depth1, static_cast<unsigned>(half[0].size()), main0);
+    std::uint64_t cleared[kCurSlots];
+    std::fill(std::begin(cleared), std::end(cleared), free_slot(seq));
     const std::uint64_t zero[8] = {};
     b.clear();
     b.write(node, off + kBitmapOff + (!sign ? kBitmapBytes : 0), zero, kBitmapBytes);
+    b.write(node, off + kSlotsOff, cleared, kCurSlots * 8);
     b.write(node, off + kMetaOff, &meta0, 8);
     if (Status s = exec(ss, b); !s.ok()) return s;
+    free_dropped(ss, node, drop, meta);
     splits_.fetch_add(1, std::memory_order_relaxed);
     split_bytes_.fetch_add(img0.size() + img1.size() + kCurSegBytes, std::memory_order_relaxed);
     return refresh_dir(ss);
@@ -817,44 +1253,56 @@ class SepHashIndex final : public Index {
 
   // ---- whole-index reads ----
   struct SegmentView {
-    std::uint64_t meta = 0;
+    Snap snap;  // what the view was checked against
     std::uint64_t pattern = 0;
     std::vector<std::uint64_t> entries;  // live CurSeg slots (sign cleared) and MainSeg slots
     std::vector<std::uint64_t> main;
   };
 
-  // A consistent view of one segment's slots.
+  // A checked view of one segment's slots.
   Status read_segment(Session& ss, RAddr seg, SegmentView* v) {
     const unsigned node = raddr_node(seg);
     const std::uint64_t off = raddr_off(seg);
     const auto deadline = lock_deadline();
     for (;;) {
-      std::uint64_t meta = 0;
-      if (Status s = wait_unlocked(ss, seg, &meta); !s.ok()) return s;
+      Snap snap, now;
+      if (Status s = wait_unlocked(ss, seg, &snap); !s.ok()) return s;
       Header hd{};
       std::uint64_t slots[kCurSlots];
-      std::uint64_t meta2 = 0;
-      v->main.assign(meta_main_len(meta), 0);
+      v->main.assign(meta_main_len(snap.meta), 0);
       Batch b;
       b.read(node, off, &hd, kHeaderBytes);
       b.read(node, off + kSlotsOff, slots, sizeof(slots));
       if (!v->main.empty()) {
-        b.read(node, meta_main_off(meta) + kPrefixBytes, v->main.data(),
+        b.read(node, meta_main_off(snap.meta) + kPrefixBytes, v->main.data(),
                static_cast<std::uint32_t>(v->main.size() * 8));
       }
-      b.read(node, off + kMetaOff, &meta2, 8);
+      add_check(b, seg, &now);
       if (Status s = exec(ss, b); !s.ok()) return s;
-      if (hd.meta != meta || meta2 != meta) {
+      if (hd.meta != snap.meta || !unchanged(snap, now)) {
         if (Clock::now() > deadline) return locked_too_long(seg);
         continue;
       }
-      v->meta = meta;
+      v->snap = snap;
       v->pattern = hd.pattern;
       v->entries = v->main;
       for (std::uint64_t s : slots) {
-        if (s != 0 && ((s & kSignBit) != 0) == meta_sign(meta)) v->entries.push_back(slot_entry(s));
+        if (slot_live(s, meta_sign(snap.meta))) v->entries.push_back(slot_entry(s));
       }
       return Status::OK();
+    }
+  }
+
+  // A checked view of one segment and the items its entries name.
+  Status read_segment_items(Session& ss, RAddr seg, SegmentView* v, std::vector<Candidate>* items) {
+    const auto deadline = lock_deadline();
+    for (;;) {
+      if (Status s = read_segment(ss, seg, v); !s.ok()) return s;
+      bool retry = false;
+      if (Status s = read_items(ss, seg, &v->snap, v->entries, items, &retry); !s.ok() || !retry) {
+        return s;
+      }
+      if (Clock::now() > deadline) return locked_too_long(seg);
     }
   }
 
@@ -873,9 +1321,8 @@ class SepHashIndex final : public Index {
     if (Status s = segments(ss, &segs); !s.ok()) return s;
     for (RAddr seg : segs) {
       SegmentView v;
-      if (Status s = read_segment(ss, seg, &v); !s.ok()) return s;
       std::vector<Candidate> items;
-      if (Status s = read_items(ss, raddr_node(seg), v.entries, &items); !s.ok()) return s;
+      if (Status s = read_segment_items(ss, seg, &v, &items); !s.ok()) return s;
       // Newest entry per key.
       std::unordered_map<std::string_view, const Candidate*> best;
       for (const Candidate& c : items) {
@@ -906,7 +1353,7 @@ class SepHashIndex final : public Index {
     for (RAddr seg : segs) {
       SegmentView v;
       if (Status s = read_segment(ss, seg, &v); !s.ok()) return s;
-      if (meta_depth(v.meta) > ss.global_depth) return fail(seg, "deeper than the global depth");
+      if (meta_depth(v.snap.meta) > ss.global_depth) return fail(seg, "deeper than the global depth");
       views.emplace(seg, std::move(v));
     }
     for (std::size_t i = 0; i < dir.size(); ++i) {
@@ -920,17 +1367,18 @@ class SepHashIndex final : public Index {
         }
         continue;
       }
-      if ((i & low_mask(meta_depth(it->second.meta))) != it->second.pattern) {
+      if ((i & low_mask(meta_depth(it->second.snap.meta))) != it->second.pattern) {
         return fail(dir[i], "directory entry " + std::to_string(i) + " does not match its pattern");
       }
     }
     for (auto& [seg, v] : views) {
-      const unsigned depth = meta_depth(v.meta);
+      std::vector<Candidate> items;
+      // Read again with its items: the segment may have merged since.
+      if (Status s = read_segment_items(ss, seg, &v, &items); !s.ok()) return s;
+      const unsigned depth = meta_depth(v.snap.meta);
       for (std::size_t i = 1; i < v.main.size(); ++i) {
         if (slot_fp(v.main[i - 1]) > slot_fp(v.main[i])) return fail(seg, "MainSeg not sorted");
       }
-      std::vector<Candidate> items;
-      if (Status s = read_items(ss, raddr_node(seg), v.entries, &items); !s.ok()) return s;
       for (const Candidate& c : items) {
         const ItemHeader& h = c.header();
         const Key k = make_key(c.key());
@@ -954,6 +1402,8 @@ class SepHashIndex final : public Index {
   Params params_;
   remote_index::SessionPool<Session> sessions_;
   std::atomic<std::uint64_t> merges_{0}, splits_{0}, split_bytes_{0}, stale_appends_{0};
+  std::atomic<std::uint64_t> blocks_freed_{0}, bytes_freed_{0}, blocks_reused_{0},
+      bytes_reused_{0}, bytes_bumped_{0};
 };
 
 Status check_create_options(const Options& o) {

@@ -11,8 +11,10 @@
 // low hash bits, a segment. A segment is a CurSeg (1 KiB: a meta word, a
 // fingerprint bitmap per sign, 104 unsorted slots) and a MainSeg (a sorted,
 // immutable array of slots). A segment of local depth d holds the keys whose
-// low d hash bits equal its pattern; it lives on node pattern mod nodes, and
-// so do its items. All 2^max_depth directory entries are kept current (a
+// low d hash bits equal its pattern. The 2^initial_depth segments of a new
+// index go round the nodes (pattern mod nodes); a split's new segment stays
+// on its parent's node, where the items it names are, so every segment and
+// its items live on one node. All 2^max_depth directory entries are kept current (a
 // split rewrites the entries of its new half), so growing the global depth
 // copies nothing; clients read the first 2^global_depth entries.
 //
@@ -25,15 +27,19 @@
 // a write that completes before another begins has the smaller version.
 //
 // Append (2 round trips): (1) FAA the version on node 0, and in parallel
-// READ the CurSeg header and a window of 8 slots, then the meta again; (2)
-// WRITE the item, CAS the bitmap word, CAS a free slot, READ the meta. A
-// slot is free when it is 0 or its sign differs from the meta's sign.
+// READ the segment's snapshot (seq, then the header), a window of 8 slots
+// and the check (meta, seq); (2) WRITE the item, CAS the bitmap word, CAS
+// a free slot, READ the check. A slot is free when it holds the free word
+// of the snapshot's seq (layout.h, free_slot).
 //
 // Merge. The client that finds every slot taken sets the meta's lock bit
-// (CAS), reads the slots and the MainSeg, sorts, keeps each key's newest
-// entry (reading items only for entries whose 18 filter bits collide),
-// writes a new MainSeg, clears the other sign's bitmap and writes the meta
-// with the sign flipped and the new MainSeg: one write empties the CurSeg.
+// (CAS), adds 1 to the segment's seq (FAA, before it reads anything),
+// reads the slots and the MainSeg, sorts, keeps each key's newest entry
+// (reading items only for entries whose 18 filter bits collide), writes a
+// new MainSeg, clears the other sign's bitmap, writes the next state's free
+// word to every slot, and writes the meta with the sign flipped and the
+// new MainSeg, which unlocks it.
+// Then, and only then, it frees what it dropped (see Reclamation).
 // When the MainSeg would exceed main_max_slots it splits instead, by hash
 // bit d, into itself and a new segment of depth d+1 (a new CurSeg on its
 // node, the directory entries of its half, the global depth raised); at
@@ -44,23 +50,103 @@
 // when the last slot of a window fills, while other slots are still free,
 // and a client holding the old sign can claim one that the merge has read
 // or that its sign flip frees). Here a merge starts only when a client has
-// seen every slot taken in one READ checked against the meta, and a slot
-// goes from free to taken only by a CAS on the exact word the appender saw
-// free. So no slot is free while a merge runs, and a stale appender's CAS
-// finds the word changed and fails. As a second line, the append's second
-// batch re-reads the meta after the CAS (the merge sets the lock bit before
-// it reads a slot): if it changed, the client appends again; an entry taken
-// twice names the same item, and merges keep it once. Stats::read_retries
-// counts those appends.
+// seen every slot taken in one checked READ, and a slot goes from free to
+// taken only by a CAS on the free word of the appender's snapshot, which
+// differs in every state. So no slot is free while a merge runs, and a
+// stale appender's CAS finds the word changed and fails. As a second line,
+// the append's second batch checks (meta, seq) after the CAS (the merge
+// takes the lock before it reads a slot): if a lock was taken since the
+// snapshot, the client appends again, from a fresh copy of its item in a
+// new block (the first may have been merged, dropped and freed). Should
+// both entries stand, they name different blocks with the same version and
+// bytes; readers take either and merges keep one and free the other.
+// Stats::read_retries counts those appends.
 //
 // Search (2 round trips for a MainSeg hit, 3 for a CurSeg hit, 1 for most
-// misses): (1) READ the header, the MainSeg slots of the key's fingerprint
-// (their place comes from the MainSeg's prefix table, cached per segment)
-// and the meta again; a snapshot is consistent when both metas are equal
-// and unlocked; (2) if the bitmap has the key's bit: READ the slots and the
-// meta again, with the MainSeg candidates' items; (3) the CurSeg
-// candidates' items. READs copy words in ascending address order (remote
-// layer), which the header-then-meta checks rely on.
+// misses): (1) READ the snapshot (seq, header), the MainSeg slots of the
+// key's fingerprint (their place comes from the MainSeg's prefix table,
+// cached per segment with the seq it was read at) and the check; (2) if
+// the bitmap has the key's bit: READ the slots and the check, with the
+// MainSeg candidates' items; (3) the CurSeg candidates' items and the
+// check. Every round trip that reads anything a merge could free ends with
+// the check, and its bytes are used only when the check passes.
+//
+// Reclamation (docs/design/sephash.md section 5). A merge or split frees
+// the blocks it drops (superseded versions, tombstones and what they
+// shadow, duplicate entries; each block once, never one a kept entry
+// names) and the MainSeg it replaces, into its own client's free blocks,
+// which that client's next allocations reuse at once; a closing client
+// hands what it holds to its nodes' stacks (layout.h, FreeTable), from
+// which other clients take it, and so does a client holding more than it
+// needs (a record of its surplus after a merge). No client registry, no epoch: readers
+// validate instead.
+//   Seq. Each CurSeg header has a merge sequence number next to the meta.
+// The lock holder adds 1 after its lock CAS and before it reads anything;
+// it writes the unlocking meta last; seq never decreases.
+//   Check. A reader's snapshot READs seq, then the meta (in that address
+// order: seq at +8 is read by its own verb before the header). The check
+// at the end of a batch READs the meta, then seq (one 16-byte READ; verbs
+// of one node's sub-batch run in order and READs copy ascending, so it
+// runs after every read before it in the batch). Data counts only if the
+// check's meta equals the snapshot's, unlocked, and its seq too.
+//   Claim: then no lock was held at any instant between the snapshot's
+// meta READ (t1) and the check's meta READ (t2). A lock taken at tL and
+// released at tR with tL <= t1 <= tR shows the snapshot's meta locked. With
+// t1 < tL <= t2, either it is still held at t2 (the check's meta is
+// locked), or it was released before t2 and its seq FAA (tL < tQ < tR)
+// lies between the snapshot's seq READ (before t1) and the check's (after
+// t2), so the seqs differ. Seq is what makes the meta's ABA harmless: two
+// merges flip the sign back and may reuse the freed MainSeg's block at the
+// same offset, giving a meta equal to an old one; seq never repeats.
+//   Why a reader never acts on reused bytes. A block is freed only after
+// the publish of a merge (or split) that dropped it, by that merge's lock
+// holder; it was named by the state the merge locked, and by none after.
+// A reader's data names blocks of the state its snapshot saw (or entries
+// appended since, whose items were written before the CAS that names
+// them). The merge that drops such a block locks after t1, so with no lock
+// held in [t1, t2] it locks after t2, frees later still, and every READ
+// the check validates ran before t2: the bytes are the block's while it was
+// named. Item headers (lengths) are interpreted only after the check, so a
+// reused block with a wrong length is a retry, never Corruption. The
+// MainSeg prefix cache is used only while the snapshot's seq equals the
+// one it was read at.
+//   Why a merger never frees a block still named. It frees only blocks of
+// entries it read under the lock (live CurSeg slots and its MainSeg), not
+// named by a kept entry, and the MainSeg its publish replaced; after the
+// publish the slots hold free words and the old MainSeg is unreferenced.
+// An entry a stale append lands after the merge read the slots is
+// overwritten by the publish; its block is its appender's, which appends
+// again and never frees it. No other client frees this segment's blocks:
+// frees need the segment's lock. A
+// split moves the new half's entries into the new segment; they are freed
+// later only by that segment's lock holder, which exists only after the
+// split's publish.
+//   Why merges rewrite the slots. With reuse, a slot word can recur: a
+// block freed and taken again for the same key, in the same slot, makes
+// the same 64-bit word, so an appender that saw an old entry of the other
+// sign as free could CAS over a live entry. And a fixed free word (0) would
+// recur too: an appender stalled across two merges would land its entry,
+// made for an older state (depth, hash bits, sign), in a later one (a first
+// version did so, and check() found keys in the wrong segment). So the
+// publish batch writes, before the meta, free_slot(seq) to every slot: an
+// item field of 0 and the low 22 bits of the new state's seq. A slot is
+// free only when it holds its snapshot's free word, so a CAS can succeed
+// only in the state its appender saw (up to 2^22 merges of one segment
+// while one append stalls); if that state ended meanwhile, the check after
+// the CAS fails and the append is made again, and the landed entry was
+// either read by the merge (kept or dropped like any other) or overwritten
+// by its publish.
+//   Costs. No round trip is added: the snapshot is one more 8-byte READ,
+// the check replaces the meta re-read (16 bytes instead of 8), and the
+// round trips that read items end with a check too (one more 16-byte
+// READ); the merge's FAA rides in the batch that reads the slots; freeing
+// is local. pmhash-remote-bench, 50000 records, one client: round trips
+// per insert 2.34 and per read 2.10 as before; verbs per read 4.24 -> 6.24,
+// bytes per read 457 -> 490. A client
+// that crashes loses the blocks it holds (its free blocks, the rest of its
+// chunk, and an item whose append had not finished); nothing else waits
+// for it. An append that had to append again does not free its first block
+// (a merge may hold it); it leaks.
 //
 // Directory caching. Each client caches the directory; a segment whose
 // pattern does not match the key's hash (it split) sends it to re-read the
@@ -73,12 +159,11 @@
 // (whether its last round trip ran is unknown, as with a lost RDMA
 // completion); calls made after the node is back succeed.
 //
-// What this version does not do yet (issue 8): reclaim the items of
-// replaced and removed keys and replaced MainSegs (the epoch scheme in
-// docs/design/sephash.md section 5); recover a segment whose merging client
-// died with the lock held (calls on that segment return Busy after the
-// timeout); and it runs one call per client thread at a time (the remote
-// layer's coroutines are for the benchmark clients). Two concurrent inserts
+// What this version does not do yet (issue 8): recover a segment whose
+// merging client died with the lock held, or whose publish failed (calls
+// on that segment return Busy after the timeout); and it runs one call
+// per client thread at a time (the remote layer's coroutines are for the
+// benchmark clients). Two concurrent inserts
 // of one absent key by different clients may both return OK; the one with
 // the larger version stands, as if the other had been an upsert.
 #pragma once
