@@ -895,7 +895,8 @@ int Explorer::run() {
     // Crashes during the last resize and during close are crash points too.
     while (!workload_failed_ && !stopping() && store_->stats().resizing) std::this_thread::yield();
     shape = store_->stats();
-    (void)store_->close();
+    (void)store_->close();  // frees the region
+    sim.forget_region();
     sim.set_crash_point_hook(nullptr);
     crash_points = sim.crash_points();
   }
