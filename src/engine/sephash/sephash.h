@@ -14,14 +14,17 @@
 // low d hash bits equal its pattern. The 2^initial_depth segments of a new
 // index go round the nodes (pattern mod nodes); a split's new segment stays
 // on its parent's node, where the items it names are, so every segment and
-// its items live on one node. All 2^max_depth directory entries are kept current (a
-// split rewrites the entries of its new half), so growing the global depth
-// copies nothing; clients read the first 2^global_depth entries.
+// its items live on one node. All 2^max_depth directory entries are kept
+// current (a split rewrites the entries of its new half), so growing the
+// global depth copies nothing; clients read the first 2^global_depth
+// entries.
 //
 // Writes append. Every insert, update, upsert and remove writes a new item
 // (key, value, the key's hash, a version from one FAA on node 0) and CASes a
 // slot of the key's CurSeg to name it; a remove writes a tombstone. Nothing
-// is written in place, so readers never see a torn item. Among the entries
+// is written in place while a slot names it (a block is written again only
+// after a merge freed it, and readers check for that: "Reclamation"
+// below), so readers never act on a torn item. Among the entries
 // of one key the largest version is the key's state; a merge keeps only
 // that one (and drops it if it is a tombstone). Versions follow real time:
 // a write that completes before another begins has the smaller version.
