@@ -628,6 +628,49 @@ TEST_F(NehashEngineTest, KeysWithIdenticalHashUseOverflowBlocksWhenTheDirectoryC
   }
 }
 
+// Open rebuilds a directory no deeper than a full expansion may make it: a
+// group below a main node at the bound hangs again in one-time and
+// two-time nodes, instead of a main node 2^3 times the bound.
+TEST_F(NehashEngineTest, OpenHangsGroupsDeeperThanTheMainNodeBoundBelowIt) {
+  options_.nehash_initial_dir_bits = 0;
+  nh::testing::set_max_main_bits(2);
+  create();
+  const auto keys = find_keys([](std::uint64_t) { return true; }, 3000);
+  for (const auto& k : keys) {
+    fake_now += 1000;  // one-time entries that fill slower than their main entry spread (rule 1)
+    const Status s = put(k, "v-" + k);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  auto deepest_group = [&] {
+    unsigned d = 0;
+    nx().directory().for_each_group([&](nh::GroupRef& g) { d = std::max<unsigned>(d, g.depth.load()); });
+    return d;
+  };
+  ASSERT_EQ(deepest_group(), 5u) << "three levels below the main node's bound of 2";
+  expect_check();
+  const std::uint64_t groups = stats().groups;
+
+  ASSERT_TRUE(reopen().ok());
+  EXPECT_EQ(nx().directory().main_bits(), 2u);
+  EXPECT_EQ(stats().levels, 3u) << "one-time and two-time nodes below the main node";
+  EXPECT_EQ(stats().groups, groups);
+  EXPECT_EQ(deepest_group(), 5u);
+  expect_check();
+  for (const auto& k : keys) ASSERT_EQ(value_of(k), "v-" + k) << k;
+  for (unsigned i = 0; i < keys.size(); i += 5) ASSERT_TRUE(del(keys[i]).ok()) << keys[i];
+  for (const auto& k : find_keys([](std::uint64_t) { return true; }, 300)) ASSERT_TRUE(put(k, "w").ok()) << k;
+  expect_check();
+  ASSERT_TRUE(reopen().ok());
+  expect_check();
+  for (unsigned i = 0; i < keys.size(); ++i) {
+    if (i % 5 == 0) {
+      ASSERT_TRUE(get(keys[i], nullptr).is_not_found()) << keys[i];
+    } else {
+      ASSERT_EQ(value_of(keys[i]), "v-" + keys[i]) << keys[i];
+    }
+  }
+}
+
 TEST_F(NehashEngineTest, SplitThatCannotAllocateReturnsNoSpaceAndKeepsEverything) {
   options_.pool_size = pool::kMinPoolSize;
   options_.nehash_bucket_bits = 8;  // a group is a run of one 256 KiB chunk

@@ -315,20 +315,48 @@ bool Directory::expand_main(Node* seen, std::vector<Node*>* retired) {
   return true;
 }
 
-void Directory::attach_all() {
+bool Directory::attach_all() {
   Node* m = main_.load();
-  const unsigned g_bits = m->depth();
   const std::int64_t now = now_ns();
-  for (const auto& g : groups_) {
+  // Deepest first: the first group to reach a level-1 entry that needs a
+  // two-time node below it is the deepest there, and sizes that node.
+  std::vector<GroupRef*> order;
+  order.reserve(groups_.size());
+  for (const auto& g : groups_) order.push_back(g.get());
+  std::stable_sort(order.begin(), order.end(), [](const GroupRef* a, const GroupRef* b) {
+    return a->depth.load() > b->depth.load();
+  });
+  for (GroupRef* g : order) {
     const unsigned l = g->depth.load();
-    const unsigned shift = g_bits - l;
-    const std::uint64_t first = top_bits(g->prefix, l) << shift;
+    Node* n = m;
+    while (l > n->depth()) {
+      // The group lies below this node: descend, hanging the node that
+      // splits would have hung (one-time: one bit; two-time: one or two).
+      const std::size_t i = n->index_of(g->prefix);
+      const std::uintptr_t p = n->point(i).load();
+      if (entry_is_node(p)) {
+        n = entry_node(p);
+        continue;
+      }
+      const unsigned bits = n->level() == Node::kMain ? 1 : l - n->depth();
+      if (n->level() == Node::kTwoTime || p != 0 || bits > 2) return false;
+      Node* child = Node::make(n->level() + 1, bits, n->depth() + bits, n->hl_value(i));
+      if (child == nullptr) return false;
+      n->point(i).store(reinterpret_cast<std::uintptr_t>(child) | kEntryNode);
+      n->time(i)->store(0);  // a duration once a node hangs below; not known
+      (n->level() == Node::kMain ? counters_.one_time_nodes : counters_.two_time_nodes).fetch_add(1);
+      n = child;
+    }
+    // Every entry of the group's range in its node; W3: a non-empty main or
+    // one-time entry starts its time at open.
+    const unsigned shift = n->depth() - l;
+    const std::uint64_t first = (top_bits(g->prefix, l) << shift) & (n->size() - 1);
     for (std::uint64_t k = 0; k < (std::uint64_t{1} << shift); ++k) {
-      m->point(first + k).store(reinterpret_cast<std::uintptr_t>(g.get()));
-      // W3: a non-empty main entry starts its time at open.
-      m->time(first + k)->store(now);
+      n->point(first + k).store(reinterpret_cast<std::uintptr_t>(g));
+      if (std::atomic<std::int64_t>* t = n->time(first + k)) t->store(now);
     }
   }
+  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -391,14 +419,18 @@ std::string Directory::check(unsigned initial_bits) const {
   std::map<const GroupRef*, Seen> seen;
   std::string err;
   const std::int64_t now = now_ns();
+  const GroupRef* last_group = nullptr;
+  Seen* last_seen = nullptr;
   auto node_check = [&](auto&& self, Node* n) -> void {
     for (std::size_t i = 0; i < n->size() && err.empty(); ++i) {
       const std::uintptr_t p = n->point(i).load();
-      const std::string where = "level-" + std::to_string(n->level()) + " entry " +
-                                std::to_string(n->hl_value(i)) + " (depth " +
-                                std::to_string(n->depth()) + ")";
+      // Built only for a report: a main node may have 2^24 entries.
+      auto where = [&] {
+        return "level-" + std::to_string(n->level()) + " entry " + std::to_string(n->hl_value(i)) +
+               " (depth " + std::to_string(n->depth()) + ")";
+      };
       if (p & kEntryLock) {
-        err = where + " is left locked";
+        err = where() + " is left locked";
         return;
       }
       const std::atomic<std::int64_t>* t = n->time(i);
@@ -410,19 +442,19 @@ std::string Directory::check(unsigned initial_bits) const {
         if (n->level() == Node::kTwoTime || c->level() != n->level() + 1 || !bits_ok ||
             c->depth() != n->depth() + c->bits() || c->hl_base() != n->hl_value(i) ||
             c->depth() > max_depth()) {
-          err = where + " has a malformed node below it (level " + std::to_string(c->level()) +
+          err = where() + " has a malformed node below it (level " + std::to_string(c->level()) +
                 ", bits " + std::to_string(c->bits()) + ", depth " + std::to_string(c->depth()) + ")";
           return;
         }
         if (tv < 0) {
-          err = where + " has a negative duration";
+          err = where() + " has a negative duration";
           return;
         }
         self(self, c);
         continue;
       }
       if (tv < 0 || tv > now) {
-        err = where + " has a time stamp in the future";
+        err = where() + " has a time stamp in the future";
         return;
       }
       const GroupRef* g = entry_group(p);
@@ -430,11 +462,16 @@ std::string Directory::check(unsigned initial_bits) const {
       const unsigned l = g->depth.load();
       const std::uint64_t entry_prefix = n->depth() == 0 ? 0 : n->hl_value(i) << (64 - n->depth());
       if (l > n->depth() || !in_range(entry_prefix, g->prefix, l)) {
-        err = where + " names group " + std::to_string(g->bg_id) + " of depth " +
+        err = where() + " names group " + std::to_string(g->bg_id) + " of depth " +
               std::to_string(l) + ", which does not cover it";
         return;
       }
-      Seen& s = seen[g];
+      // A group's entries are consecutive: one map lookup per run of them.
+      if (g != last_group) {
+        last_group = g;
+        last_seen = &seen[g];
+      }
+      Seen& s = *last_seen;
       if (s.node != nullptr && s.node != n) {
         err = "group " + std::to_string(g->bg_id) + " is named from two nodes";
         return;

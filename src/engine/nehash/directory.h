@@ -192,8 +192,8 @@ class Directory {
   // without end). A group whose split would need more gets overflow blocks.
   static constexpr unsigned kMaxMainBits = 24;
   static unsigned max_main_bits();
-  // Open sizes the main node by the deepest group, which may lie up to three
-  // levels below the deepest main node (a two-time node under a one-time one).
+  // The deepest group open accepts: three levels below the deepest main node
+  // (a two-time node of two bits under a one-time one).
   static unsigned max_open_bits() { return max_main_bits() + 3; }
 
   // --- lookups (inside an rcu::ReadGuard) ---
@@ -236,8 +236,12 @@ class Directory {
   bool expand_main(Node* seen, std::vector<Node*>* retired);
 
   // --- open (Steps 3-6; single-threaded) ---
-  // Attaches every group to all main entries of its range.
-  void attach_all();
+  // Attaches every group to all entries of its range. A group deeper than
+  // the main node hangs below it in the one-time and two-time nodes that
+  // splits build (main node of max_main_bits(), a group up to three levels
+  // deeper). False: a node could not be allocated, or the groups' depths
+  // need a node shape the directory has not (recovery checks the bound).
+  bool attach_all();
 
   // Time stamps after a successful insert (Steps 1 and 3).
   void stamp_insert(const Leaf& leaf);

@@ -188,8 +188,15 @@
 //   op logs: a kSplit record picks its row above (the planned depth); a
 //      kSlotUpdate record must name a slot of a live group and its meta.
 //   overlap: with the planned depths, no two groups cover a common prefix.
-//   2-3 G = max(D_L_Max, G0): a main node of 2^G entries.
-//   4-6 every group is attached to all 2^(G - L) main entries of its range
+//   2-3 G = max(D_L_Max, G0): a main node of 2^G entries, but of at most
+//      2^kMaxMainBits (the DRAM bound below; G0 excepted): a group deeper
+//      than that hangs in a one-time node and, three levels deep, a
+//      two-time node of two bits below it, as its splits had placed it.
+//      (Without the cap a pool whose deepest group sits three levels below a
+//      main node at the bound would need 8x the bound at open; a damaged
+//      depth byte would ask for 2 GiB.) D_L_Max above kMaxMainBits + 3 is
+//      rejected: no sequence of splits makes it.
+//   4-6 every group is attached to all 2^(G - L) entries of its range
 //      (DEPARTURE: Step 6 splits in the directory, no key moves, so open
 //      stays O(groups) and allocates nothing). With the option
 //      nehash_split_shallow_on_open, a thread started after open splits

@@ -309,7 +309,9 @@ Status NehashIndex::recover() {
   }
   // Overlap check with the planned depths.
   if (std::string err = find_overlap(entries); !err.empty()) return fail(err);
-  // Steps 2-3. The main node has 2^max(D_L_Max, G0) entries.
+  // Steps 2-3. The main node has 2^max(D_L_Max, G0) entries, but no more
+  // than a full expansion may build (the DRAM bound): deeper groups hang
+  // below it in one-time and two-time nodes, as their splits left them.
   unsigned g_bits = g0_;
   for (const Entry& e : entries) g_bits = std::max(g_bits, e.depth);
   if (g_bits > Directory::max_open_bits()) {
@@ -317,8 +319,8 @@ Status NehashIndex::recover() {
                            std::to_string(g_bits) + " main entries, more than this build allows (2^" +
                            std::to_string(Directory::max_open_bits()) + ")");
   }
-  dir_ = std::make_unique<Directory>(b_, g_bits);
-  // Steps 4-6: every group, whatever its depth, is attached to all the main
+  dir_ = std::make_unique<Directory>(b_, std::max(g0_, std::min(g_bits, Directory::max_main_bits())));
+  // Steps 4-6: every group, whatever its depth, is attached to all the
   // entries of its range (Step 6 done in the directory).
   std::vector<GroupRef*> refs;
   for (const Entry& e : entries) {
@@ -332,7 +334,10 @@ Status NehashIndex::recover() {
       last = r;
     }
   }
-  dir_->attach_all();
+  if (!dir_->attach_all()) {
+    return Status::IOError("pool " + env_.pool->path() +
+                           ": nehash: no memory for the directory's expansion nodes");
+  }
   {
     std::lock_guard lock(table_mutex_);
     next_id_ = any ? static_cast<std::uint32_t>(highest + 1) : 0;
