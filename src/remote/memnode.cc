@@ -21,7 +21,8 @@ Status create_memnode(const std::string& path, std::uint64_t size, bool force) {
   if (Status s = pool::Pool::create(path, params, &p); !s.ok()) return s;
   // Pool::create formatted a heap over the allocatable bytes; a memory
   // node hands them out zeroed instead. Only the pages the format wrote
-  // are cleared, so a sparse pool file stays sparse.
+  // are cleared (Pool::create allocated the whole file already, so reading
+  // the others costs no space).
   media::Region& region = p->region();
   constexpr std::size_t kPage = 4096;
   static const std::byte zero[kPage] = {};
