@@ -329,6 +329,47 @@ class RemoteEngineTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
   }
 
+  // Node 0 on shm, node 1 a daemon over loopback, 3000 keys stored. The
+  // daemon killed: calls on node 1 fail with IOError naming it within the
+  // timeout (no hang). Restarted from its pool file on the same port: every
+  // completed write is there, and writes work again.
+  void expect_dead_node_fails_calls_and_restart_serves_them() {
+    auto daemon = std::make_unique<Daemon>(nodes_[1], 0);
+    const std::uint16_t port = daemon->port();
+    ASSERT_NE(port, 0);
+    Options o = options();
+    o.memnodes = "shm:" + nodes_[0] + ",tcp:127.0.0.1:" + std::to_string(port);
+    o.remote_timeout_ms = 500;
+    auto st = create(o);
+    ASSERT_NE(st, nullptr);
+    Model model;
+    for (unsigned i = 0; i < 3000; ++i) {
+      ASSERT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
+      model.emplace(key_of(i), value_of(i, 0));
+    }
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+    daemon->kill(SIGKILL);
+    unsigned failed = 0;
+    for (unsigned i = 0; i < 64; ++i) {
+      std::string got;
+      const Status s = st->get(key_of(i), &got);
+      if (!s.ok()) {
+        EXPECT_TRUE(s.is_io_error()) << s.to_string();
+        EXPECT_NE(s.message().find("127.0.0.1"), std::string::npos) << s.to_string();
+        ++failed;
+      }
+    }
+    EXPECT_GT(failed, 0u) << "some of 64 keys live on node 1";
+    daemon = std::make_unique<Daemon>(nodes_[1], port);
+    ASSERT_EQ(daemon->port(), port);
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+    for (unsigned i = 0; i < 64; ++i) {
+      ASSERT_TRUE(st->upsert(key_of(i), "after").ok()) << key_of(i);
+      model[key_of(i)] = "after";
+    }
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  }
+
   // run_processes on two memory-node daemons over loopback (the same pools).
   void run_processes_on_tcp(unsigned steps) {
     Daemon d0(nodes_[0], 0), d1(nodes_[1], 0);

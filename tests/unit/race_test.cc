@@ -230,6 +230,12 @@ TEST_F(RaceTest, AFullNodeGivesNoSpaceAndKeepsWhatIsStored) {
   expect_full_node_keeps_data(o, small);
 }
 
+// Over tcp: a killed node fails calls with IOError, never a hang; restarted
+// from its pool file it serves every completed write.
+TEST_F(RaceTest, ADeadNodeFailsCallsAndARestartedOneServesThem) {
+  expect_dead_node_fails_calls_and_restart_serves_them();
+}
+
 class RaceProcessTest : public RaceTest {};
 
 TEST_F(RaceProcessTest, ProcessesOnTwoShmNodes) { run_processes(options(), 2500); }
