@@ -1012,12 +1012,15 @@ class SepHashIndex final : public Index {
     if (Status s = exec(ss, b); !s.ok()) return s;
     const std::uint64_t seq = b.result(seq_op) + 1;  // this lock's, and the next state's
     std::vector<std::uint64_t> all = std::move(main);
+    all.reserve(all.size() + kCurSlots);
     for (std::uint64_t s : slots) {
       if (slot_live(s, sign)) all.push_back(slot_entry(s));
     }
     std::vector<std::uint64_t> keep;
     std::vector<Dropped> drop;
-    if (Status s = newest_entries(ss, seg, std::move(all), &keep, &drop); !s.ok()) return s;
+    if (Status s = newest_entries(ss, seg, std::move(all), main_len, &keep, &drop); !s.ok()) {
+      return s;
+    }
     merges_.fetch_add(1, std::memory_order_relaxed);
     if (keep.size() > params_.main_max_slots && depth < params_.max_depth) {
       return split_locked(ss, seg, meta, seq, pattern, keep, drop, restorable);
@@ -1068,21 +1071,38 @@ class SepHashIndex final : public Index {
     shed_surplus(ss, node);
   }
 
-  // Each key's newest entry of `all` (sorted by fingerprint), tombstones
-  // dropped, into *keep; every other entry's block, once, and none that a
-  // kept entry names, into *drop. Items are read only where entries'
-  // filter bits collide, and headers of dropped items longer than their
-  // slot says. The caller holds the segment's lock.
+  // Each key's newest entry of `all` (the MainSeg's `main_count` entries,
+  // then the CurSeg's), tombstones dropped, into *keep, sorted by filter
+  // bits; every other entry's block, once, and none that a kept entry
+  // names, into *drop. Items are read only where entries' filter bits
+  // collide, and headers of dropped items longer than their slot says. The
+  // caller holds the segment's lock.
   Status newest_entries(Session& ss, RAddr seg, std::vector<std::uint64_t> all,
-                        std::vector<std::uint64_t>* keep, std::vector<Dropped>* drop) {
+                        std::size_t main_count, std::vector<std::uint64_t>* keep,
+                        std::vector<Dropped>* drop) {
     const unsigned node = raddr_node(seg);
     // Filter bits: fingerprint, second fingerprint, hash bits.
     auto key_bits = [](std::uint64_t s) {
       return (std::uint64_t{slot_fp(s)} << 9) | (std::uint64_t{slot_fp2(s)} << 4) | slot_dbits(s);
     };
-    std::sort(all.begin(), all.end(), [&](std::uint64_t a, std::uint64_t b) {
-      return key_bits(a) != key_bits(b) ? key_bits(a) < key_bits(b) : a < b;
-    });
+    auto by_bits = [&](std::uint64_t a, std::uint64_t b) { return key_bits(a) < key_bits(b); };
+    // By filter bits, then by word. A MainSeg is written in filter-bit order
+    // (keep below), so only the CurSeg's entries need sorting, and one
+    // merge orders the whole; a MainSeg a split at a depth 4k re-read has
+    // new hash bits and may not be in that order, and is sorted whole.
+    const auto mid = all.begin() + static_cast<std::ptrdiff_t>(main_count);
+    if (std::is_sorted(all.begin(), mid, by_bits)) {
+      std::sort(mid, all.end(), by_bits);
+      std::inplace_merge(all.begin(), mid, all.end(), by_bits);
+    } else {
+      std::sort(all.begin(), all.end(), by_bits);
+    }
+    for (std::size_t i = 0; i < all.size();) {
+      std::size_t j = i + 1;
+      while (j < all.size() && key_bits(all[j]) == key_bits(all[i])) ++j;
+      if (j - i > 1) std::sort(all.begin() + i, all.begin() + j);
+      i = j;
+    }
     all.erase(std::unique(all.begin(), all.end()), all.end());  // one entry taken twice
     std::vector<std::uint64_t> colliding;
     for (std::size_t i = 0; i < all.size();) {
@@ -1096,6 +1116,7 @@ class SepHashIndex final : public Index {
       i = j;
     }
     std::unordered_map<std::uint64_t, std::uint64_t> units_of;  // block -> units, from items read
+    const std::size_t singles = keep->size();
     if (!colliding.empty()) {
       std::vector<Candidate> items;
       bool retry = false;
@@ -1119,10 +1140,12 @@ class SepHashIndex final : public Index {
         if (!slot_tomb(items[best].slot)) keep->push_back(items[best].slot);
       }
     }
-    std::sort(keep->begin(), keep->end(), [&](std::uint64_t a, std::uint64_t b) {
-      return key_bits(a) < key_bits(b);
-    });
+    // Both parts are in filter-bit order (the colliding entries' items are
+    // in `colliding`'s order).
+    std::inplace_merge(keep->begin(), keep->begin() + static_cast<std::ptrdiff_t>(singles),
+                       keep->end(), by_bits);
     std::unordered_set<std::uint64_t> named;
+    named.reserve(all.size());
     for (std::uint64_t k : *keep) named.insert(slot_item(k));
     std::vector<std::size_t> unknown;  // dropped blocks whose length the slot does not give
     for (std::uint64_t e : all) {
