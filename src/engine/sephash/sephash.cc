@@ -1104,14 +1104,22 @@ class SepHashIndex final : public Index {
       i = j;
     }
     all.erase(std::unique(all.begin(), all.end()), all.end());  // one entry taken twice
+    std::vector<char> kept(all.size(), 0);
     std::vector<std::uint64_t> colliding;
+    std::vector<std::size_t> colliding_at;  // each colliding entry's index in `all`
     for (std::size_t i = 0; i < all.size();) {
       std::size_t j = i + 1;
       while (j < all.size() && key_bits(all[j]) == key_bits(all[i])) ++j;
       if (j - i == 1) {
-        if (!slot_tomb(all[i])) keep->push_back(all[i]);
+        if (!slot_tomb(all[i])) {
+          keep->push_back(all[i]);
+          kept[i] = 1;
+        }
       } else {
-        colliding.insert(colliding.end(), all.begin() + i, all.begin() + j);
+        for (std::size_t k = i; k < j; ++k) {
+          colliding.push_back(all[k]);
+          colliding_at.push_back(k);
+        }
       }
       i = j;
     }
@@ -1137,27 +1145,50 @@ class SepHashIndex final : public Index {
           // after a merge moved under it), in two blocks; keep the first.
           if (items[j].header().version > items[best].header().version) best = j;
         }
-        if (!slot_tomb(items[best].slot)) keep->push_back(items[best].slot);
+        if (!slot_tomb(items[best].slot)) {
+          keep->push_back(items[best].slot);
+          kept[colliding_at[best]] = 1;
+        }
       }
     }
     // Both parts are in filter-bit order (the colliding entries' items are
     // in `colliding`'s order).
     std::inplace_merge(keep->begin(), keep->begin() + static_cast<std::ptrdiff_t>(singles),
                        keep->end(), by_bits);
-    std::unordered_set<std::uint64_t> named;
-    named.reserve(all.size());
-    for (std::uint64_t k : *keep) named.insert(slot_item(k));
-    std::vector<std::size_t> unknown;  // dropped blocks whose length the slot does not give
-    for (std::uint64_t e : all) {
-      const std::uint64_t blk = slot_item(e);
-      if (!named.insert(blk).second) continue;  // kept, or dropped already
-      std::uint64_t units = slot_len(e);
+    // The blocks of the entries not kept, each once, and none that a kept
+    // entry names too. They are few (about a CurSeg's worth) against a
+    // MainSeg's thousands of kept entries, so they are sorted and each kept
+    // entry is looked up among them.
+    std::vector<Dropped> gone;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (kept[i]) continue;
+      const std::uint64_t blk = slot_item(all[i]);
+      std::uint64_t units = slot_len(all[i]);
       if (units == 0) {
         auto it = units_of.find(blk);
         if (it != units_of.end()) units = it->second;
       }
-      if (units == 0) unknown.push_back(drop->size());
-      drop->push_back({blk, units});
+      gone.push_back({blk, units});
+    }
+    std::sort(gone.begin(), gone.end(), [](const Dropped& a, const Dropped& b) {
+      return a.off != b.off ? a.off < b.off : a.units > b.units;  // a known length first
+    });
+    gone.erase(std::unique(gone.begin(), gone.end(),
+                           [](const Dropped& a, const Dropped& b) { return a.off == b.off; }),
+               gone.end());
+    std::vector<char> named(gone.size(), 0);
+    if (!gone.empty()) {
+      for (std::uint64_t k : *keep) {
+        auto it = std::lower_bound(gone.begin(), gone.end(), slot_item(k),
+                                   [](const Dropped& d, std::uint64_t off) { return d.off < off; });
+        if (it != gone.end() && it->off == slot_item(k)) named[it - gone.begin()] = 1;
+      }
+    }
+    std::vector<std::size_t> unknown;  // dropped blocks whose length the slot does not give
+    for (std::size_t i = 0; i < gone.size(); ++i) {
+      if (named[i]) continue;
+      if (gone[i].units == 0) unknown.push_back(drop->size());
+      drop->push_back(gone[i]);
     }
     if (!unknown.empty()) {
       std::vector<ItemHeader> hs(unknown.size());
