@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <bitset>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -1178,7 +1179,12 @@ class SepHashIndex final : public Index {
                gone.end());
     std::vector<char> named(gone.size(), 0);
     if (!gone.empty()) {
+      // A filter of the dropped blocks first: most kept entries miss it.
+      std::bitset<4096> maybe;
+      auto bit = [](std::uint64_t off) { return ((off >> 6) * 0x9E3779B97F4A7C15ull) >> 52; };
+      for (const Dropped& d : gone) maybe.set(bit(d.off));
       for (std::uint64_t k : *keep) {
+        if (!maybe.test(bit(slot_item(k)))) continue;
         auto it = std::lower_bound(gone.begin(), gone.end(), slot_item(k),
                                    [](const Dropped& d, std::uint64_t off) { return d.off < off; });
         if (it != gone.end() && it->off == slot_item(k)) named[it - gone.begin()] = 1;
