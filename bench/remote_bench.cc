@@ -64,6 +64,7 @@ struct Config {
   std::uint64_t node_size = std::uint64_t{1} << 30;
   std::uint64_t seed = 1;
   std::string csv;
+  unsigned sephash_main_max_slots = Options{}.sephash_main_max_slots;
 };
 
 // What a client process reports.
@@ -254,6 +255,9 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   app.add_option("--seed", cfg.seed, "key and operation seed")->capture_default_str();
+  app.add_option("--sephash-main-max-slots", cfg.sephash_main_max_slots,
+                 "sephash: slots a MainSeg may hold before its segment splits")
+      ->capture_default_str();
   app.add_option("--csv", cfg.csv, "also write the results as CSV");
   CLI11_PARSE(app, argc, argv);
 
@@ -307,6 +311,7 @@ int main(int argc, char** argv) {
             o.memnodes = specs;
             o.remote_latency_ns = run.latency_ns;
             o.remote_timeout_ms = 10000;
+            o.sephash_main_max_slots = cfg.sephash_main_max_slots;
             std::unique_ptr<Store> st;
             bool ok = true;
             if (Status s = Store::create("", o, &st); !s.ok() || !st->close().ok()) {
