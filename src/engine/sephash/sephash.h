@@ -183,4 +183,26 @@ extern const EngineInfo kEngineInfo;
 // read) and its second (the slot CAS), on the appending thread.
 void set_append_hook_for_testing(std::function<void()> hook);
 
+// Tests: the steps of a merge or split after its lock CAS at which the
+// lock hook is called, on the holder's thread.
+enum class LockStep {
+  kLocked,        // the lock taken; seq not raised yet
+  kRead,          // seq raised, slots and MainSeg read; nothing written
+  kMergePublish,  // merge: before its publish batch
+  kMergeIntent,   // merge: the new MainSeg and the intent written
+  kMergeSlots,    // merge: also the bitmap and the slots; not the meta
+  kSplitFirst,    // split: before its first batch
+  kSplitIntent,   // split: the MainSegs, the new CurSeg and the intent written
+  kSplitDirectory,  // split: also the new half's directory entries
+  kSplitDepth,    // split: also the global depth
+  kSplitSlots,    // split: also the bitmap and the slots; not the meta
+};
+// Tests: a hook that returns true makes the holder stop at that step as if
+// it died there (it writes nothing more and leaves the lock; its call
+// returns IOError). With a hook set, the merge's publish runs as three
+// batches and the split's last as two, so that kMergeIntent, kMergeSlots
+// and kSplitSlots fall between batches (a holder killed mid-batch leaves
+// a prefix of it applied).
+void set_lock_hook_for_testing(std::function<bool(LockStep)> hook);
+
 }  // namespace pmhash::engine::sephash
