@@ -471,6 +471,20 @@ class SepHashLockTest : public SepHashTest {
   // parent learns the acknowledged inserts through a pipe, then checks
   // that another client recovers the segment (expect_recovers).
   void die_at(LockStep step) {
+    Model model;
+    std::string unacked;
+    std::uint32_t next = 0;
+    ASSERT_NO_FATAL_FAILURE(kill_holder_at(step, &model, &unacked, &next));
+    auto st = open(options());
+    ASSERT_NE(st, nullptr);
+    ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(st), std::move(model), unacked, next));
+  }
+
+  // The client process of die_at: *model gets its acknowledged inserts,
+  // *unacked the key whose insert was in flight when it died, *next the
+  // first key it never tried.
+  void kill_holder_at(LockStep step, Model* model_out, std::string* unacked_out,
+                      std::uint32_t* next_out) {
     auto created = create(options());
     ASSERT_NE(created, nullptr);
     ASSERT_TRUE(created->close().ok());
@@ -515,9 +529,41 @@ class SepHashLockTest : public SepHashTest {
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 42) << "status " << status;
     ASSERT_FALSE(unacked.empty());
     ASSERT_GT(model.size(), 100u);
+    *model_out = std::move(model);
+    *unacked_out = unacked;
+    *next_out = next;
+  }
+
+  // After a holder died at `step`: four threads of one store read every
+  // acknowledged key and insert keys of their own at once; they all wait
+  // on the dead lock, exactly one takes it over, and all succeed.
+  void die_at_with_many_waiters(LockStep step) {
+    Model model;
+    std::string unacked;
+    std::uint32_t next = 0;
+    ASSERT_NO_FATAL_FAILURE(kill_holder_at(step, &model, &unacked, &next));
     auto st = open(options());
     ASSERT_NE(st, nullptr);
-    ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(st), std::move(model), unacked, next));
+    constexpr unsigned kThreads = 4, kEach = 400;
+    std::vector<std::thread> threads;
+    std::atomic<unsigned> wrong{0};
+    for (unsigned t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (const auto& [k, v] : model) {
+          std::string got;
+          if (!st->get(k, &got).ok() || got != v) ++wrong;
+        }
+        for (unsigned i = 0; i < kEach; ++i) {
+          const unsigned key = next + t * kEach + i;
+          if (!st->insert(key_of(key), value_of(key, 0)).ok()) ++wrong;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(wrong.load(), 0u);
+    EXPECT_EQ(st->stats().lock_takeovers, 1u);
+    for (unsigned i = next; i < next + kThreads * kEach; ++i) model.emplace(key_of(i), value_of(i, 0));
+    ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
   }
 };
 
@@ -542,6 +588,22 @@ TEST_F(SepHashLockTest, ASplitterKilledAfterTheGlobalDepthIsFinished) {
 }
 TEST_F(SepHashLockTest, ASplitterKilledWithItsSlotsClearedIsFinished) {
   die_at(LockStep::kSplitSlots);
+}
+
+TEST_F(SepHashLockTest, ManyWaitersOnAKilledMergerTakeItOverOnce) {
+  die_at_with_many_waiters(LockStep::kMergeSlots);
+}
+TEST_F(SepHashLockTest, ManyWaitersOnAKilledSplitterTakeItOverOnce) {
+  die_at_with_many_waiters(LockStep::kSplitDirectory);
+}
+
+TEST_F(SepHashLockTest, ALeaseOutOfRangeIsRefused) {
+  Options o = options();
+  o.sephash_lock_lease_ms = 0;
+  std::unique_ptr<Store> st;
+  const Status s = Store::create("", o, &st);
+  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+  EXPECT_NE(s.message().find("lock lease"), std::string::npos) << s.to_string();
 }
 
 // A holder that is only slow: its hook sleeps past lease/2 (the sleep is
