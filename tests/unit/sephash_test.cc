@@ -603,6 +603,22 @@ TEST_F(SepHashLockTest, ManyWaitersOnAKilledSplitterTakeItOverOnce) {
   die_at_with_many_waiters(LockStep::kSplitDirectory);
 }
 
+// check() as the first call after a splitter died with its intent
+// written and no directory entry: it finishes the split before it reads
+// the directory, and finds the index sound.
+TEST_F(SepHashLockTest, CheckAfterAKilledSplitterFinishesItFirst) {
+  Model model;
+  std::string unacked;
+  std::uint32_t next = 0;
+  ASSERT_NO_FATAL_FAILURE(kill_holder_at(LockStep::kSplitIntent, &model, &unacked, &next));
+  auto st = open(options());
+  ASSERT_NE(st, nullptr);
+  const Status c = st->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+  EXPECT_EQ(st->stats().lock_takeovers, 1u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+}
+
 TEST_F(SepHashLockTest, ALeaseOutOfRangeIsRefused) {
   Options o = options();
   o.sephash_lock_lease_ms = 0;

@@ -1308,7 +1308,13 @@ class SepHashIndex final : public Index {
       *restorable = false;
       return stopped();
     }
-    if (!in_lease(held)) return gave_up(seg);
+    if (!in_lease(held)) {
+      // Nothing written: the blocks are still this client's.
+      if (!half[0].empty()) ss.free[node][main_units(static_cast<unsigned>(half[0].size()))].push_back(main0);
+      if (!half[1].empty()) ss.free[node1][main_units(static_cast<unsigned>(half[1].size()))].push_back(main1);
+      ss.free[node1][kCurSegBytes / 64].push_back(cur1);
+      return gave_up(seg);
+    }
     Batch b;
     if (!img0.empty()) b.write(node, main0, img0.data(), static_cast<std::uint32_t>(img0.size()));
     if (!img1.empty()) b.write(node1, main1, img1.data(), static_cast<std::uint32_t>(img1.size()));
@@ -1630,6 +1636,21 @@ class SepHashIndex final : public Index {
   Status verify(Session& ss) {
     std::vector<RAddr> segs;
     if (Status s = segments(ss, &segs); !s.ok()) return s;
+    // First every lock released, or taken over from a dead holder (a
+    // split finished then changes the directory read below); the new
+    // segments such a split made too.
+    std::unordered_set<RAddr> waited;
+    for (bool fresh = true; fresh;) {
+      fresh = false;
+      for (RAddr seg : segs) {
+        if (!waited.insert(seg).second) continue;
+        fresh = true;
+        Snap snap;
+        if (Status s = wait_unlocked(ss, seg, &snap); !s.ok()) return s;
+      }
+      segs.clear();
+      if (Status s = segments(ss, &segs); !s.ok()) return s;
+    }
     auto fail = [&](RAddr seg, const std::string& what) {
       return Status::Corruption("sephash: segment at node " + std::to_string(raddr_node(seg)) +
                                 " offset " + std::to_string(raddr_off(seg)) + ": " + what);
