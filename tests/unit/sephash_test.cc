@@ -628,6 +628,33 @@ TEST_F(SepHashLockTest, ALeaseOutOfRangeIsRefused) {
   EXPECT_NE(s.message().find("lock lease"), std::string::npos) << s.to_string();
 }
 
+// The same over tcp: the killed client's last batch went to the
+// memory-node daemons as requests (it ran whole before the client died).
+class SepHashLockTcpTest : public SepHashLockTest {
+ protected:
+  void SetUp() override {
+    SepHashLockTest::SetUp();
+    for (const std::string& n : nodes_) {
+      daemons_.push_back(std::make_unique<testing::Daemon>(n, 0));
+      ASSERT_NE(daemons_.back()->port(), 0);
+    }
+  }
+  Options options() const override {
+    Options o = SepHashLockTest::options();
+    o.memnodes = "tcp:127.0.0.1:" + std::to_string(daemons_[0]->port()) + ",tcp:127.0.0.1:" +
+                 std::to_string(daemons_[1]->port());
+    return o;
+  }
+  std::vector<std::unique_ptr<testing::Daemon>> daemons_;
+};
+
+TEST_F(SepHashLockTcpTest, AHolderKilledWithItsSlotsClearedIsFinished) {
+  die_at(LockStep::kMergeSlots);
+}
+TEST_F(SepHashLockTcpTest, ASplitterKilledAfterItsDirectoryIsFinished) {
+  die_at(LockStep::kSplitDirectory);
+}
+
 // A holder that is only slow: its hook sleeps past lease/2 (the sleep is
 // the thing under test, not a way to order threads). It must give up
 // without writing (its call returns Busy), and a later call takes the lock
