@@ -322,7 +322,6 @@ class SepHashIndex final : public Index {
     Clock::time_point since;
   };
 
-
   Status exec(Session& ss, Batch& b) { return ss.client->exec_sync(b); }
 
   // A call that waits on a segment's lock waits a lease (after which it
@@ -1049,7 +1048,8 @@ class SepHashIndex final : public Index {
   };
 
   // *restorable: false once a failure may have left the segment changed
-  // (its lock then stays, and calls on it return Busy).
+  // (its lock then stays until a waiter takes it over, sephash.h "Dead
+  // lock holders"), or the holder stopped past lease/2.
   Status merge_locked(Session& ss, const Held& held, std::uint64_t meta, bool* restorable) {
     const RAddr seg = held.seg;
     const unsigned node = raddr_node(seg);
@@ -1310,8 +1310,10 @@ class SepHashIndex final : public Index {
     }
     if (!in_lease(held)) {
       // Nothing written: the blocks are still this client's.
-      if (!half[0].empty()) ss.free[node][main_units(static_cast<unsigned>(half[0].size()))].push_back(main0);
-      if (!half[1].empty()) ss.free[node1][main_units(static_cast<unsigned>(half[1].size()))].push_back(main1);
+      for (unsigned i = 0; i < 2; ++i) {
+        if (half[i].empty()) continue;
+        ss.free[node][main_units(static_cast<unsigned>(half[i].size()))].push_back(i ? main1 : main0);
+      }
       ss.free[node1][kCurSegBytes / 64].push_back(cur1);
       return gave_up(seg);
     }
