@@ -628,6 +628,56 @@ TEST_F(SepHashLockTest, ALeaseOutOfRangeIsRefused) {
   EXPECT_NE(s.message().find("lock lease"), std::string::npos) << s.to_string();
 }
 
+// A holder that sleeps past a whole lease (the sleep is what is tested)
+// while another thread writes: that thread takes the lock over, merges on,
+// and the holder, once awake, must write nothing (it is past lease/2) and
+// give Busy; had it published, the other thread's writes would be lost.
+TEST_F(SepHashLockTest, AHolderThatWakesAfterATakeoverWritesNothing) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  std::atomic<bool> in_hook{false}, holder_done{false};
+  std::atomic<unsigned> fired{0};
+  engine::sephash::set_lock_hook_for_testing([&](LockStep at) {
+    if (at == LockStep::kRead && fired.fetch_add(1) == 0) {
+      in_hook = true;
+      in_hook.notify_all();
+      std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs * 3 / 2));
+    }
+    return false;
+  });
+  Model other;
+  std::atomic<unsigned> wrong{0};
+  std::thread writer([&] {
+    in_hook.wait(false);
+    for (unsigned i = 100000; i < 120000 && !holder_done; ++i) {
+      if (st->insert(key_of(i), value_of(i, 0)).ok()) {
+        other.emplace(key_of(i), value_of(i, 0));
+      } else {
+        ++wrong;
+      }
+    }
+  });
+  Model model;
+  Status busy;
+  for (unsigned i = 0; i < 20000 && busy.ok(); ++i) {
+    busy = st->insert(key_of(i), value_of(i, 0));
+    if (busy.ok()) model.emplace(key_of(i), value_of(i, 0));
+  }
+  holder_done = true;
+  in_hook = true;  // (should the hook never have run)
+  in_hook.notify_all();
+  writer.join();
+  engine::sephash::set_lock_hook_for_testing(nullptr);
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(other.size(), 0u);
+  EXPECT_EQ(st->stats().lock_takeovers, 1u);
+  model.insert(other.begin(), other.end());
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  ASSERT_TRUE(busy.is_busy()) << busy.to_string();
+  EXPECT_NE(busy.message().find("half its lock lease"), std::string::npos) << busy.to_string();
+  ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
+}
+
 // The same over tcp: the killed client's last batch went to the
 // memory-node daemons as requests (it ran whole before the client died).
 class SepHashLockTcpTest : public SepHashLockTest {
