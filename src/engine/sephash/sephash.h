@@ -149,7 +149,8 @@
 // bytes per read 457 -> 490. A client
 // that crashes loses the blocks it holds (its free blocks, the rest of its
 // chunk, and an item whose append had not finished); nothing else waits
-// for it. An append that had to append again does not free its first block
+// for it, except a segment whose lock it held, for a lease ("Dead lock
+// holders" below). An append that had to append again does not free its first block
 // (a merge may hold it); it leaks.
 //
 // Directory caching. Each client caches the directory; a segment whose
