@@ -110,6 +110,15 @@ struct Options {
   std::string memnodes = {};
   // A remote round trip not answered in this long fails with IOError.
   unsigned remote_timeout_ms = 2000;
+  // sephash: the lease of a segment's merge lock. A client that has seen a
+  // segment locked, with the same merge sequence number, for this long
+  // takes the lock over and finishes or undoes the holder's merge or split
+  // (the holder died, or its publish failed); a holder stops writing
+  // lease/2 after it locked. Callers that wait on a lock give Busy only
+  // after lease + remote_timeout_ms. It must exceed twice the longest a
+  // merge or split takes (a few round trips; milliseconds even over tcp):
+  // a holder slower than lease/2 gives its call Busy. 1 .. 600000.
+  unsigned sephash_lock_lease_ms = 1000;
   // shm only: injected round-trip latency in nanoseconds (emulates a network
   // hop; 0 is CXL-style direct access).
   unsigned remote_latency_ns = 0;

@@ -104,6 +104,9 @@ struct Stats {
   std::uint64_t remote_blocks_reused = 0;
   std::uint64_t remote_bytes_reused = 0;
   std::uint64_t remote_bytes_bumped = 0;
+  // sephash: segment locks this store took over from a holder that kept
+  // one past its lease (Options::sephash_lock_lease_ms), since open.
+  std::uint64_t lock_takeovers = 0;
   std::uint64_t flushes = 0;     // cache-line flushes issued since open
   std::uint64_t fences = 0;      // drains (store fences) issued since open
 };

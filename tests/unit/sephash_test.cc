@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -409,6 +410,352 @@ TEST_F(SepHashTest, AFullNodeGivesNoSpaceAndKeepsWhatIsStored) {
   o.sephash_max_depth = 8;
   expect_full_node_keeps_data(o, small);
 }
+
+// ---- a lock holder that dies or stalls (sephash.h, "Dead lock holders") ----
+// A short lease, so that a takeover comes soon; the margin is what a call
+// on a taken-over segment may take beyond the lease (round trips, a
+// split's roll-forward, a slow sanitizer build).
+class SepHashLockTest : public SepHashTest {
+ protected:
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  // Sanitized builds run merges several times slower: a merge must stay
+  // well within lease/2, or its holder stops and its call gives Busy.
+  static constexpr unsigned kLeaseMs = 1000, kMarginMs = 5000;
+#else
+  static constexpr unsigned kLeaseMs = 300, kMarginMs = 3000;
+#endif
+  using LockStep = engine::sephash::LockStep;
+
+  void TearDown() override {
+    engine::sephash::set_lock_hook_for_testing(nullptr);
+    SepHashTest::TearDown();
+  }
+
+  Options options() const override {
+    Options o = SepHashTest::options();
+    o.sephash_lock_lease_ms = kLeaseMs;
+    return o;
+  }
+
+  static double ms_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  }
+
+  // After a lock holder stopped at some step, leaving `unacked` (the key
+  // whose insert made it merge) with no answer: another client's call on
+  // that segment waits about a lease, takes the lock over and succeeds;
+  // every acknowledged write reads back, for_each and check() agree with
+  // the model, and the index keeps working (more merges and splits),
+  // also after a reopen.
+  void expect_recovers(std::unique_ptr<Store> st, Model model, const std::string& unacked,
+                       unsigned next) {
+    // for_each reads every segment, the locked one too.
+    const auto t0 = std::chrono::steady_clock::now();
+    std::size_t seen = 0;
+    const Status s = st->for_each([&](std::string_view, std::string_view) {
+      ++seen;
+      return true;
+    });
+    const double waited = ms_since(t0);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(seen, model.size());
+    EXPECT_GE(waited, kLeaseMs * 0.9) << "the call did not wait for the lease";
+    EXPECT_LT(waited, kLeaseMs + kMarginMs);
+    std::string got;
+    const Status g = st->get(unacked, &got);
+    EXPECT_TRUE(g.is_not_found()) << g.to_string();  // its entry was never placed
+    EXPECT_EQ(st->stats().lock_takeovers, 1u);
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+    ASSERT_NO_FATAL_FAILURE(load(*st, next, next + 3000, &model));
+    ASSERT_TRUE(st->insert(unacked, "later").ok());
+    model[unacked] = "later";
+    ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
+  }
+
+  // A client process that inserts key_of(0, 1, ...) until its lock hook
+  // kills it (_exit, no further write) at `step` of a merge or split; the
+  // parent learns the acknowledged inserts through a pipe, then checks
+  // that another client recovers the segment (expect_recovers).
+  void die_at(LockStep step) {
+    Model model;
+    std::string unacked;
+    std::uint32_t next = 0;
+    ASSERT_NO_FATAL_FAILURE(kill_holder_at(step, &model, &unacked, &next));
+    auto st = open(options());
+    ASSERT_NE(st, nullptr);
+    ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(st), std::move(model), unacked, next));
+  }
+
+  // The client process of die_at: *model gets its acknowledged inserts,
+  // *unacked the key whose insert was in flight when it died, *next the
+  // first key it never tried.
+  void kill_holder_at(LockStep step, Model* model_out, std::string* unacked_out,
+                      std::uint32_t* next_out) {
+    auto created = create(options());
+    ASSERT_NE(created, nullptr);
+    ASSERT_TRUE(created->close().ok());
+    created.reset();
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const Options o = options();
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::close(fds[0]);
+      std::unique_ptr<Store> mine;
+      if (!Store::open("", o, &mine).ok()) ::_exit(2);
+      engine::sephash::set_lock_hook_for_testing([step](LockStep at) {
+        if (at == step) ::_exit(42);  // dies here: nothing more is written
+        return false;
+      });
+      for (std::uint32_t i = 0; i < 20000; ++i) {
+        // Tell the parent which insert it is about to make, then that it
+        // was acknowledged.
+        const std::uint32_t msg[2] = {i, 0};
+        if (::write(fds[1], msg, 4) != 4) ::_exit(4);
+        if (!mine->insert(key_of(i), value_of(i, 0)).ok()) ::_exit(3);
+        if (::write(fds[1], msg + 1, 4) != 4) ::_exit(4);
+      }
+      ::_exit(5);  // the step never came
+    }
+    ::close(fds[1]);
+    Model model;
+    std::string unacked;
+    std::uint32_t next = 0;
+    for (std::uint32_t word[2]; ::read(fds[0], &word[0], 4) == 4;) {
+      unacked = key_of(word[0]);
+      next = word[0] + 1;
+      if (::read(fds[0], &word[1], 4) != 4) break;
+      model.emplace(unacked, value_of(word[0], 0));
+      unacked.clear();
+    }
+    ::close(fds[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 42) << "status " << status;
+    ASSERT_FALSE(unacked.empty());
+    ASSERT_GT(model.size(), 100u);
+    *model_out = std::move(model);
+    *unacked_out = unacked;
+    *next_out = next;
+  }
+
+  // After a holder died at `step`: four threads of one store read every
+  // acknowledged key and insert keys of their own at once; they all wait
+  // on the dead lock, exactly one takes it over, and all succeed.
+  void die_at_with_many_waiters(LockStep step) {
+    Model model;
+    std::string unacked;
+    std::uint32_t next = 0;
+    ASSERT_NO_FATAL_FAILURE(kill_holder_at(step, &model, &unacked, &next));
+    auto st = open(options());
+    ASSERT_NE(st, nullptr);
+    constexpr unsigned kThreads = 4, kEach = 400;
+    std::vector<std::thread> threads;
+    std::atomic<unsigned> wrong{0};
+    for (unsigned t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (const auto& [k, v] : model) {
+          std::string got;
+          if (!st->get(k, &got).ok() || got != v) ++wrong;
+        }
+        for (unsigned i = 0; i < kEach; ++i) {
+          const unsigned key = next + t * kEach + i;
+          if (!st->insert(key_of(key), value_of(key, 0)).ok()) ++wrong;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(wrong.load(), 0u);
+    EXPECT_EQ(st->stats().lock_takeovers, 1u);
+    for (unsigned i = next; i < next + kThreads * kEach; ++i) model.emplace(key_of(i), value_of(i, 0));
+    ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
+  }
+};
+
+// Before anything is read (seq not raised): a taker undoes the lock.
+TEST_F(SepHashLockTest, AHolderKilledRightAfterLockingIsUndone) { die_at(LockStep::kLocked); }
+// Slots and MainSeg read, nothing written: undone.
+TEST_F(SepHashLockTest, AHolderKilledAfterReadingIsUndone) { die_at(LockStep::kRead); }
+// The new MainSeg allocated, not written: undone (its block leaks).
+TEST_F(SepHashLockTest, AHolderKilledBeforeItsPublishIsUndone) { die_at(LockStep::kMergePublish); }
+// MainSeg and intent written: finished by the taker.
+TEST_F(SepHashLockTest, AHolderKilledAfterItsIntentIsFinished) { die_at(LockStep::kMergeIntent); }
+// Slots already rewritten (the entries live only in the new MainSeg), no
+// meta: finished.
+TEST_F(SepHashLockTest, AHolderKilledWithItsSlotsClearedIsFinished) { die_at(LockStep::kMergeSlots); }
+TEST_F(SepHashLockTest, ASplitterKilledBeforeItsFirstBatchIsUndone) { die_at(LockStep::kSplitFirst); }
+TEST_F(SepHashLockTest, ASplitterKilledAfterItsIntentIsFinished) { die_at(LockStep::kSplitIntent); }
+TEST_F(SepHashLockTest, ASplitterKilledAfterItsDirectoryIsFinished) {
+  die_at(LockStep::kSplitDirectory);
+}
+TEST_F(SepHashLockTest, ASplitterKilledAfterTheGlobalDepthIsFinished) {
+  die_at(LockStep::kSplitDepth);
+}
+TEST_F(SepHashLockTest, ASplitterKilledWithItsSlotsClearedIsFinished) {
+  die_at(LockStep::kSplitSlots);
+}
+
+TEST_F(SepHashLockTest, ManyWaitersOnAKilledMergerTakeItOverOnce) {
+  die_at_with_many_waiters(LockStep::kMergeSlots);
+}
+TEST_F(SepHashLockTest, ManyWaitersOnAKilledSplitterTakeItOverOnce) {
+  die_at_with_many_waiters(LockStep::kSplitDirectory);
+}
+
+// check() as the first call after a splitter died with its intent
+// written and no directory entry: it finishes the split before it reads
+// the directory, and finds the index sound.
+TEST_F(SepHashLockTest, CheckAfterAKilledSplitterFinishesItFirst) {
+  Model model;
+  std::string unacked;
+  std::uint32_t next = 0;
+  ASSERT_NO_FATAL_FAILURE(kill_holder_at(LockStep::kSplitIntent, &model, &unacked, &next));
+  auto st = open(options());
+  ASSERT_NE(st, nullptr);
+  const Status c = st->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+  EXPECT_EQ(st->stats().lock_takeovers, 1u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+}
+
+TEST_F(SepHashLockTest, ALeaseOutOfRangeIsRefused) {
+  Options o = options();
+  o.sephash_lock_lease_ms = 0;
+  std::unique_ptr<Store> st;
+  const Status s = Store::create("", o, &st);
+  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+  EXPECT_NE(s.message().find("lock lease"), std::string::npos) << s.to_string();
+}
+
+// A holder that sleeps past a whole lease (the sleep is what is tested)
+// while another thread writes: that thread takes the lock over, merges on,
+// and the holder, once awake, must write nothing (it is past lease/2) and
+// give Busy; had it published, the other thread's writes would be lost.
+TEST_F(SepHashLockTest, AHolderThatWakesAfterATakeoverWritesNothing) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  std::atomic<bool> in_hook{false}, holder_done{false};
+  std::atomic<unsigned> fired{0};
+  engine::sephash::set_lock_hook_for_testing([&](LockStep at) {
+    if (at == LockStep::kRead && fired.fetch_add(1) == 0) {
+      in_hook = true;
+      in_hook.notify_all();
+      std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs * 3 / 2));
+    }
+    return false;
+  });
+  Model other;
+  std::atomic<unsigned> wrong{0};
+  std::thread writer([&] {
+    in_hook.wait(false);
+    for (unsigned i = 100000; i < 120000 && !holder_done; ++i) {
+      if (st->insert(key_of(i), value_of(i, 0)).ok()) {
+        other.emplace(key_of(i), value_of(i, 0));
+      } else {
+        ++wrong;
+      }
+    }
+  });
+  Model model;
+  Status busy;
+  for (unsigned i = 0; i < 20000 && busy.ok(); ++i) {
+    busy = st->insert(key_of(i), value_of(i, 0));
+    if (busy.ok()) model.emplace(key_of(i), value_of(i, 0));
+  }
+  holder_done = true;
+  in_hook = true;  // (should the hook never have run)
+  in_hook.notify_all();
+  writer.join();
+  engine::sephash::set_lock_hook_for_testing(nullptr);
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(other.size(), 0u);
+  EXPECT_EQ(st->stats().lock_takeovers, 1u);
+  model.insert(other.begin(), other.end());
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  ASSERT_TRUE(busy.is_busy()) << busy.to_string();
+  EXPECT_NE(busy.message().find("half its lock lease"), std::string::npos) << busy.to_string();
+  ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
+}
+
+// The same over tcp: the killed client's last batch went to the
+// memory-node daemons as requests (it ran whole before the client died).
+class SepHashLockTcpTest : public SepHashLockTest {
+ protected:
+  void SetUp() override {
+    SepHashLockTest::SetUp();
+    for (const std::string& n : nodes_) {
+      daemons_.push_back(std::make_unique<testing::Daemon>(n, 0));
+      ASSERT_NE(daemons_.back()->port(), 0);
+    }
+  }
+  Options options() const override {
+    Options o = SepHashLockTest::options();
+    o.memnodes = "tcp:127.0.0.1:" + std::to_string(daemons_[0]->port()) + ",tcp:127.0.0.1:" +
+                 std::to_string(daemons_[1]->port());
+    return o;
+  }
+  std::vector<std::unique_ptr<testing::Daemon>> daemons_;
+};
+
+TEST_F(SepHashLockTcpTest, AHolderKilledWithItsSlotsClearedIsFinished) {
+  die_at(LockStep::kMergeSlots);
+}
+TEST_F(SepHashLockTcpTest, ASplitterKilledAfterItsDirectoryIsFinished) {
+  die_at(LockStep::kSplitDirectory);
+}
+
+// A holder that is only slow: its hook sleeps past lease/2 (the sleep is
+// the thing under test, not a way to order threads). It must give up
+// without writing (its call returns Busy), and a later call takes the lock
+// over: undone when the holder stalled before its intent, finished after.
+class SepHashSlowHolderTest : public SepHashLockTest,
+                              public ::testing::WithParamInterface<engine::sephash::LockStep> {};
+
+TEST_P(SepHashSlowHolderTest, AHolderPastHalfItsLeaseStopsAndIsTakenOver) {
+  const LockStep step = GetParam();
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  std::atomic<bool> slept{false};
+  engine::sephash::set_lock_hook_for_testing([&](LockStep at) {
+    if (at == step && !slept.exchange(true)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs * 6 / 10));
+    }
+    return false;
+  });
+  Model model;
+  std::string unacked;
+  unsigned next = 0;
+  for (unsigned i = 0; i < 20000 && unacked.empty(); ++i) {
+    const Status s = st->insert(key_of(i), value_of(i, 0));
+    next = i + 1;
+    if (s.ok()) {
+      model.emplace(key_of(i), value_of(i, 0));
+      continue;
+    }
+    ASSERT_TRUE(s.is_busy()) << s.to_string();
+    EXPECT_NE(s.message().find("half its lock lease"), std::string::npos) << s.to_string();
+    unacked = key_of(i);
+  }
+  ASSERT_TRUE(slept);
+  ASSERT_FALSE(unacked.empty()) << "the slow holder did not give up";
+  engine::sephash::set_lock_hook_for_testing(nullptr);
+  ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(st), std::move(model), unacked, next));
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, SepHashSlowHolderTest,
+                         ::testing::Values(engine::sephash::LockStep::kRead,
+                                           engine::sephash::LockStep::kMergeIntent,
+                                           engine::sephash::LockStep::kSplitIntent,
+                                           engine::sephash::LockStep::kSplitDepth),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case engine::sephash::LockStep::kRead: return std::string("Read");
+                             case engine::sephash::LockStep::kMergeIntent: return std::string("MergeIntent");
+                             case engine::sephash::LockStep::kSplitIntent: return std::string("SplitIntent");
+                             default: return std::string("SplitDepth");
+                           }
+                         });
 
 class SepHashTcpTest : public SepHashTest {};
 

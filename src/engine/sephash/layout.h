@@ -23,7 +23,9 @@ using remote_index::raddr_off;
 // ---- the index root, in node 0's index root (remote::kIndexRootOffset) ----
 inline constexpr char kMagic[8] = {'P', 'M', 'H', 'S', 'E', 'P', 'H', '1'};
 // 2: the CurSeg header's merge sequence word, the per-node free tables.
-inline constexpr std::uint32_t kLayoutVersion = 2;
+// 3: the CurSeg header's intent record (+24..+55) and lock takeovers that
+//    add kSeqTakeover to seq.
+inline constexpr std::uint32_t kLayoutVersion = 3;
 
 struct IndexRoot {
   char magic[8];              // written last at create
@@ -98,7 +100,19 @@ inline unsigned hash_dbits(std::uint64_t h, unsigned depth) {
 //         grows. A reader's snapshot is (seq, then meta); its data counts
 //         when a later READ of (meta, then seq) finds both unchanged and the
 //         meta unlocked (sephash.h, "Reclamation").
+//         A lock holder that is taken over (sephash.h, "Dead lock
+//         holders") has its seq raised by kSeqTakeover by the client that
+//         takes the lock from it: the low 32 bits (and so the low 22 bits
+//         that free words carry) stay those of the lock's first holder.
 //   +16   pattern: the low `depth` hash bits every key of the segment has
+//   +24   intent record, written by the lock holder before anything
+//         destructive, so that another client can finish its publish:
+//   +24     intent seq: the seq the holder's FAA made (its lock's seq)
+//   +32     old meta: the meta the holder locked, lock bit clear
+//   +40     new meta: the meta its publish writes (unlocked)
+//   +48     new segment: the RAddr of a split's new CurSeg (on this
+//           segment's node, complete before the intent), 0 for a merge
+//   +56   unused
 //   +64   fingerprint bitmaps, one of 512 bits per sign: bit fp*2 + (fp2&1)
 //         is set (before the slot's CAS) for every entry in a slot of that sign
 //   +192  104 slots
@@ -106,6 +120,14 @@ inline constexpr std::uint64_t kCurSegBytes = 1024;
 inline constexpr std::uint64_t kMetaOff = 0;
 inline constexpr std::uint64_t kSeqOff = 8;
 inline constexpr std::uint64_t kPatternOff = 16;
+inline constexpr std::uint64_t kIntentOff = 24;
+inline constexpr std::uint64_t kIntentBytes = 32;
+inline constexpr std::uint64_t kSeqTakeover = std::uint64_t{1} << 32;
+// Whether an intent of seq `intent_seq` was written under the lock whose
+// seq is now `seq` (by its first holder; takeovers since kept the low bits).
+inline bool intent_of_lock(std::uint64_t intent_seq, std::uint64_t seq) {
+  return intent_seq <= seq && ((seq - intent_seq) & (kSeqTakeover - 1)) == 0;
+}
 inline constexpr std::uint64_t kBitmapOff = 64;
 inline constexpr std::uint64_t kBitmapBytes = 64;  // per sign
 inline constexpr std::uint64_t kHeaderBytes = 192;
@@ -113,6 +135,7 @@ inline constexpr std::uint64_t kSlotsOff = 192;
 inline constexpr unsigned kCurSlots = 104;
 static_assert(kSlotsOff + kCurSlots * 8 == kCurSegBytes);
 static_assert(kBitmapOff + 2 * kBitmapBytes == kHeaderBytes);
+static_assert(kIntentOff + kIntentBytes <= kBitmapOff);
 
 inline constexpr std::uint64_t kMetaSign = std::uint64_t{1} << 63;
 inline constexpr std::uint64_t kMetaLock = std::uint64_t{1} << 62;

@@ -28,6 +28,10 @@ std::function<void()>& append_hook() {
   static std::function<void()> hook;
   return hook;
 }
+std::function<bool(LockStep)>& lock_hook() {
+  static std::function<bool(LockStep)> hook;
+  return hook;
+}
 
 inline std::uint64_t low_mask(unsigned bits) {
   return bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
@@ -39,11 +43,25 @@ struct Header {
   std::uint64_t meta;
   std::uint64_t seq;  // read after meta here: a snapshot's seq is read on its own, before
   std::uint64_t pattern;
-  std::uint64_t reserved[5];
+  std::uint64_t intent_seq;   // the intent record (layout.h, +24)
+  std::uint64_t intent_old;
+  std::uint64_t intent_new;
+  std::uint64_t intent_seg;
+  std::uint64_t reserved;
   std::uint64_t bitmap[2][8];
 };
 static_assert(sizeof(Header) == kHeaderBytes);
 static_assert(offsetof(Header, pattern) == kPatternOff && offsetof(Header, seq) == kSeqOff);
+static_assert(offsetof(Header, intent_seq) == kIntentOff);
+
+// What a lock holder writes at kIntentOff before anything destructive.
+struct Intent {
+  std::uint64_t seq;       // the lock's seq (its first holder's FAA)
+  std::uint64_t old_meta;  // the meta it locked, unlocked
+  std::uint64_t new_meta;  // the meta its publish writes
+  RAddr new_seg;           // a split's new CurSeg; 0 for a merge
+};
+static_assert(sizeof(Intent) == kIntentBytes);
 
 // What a reader saw of a segment: its meta and merge sequence number, in
 // their order on the node (a 16-byte READ at the meta brings the meta
@@ -194,6 +212,7 @@ class SepHashIndex final : public Index {
     st->remote_blocks_reused = blocks_reused_.load(std::memory_order_relaxed);
     st->remote_bytes_reused = bytes_reused_.load(std::memory_order_relaxed);
     st->remote_bytes_bumped = bytes_bumped_.load(std::memory_order_relaxed);
+    st->lock_takeovers = takeovers_.load(std::memory_order_relaxed);
   }
 
   // Ends every session, which hands its free blocks to the nodes' stacks
@@ -289,17 +308,38 @@ class SepHashIndex final : public Index {
  private:
   enum class Want { kAbsent, kPresent, kAny };
 
+  // A lock holder's clock: when it locked (read before its lock CAS or
+  // takeover CAS was sent: no later than the lock).
+  struct Held {
+    RAddr seg = 0;
+    Clock::time_point since;
+  };
+
+  // What a waiting loop remembers of the lock it sees.
+  struct LockWatch {
+    bool any = false;
+    RAddr seg = 0;
+    Snap seen;
+    Clock::time_point since;
+  };
+
   Status exec(Session& ss, Batch& b) { return ss.client->exec_sync(b); }
 
+  // A call that waits on a segment's lock waits a lease (after which it
+  // takes the lock over) and the remote timeout (for the takeover's work)
+  // before it gives Busy.
   Clock::time_point lock_deadline() const {
-    return Clock::now() + std::chrono::milliseconds(options_.remote_timeout_ms);
+    return Clock::now() + lease() + std::chrono::milliseconds(options_.remote_timeout_ms);
+  }
+  std::chrono::milliseconds lease() const {
+    return std::chrono::milliseconds(options_.sephash_lock_lease_ms);
   }
 
   Status locked_too_long(RAddr seg) const {
     return Status::Busy("sephash: segment at node " + std::to_string(raddr_node(seg)) +
                         " offset " + std::to_string(raddr_off(seg)) + " stayed locked for " +
-                        std::to_string(options_.remote_timeout_ms) +
-                        " ms (a merge runs, or its client died)");
+                        std::to_string(options_.sephash_lock_lease_ms + options_.remote_timeout_ms) +
+                        " ms (lock lease + remote timeout; taking the lock over failed)");
   }
 
   std::vector<std::byte> curseg_image(std::uint64_t meta, std::uint64_t pattern) const {
@@ -545,12 +585,14 @@ class SepHashIndex final : public Index {
   // first, then the meta) in *snap.
   Status wait_unlocked(Session& ss, RAddr seg, Snap* snap) {
     const auto deadline = lock_deadline();
+    LockWatch watch;
     for (;;) {
       Batch b;
       b.read(raddr_node(seg), raddr_off(seg) + kSeqOff, &snap->seq, 8);
       b.read(raddr_node(seg), raddr_off(seg) + kMetaOff, &snap->meta, 8);
       if (Status s = exec(ss, b); !s.ok()) return s;
       if ((snap->meta & kMetaLock) == 0) return Status::OK();
+      if (Status s = watch_lock(ss, seg, *snap, &watch); !s.ok()) return s;
       if (Clock::now() > deadline) return locked_too_long(seg);
       std::this_thread::yield();
     }
@@ -635,6 +677,7 @@ class SepHashIndex final : public Index {
     const std::uint64_t h = key.h1;
     const unsigned fp = hash_fp(h);
     const auto deadline = lock_deadline();
+    LockWatch watch;
     for (;;) {
       *any = false;
       const RAddr seg = segment_of(ss, h);
@@ -653,7 +696,8 @@ class SepHashIndex final : public Index {
       if (Status s = exec(ss, b); !s.ok()) return s;
       snap.meta = hd.meta;
       bool go = false;
-      if (Status s = check_snapshot(ss, h, seg, hd, snap, now, &mc, deadline, &go); !s.ok()) {
+      if (Status s = check_snapshot(ss, h, seg, hd, snap, now, &mc, deadline, &watch, &go);
+          !s.ok()) {
         return s;
       }
       if (!go) continue;
@@ -675,9 +719,13 @@ class SepHashIndex final : public Index {
   // caller starts over.
   Status check_snapshot(Session& ss, std::uint64_t h, RAddr seg, const Header& hd,
                         const Snap& snap, const Snap& now, Session::MainCache* mc,
-                        Clock::time_point deadline, bool* go) {
+                        Clock::time_point deadline, LockWatch* watch, bool* go) {
     *go = false;
     if (!unchanged(snap, now)) {
+      // Locked: a holder that keeps it for a lease is taken over.
+      if (Status s = watch_lock(ss, seg, (now.meta & kMetaLock) != 0 ? now : snap, watch); !s.ok()) {
+        return s;
+      }
       if (Clock::now() > deadline) return locked_too_long(seg);
       std::this_thread::yield();
       return Status::OK();
@@ -797,6 +845,7 @@ class SepHashIndex final : public Index {
     bool item_written = false;
     bool item_named = false;  // a slot may name the block: it is no longer this client's
     const auto deadline = lock_deadline();
+    LockWatch watch;
     for (;;) {
       const RAddr seg = segment_of(ss, h);
       const unsigned node = raddr_node(seg);
@@ -822,7 +871,7 @@ class SepHashIndex final : public Index {
       snap.meta = hd.meta;
       bool go = false;
       if (Status s = check_snapshot(ss, h, seg, hd, snap, now,
-                                    want != Want::kAny ? &mc : nullptr, deadline, &go);
+                                    want != Want::kAny ? &mc : nullptr, deadline, &watch, &go);
           !s.ok()) {
         return s;
       }
@@ -965,17 +1014,27 @@ class SepHashIndex final : public Index {
   Status merge(Session& ss, RAddr seg, std::uint64_t meta) {
     const unsigned node = raddr_node(seg);
     const std::uint64_t off = raddr_off(seg);
+    const Held held{seg, Clock::now()};  // before the CAS: no later than the lock
     Batch b;
     b.cas(node, off + kMetaOff, meta, meta | kMetaLock);
     if (Status s = exec(ss, b); !s.ok()) return s;
     if (b.result(0) != meta) return Status::OK();
     // Locked: no append that re-reads the meta from now on keeps its slot.
     bool restorable = true;
-    Status s = merge_locked(ss, seg, meta, &restorable);
-    if (!s.ok() && restorable) {
+    Status s;
+    if (stop_at(LockStep::kLocked)) {
+      restorable = false;
+      s = stopped();
+    } else {
+      s = merge_locked(ss, held, meta, &restorable);
+    }
+    if (!s.ok() && restorable && in_lease(held)) {
       // Leave the segment as it was (unlocked); the entries are all still
-      // in the CurSeg and the old MainSeg.
+      // in the CurSeg and the old MainSeg. A new seq first, so that this
+      // lock's (meta, seq) never shows again: a waiter that saw it before
+      // must not take a later lock of the same meta for this one.
       b.clear();
+      b.faa(node, off + kSeqOff, 1);
       b.write(node, off + kMetaOff, &meta, 8);
       (void)exec(ss, b);
     }
@@ -990,8 +1049,10 @@ class SepHashIndex final : public Index {
   };
 
   // *restorable: false once a failure may have left the segment changed
-  // (its lock then stays, and calls on it return Busy).
-  Status merge_locked(Session& ss, RAddr seg, std::uint64_t meta, bool* restorable) {
+  // (its lock then stays until a waiter takes it over, sephash.h "Dead
+  // lock holders"), or the holder stopped past lease/2.
+  Status merge_locked(Session& ss, const Held& held, std::uint64_t meta, bool* restorable) {
+    const RAddr seg = held.seg;
     const unsigned node = raddr_node(seg);
     const std::uint64_t off = raddr_off(seg);
     const bool sign = meta_sign(meta);
@@ -1001,6 +1062,9 @@ class SepHashIndex final : public Index {
     std::uint64_t pattern = 0;
     std::vector<std::uint64_t> main(main_len);
     Batch b;
+    // Every batch that writes to the segment, the directory or the global
+    // depth begins within lease/2 of the lock (sephash.h, "Dead lock holders").
+    if (!in_lease(held)) return gave_up(seg);
     // The seq first, before anything is read: every reader whose snapshot
     // is older than this lock now fails its check (sephash.h, "Reclamation").
     const std::size_t seq_op = b.size();
@@ -1012,6 +1076,10 @@ class SepHashIndex final : public Index {
     }
     if (Status s = exec(ss, b); !s.ok()) return s;
     const std::uint64_t seq = b.result(seq_op) + 1;  // this lock's, and the next state's
+    if (stop_at(LockStep::kRead)) {
+      *restorable = false;
+      return stopped();
+    }
     std::vector<std::uint64_t> all = std::move(main);
     all.reserve(all.size() + kCurSlots);
     for (std::uint64_t s : slots) {
@@ -1024,7 +1092,7 @@ class SepHashIndex final : public Index {
     }
     merges_.fetch_add(1, std::memory_order_relaxed);
     if (keep.size() > params_.main_max_slots && depth < params_.max_depth) {
-      return split_locked(ss, seg, meta, seq, pattern, keep, drop, restorable);
+      return split_locked(ss, held, meta, seq, pattern, keep, drop, restorable);
     }
     if (keep.size() > kMaxMainSlots - kCurSlots) {
       return Status::NoSpace("sephash: a segment is full at the maximum depth " +
@@ -1032,28 +1100,42 @@ class SepHashIndex final : public Index {
                              " (create the index with a larger sephash_max_depth)");
     }
     std::uint64_t main_off = 0;
+    const std::uint64_t units = main_units(static_cast<unsigned>(keep.size()));
     std::vector<std::byte> image;
     if (!keep.empty()) {
       image = main_image(keep);
-      if (Status s = alloc_block(ss, node, main_units(static_cast<unsigned>(keep.size())), &main_off);
-          !s.ok()) {
-        return s;
-      }
+      if (Status s = alloc_block(ss, node, units, &main_off); !s.ok()) return s;
+    }
+    if (stop_at(LockStep::kMergePublish)) {
+      *restorable = false;
+      return stopped();
+    }
+    if (!in_lease(held)) {
+      if (!keep.empty()) ss.free[node][units].push_back(main_off);  // never written: still ours
+      return gave_up(seg);
     }
     const std::uint64_t meta_new =
         make_meta(!sign, depth, static_cast<unsigned>(keep.size()), main_off);
+    const Intent intent{seq, meta, meta_new, 0};
     std::uint64_t cleared[kCurSlots];
     std::fill(std::begin(cleared), std::end(cleared), free_slot(seq));
     const std::uint64_t zero[8] = {};
     b.clear();
     if (!image.empty()) b.write(node, main_off, image.data(), static_cast<std::uint32_t>(image.size()));
+    // The intent after the image and before anything destructive (same
+    // node, in order): who finds it may finish this publish.
+    b.write(node, off + kIntentOff, &intent, kIntentBytes);
+    *restorable = false;  // from here on the slots may be clear: a taker finishes the publish
+    // (Tests: with a lock hook the publish runs as three batches, so that
+    // a holder can stop between them as one killed mid-batch would.)
+    if (Status s = hook_break(ss, held, &b, LockStep::kMergeIntent); !s.ok()) return s;
     b.write(node, off + kBitmapOff + (!sign ? kBitmapBytes : 0), zero, kBitmapBytes);
     // Every slot gets the next state's free word before the meta that
     // starts that state (sephash.h, "Reclamation": why no stale append can
     // land in a later state).
     b.write(node, off + kSlotsOff, cleared, kCurSlots * 8);
+    if (Status s = hook_break(ss, held, &b, LockStep::kMergeSlots); !s.ok()) return s;
     b.write(node, off + kMetaOff, &meta_new, 8);
-    *restorable = false;  // the slots may be clear: the entries live only in the new MainSeg
     if (Status s = exec(ss, b); !s.ok()) return s;
     // Published: what the merge dropped is named by no state a reader can
     // still validate.
@@ -1221,10 +1303,11 @@ class SepHashIndex final : public Index {
     return img;
   }
 
-  Status split_locked(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t seq,
+  Status split_locked(Session& ss, const Held& held, std::uint64_t meta, std::uint64_t seq,
                       std::uint64_t pattern,
                       const std::vector<std::uint64_t>& keep, const std::vector<Dropped>& drop,
                       bool* restorable) {
+    const RAddr seg = held.seg;
     const unsigned node = raddr_node(seg);
     const std::uint64_t off = raddr_off(seg);
     const bool sign = meta_sign(meta);
@@ -1271,18 +1354,39 @@ class SepHashIndex final : public Index {
       }
     }
     if (Status s = alloc_block(ss, node1, kCurSegBytes / 64, &cur1); !s.ok()) return s;
-    // (1) The new segment, complete, and both MainSegs; (2) the directory
-    // entries of the new half and the global depth; (3) this segment's
-    // meta, which unlocks it.
+    // (1) The new segment, complete, and both MainSegs, then the intent;
+    // (2) the directory entries of the new half; (3) the global depth;
+    // (4) this segment's bitmap, slots and meta, which unlocks it. Each
+    // begins within lease/2 of the lock (sephash.h, "Dead lock holders").
     const std::vector<std::byte> cur_img = curseg_image(
         make_meta(true, depth1, static_cast<unsigned>(half[1].size()), main1), pattern1);
+    const RAddr seg1 = make_raddr(node1, cur1);
+    const std::uint64_t meta0 =
+        make_meta(!sign, depth1, static_cast<unsigned>(half[0].size()), main0);
+    const Intent intent{seq, meta, meta0, seg1};
+    if (stop_at(LockStep::kSplitFirst)) {
+      *restorable = false;
+      return stopped();
+    }
+    if (!in_lease(held)) {
+      // Nothing written: the blocks are still this client's.
+      for (unsigned i = 0; i < 2; ++i) {
+        if (half[i].empty()) continue;
+        ss.free[node][main_units(static_cast<unsigned>(half[i].size()))].push_back(i ? main1 : main0);
+      }
+      ss.free[node1][kCurSegBytes / 64].push_back(cur1);
+      return gave_up(seg);
+    }
     Batch b;
     if (!img0.empty()) b.write(node, main0, img0.data(), static_cast<std::uint32_t>(img0.size()));
     if (!img1.empty()) b.write(node1, main1, img1.data(), static_cast<std::uint32_t>(img1.size()));
     b.write(node1, cur1, cur_img.data(), kCurSegBytes);
+    // The intent after the images (node1 is this node: in order).
+    b.write(node, off + kIntentOff, &intent, kIntentBytes);
+    *restorable = false;  // the intent may stand: a taker finishes the split
     if (Status s = exec(ss, b); !s.ok()) return s;
-    const RAddr seg1 = make_raddr(node1, cur1);
-    *restorable = false;
+    if (stop_at(LockStep::kSplitIntent)) return stopped();
+    if (!in_lease(held)) return gave_up(seg);
     b.clear();
     std::uint64_t global = 0;
     const std::uint64_t step = std::uint64_t{1} << depth1;
@@ -1291,24 +1395,182 @@ class SepHashIndex final : public Index {
     }
     b.read(0, kGlobalDepthOff, &global, 8);
     if (Status s = exec(ss, b); !s.ok()) return s;
+    if (stop_at(LockStep::kSplitDirectory)) return stopped();
+    if (!in_lease(held)) return gave_up(seg);
     if (Status s = remote_index::raise_global_depth(*ss.client, kGlobalDepthOff, global, depth1);
         !s.ok()) {
       return s;
     }
-    const std::uint64_t meta0 =
-        make_meta(!sign, depth1, static_cast<unsigned>(half[0].size()), main0);
+    if (stop_at(LockStep::kSplitDepth)) return stopped();
+    if (!in_lease(held)) return gave_up(seg);
     std::uint64_t cleared[kCurSlots];
     std::fill(std::begin(cleared), std::end(cleared), free_slot(seq));
     const std::uint64_t zero[8] = {};
     b.clear();
     b.write(node, off + kBitmapOff + (!sign ? kBitmapBytes : 0), zero, kBitmapBytes);
     b.write(node, off + kSlotsOff, cleared, kCurSlots * 8);
+    if (Status s = hook_break(ss, held, &b, LockStep::kSplitSlots); !s.ok()) return s;
     b.write(node, off + kMetaOff, &meta0, 8);
     if (Status s = exec(ss, b); !s.ok()) return s;
     free_dropped(ss, node, drop, meta);
     splits_.fetch_add(1, std::memory_order_relaxed);
     split_bytes_.fetch_add(img0.size() + img1.size() + kCurSegBytes, std::memory_order_relaxed);
     return refresh_dir(ss);
+  }
+
+  // ---- lock holders that died or stalled (sephash.h, "Dead lock holders") ----
+  // Whether the holder may begin a batch that writes to the segment, the
+  // directory or the global depth: within lease/2 of its lock (a waiter
+  // takes over only after it has seen the lock for a whole lease).
+  bool in_lease(const Held& h) const { return Clock::now() - h.since < lease() / 2; }
+
+  Status gave_up(RAddr seg) const {
+    return Status::Busy("sephash: a merge of the segment at node " +
+                        std::to_string(raddr_node(seg)) + " offset " +
+                        std::to_string(raddr_off(seg)) + " took more than half its lock lease (" +
+                        std::to_string(options_.sephash_lock_lease_ms) +
+                        " ms); it stopped, and another client will finish or undo it");
+  }
+
+  // Tests: true when the holder is to stop at `step`, as if it died there.
+  static bool stop_at(LockStep step) { return lock_hook() && lock_hook()(step); }
+  static Status stopped() { return Status::IOError("sephash: a test hook stopped a lock holder"); }
+
+  // Tests: with a lock hook set, runs `b` now (so that the hook can stop
+  // the holder after it, as a holder killed mid-batch would stop), then
+  // asks the hook; without one, does nothing (`b` runs with the rest).
+  Status hook_break(Session& ss, const Held& held, Batch* b, LockStep step) {
+    if (!lock_hook()) return Status::OK();
+    if (Status s = exec(ss, *b); !s.ok()) return s;
+    b->clear();
+    if (stop_at(step)) return stopped();
+    if (!in_lease(held)) return gave_up(held.seg);
+    return Status::OK();
+  }
+
+  // Called by a loop that waits on segment `seg` with what it last read of
+  // it, `now` (meta, seq): once it has seen the same locked (meta, seq) for
+  // a lease, it takes the lock over.
+  Status watch_lock(Session& ss, RAddr seg, const Snap& now, LockWatch* w) {
+    if ((now.meta & kMetaLock) == 0) return Status::OK();
+    const auto t = Clock::now();
+    if (!w->any || w->seg != seg || w->seen.meta != now.meta || w->seen.seq != now.seq) {
+      *w = LockWatch{true, seg, now, t};
+      return Status::OK();
+    }
+    if (t - w->since < lease()) return Status::OK();
+    w->any = false;
+    return take_over(ss, seg, now);
+  }
+
+  // Takes the lock of `seg`, seen as `seen` (locked meta, seq) for a
+  // lease, from its holder: CAS seq -> seq + kSeqTakeover (one taker
+  // wins), then finishes the holder's publish or undoes its lock. OK also
+  // when another client won or the segment moved on (the caller looks
+  // again).
+  Status take_over(Session& ss, RAddr seg, const Snap& seen) {
+    const unsigned node = raddr_node(seg);
+    const std::uint64_t off = raddr_off(seg);
+    const Held held{seg, Clock::now()};
+    Header hd{};
+    Batch b;
+    b.cas(node, off + kSeqOff, seen.seq, seen.seq + kSeqTakeover);
+    // After the CAS (same node, in order): the meta, seq and intent it took.
+    b.read(node, off, &hd, kHeaderBytes);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    if (b.result(0) != seen.seq) return Status::OK();  // another taker, or a new lock
+    // Unlocked (published) just before the CAS: the raised seq only makes
+    // readers and appenders of this state look again (sephash.h).
+    if (hd.meta != seen.meta) return Status::OK();
+    takeovers_.fetch_add(1, std::memory_order_relaxed);
+    return finish(ss, held, seen.meta, hd);
+  }
+
+  // As the lock's holder (`held`), finishes or undoes the merge or split
+  // of whoever locked meta `locked` (lock bit set), from the header `hd`
+  // read once the lock was taken over. The dead holder's dropped blocks
+  // and replaced MainSeg are not freed (they leak); the blocks it took
+  // for a publish this undoes leak too.
+  Status finish(Session& ss, const Held& held, std::uint64_t locked, const Header& hd) {
+    const RAddr seg = held.seg;
+    const unsigned node = raddr_node(seg);
+    const std::uint64_t off = raddr_off(seg);
+    const std::uint64_t old_meta = locked & ~kMetaLock;
+    Batch b;
+    if (hd.intent_old != old_meta || !intent_of_lock(hd.intent_seq, hd.seq)) {
+      // No intent of this lock: nothing destructive ran (the slots and the
+      // old MainSeg are intact). Back: a new seq (this lock's (meta, seq)
+      // must not show again), then the old meta, unlocked.
+      if (!in_lease(held)) return Status::OK();
+      b.faa(node, off + kSeqOff, 1);
+      b.write(node, off + kMetaOff, &old_meta, 8);
+      return exec(ss, b);
+    }
+    // Forward: the intent is this lock's, so the images it names are
+    // complete; every write below is one the holder made or would have
+    // made, with the same bytes (idempotent).
+    const std::uint64_t new_meta = hd.intent_new;
+    if (hd.intent_seg != 0) {
+      const unsigned depth1 = meta_depth(old_meta) + 1;
+      const std::uint64_t pattern1 = hd.pattern | (std::uint64_t{1} << meta_depth(old_meta));
+      bool done = false;
+      if (Status s = fix_directory(ss, held, hd.intent_seg, pattern1, depth1, &done); !s.ok() || !done) {
+        return s;
+      }
+      if (!in_lease(held)) return Status::OK();
+      if (Status s = remote_index::raise_global_depth(*ss.client, kGlobalDepthOff, 0, depth1);
+          !s.ok()) {
+        return s;
+      }
+    }
+    // The free word of seq now, whose low 22 bits are the intent's: the
+    // same words the holder wrote, or would have.
+    std::uint64_t cleared[kCurSlots];
+    std::fill(std::begin(cleared), std::end(cleared), free_slot(hd.seq));
+    const std::uint64_t zero[8] = {};
+    if (!in_lease(held)) return Status::OK();
+    b.write(node, off + kBitmapOff + (meta_sign(new_meta) ? kBitmapBytes : 0), zero, kBitmapBytes);
+    b.write(node, off + kSlotsOff, cleared, kCurSlots * 8);
+    b.write(node, off + kMetaOff, &new_meta, 8);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    return hd.intent_seg != 0 ? refresh_dir(ss) : Status::OK();
+  }
+
+  // A split's roll-forward: the directory entries of the new half
+  // (pattern1, step 2^depth1) that still name a segment shallower than
+  // depth1 (the parent, or an ancestor whose own split was cut short) are
+  // made to name `child`, each by a CAS; entries naming `child` or a
+  // deeper segment (the child may have split since the holder wrote
+  // some of them) stay. *done false when the lease ran out first.
+  Status fix_directory(Session& ss, const Held& held, RAddr child, std::uint64_t pattern1,
+                       unsigned depth1, bool* done) {
+    *done = false;
+    std::vector<RAddr> dir(std::size_t{1} << params_.max_depth);
+    Batch b;
+    b.read(0, params_.directory, dir.data(), static_cast<std::uint32_t>(dir.size() * 8));
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    const std::uint64_t step = std::uint64_t{1} << depth1;
+    std::unordered_map<RAddr, std::uint64_t> metas;  // segments the entries name
+    for (std::uint64_t i = pattern1; i < dir.size(); i += step) {
+      if (dir[i] != child) metas.emplace(dir[i], 0);
+    }
+    b.clear();
+    for (auto& [a, m] : metas) b.read(raddr_node(a), raddr_off(a) + kMetaOff, &m, 8);
+    if (b.size() != 0) {
+      if (Status s = exec(ss, b); !s.ok()) return s;
+    }
+    b.clear();
+    for (std::uint64_t i = pattern1; i < dir.size(); i += step) {
+      if (dir[i] != child && meta_depth(metas[dir[i]]) < depth1) {
+        b.cas(0, params_.directory + i * 8, dir[i], child);
+      }
+    }
+    if (!in_lease(held)) return Status::OK();
+    if (b.size() != 0) {
+      if (Status s = exec(ss, b); !s.ok()) return s;
+    }
+    *done = true;
+    return Status::OK();
   }
 
   // ---- whole-index reads ----
@@ -1376,13 +1638,46 @@ class SepHashIndex final : public Index {
     return Status::OK();
   }
 
+  // Every segment of the directory, then those that appear in it while
+  // the scan runs (a split that this scan finished for a dead holder, in a
+  // takeover, or another client's): a new one is read unless a view read
+  // before covers its keys (it was read before the split moved them).
   Status scan(Session& ss, const ForEachFn& fn) {
     std::vector<RAddr> segs;
     if (Status s = segments(ss, &segs); !s.ok()) return s;
-    for (RAddr seg : segs) {
+    std::unordered_set<RAddr> visited;
+    std::vector<std::pair<std::uint64_t, unsigned>> covered;  // (pattern, depth) of views read
+    auto is_covered = [&](std::uint64_t pattern, unsigned depth) {
+      for (const auto& [p, d] : covered) {
+        if (d <= depth && (pattern & low_mask(d)) == p) return true;
+      }
+      return false;
+    };
+    for (bool fresh = true; fresh;) {
+      fresh = false;
+      for (RAddr seg : segs) {
+        if (!visited.insert(seg).second) continue;
+        fresh = true;
+        bool stop = false;
+        if (Status s = scan_segment(ss, seg, fn, is_covered, &covered, &stop); !s.ok() || stop) {
+          return s;
+        }
+      }
+      segs.clear();
+      if (Status s = segments(ss, &segs); !s.ok()) return s;
+    }
+    return Status::OK();
+  }
+
+  template <class Covered>
+  Status scan_segment(Session& ss, RAddr seg, const ForEachFn& fn, const Covered& is_covered,
+                      std::vector<std::pair<std::uint64_t, unsigned>>* covered, bool* stop) {
+    {
       SegmentView v;
       std::vector<Candidate> items;
       if (Status s = read_segment_items(ss, seg, &v, &items); !s.ok()) return s;
+      if (is_covered(v.pattern, meta_depth(v.snap.meta))) return Status::OK();
+      covered->emplace_back(v.pattern, meta_depth(v.snap.meta));
       // Newest entry per key.
       std::unordered_map<std::string_view, const Candidate*> best;
       for (const Candidate& c : items) {
@@ -1391,7 +1686,10 @@ class SepHashIndex final : public Index {
       }
       for (const auto& [k, c] : best) {
         if (slot_tomb(c->slot)) continue;
-        if (!fn(k, c->value())) return Status::OK();
+        if (!fn(k, c->value())) {
+          *stop = true;
+          return Status::OK();
+        }
       }
     }
     return Status::OK();
@@ -1400,6 +1698,21 @@ class SepHashIndex final : public Index {
   Status verify(Session& ss) {
     std::vector<RAddr> segs;
     if (Status s = segments(ss, &segs); !s.ok()) return s;
+    // First every lock released, or taken over from a dead holder (a
+    // split finished then changes the directory read below); the new
+    // segments such a split made too.
+    std::unordered_set<RAddr> waited;
+    for (bool fresh = true; fresh;) {
+      fresh = false;
+      for (RAddr seg : segs) {
+        if (!waited.insert(seg).second) continue;
+        fresh = true;
+        Snap snap;
+        if (Status s = wait_unlocked(ss, seg, &snap); !s.ok()) return s;
+      }
+      segs.clear();
+      if (Status s = segments(ss, &segs); !s.ok()) return s;
+    }
     auto fail = [&](RAddr seg, const std::string& what) {
       return Status::Corruption("sephash: segment at node " + std::to_string(raddr_node(seg)) +
                                 " offset " + std::to_string(raddr_off(seg)) + ": " + what);
@@ -1461,7 +1774,8 @@ class SepHashIndex final : public Index {
   std::vector<std::string> specs_;
   Params params_;
   remote_index::SessionPool<Session> sessions_;
-  std::atomic<std::uint64_t> merges_{0}, splits_{0}, split_bytes_{0}, stale_appends_{0};
+  std::atomic<std::uint64_t> merges_{0}, splits_{0}, split_bytes_{0}, stale_appends_{0},
+      takeovers_{0};
   std::atomic<std::uint64_t> blocks_freed_{0}, bytes_freed_{0}, blocks_reused_{0},
       bytes_reused_{0}, bytes_bumped_{0};
 };
@@ -1485,6 +1799,12 @@ Status check_create_options(const Options& o) {
 }
 
 Status make_index(const Options& options, bool create, std::unique_ptr<Index>* out) {
+  // Every client's own (not kept on the nodes): all clients of an index
+  // should use the same lease.
+  if (options.sephash_lock_lease_ms < 1 || options.sephash_lock_lease_ms > 600000) {
+    return Status::InvalidArgument("sephash lock lease must be 1 .. 600000 ms, got " +
+                                   std::to_string(options.sephash_lock_lease_ms));
+  }
   auto params = [&](unsigned nodes, Params* p) {
     *p = Params{nodes, options.sephash_initial_depth, options.sephash_max_depth,
                 options.sephash_main_max_slots, 0};
@@ -1505,6 +1825,9 @@ Status no_params(const Options&, std::uint8_t*) { return Status::OK(); }
 }  // namespace
 
 void set_append_hook_for_testing(std::function<void()> hook) { append_hook() = std::move(hook); }
+void set_lock_hook_for_testing(std::function<bool(LockStep)> hook) {
+  lock_hook() = std::move(hook);
+}
 
 const EngineInfo kEngineInfo = {"sephash",     &no_params,    nullptr,      nullptr,
                                 /*in_progress=*/true, &create_remote, &open_remote};

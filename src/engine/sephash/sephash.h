@@ -85,7 +85,8 @@
 // validate instead.
 //   Seq. Each CurSeg header has a merge sequence number next to the meta.
 // The lock holder adds 1 after its lock CAS and before it reads anything;
-// it writes the unlocking meta last; seq never decreases.
+// it writes the unlocking meta last; seq never decreases (a takeover
+// adds 2^32, a roll-back 1: "Dead lock holders" below).
 //   Check. A reader's snapshot READs seq, then the meta (in that address
 // order: seq at +8 is read by its own verb before the header). The check
 // at the end of a batch READs the meta, then seq (one 16-byte READ; verbs
@@ -148,7 +149,8 @@
 // bytes per read 457 -> 490. A client
 // that crashes loses the blocks it holds (its free blocks, the rest of its
 // chunk, and an item whose append had not finished); nothing else waits
-// for it. An append that had to append again does not free its first block
+// for it, except a segment whose lock it held, for a lease ("Dead lock
+// holders" below). An append that had to append again does not free its first block
 // (a merge may hold it); it leaks.
 //
 // Directory caching. Each client caches the directory; a segment whose
@@ -162,9 +164,67 @@
 // (whether its last round trip ran is unknown, as with a lost RDMA
 // completion); calls made after the node is back succeed.
 //
-// What this version does not do yet (issue 8): recover a segment whose
-// merging client died with the lock held, or whose publish failed (calls
-// on that segment return Busy after the timeout); and it runs one call
+// Dead lock holders (docs/design/sephash.md section 5a). A merge or split
+// whose client dies (killed, host lost) or stalls between its lock CAS and
+// its publish, or whose publish failed half way, would leave the segment
+// locked for ever. Instead:
+//   Intent. The holder writes, at CurSeg +24 (layout.h), what another
+// client needs to finish its publish: {its lock's seq, the meta it
+// locked, the meta it publishes, a split's new CurSeg}. A merge's publish
+// batch is: new MainSeg, intent, bitmap clear, slots, meta. A split's
+// first batch is: both MainSegs, the new CurSeg, intent (all on the
+// segment's node, so in that order); then the new half's directory
+// entries; then the global depth; then bitmap, slots, meta. A sub-batch
+// runs in order and a client killed mid-batch leaves a prefix, so when
+// the intent stands the images it names are complete, and when it does
+// not, nothing destructive ran (the slots and the old MainSeg are intact).
+//   Lease. A waiter (any loop that finds the segment locked: appends,
+// searches, scans, check) that has seen the same locked (meta, seq) for
+// Options::sephash_lock_lease_ms takes over: it CASes seq s -> s +
+// kSeqTakeover (2^32; one taker wins, and it now holds the lock), reads the
+// header and, if the intent is this lock's (its old meta is the locked
+// meta and its seq equals s in the low 32 bits, layout.h intent_of_lock),
+// rolls FORWARD: for a split, every directory entry of the new half
+// (pattern | 1<<depth, step 2^(depth+1)) that still names a segment
+// shallower than the new one is CASed to it (entries the new segment's
+// own splits rewrote since stay), the global depth is raised; then the
+// bitmap clear, slots = free_slot(seq), the new meta. Otherwise it rolls
+// BACK: seq + 1, then the old meta, unlocked. All these writes are the
+// holder's, with the same bytes: doing them twice is harmless. The dead
+// holder's dropped blocks, the MainSeg it replaced and, when rolled back,
+// the blocks it took, leak (frees happen only after a publish, by its
+// holder). Waiters give Busy only after lease + remote_timeout_ms.
+//   Why the taker's free words are right. A takeover adds 2^32, so seq's
+// low 22 bits, the free word's, stay the first holder's: the taker writes
+// the words the holder wrote or would have. Readers compare the whole seq:
+// every snapshot taken before the takeover fails its check (a locked one
+// fails anyway). A stale appender's snapshot is of a state before the lock
+// (seq < s in the low bits), so its CAS expects another word and fails, as
+// with a normal merge; appenders of the new state read seq s + 2^32 and
+// look for free_slot(s), which the slots hold. A takeover CAS that lands
+// just after the holder published (only if the fencing assumption below
+// fails) raises seq on an unlocked segment: readers and appenders of that
+// state look again, nothing else.
+//   No (meta, seq) of a lock recurs. A publish changes the meta (the sign
+// flips); a roll-back (a taker's, or the holder's own after a failure)
+// adds 1 to seq before it unlocks. So a waiter that saw a pair for a lease
+// saw one lock, and the intent check cannot take an older merge's intent
+// for this lock's: that intent's old meta is not the locked meta (its
+// publish flipped the sign), or its seq differs.
+//   Fencing a holder that was only slow. A holder (first or taker) begins
+// no batch that writes to the segment, the directory or the global depth
+// later than lease/2 after it sent its lock (or takeover) CAS: past that it
+// stops without writing, leaves the lock, and its call returns Busy; a
+// waiter, which takes over only a whole lease after it first saw the lock,
+// finishes or undoes its work. ASSUMPTION, as in any lease scheme: a batch
+// that began in time executes within lease/2 (a process stopped between
+// its clock check and its stores, or a TCP request delayed in the network
+// longer than that, could write after a taker and overwrite a later
+// state). The lease must therefore be well above a merge's worst time
+// (default 1000 ms against a few ms) and every client must use the same
+// one.
+//
+// What this version does not do yet: it runs one call
 // per client thread at a time (the remote layer's coroutines are for the
 // benchmark clients). Two concurrent inserts
 // of one absent key by different clients may both return OK; the one with
@@ -182,5 +242,27 @@ extern const EngineInfo kEngineInfo;
 // Tests: called in an append between its first round trip (meta and slots
 // read) and its second (the slot CAS), on the appending thread.
 void set_append_hook_for_testing(std::function<void()> hook);
+
+// Tests: the steps of a merge or split after its lock CAS at which the
+// lock hook is called, on the holder's thread.
+enum class LockStep {
+  kLocked,        // the lock taken; seq not raised yet
+  kRead,          // seq raised, slots and MainSeg read; nothing written
+  kMergePublish,  // merge: before its publish batch
+  kMergeIntent,   // merge: the new MainSeg and the intent written
+  kMergeSlots,    // merge: also the bitmap and the slots; not the meta
+  kSplitFirst,    // split: before its first batch
+  kSplitIntent,   // split: the MainSegs, the new CurSeg and the intent written
+  kSplitDirectory,  // split: also the new half's directory entries
+  kSplitDepth,    // split: also the global depth
+  kSplitSlots,    // split: also the bitmap and the slots; not the meta
+};
+// Tests: a hook that returns true makes the holder stop at that step as if
+// it died there (it writes nothing more and leaves the lock; its call
+// returns IOError). With a hook set, the merge's publish runs as three
+// batches and the split's last as two, so that kMergeIntent, kMergeSlots
+// and kSplitSlots fall between batches (a holder killed mid-batch leaves
+// a prefix of it applied).
+void set_lock_hook_for_testing(std::function<bool(LockStep)> hook);
 
 }  // namespace pmhash::engine::sephash
