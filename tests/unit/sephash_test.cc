@@ -763,39 +763,7 @@ class SepHashTcpTest : public SepHashTest {};
 // the timeout (no hang); restarted from its pool file, every completed
 // write is there.
 TEST_F(SepHashTcpTest, ADeadNodeFailsCallsAndARestartedOneServesThem) {
-  auto daemon = std::make_unique<testing::Daemon>(nodes_[1], 0);
-  const std::uint16_t port = daemon->port();
-  ASSERT_NE(port, 0);
-  Options o = options();
-  o.memnodes = "shm:" + nodes_[0] + ",tcp:127.0.0.1:" + std::to_string(port);
-  o.remote_timeout_ms = 500;
-  auto st = create(o);
-  ASSERT_NE(st, nullptr);
-  Model model;
-  for (unsigned i = 0; i < 3000; ++i) {
-    ASSERT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
-    model.emplace(key_of(i), value_of(i, 0));
-  }
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
-  daemon->kill(SIGKILL);
-  // Keys on node 1 fail; the error names it.
-  unsigned failed = 0;
-  for (unsigned i = 0; i < 64; ++i) {
-    std::string got;
-    const Status s = st->get(key_of(i), &got);
-    if (!s.ok()) {
-      EXPECT_TRUE(s.is_io_error()) << s.to_string();
-      EXPECT_NE(s.message().find("127.0.0.1"), std::string::npos) << s.to_string();
-      ++failed;
-    }
-  }
-  EXPECT_GT(failed, 0u);
-  daemon = std::make_unique<testing::Daemon>(nodes_[1], port);
-  ASSERT_EQ(daemon->port(), port);
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
-  ASSERT_TRUE(st->upsert(key_of(1), "after").ok());
-  model[key_of(1)] = "after";
-  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  expect_dead_node_fails_calls_and_restart_serves_them();
 }
 
 // Several client processes on the same memory nodes against their models
