@@ -103,12 +103,13 @@ bench-pmeh: build-release bootstrap-plot
 	./scripts/bench.sh pmeh build/release
 
 SEPHASH_RECORDS ?= 200000
-bench-sephash: build-release
+bench-sephash: build-release bootstrap-plot
 	mkdir -p docs/results/sephash
 	./build/release/bench/pmhash-remote-bench --engine sephash,race --transport shm,tcp --latency-ns 0,2000 \
 	  --clients 1,2,4 --workload insert,read,a,b,c --records $(SEPHASH_RECORDS) \
 	  --csv docs/results/sephash/runs.csv > docs/results/sephash/runs.txt
 	cat docs/results/sephash/runs.txt
+	.venv/bin/python bench/plot_remote.py docs/results/sephash/runs.csv
 
 crash-long: build-release
 	./scripts/crash-long.sh build/release
