@@ -136,9 +136,13 @@ class Store {
   // Errors: InvalidArgument as for create; IOError when the mapping fails.
   static Status create_volatile(const Options& options, std::unique_ptr<Store>* store);
 
-  // The finished engines this build offers, by name (Options::engine). An
-  // engine still being built may be created by name without being listed.
+  // The finished engines this build offers for pool files, by name
+  // (Options::engine). An engine still being built may be created by name
+  // without being listed.
   static std::vector<std::string> engines();
+  // The finished engines whose index lives on memory nodes
+  // (Options::memnodes; create and open them with an empty path).
+  static std::vector<std::string> remote_engines();
 
   // Opens an existing pool. Runs crash recovery when the pool was not closed
   // cleanly; recovery is O(threads + levels), not O(keys). The file stays

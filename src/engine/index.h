@@ -85,14 +85,18 @@ struct EngineInfo {
   // including heap recovery (Heap::recover) with the engine's keep().
   Status (*open)(const Env& env, std::unique_ptr<Index>* out);
   // An engine still being built (its issue open): it can be created and
-  // opened by name, but engine_list() (Store::engines()) does not offer it,
-  // so the suites that run on every engine leave it out until it is done.
+  // opened by name, but engine_list() (Store::engines(),
+  // Store::remote_engines()) does not offer it, so the suites that run on
+  // every engine leave it out until it is done.
   bool in_progress = false;
   // Engines whose index lives on memory nodes (Options::memnodes) rather
   // than in a pool file: the store calls these instead of create and open
   // (which are then null), with no pool and no heap.
   Status (*create_remote)(const Options& options, std::unique_ptr<Index>* out) = nullptr;
   Status (*open_remote)(const Options& options, std::unique_ptr<Index>* out) = nullptr;
+  // The 8 bytes a remote engine's index root starts with (RootHeader), by
+  // which an open that names no engine finds it.
+  const char* remote_magic = nullptr;
 };
 
 // nullptr when no engine has this name.
@@ -102,7 +106,11 @@ std::string engine_names();
 // Comma-separated names of the engines whose index lives on memory nodes
 // (those with create_remote).
 std::string remote_engine_names();
-// The names of the finished engines, one per element.
-std::vector<std::string> engine_list();
+// The remote engine whose index root starts with `magic` (8 bytes); nullptr
+// when none does.
+const EngineInfo* find_remote_engine(const char* magic);
+// The names of the finished engines, one per element: those of pool files
+// (remote = false) or those of memory nodes (remote = true).
+std::vector<std::string> engine_list(bool remote = false);
 
 }  // namespace pmhash::engine

@@ -1,5 +1,6 @@
 // engine/registry.cc - engines by name.
 #include <array>
+#include <cstring>
 
 #include "engine/clevel/clevel.h"
 #include "engine/dali/dali.h"
@@ -47,10 +48,17 @@ std::string remote_engine_names() {
   return out;
 }
 
-std::vector<std::string> engine_list() {
+const EngineInfo* find_remote_engine(const char* magic) {
+  for (const EngineInfo* e : engines()) {
+    if (e->remote_magic != nullptr && std::memcmp(e->remote_magic, magic, 8) == 0) return e;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> engine_list(bool remote) {
   std::vector<std::string> out;
   for (const EngineInfo* e : engines()) {
-    if (!e->in_progress) out.emplace_back(e->name);
+    if (!e->in_progress && (e->create_remote != nullptr) == remote) out.emplace_back(e->name);
   }
   return out;
 }

@@ -140,6 +140,16 @@ Status Chunks::alloc(remote::Client& client, unsigned node, std::uint64_t bytes,
   return Status::OK();
 }
 
+Status read_root_magic(const Options& options, std::string_view engine, char (*magic)[8]) {
+  std::vector<std::string> specs;
+  if (Status s = split_specs(options.memnodes, engine, &specs); !s.ok()) return s;
+  std::unique_ptr<remote::Client> client;
+  if (Status s = connect(specs, options, &client); !s.ok()) return s;
+  Batch b;
+  b.read(0, remote::kIndexRootOffset, *magic, sizeof(*magic));
+  return client->exec_sync(b);
+}
+
 Status check_unclaimed(remote::Client& client, bool force) {
   char magic[8] = {};
   Batch b;

@@ -69,6 +69,10 @@ struct Chunks {
   Status alloc(remote::Client& client, unsigned node, std::uint64_t bytes, std::uint64_t* off);
 };
 
+// The first 8 bytes of node 0's index root (all zero: no index), read over
+// a connection of its own: how an open that names no engine finds it.
+Status read_root_magic(const Options& options, std::string_view engine, char (*magic)[8]);
+
 // Refuses a create (AlreadyExists naming node 0 and what it holds) when
 // node 0 holds an index of any engine, unless `force`.
 Status check_unclaimed(remote::Client& client, bool force);

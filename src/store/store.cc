@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "engine/index.h"
+#include "engine/remote_index.h"
 #include "heap/heap.h"
 #include "media/region.h"
 #include "pool/pool.h"
@@ -371,7 +372,13 @@ namespace {
 // has no pool file, and `path` must be empty.
 Status start_remote(const std::string& path, const Options& options, bool create,
                     std::unique_ptr<Store>* store) {
-  const std::string name = options.engine.empty() ? std::string("sephash") : options.engine;
+  std::string name = options.engine.empty() ? std::string("sephash") : options.engine;
+  if (!create && options.engine.empty()) {
+    // Open takes whatever engine the nodes hold, as with a pool file.
+    char magic[8] = {};
+    if (Status s = engine::remote_index::read_root_magic(options, name, &magic); !s.ok()) return s;
+    if (const engine::EngineInfo* held = engine::find_remote_engine(magic)) name = held->name;
+  }
   const engine::EngineInfo* info = engine::find_engine(name);
   if (info == nullptr || info->create_remote == nullptr) {
     return Status::InvalidArgument("engine '" + name +
@@ -437,6 +444,8 @@ Status Store::create_volatile(const Options& options, std::unique_ptr<Store>* st
 }
 
 std::vector<std::string> Store::engines() { return engine::engine_list(); }
+
+std::vector<std::string> Store::remote_engines() { return engine::engine_list(/*remote=*/true); }
 
 media::Region& store_testing::region(Store& store) {
   return static_cast<StoreImpl&>(store).region();

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pmhash/store.h"
+#include "remote/memnode.h"
 #include "subprocess.h"
 
 namespace {
@@ -125,6 +126,54 @@ TEST_F(CliTest, CreatePutGetDelScanRoundTrip) {
 
   EXPECT_EQ(sorted_lines(ok({"scan", pool_})),
             (std::vector<std::string>{"alpha\treplaced", "beta\ttwo words"}));
+}
+
+// An index on memory nodes: --memnodes instead of POOL for every command;
+// create makes sephash unless --engine says otherwise, and the other
+// commands take whatever engine the nodes hold.
+TEST_F(CliTest, MemoryNodeIndexesTakeMemnodesInsteadOfAPool) {
+  const std::string n0 = path("mn0"), n1 = path("mn1");
+  for (const std::string& n : {n0, n1}) {
+    ASSERT_TRUE(pmhash::remote::create_memnode(n, 64u << 20, false).ok()) << n;
+  }
+  const std::string nodes = "shm:" + n0 + ",shm:" + n1;
+  ok({"create", "--memnodes", nodes});
+  ok({"put", "--memnodes", nodes, "alpha", "1"});
+  ok({"put", "--memnodes=" + nodes, "beta", "2"});
+  ok({"put", "--memnodes", nodes, "gamma", "3"});
+  EXPECT_EQ(ok({"get", "--memnodes", nodes, "beta"}), "2\n");
+  ok({"del", "--memnodes", nodes, "gamma"});
+  EXPECT_EQ(run_cli({"get", "--memnodes", nodes, "gamma"}).exit_code, 1);
+  EXPECT_EQ(sorted_lines(ok({"scan", "--memnodes", nodes})),
+            (std::vector<std::string>{"alpha\t1", "beta\t2"}));
+  EXPECT_EQ(ok({"check", "--memnodes", nodes}), "ok\n");
+  nlohmann::json j = nlohmann::json::parse(ok({"info", "--memnodes", nodes, "--json"}));
+  EXPECT_EQ(j["engine"], "sephash");
+  EXPECT_EQ(j["items"], 2);
+
+  // Refused, with one line naming what is wrong; the index stays.
+  const std::vector<std::vector<std::string>> refused = {
+      {"create", "--memnodes", nodes, "--engine", "race"},  // an index is there
+      {"create", "--memnodes", nodes, "--engine", "clevel"},  // a pool-file engine
+      {"get", "--memnodes", nodes, "alpha", "--engine", "race"},  // not what the nodes hold
+  };
+  for (const auto& args : refused) {
+    const Result r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 1) << describe(args, r);
+    EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+  }
+  const Result both = run_cli({"get", pool_, "alpha", "--memnodes", nodes});
+  EXPECT_EQ(both.exit_code, 2) << describe({"get"}, both);
+  EXPECT_NE(both.err.find("give no POOL"), std::string::npos) << both.err;
+  EXPECT_EQ(ok({"get", "--memnodes", nodes, "alpha"}), "1\n");
+
+  // --force replaces it with another engine's, which later commands find.
+  ok({"create", "--memnodes", nodes, "--engine", "race", "--force"});
+  ok({"put", "--memnodes", nodes, "delta", "4"});
+  j = nlohmann::json::parse(ok({"info", "--memnodes", nodes, "--json"}));
+  EXPECT_EQ(j["engine"], "race");
+  EXPECT_EQ(j["items"], 1);
+  EXPECT_EQ(run_cli({"get", "--memnodes", nodes, "alpha"}).exit_code, 1);
 }
 
 TEST_F(CliTest, KeysStartingWithDashAreTakenAfterDoubleDash) {

@@ -20,7 +20,17 @@
 // the pool); given for a pool of another engine they are a usage error.
 //
 // Engines. create accepts every engine Store::create accepts; its help
-// lists them (Store::engines()).
+// lists them (Store::engines(), Store::remote_engines()).
+//
+// Memory nodes. Every command takes --memnodes SPECS instead of POOL for an
+// index that lives on memory nodes (Options::memnodes: shm:PATH or
+// tcp:HOST:PORT, comma-separated, in the same order on every client; the
+// nodes made beforehand with pmhash-memnode --create):
+//   pmhash create --memnodes shm:/dev/shm/mn0,tcp:10.0.0.2:7000 [--engine sephash|race]
+//   pmhash put --memnodes shm:/dev/shm/mn0,tcp:10.0.0.2:7000 KEY VALUE
+// create's engine is then sephash unless --engine says otherwise; --size
+// does not apply (the nodes have their sizes) and --force replaces an index
+// of another engine on the nodes.
 //
 // Exit codes and errors. 0: success. 1: the store refused (the message is its
 // Status message, naming the pool), a key was not found, check() failed or
@@ -218,19 +228,20 @@ int close_store(const std::string& path, Store& store, int rc) {
 // `pmeh_flag`: a pmeh run-time flag given on the command line (empty: none);
 // a pool of another engine is then closed untouched and the command is a
 // usage error.
-int with_pool(const std::string& path, const pmhash::Options& options,
+// `label`: what error messages name (the path, or the memory nodes).
+int with_pool(const std::string& path, const std::string& label, const pmhash::Options& options,
               const std::function<int(Store&)>& body, const std::string& pmeh_flag = {}) {
   std::unique_ptr<Store> store;
-  if (Status s = Store::open(path, options, &store); !s.ok()) return store_error(path, s);
+  if (Status s = Store::open(path, options, &store); !s.ok()) return store_error(label, s);
   if (!pmeh_flag.empty()) {
     if (const std::string engine = store->stats().engine; engine != "pmeh") {
-      return close_store(path, *store,
+      return close_store(label, *store,
                          usage_error(pmeh_flag + " applies to engine pmeh only, not " + engine +
-                                     " (the engine of " + path + ")"));
+                                     " (the engine of " + label + ")"));
     }
   }
   const int rc = body(*store);
-  return close_store(path, *store, rc);
+  return close_store(label, *store, rc);
 }
 
 int key_not_found(std::string_view key) {
@@ -242,8 +253,9 @@ int key_not_found(std::string_view key) {
 // Arguments of all commands. Only one command runs, so they share one struct.
 
 struct Args {
-  std::string pool;
-  std::string create_engine = pmhash::Options{}.engine;
+  std::string pool;     // empty with --memnodes
+  std::string memnodes;
+  std::string create_engine;  // empty: Options{}.engine, or sephash with --memnodes
   std::string open_engine;  // empty: whatever the pool holds
   std::uint64_t size = pmhash::Options{}.pool_size;
   bool force = false;
@@ -274,9 +286,15 @@ struct Args {
   unsigned epoch_ms = pmhash::Options{}.epoch_ms;
 };
 
+// What error messages name: the pool file, or the memory nodes.
+std::string target(const Args& a) {
+  return a.memnodes.empty() ? a.pool : "memory nodes " + a.memnodes;
+}
+
 pmhash::Options store_options(const Args& a, const std::string& engine) {
   pmhash::Options options;
   options.engine = engine;
+  options.memnodes = a.memnodes;
   options.durability =
       a.durability == "epoch" ? pmhash::Durability::kEpoch : pmhash::Durability::kStrict;
   options.epoch_ms = a.epoch_ms;
@@ -300,21 +318,24 @@ int open_pool(const Args& a, const std::function<int(Store&)>& body) {
   if (!a.open_engine.empty()) {
     if (std::optional<int> rc = check_pmeh_run_flags(a, a.open_engine)) return *rc;
   }
-  return with_pool(a.pool, store_options(a, a.open_engine), body, a.pmeh_run_flag);
+  return with_pool(a.pool, target(a), store_options(a, a.open_engine), body, a.pmeh_run_flag);
 }
 
 // ---------------------------------------------------------------------------
 // create, put, get, del, scan, check
 
 int cmd_create(const Args& a) {
-  if (!a.nehash_flag.empty() && a.create_engine != "nehash") {
-    return usage_error(a.nehash_flag + " applies to engine nehash only, not " + a.create_engine);
+  const std::string engine = !a.create_engine.empty() ? a.create_engine
+                             : a.memnodes.empty()     ? pmhash::Options{}.engine
+                                                      : std::string("sephash");
+  if (!a.nehash_flag.empty() && engine != "nehash") {
+    return usage_error(a.nehash_flag + " applies to engine nehash only, not " + engine);
   }
-  if (!a.pmeh_create_flag.empty() && a.create_engine != kPmeh) {
-    return usage_error(a.pmeh_create_flag + " applies to engine pmeh only, not " + a.create_engine);
+  if (!a.pmeh_create_flag.empty() && engine != kPmeh) {
+    return usage_error(a.pmeh_create_flag + " applies to engine pmeh only, not " + engine);
   }
-  if (std::optional<int> rc = check_pmeh_run_flags(a, a.create_engine)) return *rc;
-  pmhash::Options options = store_options(a, a.create_engine);
+  if (std::optional<int> rc = check_pmeh_run_flags(a, engine)) return *rc;
+  pmhash::Options options = store_options(a, engine);
   options.pool_size = a.size;
   options.force = a.force;
   options.nehash_bucket_bits = a.nehash_bucket_bits;
@@ -322,13 +343,13 @@ int cmd_create(const Args& a) {
   options.pmeh_zone_bits = a.pmeh_zone_bits;
   options.pmeh_segment_kib = a.pmeh_segment_kib;
   std::unique_ptr<Store> store;
-  if (Status s = Store::create(a.pool, options, &store); !s.ok()) return store_error(a.pool, s);
-  return close_store(a.pool, *store, kExitOk);
+  if (Status s = Store::create(a.pool, options, &store); !s.ok()) return store_error(target(a), s);
+  return close_store(target(a), *store, kExitOk);
 }
 
 int cmd_put(const Args& a) {
   return open_pool(a, [&](Store& store) {
-    if (Status s = store.upsert(a.key, a.value); !s.ok()) return store_error(a.pool, s);
+    if (Status s = store.upsert(a.key, a.value); !s.ok()) return store_error(target(a), s);
     return kExitOk;
   });
 }
@@ -338,7 +359,7 @@ int cmd_get(const Args& a) {
     std::string value;
     Status s = store.get(a.key, &value);
     if (s.is_not_found()) return key_not_found(a.key);
-    if (!s.ok()) return store_error(a.pool, s);
+    if (!s.ok()) return store_error(target(a), s);
     value.push_back('\n');
     write_out(value);
     return finish_output(kExitOk);
@@ -349,7 +370,7 @@ int cmd_del(const Args& a) {
   return open_pool(a, [&](Store& store) {
     Status s = store.remove(a.key);
     if (s.is_not_found()) return key_not_found(a.key);
-    if (!s.ok()) return store_error(a.pool, s);
+    if (!s.ok()) return store_error(target(a), s);
     return kExitOk;
   });
 }
@@ -364,14 +385,14 @@ int cmd_scan(const Args& a) {
       line.push_back('\n');
       return write_out(line);  // stop at the first failed write
     });
-    if (!s.ok()) return store_error(a.pool, s);
+    if (!s.ok()) return store_error(target(a), s);
     return finish_output(kExitOk);
   });
 }
 
 int cmd_check(const Args& a) {
   return open_pool(a, [&](Store& store) {
-    if (Status s = store.check(); !s.ok()) return store_error(a.pool, s);
+    if (Status s = store.check(); !s.ok()) return store_error(target(a), s);
     write_out("ok\n");
     return finish_output(kExitOk);
   });
@@ -500,7 +521,9 @@ std::string info_json(const pmhash::Stats& st) {
 
 int cmd_info(const Args& a) {
   return open_pool(a, [&](Store& store) {
-    const pmhash::Stats st = store.stats();
+    pmhash::Stats st = store.stats();
+    // An index on memory nodes keeps no count: info counts (one scan).
+    if (!a.memnodes.empty()) st.items = store.size();
     write_out(a.json ? info_json(st) : info_text(st));
     return finish_output(kExitOk);
   });
@@ -739,7 +762,7 @@ int load_into(const Args& a, Store& store) {
   }
   const double seconds = seconds_since(t0);
   if (std::optional<std::string> error = run.error()) {
-    print_error(a.pool + ": " + *error);
+    print_error(target(a) + ": " + *error);
     return kExitFailed;
   }
   const pmhash::Stats st = store.stats();
@@ -778,7 +801,11 @@ struct Command {
 CLI::App* add_command(CLI::App& app, const char* name, const char* description, Args& a,
                       bool opens_pool) {
   CLI::App* sub = app.add_subcommand(name, description);
-  sub->add_option("POOL", a.pool, "pool file")->required();
+  // POOL is required but for --memnodes, where run() supplies an empty one.
+  sub->add_option("POOL", a.pool, "pool file (none with --memnodes)")->required();
+  sub->add_option("--memnodes", a.memnodes,
+                  "memory nodes of an index that lives on them, instead of POOL: shm:PATH or "
+                  "tcp:HOST:PORT, comma-separated, in the same order on every client");
   sub->add_option("--durability", a.durability,
                   "strict: every write durable when it returns; epoch: durable when its "
                   "epoch is (dali)")
@@ -819,10 +846,12 @@ std::vector<Command> define_commands(CLI::App& app, Args& a) {
   std::vector<Command> commands;
 
   CLI::App* create = add_command(app, "create", "create a new, empty pool", a, false);
-  std::string engines;
+  std::string engines, remote;
   for (const std::string& e : Store::engines()) engines += (engines.empty() ? "" : ", ") + e;
-  create->add_option("--engine", a.create_engine, "index engine of the new pool: " + engines)
-      ->capture_default_str();
+  for (const std::string& e : Store::remote_engines()) remote += (remote.empty() ? "" : ", ") + e;
+  create->add_option("--engine", a.create_engine,
+                     "index engine of the new pool: " + engines + "; with --memnodes: " + remote)
+      ->default_str(pmhash::Options{}.engine + " (with --memnodes: sephash)");
   create->add_option("--size", a.size, "pool file size: bytes, or a number with K, M, G or T")
       ->transform(byte_size())
       ->type_name("SIZE")
@@ -935,14 +964,25 @@ int run(int argc, char** argv) {
   Args args;
   const std::vector<Command> commands = define_commands(app, args);
   if (std::optional<int> rc = check_command_word(argc, argv, commands)) return *rc;
+  // With --memnodes there is no POOL: an empty one goes in its place, so
+  // that the other positionals keep theirs.
+  std::vector<char*> words(argv, argv + argc);
+  bool memnodes = false;
+  for (int i = 2; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    const std::string_view w = argv[i];
+    memnodes = memnodes || w == "--memnodes" || w.starts_with("--memnodes=");
+  }
+  static char no_pool[] = "";
+  if (memnodes) words.insert(words.begin() + 2, no_pool);
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(words.size()), words.data());
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     const std::vector<CLI::App*> chosen = app.get_subcommands();
     const std::string help = chosen.empty() ? "pmhash --help"
                                             : "pmhash " + chosen.front()->get_name() + " --help";
-    return usage_error(std::string(e.what()) + " (see '" + help + "')");
+    const std::string hint = memnodes ? "; with --memnodes, give no POOL" : "";
+    return usage_error(std::string(e.what()) + hint + " (see '" + help + "')");
   }
   for (const Command& c : commands) {
     if (c.app->parsed()) return c.run(args);

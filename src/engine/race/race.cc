@@ -877,6 +877,6 @@ void set_split_hook_for_testing(std::function<void(SplitStep)> hook) {
 }
 
 const EngineInfo kEngineInfo = {"race",        &no_params,    nullptr,      nullptr,
-                                /*in_progress=*/true, &create_remote, &open_remote};
+                                /*in_progress=*/false, &create_remote, &open_remote, kMagic};
 
 }  // namespace pmhash::engine::race

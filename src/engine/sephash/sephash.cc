@@ -1830,6 +1830,6 @@ void set_lock_hook_for_testing(std::function<bool(LockStep)> hook) {
 }
 
 const EngineInfo kEngineInfo = {"sephash",     &no_params,    nullptr,      nullptr,
-                                /*in_progress=*/true, &create_remote, &open_remote};
+                                /*in_progress=*/false, &create_remote, &open_remote, kMagic};
 
 }  // namespace pmhash::engine::sephash
