@@ -107,6 +107,8 @@ struct Options {
   // pmhash-memnode daemon). The store's path is then unused: pass "".
   // Node 0 holds the index root and the directory; segments are spread
   // over all nodes. Every client must name the nodes in the same order.
+  // Create with an empty `engine` makes sephash; open with an empty one
+  // takes whatever engine node 0 holds (Store::remote_engines()).
   std::string memnodes = {};
   // A remote round trip not answered in this long fails with IOError.
   unsigned remote_timeout_ms = 2000;
