@@ -477,13 +477,22 @@ class SepHashLockTest : public SepHashTest {
   // parent learns the acknowledged inserts through a pipe, then checks
   // that another client recovers the segment (expect_recovers).
   void die_at(LockStep step) {
+    Killed k;
+    ASSERT_NO_FATAL_FAILURE(kill_and_open(step, &k));
+    ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(k.st), std::move(k.model), k.unacked, k.next));
+  }
+
+  // What kill_holder_at left, and a store opened on it afterwards.
+  struct Killed {
     Model model;
     std::string unacked;
     std::uint32_t next = 0;
-    ASSERT_NO_FATAL_FAILURE(kill_holder_at(step, &model, &unacked, &next));
-    auto st = open(options());
-    ASSERT_NE(st, nullptr);
-    ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(st), std::move(model), unacked, next));
+    std::unique_ptr<Store> st;
+  };
+  void kill_and_open(LockStep step, Killed* k) {
+    ASSERT_NO_FATAL_FAILURE(kill_holder_at(step, &k->model, &k->unacked, &k->next));
+    k->st = open(options());
+    ASSERT_NE(k->st, nullptr);
   }
 
   // The client process of die_at: *model gets its acknowledged inserts,
@@ -544,12 +553,11 @@ class SepHashLockTest : public SepHashTest {
   // acknowledged key and insert keys of their own at once; they all wait
   // on the dead lock, exactly one takes it over, and all succeed.
   void die_at_with_many_waiters(LockStep step) {
-    Model model;
-    std::string unacked;
-    std::uint32_t next = 0;
-    ASSERT_NO_FATAL_FAILURE(kill_holder_at(step, &model, &unacked, &next));
-    auto st = open(options());
-    ASSERT_NE(st, nullptr);
+    Killed killed;
+    ASSERT_NO_FATAL_FAILURE(kill_and_open(step, &killed));
+    Model& model = killed.model;
+    const std::uint32_t next = killed.next;
+    std::unique_ptr<Store>& st = killed.st;
     constexpr unsigned kThreads = 4, kEach = 400;
     std::vector<std::thread> threads;
     std::atomic<unsigned> wrong{0};
