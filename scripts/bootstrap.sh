@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libpmem2-dev liburcu-dev libxxhash-dev
+  # Memory-node authentication (src/remote/handshake.cc).
+  libsodium-dev
   libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   libcuckoo-dev libtbb-dev liblmdb-dev librocksdb-dev
   python3 python3-venv

@@ -2,14 +2,45 @@
 // the verbs of remote/transport.h over tcp on one memory-node pool.
 //
 // One thread, one epoll set: the listening socket, an eventfd that stop()
-// signals, and every client connection. On accept the server sends a hello
-// (wire.h: the pool's size). A request is validated, run on the mapped pool
-// with remote::execute() (writes flushed and fenced before the response
-// is queued) and answered in order. The node runs no index logic. A
-// connection that sends a malformed frame is closed; the others go on.
+// signals, and every client connection. Each connection is a NodeSession
+// (remote/node_session.h: the bootstrap with its authentication, then
+// requests validated, run on the mapped pool with remote::execute() and
+// answered in order); the loop only moves bytes between sessions and
+// sockets and enforces the limits below. The node runs no index logic.
+//
+// Who may connect. Without a secret file the daemon listens only on a
+// loopback address (127.0.0.0/8): start() refuses any other. With one,
+// every client must prove it holds the same secret before any verb runs
+// (remote/handshake.h).
+//
+// Limits, so that no client can crash the daemon or exhaust its memory:
+//   - max_connections: a connection beyond it is sent a refusal (Busy,
+//     naming the limit) and closed.
+//   - Every connection may hold in_allowance + out_allowance bytes of
+//     buffers; beyond that (a frame or a response over the allowance) its
+//     buffers come from one daemon-wide budget of buffer_budget bytes. A
+//     frame that cannot get it waits, and its socket is not read.
+//   - Backpressure: a connection whose unsent responses reach half its
+//     output allowance is not read, and runs no request, until they drain.
+//   - frame_timeout: a connection with unfinished work (the bootstrap, a
+//     partial or waiting frame, unsent responses) that makes no progress
+//     (no frame run, no output drained) for this long is closed.
+//   - idle_timeout: a connection with nothing unfinished is closed after
+//     this long. Clients reconnect by themselves (tcp transport).
+//   - When accept(2) runs out of file descriptors (EMFILE, ENFILE) the
+//     listening socket is not watched until a connection closes (or
+//     kAcceptRetry passes), so the loop does not spin; waiting clients
+//     stay in the kernel's backlog.
+//
+// Memory bound. The daemon's anonymous memory (RssAnon) stays below
+//   kBaseMemory + max_connections * (in_allowance + out_allowance +
+//   kConnectionOverhead) + buffer_budget,
+// memory_bound() below; with the defaults (256 connections, 64 KiB +
+// 64 KiB each, a 128 MiB budget) about 180 MiB. The pool is a shared file
+// mapping and is not part of it.
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,15 +48,55 @@
 
 #include "pmhash/status.h"
 #include "pool/pool.h"
+#include "remote/handshake.h"
+#include "remote/node_session.h"
 
 namespace pmhash::remote {
 
+struct ServerOptions {
+  // HOST:PORT to listen on (port 0 picks a free one).
+  std::string listen = "127.0.0.1:0";
+  // A file of 32 to 4096 bytes, mode 600 (remote/handshake.h). Empty: no
+  // authentication, and only a loopback address may be listened on.
+  std::string secret_file;
+  unsigned max_connections = 256;
+  std::chrono::milliseconds idle_timeout{300000};
+  std::chrono::milliseconds frame_timeout{10000};
+  // Buffer bytes beyond the per-connection allowances, for all
+  // connections together. At least kMinBufferBudget (one largest frame).
+  std::uint64_t buffer_budget = 128u << 20;
+  NodeLimits limits;
+};
+
+// What the daemon needs besides its buffers: code, libc, stacks, the epoll
+// set, session objects. Measured well below this.
+inline constexpr std::uint64_t kBaseMemory = 16u << 20;
+// Per connection, besides its buffer allowance: the session object, the
+// map entry, allocator slack.
+inline constexpr std::uint64_t kConnectionOverhead = 4096;
+// The least budget: one frame of the largest size and its header.
+inline constexpr std::uint64_t kMinBufferBudget = (64u << 20) + 4096;
+// How long accepting pauses after EMFILE when no connection closes.
+inline constexpr std::chrono::milliseconds kAcceptRetry{1000};
+
+// The bound on the daemon's anonymous memory for these options.
+std::uint64_t memory_bound(const ServerOptions& options);
+
+// Whether `listen` ("HOST:PORT") is on a loopback address (127.0.0.0/8).
+// InvalidArgument for a bad address.
+Status is_loopback(const std::string& listen, bool* loopback);
+
 class Server {
  public:
-  // Opens the memory node at `pool_path` exclusively and listens on
-  // `listen` ("HOST:PORT"; port 0 picks a free one). Errors: those of
-  // open_memnode(); InvalidArgument for a bad address; IOError when the
-  // address cannot be bound.
+  // Opens the memory node at `pool_path` exclusively, loads the secret
+  // file and listens. Errors: those of open_memnode() and
+  // handshake::Secret::load(); InvalidArgument for a bad address, for a
+  // non-loopback address without a secret file (the message says how to
+  // give one), or for limits out of range; IOError when the address cannot
+  // be bound.
+  static Status start(const std::string& pool_path, const ServerOptions& options,
+                      std::unique_ptr<Server>* out);
+  // start() with default options listening on `listen`.
   static Status start(const std::string& pool_path, const std::string& listen,
                       std::unique_ptr<Server>* out);
   ~Server();
@@ -41,21 +112,39 @@ class Server {
   void stop();
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Connection;
   Server() = default;
   void accept_all();
-  // Reads what the socket has and answers every complete request; false
-  // when the connection must be closed.
-  bool serve(Connection& c);
-  bool flush_out(Connection& c);
+  void refuse(int fd, const Status& why);
+  void pause_accepting();
+  void resume_accepting();
+  // Reads, runs and writes what the connection allows; false when it must
+  // be closed.
+  bool on_readable(Connection& c);
+  bool flush(Connection& c);
+  // Sets the epoll interest from what the session wants.
+  void watch(Connection& c);
   void close_connection(int fd);
+  // Closes connections past their timeouts; resumes a paused accept.
+  void sweep(Clock::time_point now);
+  // Retries frames that waited for the budget after it grew.
+  void wake_waiters();
+  // Notes the progress of a connection after an event.
+  void note(Connection& c, bool was_busy, Clock::time_point now);
 
   std::string pool_path_;
+  ServerOptions options_;
   std::unique_ptr<pool::Pool> pool_;
+  handshake::Secret secret_;
+  std::unique_ptr<MemoryBudget> budget_;
+  NodeSession::Node node_;
   int listen_fd_ = -1;
   int stop_fd_ = -1;
   int epoll_fd_ = -1;
   std::uint16_t port_ = 0;
+  bool accept_paused_ = false;
+  Clock::time_point accept_resume_at_{};
   std::unordered_map<int, std::unique_ptr<Connection>> connections_;
 };
 

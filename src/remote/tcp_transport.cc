@@ -1,16 +1,32 @@
 // remote/tcp_transport.cc - the tcp transport: a connection to a
 // pmhash-memnode daemon (remote/server.h), frames of remote/wire.h.
 //
-// post() encodes the batch and sends it whole (waiting for the socket at
-// most until the timeout); poll() reads what has arrived, matches responses
-// to the batches in flight in post order, and copies READ bytes and
-// CAS/FAA results into the batch's ops. The first batch in flight that is
-// overdue by the timeout fails with IOError together with every batch
-// behind it, and the connection is dropped (a late response could not be
-// told apart from one to a later batch). So is a connection the daemon
-// closes, or one that delivers a malformed frame. The next post() then
-// connects again: a daemon restarted from its pool file is reachable with
-// all its completed writes, without the client doing anything.
+// open() connects and runs the connection bootstrap (remote/handshake.h:
+// the hello, and the proofs when a secret file is given or named by
+// PMHASH_MEMNODE_SECRET_FILE). post() encodes the batch and sends it whole
+// (waiting for the socket at most until the timeout); poll() reads what
+// has arrived and hands it to wire::take_responses(), which matches
+// responses to the batches in flight in post order and copies READ bytes
+// and CAS/FAA results into their ops. Responses are parsed as they
+// arrive, so the client buffers at most one response and one read.
+//
+// The first batch in flight that is overdue by the timeout fails with
+// IOError together with every batch behind it, and the connection is
+// dropped (a late response could not be told apart from one to a later
+// batch). So is a connection the daemon closes, or one that delivers a
+// malformed frame. The next post() then connects again: a daemon
+// restarted from its pool file is reachable with all its completed
+// writes, without the client doing anything.
+//
+// Idle connections. The daemon closes a connection idle past its
+// --idle-timeout. Before it sends on a connection with nothing in flight,
+// post() checks whether the daemon has closed it (readable, or hung up:
+// with nothing in flight, nothing legitimate can be waiting) and then
+// connects anew, so a client that kept an idle connection does not fail
+// its next call. A request is never sent twice: a batch that may have
+// reached the daemon fails with IOError instead (verbs are not
+// idempotent). One race remains: a close that lands between the check and
+// the send fails that batch with IOError.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,9 +35,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 
+#include "remote/handshake.h"
 #include "remote/memnode.h"
 #include "remote/net.h"
 #include "remote/transport.h"
@@ -35,11 +53,14 @@ using Clock = std::chrono::steady_clock;
 
 class TcpTransport final : public Transport {
  public:
-  TcpTransport(std::string name, std::uint32_t addr, std::uint16_t port, const ConnectOptions& o)
-      : name_(std::move(name)), addr_(addr), port_(port), timeout_(o.timeout) {}
+  TcpTransport(std::string name, std::uint32_t addr, std::uint16_t port, const ConnectOptions& o,
+               handshake::Secret secret)
+      : name_(std::move(name)), addr_(addr), port_(port), timeout_(o.timeout),
+        secret_(std::move(secret)) {}
   ~TcpTransport() override { drop(); }
 
-  // Connects and reads the hello; IOError naming the node on failure.
+  // Connects and runs the bootstrap; IOError naming the node on failure,
+  // or the node's refusal.
   Status open() {
     const auto deadline = Clock::now() + timeout_;
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -58,24 +79,35 @@ class TcpTransport final : public Transport {
     if (err != 0) return fail("cannot connect: " + net::errno_text(err));
     const int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    wire::FrameHeader hello{};
-    std::size_t got = 0;
-    while (got < sizeof(hello)) {
-      const ssize_t n = ::recv(fd_, reinterpret_cast<char*>(&hello) + got, sizeof(hello) - got, 0);
-      if (n > 0) {
-        got += static_cast<std::size_t>(n);
-        continue;
-      }
-      if (n == 0) return fail("the daemon closed the connection before its hello");
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return fail("cannot read the hello: " + net::errno_text(errno));
-      }
-      if (!wait_for(POLLIN, deadline)) return fail("no hello within the timeout");
+    // The bootstrap: the node's hello, the client's, the node's verdict.
+    handshake::ClientSide boot(secret_.empty() ? nullptr : &secret_, name_);
+    std::vector<char> got;
+    std::vector<char> hello;
+    Status error;
+    std::size_t used = 0;
+    while ((used = boot.on_node_hello(got, &hello, &error)) == 0) {
+      if (Status s = receive_some(&got, deadline, "its hello"); !s.ok()) return s;
     }
-    if (hello.magic != wire::kHelloMagic || hello.count != kMemNodeLayoutVersion) {
-      return fail("not a pmhash-memnode of this version (bad hello)");
+    if (!error.ok()) {
+      drop();
+      return error;
     }
-    size_ = hello.tag;
+    got.erase(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(used));
+    if (Status s = send_all(hello, deadline); !s.ok()) return s;
+    while ((used = boot.on_verdict(got, &error)) == 0) {
+      if (Status s = receive_some(&got, deadline, "its verdict"); !s.ok()) return s;
+    }
+    if (!error.ok()) {
+      drop();
+      return error;
+    }
+    if (boot.layout_version() != kMemNodeLayoutVersion) {
+      return fail("memory-node layout version " + std::to_string(boot.layout_version()) +
+                  ", this client reads " + std::to_string(kMemNodeLayoutVersion));
+    }
+    // The node says nothing more before the first request.
+    if (got.size() != used) return fail("bytes after the verdict (protocol error)");
+    size_ = boot.region_size();
     return Status::OK();
   }
 
@@ -83,6 +115,7 @@ class TcpTransport final : public Transport {
   std::uint64_t size() const override { return size_; }
 
   Status post(std::uint64_t tag, std::span<Op> ops) override {
+    if (fd_ >= 0 && pending_.empty() && peer_gone()) drop();
     if (fd_ < 0) {
       if (Status s = open(); !s.ok()) return s;
     }
@@ -119,38 +152,26 @@ class TcpTransport final : public Transport {
   }
 
   void poll(std::vector<Completion>* done, std::chrono::nanoseconds wait) override {
-    if (!failed_.empty()) {
-      for (Completion& c : failed_) done->push_back(std::move(c));
-      failed_.clear();
-      return;
-    }
-    if (pending_.empty()) return;
-    const std::size_t before = done->size();
-    read_available();
-    take_responses(done);
-    if (done->size() == before && failed_.empty() && fd_ >= 0) {
-      const auto until = std::min(Clock::now() + wait, pending_.front().deadline);
-      if (wait_for(POLLIN, until)) {
-        read_available();
-        take_responses(done);
+    if (ready_.empty() && failed_.empty() && !pending_.empty()) {
+      read_available();
+      if (ready_.empty() && failed_.empty() && fd_ >= 0) {
+        const auto until = std::min(Clock::now() + wait, pending_.front().deadline);
+        if (wait_for(POLLIN, until)) read_available();
       }
     }
     if (!pending_.empty() && Clock::now() >= pending_.front().deadline) {
       lose("did not answer within " + ms(timeout_));
     }
+    // Batches answered precede those that failed with the connection.
+    for (Completion& c : ready_) done->push_back(std::move(c));
+    ready_.clear();
     for (Completion& c : failed_) done->push_back(std::move(c));
     failed_.clear();
   }
 
-  std::size_t in_flight() const override { return pending_.size() + failed_.size(); }
+  std::size_t in_flight() const override { return pending_.size() + ready_.size() + failed_.size(); }
 
  private:
-  struct Pending {
-    std::uint64_t tag;
-    std::span<Op> ops;
-    Clock::time_point deadline;
-  };
-
   static std::string ms(std::chrono::milliseconds t) { return std::to_string(t.count()) + " ms"; }
 
   Status fail(const std::string& why) {
@@ -168,7 +189,7 @@ class TcpTransport final : public Transport {
   void lose(const std::string& why) {
     drop();
     last_loss_ = why;
-    for (const Pending& p : pending_) {
+    for (const wire::PendingBatch& p : pending_) {
       failed_.push_back({p.tag, Status::IOError("memory node " + name_ + ": " + why)});
     }
     pending_.clear();
@@ -185,12 +206,21 @@ class TcpTransport final : public Transport {
     }
   }
 
+  // Reads what has arrived, parsing responses as they come, so that at
+  // most one response and one read are buffered.
   void read_available() {
     char buf[65536];
     while (fd_ >= 0) {
       const ssize_t n = ::recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
       if (n > 0) {
         in_.insert(in_.end(), buf, buf + n);
+        std::string error;
+        const std::size_t used = wire::take_responses(in_, &pending_, &ready_, &error);
+        in_.erase(in_.begin(), in_.begin() + static_cast<std::ptrdiff_t>(used));
+        if (!error.empty()) {
+          lose(error);
+          return;
+        }
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -200,52 +230,60 @@ class TcpTransport final : public Transport {
     }
   }
 
-  void take_responses(std::vector<Completion>* done) {
-    std::size_t at = 0;
-    while (in_.size() - at >= sizeof(wire::FrameHeader)) {
-      wire::FrameHeader h;
-      std::memcpy(&h, in_.data() + at, sizeof(h));
-      if (h.magic != wire::kResponseMagic || pending_.empty() || h.tag != pending_.front().tag) {
-        lose("a response that matches no request (protocol error)");
-        return;
+  // Whether the daemon has closed this connection (or it broke): with
+  // nothing in flight, anything readable is an end of file, an error, or
+  // bytes out of step; none leaves the connection usable.
+  bool peer_gone() {
+    pollfd p{fd_, static_cast<short>(POLLIN | POLLRDHUP), 0};
+    return ::poll(&p, 1, 0) != 0;  // ready, or poll failed: do not trust it
+  }
+
+  // Appends what arrives to `got` (bootstrap messages: about a hundred
+  // bytes, at most a refusal's 1 KiB; more is a protocol error).
+  Status receive_some(std::vector<char>* got, Clock::time_point deadline, const char* what) {
+    char buf[2048];
+    for (;;) {
+      const ssize_t n = ::recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n > 0) {
+        got->insert(got->end(), buf, buf + n);
+        if (got->size() > 4096) return fail(std::string("an overlong ") + what + " (protocol error)");
+        return Status::OK();
       }
-      if (in_.size() - at - sizeof(h) < h.body) break;
-      const char* body = in_.data() + at + sizeof(h);
-      Pending p = pending_.front();
-      pending_.pop_front();
-      if (h.count != 0) {
-        done->push_back({p.tag, wire::status_from(h.count, std::string(body, h.body))});
-      } else if (h.body != wire::response_body(p.ops)) {
-        lose("a response of the wrong length (protocol error)");
-        return;
-      } else {
-        std::size_t pos = 0;
-        for (Op& op : p.ops) {
-          if (op.verb == Verb::kRead) {
-            std::memcpy(op.local, body + pos, op.len);
-            pos += op.len;
-          } else if (op.verb != Verb::kWrite) {
-            std::memcpy(&op.result, body + pos, 8);
-            pos += 8;
-          }
-        }
-        done->push_back({p.tag, Status::OK()});
+      if (n == 0) return fail(std::string("the daemon closed the connection before ") + what);
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return fail(std::string("cannot read ") + what + ": " + net::errno_text(errno));
       }
-      at += sizeof(h) + h.body;
+      if (!wait_for(POLLIN, deadline)) return fail(std::string("no ") + what + " within the timeout");
     }
-    in_.erase(in_.begin(), in_.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+
+  Status send_all(const std::vector<char>& bytes, Clock::time_point deadline) {
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_for(POLLOUT, deadline)) continue;
+      return fail("cannot send the hello: " + (n < 0 ? net::errno_text(errno) : std::string("closed")));
+    }
+    return Status::OK();
   }
 
   std::string name_;
   std::uint32_t addr_;
   std::uint16_t port_;
   std::chrono::milliseconds timeout_;
+  handshake::Secret secret_;
   std::uint64_t size_ = 0;
   int fd_ = -1;
   std::vector<char> in_;
   std::vector<char> send_buf_;
-  std::deque<Pending> pending_;
-  std::vector<Completion> failed_;
+  std::deque<wire::PendingBatch> pending_;
+  std::vector<Completion> ready_;   // answered, not yet reported
+  std::vector<Completion> failed_;  // lost with the connection, not yet reported
   std::string last_loss_;
 };
 
@@ -258,7 +296,21 @@ Status connect_tcp(const std::string& spec, const std::string& address,
   if (Status s = net::split_address(address, &host, &port); !s.ok()) return s;
   std::uint32_t addr = 0;
   if (Status s = net::resolve(host, &addr); !s.ok()) return s;
-  auto t = std::make_unique<TcpTransport>(spec, addr, port, options);
+  // The secret: the option's file, else the environment's, else none.
+  std::string secret_file = options.secret_file;
+  const bool from_env = secret_file.empty();
+  if (from_env) {
+    if (const char* env = std::getenv(handshake::kSecretFileEnv); env != nullptr) secret_file = env;
+  }
+  handshake::Secret secret;
+  if (!secret_file.empty()) {
+    if (Status s = handshake::Secret::load(secret_file, &secret); !s.ok()) {
+      if (!from_env) return s;
+      const std::string msg = s.message() + " (named by " + handshake::kSecretFileEnv + ")";
+      return s.is_io_error() ? Status::IOError(msg) : Status::InvalidArgument(msg);
+    }
+  }
+  auto t = std::make_unique<TcpTransport>(spec, addr, port, options, std::move(secret));
   if (Status s = t->open(); !s.ok()) return s;
   *out = std::move(t);
   return Status::OK();

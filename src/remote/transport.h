@@ -76,6 +76,11 @@ struct ConnectOptions {
   // shm only: added to every batch's round trip, emulating a network hop
   // (0: the CXL-style direct access).
   std::chrono::nanoseconds shm_latency{0};
+  // tcp only: the secret file shared with the memory nodes
+  // (remote/handshake.h). Empty: the file named by the environment
+  // variable PMHASH_MEMNODE_SECRET_FILE, if it is set, else none. A client
+  // with a secret connects only to nodes that prove they hold the same.
+  std::string secret_file;
 };
 
 class Transport {
@@ -108,7 +113,10 @@ class Transport {
 // pmhash-memnode daemon. Errors: InvalidArgument (a spec of neither form),
 // IOError/Corruption/InvalidArgument from opening the pool (shm: missing,
 // not a pool, a pool of an engine other than "memnode"), IOError when the
-// daemon cannot be reached within the timeout (tcp).
+// daemon cannot be reached within the timeout (tcp); for tcp also the
+// errors of loading the secret file (handshake::Secret::load) and the
+// daemon's refusal (InvalidArgument: no secret, a wrong one, a node that
+// cannot prove the client's; Busy: the node's connection cap).
 Status connect(const std::string& spec, const ConnectOptions& options,
                std::unique_ptr<Transport>* out);
 

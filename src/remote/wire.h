@@ -13,12 +13,23 @@
 //             otherwise: the error message (body bytes of text); no verb
 //             of the request ran
 //
+// Before the first frame, the connection bootstrap (remote/handshake.h)
+// runs; it is not part of this framing.
+//
+// Bounds. Every length from the wire is checked in 64-bit arithmetic
+// before it is used: a body is at most kMaxBody; a request whose OK
+// response would exceed kMaxBody is answered with InvalidArgument and not
+// run; an error response carries at most kMaxErrorMessage bytes.
+//
 // A peer that sends a frame with a bad magic, a body over kMaxBody, or a
-// body that does not parse is dropped (the daemon closes the connection;
-// the client fails every batch in flight with IOError).
+// body that does not parse is dropped (the daemon answers with an error
+// frame and closes the connection; the client fails every batch in flight
+// with IOError).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,12 +41,11 @@ namespace pmhash::remote::wire {
 
 inline constexpr std::uint32_t kRequestMagic = 0x51524d50;   // "PMRQ"
 inline constexpr std::uint32_t kResponseMagic = 0x53524d50;  // "PMRS"
-// The daemon's first frame on a connection: tag = the pool's size, count =
-// the memory-node layout version, no body.
-inline constexpr std::uint32_t kHelloMagic = 0x49484d50;     // "PMHI"
 // The largest body either side accepts (a batch reading or writing more
 // must be split by the caller).
 inline constexpr std::uint32_t kMaxBody = 64u << 20;
+// The longest error message a response carries.
+inline constexpr std::uint32_t kMaxErrorMessage = 4096;
 
 struct FrameHeader {
   std::uint32_t magic;
@@ -60,13 +70,54 @@ static_assert(sizeof(WireOp) == 32);
 // would exceed kMaxBody.
 Status encode_request(std::uint64_t tag, std::span<const Op> ops, std::vector<char>* out);
 
-// Parses a request body into ops whose WRITE buffers point into `body`
-// (READ buffers are left null: the server points them at its response).
-// False if the body does not parse.
-bool decode_request(std::span<const char> body, std::uint32_t count, std::vector<Op>* ops);
+// Reads the verbs of a request body one at a time (the daemon checks a
+// whole request before it runs any verb, then runs it in pieces, so that
+// no per-verb array as large as the body is ever needed).
+class RequestReader {
+ public:
+  RequestReader(std::span<const char> body, std::uint32_t count) : body_(body), left_(count) {}
+  // The next verb into *op (a WRITE's `local` points into the body, a
+  // READ's is null); false at the end or when the body does not parse.
+  bool next(Op* op);
+  // After next() returned false: whether the body parsed (`count` verbs,
+  // each a known verb with its WRITE bytes inside the body, and nothing
+  // left over).
+  bool parsed() const { return !bad_ && left_ == 0 && at_ == body_.size(); }
+  // Verbs read so far.
+  std::uint64_t index() const { return index_; }
 
-// The body length of the OK response to `ops`.
+ private:
+  std::span<const char> body_;
+  std::uint32_t left_;
+  std::size_t at_ = 0;
+  std::uint64_t index_ = 0;
+  bool bad_ = false;
+};
+
+// The body length of the OK response to one verb, and to `ops`.
+std::uint64_t response_bytes(const Op& op);
 std::uint64_t response_body(std::span<const Op> ops);
+
+// A batch in flight on a client's connection.
+struct PendingBatch {
+  std::uint64_t tag;
+  std::span<Op> ops;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+// The client's side of the framing: takes the complete responses at the
+// start of `in`, which answer the batches at the front of `pending` in
+// order; for each, pops the batch, copies READ bytes and CAS/FAA results
+// into its ops (OK) and appends its completion to `done` (OK, or the
+// error the node sent). Returns the bytes consumed. A frame that cannot be
+// the answer to the front batch (bad magic, another tag, an OK body whose
+// length differs from response_body(ops), an error message over
+// kMaxErrorMessage, any frame while nothing is pending) sets `*error`,
+// which means the connection is out of step and must be dropped; the
+// header is judged as soon as it has arrived, before its body, so a peer
+// cannot make the client buffer more than one valid response.
+std::size_t take_responses(std::span<const char> in, std::deque<PendingBatch>* pending,
+                           std::vector<Completion>* done, std::string* error);
 
 // Status codes on the wire: Status::Code values.
 std::uint32_t status_code(const Status& s);
