@@ -65,6 +65,9 @@ struct Config {
   std::uint64_t seed = 1;
   std::string csv;
   unsigned sephash_main_max_slots = Options{}.sephash_main_max_slots;
+  // tcp: the nodes' secret file (their authentication in the bootstrap
+  // is then part of each connection's setup); empty: none.
+  std::string secret_file;
 };
 
 // What a client process reports.
@@ -87,14 +90,17 @@ std::string key_of(std::uint64_t i, std::uint64_t seed) {
 }
 
 // A memory-node daemon loop in a child process.
-pid_t start_daemon(const std::string& pool, std::uint16_t* port) {
+pid_t start_daemon(const std::string& pool, const std::string& secret_file, std::uint16_t* port) {
   int fds[2];
   if (::pipe(fds) != 0) return -1;
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(fds[0]);
     std::unique_ptr<pmhash::remote::Server> srv;
-    const Status s = pmhash::remote::Server::start(pool, "127.0.0.1:0", &srv);
+    pmhash::remote::ServerOptions so;
+    so.listen = "127.0.0.1:0";
+    so.secret_file = secret_file;
+    const Status s = pmhash::remote::Server::start(pool, so, &srv);
     const std::uint16_t got = s.ok() ? srv->port() : 0;
     [[maybe_unused]] ssize_t n = ::write(fds[1], &got, sizeof(got));
     ::close(fds[1]);
@@ -259,6 +265,8 @@ int main(int argc, char** argv) {
                  "sephash: slots a MainSeg may hold before its segment splits")
       ->capture_default_str();
   app.add_option("--csv", cfg.csv, "also write the results as CSV");
+  app.add_option("--secret-file", cfg.secret_file,
+                 "tcp: start the memory nodes with this secret file and connect with it");
   CLI11_PARSE(app, argc, argv);
 
   std::ofstream csv;
@@ -296,7 +304,7 @@ int main(int argc, char** argv) {
               }
               if (transport == "tcp") {
                 std::uint16_t port = 0;
-                daemons.push_back(start_daemon(pools.back(), &port));
+                daemons.push_back(start_daemon(pools.back(), cfg.secret_file, &port));
                 if (port == 0) {
                   std::cerr << "pmhash-remote-bench: daemon for " << pools.back() << " failed\n";
                   return 1;
@@ -309,6 +317,7 @@ int main(int argc, char** argv) {
             Options o;
             o.engine = engine;
             o.memnodes = specs;
+            o.memnode_secret_file = cfg.secret_file;
             o.remote_latency_ns = run.latency_ns;
             o.remote_timeout_ms = 10000;
             o.sephash_main_max_slots = cfg.sephash_main_max_slots;

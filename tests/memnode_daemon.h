@@ -1,5 +1,6 @@
 // tests/memnode_daemon.h - a pmhash-memnode daemon loop in a forked child,
-// for tests that kill, stop or restart a memory node.
+// for tests that kill, stop or restart a memory node, or watch its memory
+// and CPU time.
 #pragma once
 
 #include <signal.h>
@@ -7,6 +8,10 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,15 +25,23 @@ namespace pmhash::testing {
 // process, so that the test can kill or stop it).
 class Daemon {
  public:
-  // Serves `pool` on `port` (0: a free one); port() is the one it took.
-  Daemon(const std::string& pool, std::uint16_t port) {
+  // Serves `pool` on 127.0.0.1:`port` (0: a free one); port() is the one
+  // it took.
+  Daemon(const std::string& pool, std::uint16_t port)
+      : Daemon(pool, loopback(port)) {}
+  // Serves `pool` with `options`; `in_child` runs in the child before the
+  // server starts (e.g. to lower a resource limit). port() is 0 if the
+  // server did not start.
+  Daemon(const std::string& pool, const remote::ServerOptions& options,
+         const std::function<void()>& in_child = {}) {
     int fds[2];
     EXPECT_EQ(::pipe(fds), 0);
     pid_ = ::fork();
     if (pid_ == 0) {
       ::close(fds[0]);
+      if (in_child) in_child();
       std::unique_ptr<remote::Server> srv;
-      const Status s = remote::Server::start(pool, "127.0.0.1:" + std::to_string(port), &srv);
+      const Status s = remote::Server::start(pool, options, &srv);
       const std::uint16_t got = s.ok() ? srv->port() : 0;
       [[maybe_unused]] const ssize_t n = ::write(fds[1], &got, sizeof(got));
       ::close(fds[1]);
@@ -41,6 +54,9 @@ class Daemon {
   }
   ~Daemon() { kill(SIGKILL); }
   std::uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string spec() const { return "tcp:127.0.0.1:" + std::to_string(port_); }
+  bool alive() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
   void signal(int sig) { ::kill(pid_, sig); }
   void kill(int sig) {
     if (pid_ <= 0) return;
@@ -51,7 +67,39 @@ class Daemon {
     pid_ = -1;
   }
 
+  // The child's anonymous resident memory (RssAnon of /proc/PID/status)
+  // in bytes, 0 if it cannot be read.
+  std::uint64_t rss_anon() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
+    }
+    return 0;
+  }
+  // The child's CPU time (user + system) in clock ticks.
+  std::uint64_t cpu_ticks() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Fields after the command name (which may hold spaces): state is 3,
+    // utime 14, stime 15.
+    std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    std::uint64_t utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) utime = std::stoull(field);
+      if (i == 15) stime = std::stoull(field);
+    }
+    return utime + stime;
+  }
+
  private:
+  static remote::ServerOptions loopback(std::uint16_t port) {
+    remote::ServerOptions o;
+    o.listen = "127.0.0.1:" + std::to_string(port);
+    return o;
+  }
+
   pid_t pid_ = -1;
   std::uint16_t port_ = 0;
 };

@@ -110,6 +110,14 @@ struct Options {
   // Create with an empty `engine` makes sephash; open with an empty one
   // takes whatever engine node 0 holds (Store::remote_engines()).
   std::string memnodes = {};
+  // tcp memory nodes started with --secret-file: the same secret file (32
+  // to 4096 bytes, mode 600). The client then proves it holds the secret
+  // and connects only to nodes that prove it too. Empty: the file named by
+  // the environment variable PMHASH_MEMNODE_SECRET_FILE, if set, else
+  // none. Errors at open/create: InvalidArgument for a file too short,
+  // too long or readable by others, or a node that refuses the client or
+  // cannot prove the secret.
+  std::string memnode_secret_file = {};
   // A remote round trip not answered in this long fails with IOError.
   unsigned remote_timeout_ms = 2000;
   // sephash: the lease of a segment's merge lock. A client that has seen a

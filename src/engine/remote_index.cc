@@ -39,6 +39,7 @@ remote::ConnectOptions connect_options(const Options& o) {
   remote::ConnectOptions c;
   c.timeout = std::chrono::milliseconds(o.remote_timeout_ms);
   c.shm_latency = std::chrono::nanoseconds(o.remote_latency_ns);
+  c.secret_file = o.memnode_secret_file;
   return c;
 }
 

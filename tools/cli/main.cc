@@ -255,6 +255,7 @@ int key_not_found(std::string_view key) {
 struct Args {
   std::string pool;     // empty with --memnodes
   std::string memnodes;
+  std::string secret_file;  // --secret-file: Options::memnode_secret_file
   std::string create_engine;  // empty: Options{}.engine, or sephash with --memnodes
   std::string open_engine;  // empty: whatever the pool holds
   std::uint64_t size = pmhash::Options{}.pool_size;
@@ -295,6 +296,7 @@ pmhash::Options store_options(const Args& a, const std::string& engine) {
   pmhash::Options options;
   options.engine = engine;
   options.memnodes = a.memnodes;
+  options.memnode_secret_file = a.secret_file;
   options.durability =
       a.durability == "epoch" ? pmhash::Durability::kEpoch : pmhash::Durability::kStrict;
   options.epoch_ms = a.epoch_ms;
@@ -806,6 +808,9 @@ CLI::App* add_command(CLI::App& app, const char* name, const char* description, 
   sub->add_option("--memnodes", a.memnodes,
                   "memory nodes of an index that lives on them, instead of POOL: shm:PATH or "
                   "tcp:HOST:PORT, comma-separated, in the same order on every client");
+  sub->add_option("--secret-file", a.secret_file,
+                  "with tcp memory nodes: the secret file they were started with (default: "
+                  "$PMHASH_MEMNODE_SECRET_FILE)");
   sub->add_option("--durability", a.durability,
                   "strict: every write durable when it returns; epoch: durable when its "
                   "epoch is (dali)")
