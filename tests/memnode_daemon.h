@@ -3,6 +3,7 @@
 // and CPU time.
 #pragma once
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -67,19 +69,22 @@ class Daemon {
     pid_ = -1;
   }
 
-  // The child's anonymous resident memory (RssAnon of /proc/PID/status)
-  // in bytes, 0 if it cannot be read.
-  std::uint64_t rss_anon() const {
-    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+  std::uint64_t rss_anon() const { return rss_anon_of(pid_); }
+  std::uint64_t cpu_ticks() const { return cpu_ticks_of(pid_); }
+
+  // The anonymous resident memory (RssAnon of /proc/PID/status) of a
+  // process in bytes, 0 if it cannot be read.
+  static std::uint64_t rss_anon_of(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
     std::string line;
     while (std::getline(in, line)) {
       if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
     }
     return 0;
   }
-  // The child's CPU time (user + system) in clock ticks.
-  std::uint64_t cpu_ticks() const {
-    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+  // A process's CPU time (user + system) in clock ticks.
+  static std::uint64_t cpu_ticks_of(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
     std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     // Fields after the command name (which may hold spaces): state is 3,
     // utime 14, stime 15.
@@ -100,6 +105,59 @@ class Daemon {
     return o;
   }
 
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+// The pmhash-memnode program serving a pool (a process of its own, with
+// nothing inherited from the test's memory: for measuring the daemon's).
+class MemnodeProcess {
+ public:
+  // Starts `program --pool POOL --listen 127.0.0.1:0 args...` and waits
+  // (at most 10 s) for its "serving ... on port N" line; port() is 0 if it
+  // did not come.
+  MemnodeProcess(const std::string& program, const std::string& pool,
+                 const std::vector<std::string>& args) {
+    int out[2];
+    EXPECT_EQ(::pipe(out), 0);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::close(out[0]);
+      ::close(out[1]);
+      std::vector<std::string> words = {program, "--pool", pool, "--listen", "127.0.0.1:0"};
+      words.insert(words.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (std::string& w : words) argv.push_back(w.data());
+      argv.push_back(nullptr);
+      ::execv(program.c_str(), argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string line;
+    char c = 0;
+    pollfd p{out[0], POLLIN, 0};
+    while (::poll(&p, 1, 10000) == 1 && ::read(out[0], &c, 1) == 1 && c != '\n') line += c;
+    ::close(out[0]);
+    const auto at = line.find(" on port ");
+    if (at != std::string::npos) port_ = static_cast<std::uint16_t>(std::stoul(line.substr(at + 9)));
+  }
+  ~MemnodeProcess() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  MemnodeProcess(const MemnodeProcess&) = delete;
+  MemnodeProcess& operator=(const MemnodeProcess&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string spec() const { return "tcp:127.0.0.1:" + std::to_string(port_); }
+  bool alive() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
+  std::uint64_t rss_anon() const { return Daemon::rss_anon_of(pid_); }
+  std::uint64_t cpu_ticks() const { return Daemon::cpu_ticks_of(pid_); }
+
+ private:
   pid_t pid_ = -1;
   std::uint16_t port_ = 0;
 };

@@ -356,6 +356,12 @@ void Server::wake_waiters() {
 void Server::sweep(Clock::time_point now) {
   std::vector<int> expired;
   for (auto& [fd, c] : connections_) {
+    // Waiting for the budget is the daemon's doing, not the client's: its
+    // timeout starts once the memory is granted.
+    if (c->session.waiting_for_memory()) {
+      c->last_progress = now;
+      continue;
+    }
     const auto limit = c->session.busy() ? options_.frame_timeout : options_.idle_timeout;
     if (now - c->last_progress > limit) expired.push_back(fd);
   }

@@ -23,8 +23,10 @@
 //   - Backpressure: a connection whose unsent responses reach half its
 //     output allowance is not read, and runs no request, until they drain.
 //   - frame_timeout: a connection with unfinished work (the bootstrap, a
-//     partial or waiting frame, unsent responses) that makes no progress
-//     (no frame run, no output drained) for this long is closed.
+//     partial frame, unsent responses) that makes no progress (no frame
+//     run, no output drained) for this long is closed. Time spent waiting
+//     for the budget does not count: the frame timeout starts again once
+//     the memory is granted.
 //   - idle_timeout: a connection with nothing unfinished is closed after
 //     this long. Clients reconnect by themselves (tcp transport).
 //   - When accept(2) runs out of file descriptors (EMFILE, ENFILE) the
