@@ -4,6 +4,7 @@
 // stale-sign race, reopening, full nodes, dead nodes and bad input.
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <string>
@@ -825,6 +827,12 @@ TEST_F(SepHashNetnsTest, ClientsInOneNamespaceAndNodesInAnother) {
   ASSERT_TRUE(sh("ip -n " + srv + " link set " + va + " up"));
   ASSERT_TRUE(sh("ip -n " + cli + " link set " + vb + " up"));
 
+  // Nodes reachable beyond loopback need a secret, which the clients share.
+  const std::string secret = nodes_[0] + ".secret";
+  {
+    std::ofstream(secret, std::ios::binary) << std::string(32, 's') << tag;
+    ASSERT_EQ(::chmod(secret.c_str(), 0600), 0);
+  }
   // The daemons, in the node namespace; each reports its port on a pipe.
   std::vector<pid_t> daemons;
   std::vector<std::uint16_t> ports;
@@ -834,7 +842,10 @@ TEST_F(SepHashNetnsTest, ClientsInOneNamespaceAndNodesInAnother) {
     daemons.push_back(in_netns(srv, [&] {
       ::close(fds[0]);
       std::unique_ptr<remote::Server> server;
-      const Status s = remote::Server::start(pool, "10.77.0.1:0", &server);
+      remote::ServerOptions so;
+      so.listen = "10.77.0.1:0";
+      so.secret_file = secret;
+      const Status s = remote::Server::start(pool, so, &server);
       const std::uint16_t port = s.ok() ? server->port() : 0;
       [[maybe_unused]] const ssize_t n = ::write(fds[1], &port, sizeof(port));
       ::close(fds[1]);
@@ -850,6 +861,7 @@ TEST_F(SepHashNetnsTest, ClientsInOneNamespaceAndNodesInAnother) {
   Options o = options();
   o.memnodes = "tcp:10.77.0.1:" + std::to_string(ports[0]) + ",tcp:10.77.0.1:" +
                std::to_string(ports[1]);
+  o.memnode_secret_file = secret;
   // Not reachable from here (another namespace): a clear error, no hang.
   {
     Options quick = o;
