@@ -22,9 +22,10 @@ for preset in release asan tsan; do
     status=1
   fi
 done
-# One minute of fuzzing Store::open with damaged pools (ASan + UBSan); the
-# build takes about as long again. `make fuzz` runs longer.
-if ! ./scripts/fuzz.sh 60; then
+# One minute of fuzzing Store::open with damaged pools and half a minute
+# each of the memory node's and the tcp client's wire handling (ASan +
+# UBSan); the build takes about as long again. `make fuzz` runs longer.
+if ! ./scripts/fuzz.sh 60 30; then
   status=1
 fi
 exit $status

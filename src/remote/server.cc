@@ -35,16 +35,6 @@ std::uint64_t memory_bound(const ServerOptions& o) {
   return kBaseMemory + std::uint64_t{o.max_connections} * per + o.buffer_budget;
 }
 
-Status is_loopback(const std::string& listen, bool* loopback) {
-  std::string host;
-  std::uint16_t port = 0;
-  if (Status s = net::split_address(listen, &host, &port); !s.ok()) return s;
-  std::uint32_t addr = 0;
-  if (Status s = net::resolve(host, &addr); !s.ok()) return s;
-  *loopback = (ntohl(addr) >> 24) == 127;
-  return Status::OK();
-}
-
 Status Server::start(const std::string& pool_path, const std::string& listen,
                      std::unique_ptr<Server>* out) {
   ServerOptions o;

@@ -84,10 +84,6 @@ inline constexpr std::chrono::milliseconds kAcceptRetry{1000};
 // The bound on the daemon's anonymous memory for these options.
 std::uint64_t memory_bound(const ServerOptions& options);
 
-// Whether `listen` ("HOST:PORT") is on a loopback address (127.0.0.0/8).
-// InvalidArgument for a bad address.
-Status is_loopback(const std::string& listen, bool* loopback);
-
 class Server {
  public:
   // Opens the memory node at `pool_path` exclusively, loads the secret

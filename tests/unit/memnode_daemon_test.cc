@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -621,6 +622,35 @@ TEST_F(MemnodeDaemonTest, AWeakSecretFileIsRefusedWithHowToFixIt) {
   o.secret_file = shorter;
   std::unique_ptr<remote::Server> srv;
   EXPECT_TRUE(remote::Server::start(make_node(8 * kMiB, "mn2"), o, &srv).is_invalid_argument());
+}
+
+TEST_F(MemnodeDaemonTest, AClientNamesAnOlderDaemonsProtocol) {
+  // A listener that answers as daemons before the bootstrap did: a
+  // 24-byte hello carrying the memory-node layout version 1.
+  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(::listen(lfd, 4), 0);
+  socklen_t len = sizeof(sa);
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::accept(lfd, nullptr, nullptr);
+    const wire::FrameHeader old{hs::kNodeHelloMagic, 0, 8 * kMiB, 1, 0};
+    [[maybe_unused]] const ssize_t n = ::send(fd, &old, sizeof(old), MSG_NOSIGNAL);
+    char byte;
+    [[maybe_unused]] const ssize_t m = ::recv(fd, &byte, 1, 0);  // until the client closes
+    ::_exit(0);
+  }
+  ::close(lfd);
+  Status s;
+  EXPECT_FALSE(client("tcp:127.0.0.1:" + std::to_string(ntohs(sa.sin_port)), "", &s));
+  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+  EXPECT_NE(s.message().find("speaks memory-node protocol 1"), std::string::npos) << s.to_string();
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
 }
 
 // --- pmhash-memnode -----------------------------------------------------
