@@ -29,11 +29,14 @@ std::string mib(std::uint64_t bytes) { return std::to_string((bytes + (1u << 20)
 int main(int argc, char** argv) {
   pmhash::remote::ServerOptions defaults;
   defaults.listen.clear();
+  const std::uint64_t per_connection = defaults.limits.in_allowance + defaults.limits.out_allowance +
+                                       pmhash::remote::kConnectionOverhead;
   CLI::App app{
       "pmhash-memnode: serves a memory-node pool's bytes to pmhash clients over tcp.\n"
       "Without --secret-file it listens only on loopback (127.0.0.0/8); with one, only\n"
       "clients holding the same secret file are served (and they check the node too).\n"
-      "Memory: anonymous memory stays below 16 MiB + max-connections x 132 KiB +\n"
+      "Memory: anonymous memory stays below " + mib(pmhash::remote::kBaseMemory) +
+      " + max-connections x " + std::to_string(per_connection >> 10) + " KiB +\n"
       "buffer-memory (" + mib(pmhash::remote::memory_bound(defaults)) + " with the defaults)."};
   std::string pool;
   std::uint64_t size = 0;
@@ -68,8 +71,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.001, 1e7));
   app.add_option("--buffer-memory", budget,
-                 "buffer bytes for frames and responses beyond 128 KiB per connection, for all "
-                 "connections together (K, M, G; at least 65M)")
+                 "buffer bytes for frames and responses beyond each connection's own " +
+                     std::to_string((per_connection - pmhash::remote::kConnectionOverhead) >> 10) +
+                     " KiB, for all connections together (K, M, G; at least " +
+                     mib(pmhash::remote::kMinBufferBudget) + ")")
       ->transform(CLI::AsSizeValue(false))
       ->default_str(mib(o.buffer_budget));
   CLI11_PARSE(app, argc, argv);
