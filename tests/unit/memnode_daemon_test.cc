@@ -624,6 +624,28 @@ TEST_F(MemnodeDaemonTest, AWeakSecretFileIsRefusedWithHowToFixIt) {
   EXPECT_TRUE(remote::Server::start(make_node(8 * kMiB, "mn2"), o, &srv).is_invalid_argument());
 }
 
+TEST_F(MemnodeDaemonTest, ThePmhashCommandPassesItsSecretFileToTheNodes) {
+  const std::string pool = make_node(64 * kMiB);
+  const std::string secret = make_secret("secret");
+  remote::ServerOptions o;
+  o.secret_file = secret;
+  Daemon d(pool, o);
+  ASSERT_NE(d.port(), 0);
+  const auto pmhash = [&](std::vector<std::string> args) { return testing::run_program(PMHASH_CLI_PATH, args); };
+  const auto refused = pmhash({"create", "--memnodes", d.spec()});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("requires the shared secret"), std::string::npos) << refused.err;
+  const auto made = pmhash({"create", "--memnodes", d.spec(), "--secret-file", secret});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const auto put = pmhash({"put", "--memnodes", d.spec(), "--secret-file", secret, "k", "v"});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  ASSERT_EQ(::setenv(hs::kSecretFileEnv, secret.c_str(), 1), 0);  // the children inherit it
+  const auto got = pmhash({"get", "--memnodes", d.spec(), "k"});
+  ::unsetenv(hs::kSecretFileEnv);
+  EXPECT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(got.out, "v\n");
+}
+
 TEST_F(MemnodeDaemonTest, AClientNamesAnOlderDaemonsProtocol) {
   // A listener that answers as daemons before the bootstrap did: a
   // 24-byte hello carrying the memory-node layout version 1.
