@@ -151,7 +151,14 @@ std::span<const char> NodeSession::output() const {
 
 void NodeSession::sent(std::size_t n) {
   out_begin_ += n;
+  // A client reading a large response makes progress while it reads.
+  sent_since_progress_ += n;
+  if (sent_since_progress_ >= node_->limits.out_allowance) {
+    sent_since_progress_ = 0;
+    ++progress_;
+  }
   if (out_begin_ < out_end_) return;
+  sent_since_progress_ = 0;
   out_begin_ = out_end_ = 0;
   ++progress_;
   // A large response went out: its buffer goes back to the system and

@@ -154,7 +154,8 @@ class NodeSession {
   bool busy() const;
   // A frame waits for the budget (for its input or its response).
   bool waiting_for_memory() const { return waiting_; }
-  // Counts frames run and output drained: the daemon's measure of progress.
+  // Counts frames run, output drained, and every out_allowance bytes of
+  // output sent: the daemon's measure of progress.
   std::uint64_t progress() const { return progress_; }
   // Bytes of buffer capacity held, and the part granted by the budget.
   std::uint64_t charged() const { return in_.capacity() + out_.capacity(); }
@@ -189,6 +190,7 @@ class NodeSession {
   std::size_t out_begin_ = 0, out_end_ = 0;
   std::uint64_t granted_ = 0;
   std::uint64_t progress_ = 0;
+  std::uint64_t sent_since_progress_ = 0;
   bool waiting_ = false;
   bool done_ = false;
   std::string why_done_;

@@ -24,7 +24,8 @@
 //     output allowance is not read, and runs no request, until they drain.
 //   - frame_timeout: a connection with unfinished work (the bootstrap, a
 //     partial frame, unsent responses) that makes no progress (no frame
-//     run, no output drained) for this long is closed. Time spent waiting
+//     run, no 64 KiB of output taken by the client) for this long is
+//     closed: a frame must arrive whole within it. Time spent waiting
 //     for the budget does not count: the frame timeout starts again once
 //     the memory is granted.
 //   - idle_timeout: a connection with nothing unfinished is closed after
