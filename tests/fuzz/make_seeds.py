@@ -58,7 +58,7 @@ def request_seeds():
     ])
     auto = bytes([0, 16])  # the harness sends the ClientHello; 64 KiB pieces
     seeds = {
-        # The requests: 65 READs of 64 MiB - 16 KiB (a 2,080-byte
+        # The requests that overflowed: 65 READs of 64 MiB - 16 KiB (a 2,080-byte
         # body) for a 64 MiB node (the fuzz node's size), 5 of 1 GiB -
         # 16 KiB (160 bytes) for a 1 GiB node: their lengths sum past 2^32.
         "overflow-65-reads-64mib": auto + reads(1, 65, 64 * MIB - 16 * KIB),

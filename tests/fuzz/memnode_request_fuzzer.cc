@@ -14,7 +14,7 @@
 // a session that loops.
 //
 // The node is a 64 MiB anonymous region (media::Region::anonymous), the
-// size of the node the first request destroyed. Before each input
+// size of the node that a 2,080-byte request once destroyed. Before each input
 // its pages past the header are dropped (madvise MADV_DONTNEED: they read
 // as zeros again, at a cost in proportion to the pages the last input
 // touched) and the header page is marked. The session's budget is one

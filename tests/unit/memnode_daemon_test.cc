@@ -260,9 +260,9 @@ class MemnodeDaemonTest : public ::testing::Test {
   testing::ScratchDir dir_{"pmhash-memnode-daemon"};
 };
 
-// The issue's two requests whose READ lengths sum past 2^32: the sum was
-// kept in 32 bits, the response sized by the truncated value, and the
-// READs written past it into the node's mapping.
+// The two requests whose READ lengths sum past 2^32: the daemon kept the sum
+// in 32 bits, sized the response by the truncated value, and wrote the
+// READs past it into the node's mapping.
 struct OverflowCase {
   std::uint64_t node_size;
   unsigned reads;
@@ -310,7 +310,7 @@ TEST_P(OverflowTest, AReadSumPast32BitsIsRefusedAndTheNodeAndPoolSurvive) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    IssueRequests, OverflowTest,
+    OverflowingRequests, OverflowTest,
     ::testing::Values(OverflowCase{64 * kMiB, 65, 2080 + sizeof(wire::FrameHeader)},
                       OverflowCase{1024 * kMiB, 5, 160 + sizeof(wire::FrameHeader)}),
     [](const ::testing::TestParamInfo<OverflowCase>& i) {
