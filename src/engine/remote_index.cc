@@ -69,7 +69,7 @@ Status check_distinct(const Client& c, const std::vector<RootHead>& heads) {
     for (unsigned j = i + 1; j < heads.size(); ++j) {
       if (!same_id(heads[i].node_id, heads[j].node_id)) continue;
       return Status::InvalidArgument(
-          "memory nodes: positions " + std::to_string(i) + " and " + std::to_string(j) + " (" +
+          "positions " + std::to_string(i) + " and " + std::to_string(j) + " (" +
           c.node_name(i) + ", " + c.node_name(j) + ") are the same memory node (node id " +
           id_text(heads[i].node_id) + "): list each node once");
     }

@@ -361,14 +361,8 @@ class SessionPool {
 
   // The timeout of the sessions made from now on (a create's, once it
   // knows the lease).
-  void set_timeout(unsigned timeout_ms) {
-    std::lock_guard<std::mutex> g(mu_);
-    timeout_ms_ = timeout_ms;
-  }
-  unsigned timeout_ms() const {
-    std::lock_guard<std::mutex> g(mu_);
-    return timeout_ms_;
-  }
+  void set_timeout(unsigned timeout_ms) { timeout_ms_.store(timeout_ms, std::memory_order_relaxed); }
+  unsigned timeout_ms() const { return timeout_ms_.load(std::memory_order_relaxed); }
 
   // After a create or an attach: every session made from now on expects
   // the index `id` (its first batch to each node checks it there) and uses
@@ -379,10 +373,9 @@ class SessionPool {
     std::lock_guard<std::mutex> g(mu_);
     identity_ = id;
     armed_ = true;
-    timeout_ms_ = timeout;
+    timeout_ms_.store(timeout, std::memory_order_relaxed);
     return Status::OK();
   }
-  const Identity& identity() const { return identity_; }  // after arm()
 
   // A new session, connected to every node (the first one also learns
   // the nodes' sizes, for Stats::pool_size); after arm(), fenced.
@@ -393,7 +386,7 @@ class SessionPool {
     Identity id;
     {
       std::lock_guard<std::mutex> g(mu_);
-      timeout = timeout_ms_;
+      timeout = timeout_ms_.load(std::memory_order_relaxed);
       armed = armed_;
       id = identity_;
     }
@@ -457,7 +450,7 @@ class SessionPool {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Session>> idle_;
   std::uint64_t pool_size_ = 0;  // bytes of all nodes
-  unsigned timeout_ms_;
+  std::atomic<unsigned> timeout_ms_;
   bool armed_ = false;
   Identity identity_;
   Counters counters_;
