@@ -319,7 +319,11 @@ int main(int argc, char** argv) {
             o.memnodes = specs;
             o.memnode_secret_file = cfg.secret_file;
             o.remote_latency_ns = run.latency_ns;
+            // A loaded machine may take long for a round trip; the lock
+            // lease must be at least twice the timeout (sephash refuses
+            // less; race derives its lease from the timeout).
             o.remote_timeout_ms = 10000;
+            o.sephash_lock_lease_ms = 2 * o.remote_timeout_ms;
             o.sephash_main_max_slots = cfg.sephash_main_max_slots;
             std::unique_ptr<Store> st;
             bool ok = true;

@@ -1,17 +1,25 @@
 // tests/remote_engine_test.h - what the tests of the engines on memory
 // nodes (sephash, race) share: two fresh memory nodes per test, create and
 // open through the Store API, a whole-index check against a model, the
-// single-client model run, threads with their own models, and client
-// processes (forked) checked against models the parent recomputes.
+// single-client model run, threads with their own models, client
+// processes (forked) checked against models the parent recomputes, and
+// the membership checks: wrong node lists refused at attach, a forced
+// create fencing the clients of the old index, concurrent creates, the
+// timeout bounded by the stored lease.
 #pragma once
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <fstream>
+#include <functional>
+#include <latch>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -379,6 +387,269 @@ class RemoteEngineTest : public ::testing::Test {
     o.memnodes = "tcp:127.0.0.1:" + std::to_string(d0.port()) + ",tcp:127.0.0.1:" +
                  std::to_string(d1.port());
     run_processes(o, steps);
+  }
+
+  // ---- membership (engine/remote_index.h) ----
+
+  // A fresh memory node "<dir>/<name>" of the fixture's size.
+  std::string make_node(const std::string& name) {
+    const std::string path = dir_.str() + "/" + name;
+    const Status s = remote::create_memnode(path, 64u << 20, false);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return path;
+  }
+
+  // A digest of a file's bytes, per MiB: equal digests, equal files (up to
+  // hash collisions), without holding two copies of 64 MiB nodes.
+  static std::vector<std::size_t> digest(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    EXPECT_TRUE(in.good()) << path;
+    std::vector<std::size_t> out;
+    std::string chunk(1u << 20, '\0');
+    while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+      out.push_back(std::hash<std::string_view>{}(
+          std::string_view(chunk.data(), static_cast<std::size_t>(in.gcount()))));
+    }
+    return out;
+  }
+  static std::vector<std::vector<std::size_t>> digests(const std::vector<std::string>& paths) {
+    std::vector<std::vector<std::size_t>> out;
+    for (const std::string& p : paths) out.push_back(digest(p));
+    return out;
+  }
+
+  static bool one_line(const std::string& m) { return m.find('\n') == std::string::npos; }
+
+  // An attach with `list` as its memory nodes is refused with one line that
+  // says `what` about the node at `position` (and names `spec`), with the
+  // engine named and without (the open that takes what node 0 holds).
+  void expect_attach_refused(const std::string& list, const std::string& position,
+                             const std::string& spec, const std::string& what) {
+    for (const bool named : {true, false}) {
+      Options o = options();
+      o.memnodes = list;
+      if (!named) o.engine.clear();
+      std::unique_ptr<Store> st;
+      const Status s = Store::open("", o, &st);
+      const std::string m = s.message();
+      EXPECT_TRUE(s.is_invalid_argument()) << list << ": " << s.to_string();
+      EXPECT_NE(m.find(position), std::string::npos) << list << ": " << m;
+      EXPECT_NE(m.find(spec), std::string::npos) << list << ": " << m;
+      EXPECT_NE(m.find(what), std::string::npos) << list << ": " << m;
+      EXPECT_TRUE(one_line(m)) << m;
+      EXPECT_EQ(st, nullptr);
+    }
+  }
+
+  // An index on three nodes, and another index on two more: every wrong
+  // list of them (a node twice, a fresh node in each slot, swapped order,
+  // a node of the other index, a node missing or extra) is refused at
+  // attach, naming the position; no byte of any node changes; the right
+  // list still opens the index.
+  void expect_wrong_node_lists_refused() {
+    const std::string n0 = nodes_[0], n1 = nodes_[1], n2 = make_node("mn2");
+    const std::string fresh = make_node("fresh"), y0 = make_node("y0"), y1 = make_node("y1");
+    auto spec = [](const std::string& p) { return "shm:" + p; };
+    auto list = [&](std::initializer_list<std::string> ps) {
+      std::string l;
+      for (const std::string& p : ps) l += (l.empty() ? "" : ",") + spec(p);
+      return l;
+    };
+    Options x = options();
+    x.memnodes = list({n0, n1, n2});
+    {
+      auto st = create(x);
+      ASSERT_NE(st, nullptr);
+      ASSERT_TRUE(st->insert("k", "v").ok());
+      ASSERT_TRUE(st->close().ok());
+      Options y = options();
+      y.memnodes = list({y0, y1});
+      auto other = create(y);
+      ASSERT_NE(other, nullptr);
+      ASSERT_TRUE(other->insert("k", "other").ok());
+      ASSERT_TRUE(other->close().ok());
+    }
+    const std::vector<std::string> all = {n0, n1, n2, fresh, y0, y1};
+    const auto before = digests(all);
+
+    expect_attach_refused(list({n0, n0, n2}), "positions 0 and 1", spec(n0), "same memory node");
+    expect_attach_refused(list({n0, n1, n1}), "positions 1 and 2", spec(n1), "same memory node");
+    expect_attach_refused(list({fresh, n1, n2}), "(position 0)", spec(fresh), "holds no");
+    expect_attach_refused(list({n0, fresh, n2}), "(position 1)", spec(fresh), "fresh memory node");
+    expect_attach_refused(list({n0, n1, fresh}), "(position 2)", spec(fresh), "fresh memory node");
+    expect_attach_refused(list({n1, n0, n2}), "(position 0)", spec(n1), "node 1 of the index");
+    expect_attach_refused(list({n0, n2, n1}), "(position 1)", spec(n2),
+                          "the index's node 2: give the nodes in the order");
+    expect_attach_refused(list({n0, y1, n2}), "(position 1)", spec(y1), "another index");
+    expect_attach_refused(list({y0, n1}), "(position 1)", spec(n1), "another index");
+    expect_attach_refused(list({n0, n1}), "position 2", "spans 3 memory nodes, 2 given", "missing");
+    expect_attach_refused(list({n0, n1, n2, fresh}), "(position 3)", spec(fresh),
+                          "spans 3 memory nodes, 4 given");
+
+    EXPECT_TRUE(digests(all) == before) << "a refused attach changed a memory node";
+    auto st = open(x);
+    ASSERT_NE(st, nullptr);
+    std::string got;
+    ASSERT_TRUE(st->get("k", &got).ok());
+    EXPECT_EQ(got, "v");
+  }
+
+  // The same over tcp: daemons serving the index's nodes and a fresh one;
+  // a node twice, swapped order and a fresh node are refused; the pool
+  // files stay as they were.
+  void expect_wrong_node_lists_refused_over_tcp() {
+    const std::string fresh = make_node("fresh");
+    Daemon d0(nodes_[0], 0), d1(nodes_[1], 0), df(fresh, 0);
+    ASSERT_NE(d0.port(), 0);
+    ASSERT_NE(d1.port(), 0);
+    ASSERT_NE(df.port(), 0);
+    auto spec = [](const Daemon& d) { return "tcp:127.0.0.1:" + std::to_string(d.port()); };
+    Options x = options();
+    x.memnodes = spec(d0) + "," + spec(d1);
+    {
+      auto st = create(x);
+      ASSERT_NE(st, nullptr);
+      ASSERT_TRUE(st->insert("k", "v").ok());
+      ASSERT_TRUE(st->close().ok());
+    }
+    const std::vector<std::string> all = {nodes_[0], nodes_[1], fresh};
+    const auto before = digests(all);
+    expect_attach_refused(spec(d0) + "," + spec(d0), "positions 0 and 1", spec(d0),
+                          "same memory node");
+    expect_attach_refused(spec(d1) + "," + spec(d0), "(position 0)", spec(d1),
+                          "node 1 of the index");
+    expect_attach_refused(spec(d0) + "," + spec(df), "(position 1)", spec(df),
+                          "fresh memory node");
+    EXPECT_TRUE(digests(all) == before) << "a refused attach changed a memory node";
+    auto st = open(x);
+    ASSERT_NE(st, nullptr);
+    std::string got;
+    ASSERT_TRUE(st->get("k", &got).ok());
+    EXPECT_EQ(got, "v");
+  }
+
+  static void expect_created_again(const Status& s, const std::string& call) {
+    EXPECT_TRUE(s.is_invalid_argument()) << call << ": " << s.to_string();
+    EXPECT_NE(s.message().find("created again"), std::string::npos) << call << ": " << s.to_string();
+    EXPECT_NE(s.message().find("open the index again"), std::string::npos) << call << ": "
+                                                                           << s.to_string();
+    EXPECT_TRUE(one_line(s.message())) << s.message();
+  }
+
+  // A client of an index writes on (a thread) while another creates the
+  // index again with force (`o` has a short lease): once the create has
+  // returned, every call of the old client fails with the clear error
+  // (get, insert, upsert, remove, for_each, also its close) and writes
+  // nothing: the nodes' bytes stay as they were, and the new index holds
+  // exactly what was written to it, and passes check().
+  void expect_forced_create_fences_old_clients(const Options& o) {
+    auto old = create(o);
+    ASSERT_NE(old, nullptr);
+    Model old_model;
+    ASSERT_NO_FATAL_FAILURE(load(*old, 0, 300, &old_model));
+    std::atomic<unsigned> written{0};
+    std::atomic<bool> stopped{false};
+    Status stop;
+    std::thread writer([&] {
+      for (unsigned i = 0;; ++i) {
+        const Status s = old->upsert("old-" + std::to_string(i), "x");
+        if (!s.ok()) {
+          stop = s;
+          break;
+        }
+        written.fetch_add(1);
+        written.notify_all();
+      }
+      stopped = true;
+      written.fetch_add(1);
+      written.notify_all();
+    });
+    // The writer is under way (or already failed) before the create starts.
+    for (unsigned seen = written.load(); seen < 50 && !stopped; seen = written.load()) {
+      written.wait(seen);
+    }
+    Options force = o;
+    force.force = true;
+    auto fresh = create(force);
+    writer.join();
+    ASSERT_NE(fresh, nullptr);
+    ASSERT_NO_FATAL_FAILURE(expect_created_again(stop, "the writer's last upsert"));
+    Model model;
+    ASSERT_NO_FATAL_FAILURE(load(*fresh, 1000, 1300, &model));
+    const auto before = digests(nodes_);
+    std::string got;
+    expect_created_again(old->get(key_of(0), &got), "get");
+    expect_created_again(old->get(key_of(1000), &got), "get of a new key");
+    expect_created_again(old->insert("late", "x"), "insert");
+    expect_created_again(old->upsert(key_of(1001), "x"), "upsert");
+    expect_created_again(old->remove(key_of(1002)), "remove");
+    expect_created_again(old->for_each([](std::string_view, std::string_view) { return true; }),
+                         "for_each");
+    EXPECT_TRUE(digests(nodes_) == before) << "the old client wrote to the memory nodes";
+    (void)old->close();
+    old.reset();
+    EXPECT_TRUE(digests(nodes_) == before) << "the old client's close wrote to the memory nodes";
+    ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(fresh), model));
+  }
+
+  // Creates on fresh nodes from four threads at once: exactly one wins;
+  // the others are refused in one line and change nothing of its index.
+  void expect_concurrent_creates_have_one_winner() {
+    constexpr unsigned kCreators = 4;
+    std::vector<std::unique_ptr<Store>> stores(kCreators);
+    std::vector<Status> got(kCreators);
+    std::latch start(kCreators);
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < kCreators; ++t) {
+      threads.emplace_back([&, t] {
+        start.arrive_and_wait();
+        got[t] = Store::create("", options(), &stores[t]);
+      });
+    }
+    for (auto& th : threads) th.join();
+    unsigned won = kCreators;
+    for (unsigned t = 0; t < kCreators; ++t) {
+      if (got[t].ok()) {
+        EXPECT_EQ(won, kCreators) << "two creates both won";
+        won = t;
+        continue;
+      }
+      EXPECT_TRUE(got[t].is_already_exists()) << got[t].to_string();
+      EXPECT_TRUE(one_line(got[t].message())) << got[t].message();
+    }
+    ASSERT_LT(won, kCreators) << "no create won";
+    Model model;
+    ASSERT_NO_FATAL_FAILURE(load(*stores[won], 0, 500, &model));
+    ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(stores[won]), model));
+  }
+
+  // An index whose lease is `lease` ms (made with `o`): an open with a
+  // remote timeout above lease/2 is refused, naming both numbers; lease/2
+  // and 0 (which takes lease/2) are accepted.
+  void expect_timeout_above_half_the_lease_refused(const Options& o, unsigned lease) {
+    {
+      auto st = create(o);
+      ASSERT_NE(st, nullptr);
+      ASSERT_TRUE(st->insert("k", "v").ok());
+      ASSERT_TRUE(st->close().ok());
+    }
+    Options slow = options();
+    slow.remote_timeout_ms = lease / 2 + 1;
+    std::unique_ptr<Store> st;
+    const Status s = Store::open("", slow, &st);
+    EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+    EXPECT_NE(s.message().find(std::to_string(lease / 2 + 1) + " ms"), std::string::npos)
+        << s.to_string();
+    EXPECT_NE(s.message().find(std::to_string(lease) + " ms"), std::string::npos) << s.to_string();
+    EXPECT_TRUE(one_line(s.message())) << s.message();
+    for (const unsigned timeout : {lease / 2, 0u}) {
+      Options fine = options();
+      fine.remote_timeout_ms = timeout;
+      auto ok = open(fine);
+      ASSERT_NE(ok, nullptr) << timeout;
+      std::string got;
+      EXPECT_TRUE(ok->get("k", &got).ok()) << timeout;
+    }
   }
 
   ScratchDir dir_;

@@ -118,17 +118,27 @@ struct Options {
   // too long or readable by others, or a node that refuses the client or
   // cannot prove the secret.
   std::string memnode_secret_file = {};
-  // A remote round trip not answered in this long fails with IOError.
-  unsigned remote_timeout_ms = 2000;
-  // sephash: the lease of a segment's merge lock. A client that has seen a
-  // segment locked, with the same merge sequence number, for this long
-  // takes the lock over and finishes or undoes the holder's merge or split
-  // (the holder died, or its publish failed); a holder stops writing
-  // lease/2 after it locked. Callers that wait on a lock give Busy only
-  // after lease + remote_timeout_ms. It must exceed twice the longest a
-  // merge or split takes (a few round trips; milliseconds even over tcp):
-  // a holder slower than lease/2 gives its call Busy. 1 .. 600000.
-  unsigned sephash_lock_lease_ms = 1000;
+  // A remote round trip not answered in this long fails with IOError. 0
+  // (the default): half the index's lease, which is what clients should
+  // use. An explicit value may not exceed half the lease (create and open
+  // refuse it, naming both numbers), because both the lock lease's and the
+  // generation fence's safety assume that a batch executes within lease/2
+  // of being posted. 0 .. 300000.
+  unsigned remote_timeout_ms = 0;
+  // sephash: the lease of a segment's merge lock, in ms (create only; kept
+  // with the index, and an open uses the stored one whatever it gives
+  // here). A client that has seen a segment locked, with the same merge
+  // sequence number, for this long takes the lock over and finishes or
+  // undoes the holder's merge or split (the holder died, or its publish
+  // failed); a holder stops writing lease/2 after it locked. Callers that
+  // wait on a lock give Busy only after lease + the remote timeout. It must
+  // exceed twice the longest a merge or split takes (a few round trips;
+  // milliseconds even over tcp): a holder slower than lease/2 gives its
+  // call Busy. The same lease bounds how long a create with force waits
+  // for the old index's clients to stop (the generation fence). The default
+  // 2000 with the derived timeout 1000 keeps a round trip within lease/2.
+  // 1 .. 600000.
+  unsigned sephash_lock_lease_ms = 2000;
   // shm only: injected round-trip latency in nanoseconds (emulates a network
   // hop; 0 is CXL-style direct access).
   unsigned remote_latency_ns = 0;
@@ -144,6 +154,8 @@ struct Options {
 
   // --- race (the RACE-hashing baseline on memory nodes) ---------------
   // Uses memnodes, remote_timeout_ms and remote_latency_ns as sephash does.
+  // Its lease (kept with the index: the generation fence's) is twice the
+  // remote timeout of its create (2000 ms for the default 0).
   // Local depth of a new index's subtables (create only; kept on node 0):
   // 2^n subtables to start with. 1 .. 12.
   unsigned race_initial_depth = 4;

@@ -33,6 +33,15 @@ std::uint64_t Batch::result(std::size_t i) const {
   return per_node_[w.node][w.index].result;
 }
 
+void Batch::truncate(std::size_t n) {
+  // A node's verbs are in insertion order, so the last ones added are at
+  // the ends of their nodes' lists.
+  while (where_.size() > n) {
+    per_node_[where_.back().node].pop_back();
+    where_.pop_back();
+  }
+}
+
 void Batch::clear() {
   for (auto& v : per_node_) v.clear();
   where_.clear();

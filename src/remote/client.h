@@ -46,6 +46,10 @@ class Batch {
   std::uint64_t result(std::size_t i) const;
   std::size_t size() const { return where_.size(); }
   void clear();
+  // Whether the batch has a verb for `node`.
+  bool visits(unsigned node) const { return node < per_node_.size() && !per_node_[node].empty(); }
+  // Drops the verbs added after the first `n` (size() is then n).
+  void truncate(std::size_t n);
 
  private:
   friend class Client;

@@ -1,7 +1,10 @@
 #include "remote/memnode.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 namespace pmhash::remote {
@@ -11,6 +14,22 @@ namespace {
 MemNodeRoot* root_of(pool::Pool& p) { return reinterpret_cast<MemNodeRoot*>(p.root()); }
 
 }  // namespace
+
+// Fills `out` from getrandom(2) (blocking until the kernel's pool is
+// initialised, as it is on any running system).
+Status random_bytes(const std::string& who, std::uint8_t* out, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::getrandom(out + got, n - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      return Status::IOError(who + ": no random bytes (getrandom: " +
+                             std::strerror(errno) + ")");
+    }
+    got += static_cast<std::size_t>(r);
+  }
+  return Status::OK();
+}
 
 Status create_memnode(const std::string& path, std::uint64_t size, bool force) {
   pool::CreateParams params;
@@ -35,9 +54,15 @@ Status create_memnode(const std::string& path, std::uint64_t size, bool force) {
   }
   region.drain();
   MemNodeRoot* r = root_of(*p);
+  std::uint8_t id[kNodeIdBytes];
+  // An all-zero id would read as "no node": draw again (2^-128).
+  do {
+    if (Status s = random_bytes("memory node " + path, id, sizeof(id)); !s.ok()) return s;
+  } while (std::all_of(id, id + sizeof(id), [](std::uint8_t b) { return b == 0; }));
+  std::memset(r, 0, sizeof(*r));
   r->layout_version = kMemNodeLayoutVersion;
+  std::memcpy(r->node_id, id, sizeof(id));
   r->bump = kFirstAllocatable;
-  std::memset(r->index_root, 0, sizeof(r->index_root));
   p->region().persist(r, sizeof(*r));
   // The magic last: a root with it is complete.
   std::memcpy(r->magic, kMemNodeMagic, sizeof(kMemNodeMagic));
@@ -60,7 +85,13 @@ Status open_memnode(const std::string& path, bool shared, std::unique_ptr<pool::
   if (r->layout_version != kMemNodeLayoutVersion) {
     return Status::Corruption(who + ": memory-node layout version " +
                               std::to_string(r->layout_version) + ", this build reads " +
-                              std::to_string(kMemNodeLayoutVersion));
+                              std::to_string(kMemNodeLayoutVersion) +
+                              ": create the node again (pmhash-memnode --create --force; "
+                              "what it holds is lost)");
+  }
+  if (std::all_of(r->node_id, r->node_id + kNodeIdBytes, [](std::uint8_t b) { return b == 0; })) {
+    return Status::Corruption(who + ": memory-node root has no node id: create the node again "
+                              "(pmhash-memnode --create --force)");
   }
   const std::uint64_t bump = std::atomic_ref<std::uint64_t>(r->bump).load();
   if (bump < kFirstAllocatable) {

@@ -176,6 +176,56 @@ TEST_F(CliTest, MemoryNodeIndexesTakeMemnodesInsteadOfAPool) {
   EXPECT_EQ(run_cli({"get", "--memnodes", nodes, "alpha"}).exit_code, 1);
 }
 
+// A wrong node list (a node twice, swapped order, a fresh node) is
+// refused by every command in one line naming the position; a create with
+// --force while a client of the old index is open: that client's next
+// calls fail, saying the nodes were created again, and the new index is
+// what the tool made.
+TEST_F(CliTest, MemoryNodeListsAreCheckedAndAForcedCreateStopsOldClients) {
+  const std::string n0 = path("mn0"), n1 = path("mn1"), fresh = path("fresh");
+  for (const std::string& n : {n0, n1, fresh}) {
+    ASSERT_TRUE(pmhash::remote::create_memnode(n, 64u << 20, false).ok()) << n;
+  }
+  const std::string nodes = "shm:" + n0 + ",shm:" + n1;
+  ok({"create", "--memnodes", nodes});
+  ok({"put", "--memnodes", nodes, "alpha", "1"});
+  struct Wrong {
+    std::string list, says;
+  };
+  const std::vector<Wrong> wrong = {
+      {"shm:" + n0 + ",shm:" + n0, "positions 0 and 1"},
+      {"shm:" + n1 + ",shm:" + n0, "(position 0)"},
+      {"shm:" + n0 + ",shm:" + fresh, "(position 1)"},
+  };
+  for (const Wrong& w : wrong) {
+    for (const auto& args : {std::vector<std::string>{"get", "--memnodes", w.list, "alpha"},
+                             std::vector<std::string>{"put", "--memnodes", w.list, "beta", "2"}}) {
+      const Result r = run_cli(args);
+      EXPECT_EQ(r.exit_code, 1) << describe(args, r);
+      EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
+      EXPECT_NE(r.err.find(w.says), std::string::npos) << describe(args, r);
+    }
+  }
+  EXPECT_EQ(ok({"get", "--memnodes", nodes, "alpha"}), "1\n");
+
+  pmhash::Options o;
+  o.engine.clear();
+  o.memnodes = nodes;
+  std::unique_ptr<pmhash::Store> old;
+  ASSERT_TRUE(pmhash::Store::open("", o, &old).ok());
+  std::string v;
+  ASSERT_TRUE(old->get("alpha", &v).ok());
+  ok({"create", "--memnodes", nodes, "--engine", "race", "--force"});
+  ok({"put", "--memnodes", nodes, "beta", "2"});
+  for (const pmhash::Status& s : {old->get("alpha", &v), old->upsert("gamma", "3")}) {
+    EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+    EXPECT_NE(s.message().find("created again"), std::string::npos) << s.to_string();
+  }
+  old.reset();
+  EXPECT_EQ(sorted_lines(ok({"scan", "--memnodes", nodes})), (std::vector<std::string>{"beta\t2"}));
+  EXPECT_EQ(ok({"check", "--memnodes", nodes}), "ok\n");
+}
+
 TEST_F(CliTest, KeysStartingWithDashAreTakenAfterDoubleDash) {
   create_pool(pool_);
   ok({"put", pool_, "--", "-k", "-v"});

@@ -242,5 +242,32 @@ TEST_F(RaceProcessTest, ProcessesOnTwoShmNodes) { run_processes(options(), 2500)
 
 TEST_F(RaceProcessTest, ProcessesOnTwoTcpNodesOverLoopback) { run_processes_on_tcp(500); }
 
+// ---- membership, generation, lease (engine/remote_index.h) ----
+TEST_F(RaceTest, WrongNodeListsAreRefusedAtAttachAndChangeNothing) {
+  expect_wrong_node_lists_refused();
+}
+
+TEST_F(RaceTest, WrongNodeListsAreRefusedAtAttachOverTcp) {
+  expect_wrong_node_lists_refused_over_tcp();
+}
+
+TEST_F(RaceTest, AForcedCreateFailsTheOldClientsCallsAndKeepsTheNewIndex) {
+  Options o = options();
+  o.remote_timeout_ms = 200;  // a lease of 400 ms, which the forced create waits out
+  expect_forced_create_fences_old_clients(o);
+}
+
+TEST_F(RaceTest, ConcurrentCreatesOnFreshNodesHaveOneWinner) {
+  expect_concurrent_creates_have_one_winner();
+}
+
+// Race keeps a lease of twice its create's timeout: opens may not take a
+// timeout above half of it.
+TEST_F(RaceTest, ATimeoutAboveHalfTheStoredLeaseIsRefused) {
+  Options o = options();
+  o.remote_timeout_ms = 300;
+  expect_timeout_above_half_the_lease_refused(o, 600);
+}
+
 }  // namespace
 }  // namespace pmhash

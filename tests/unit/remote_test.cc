@@ -2,7 +2,9 @@
 // memory-node pools, the four verbs and their ordering in a batch, bad
 // verbs rejected before anything runs, durability across a reopen,
 // coroutines keeping many batches in flight on one thread, atomics from
-// several threads and several processes, and injected latency.
+// several threads and several processes, injected latency, and each
+// node's random id.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,6 +68,52 @@ TEST_F(RemoteTest, CreatedNodeHasTheRootAndAnEmptyAllocator) {
   EXPECT_EQ(c->node_size(0), kNodeSize);
   EXPECT_EQ(c->node_name(0), "shm:" + path_);
   EXPECT_EQ(word(*c, remote::kBumpOffset), remote::kFirstAllocatable);
+}
+
+// Every memory node gets its own random node id at create, also a pool
+// made again at the same path; the membership record starts empty.
+TEST_F(RemoteTest, EveryCreatedNodeHasItsOwnRandomNodeId) {
+  auto node_id = [](const std::string& path) {
+    std::unique_ptr<Client> c;
+    EXPECT_TRUE(Client::connect({"shm:" + path}, {}, &c).ok());
+    std::string id(remote::kNodeIdBytes, '\0');
+    std::string member(64, 'x');
+    Batch b;
+    b.read(0, remote::kNodeIdOffset, id.data(), remote::kNodeIdBytes);
+    b.read(0, remote::kMembershipOffset, member.data(), 64);
+    EXPECT_TRUE(c && c->exec_sync(b).ok());
+    EXPECT_EQ(member, std::string(64, '\0'));
+    return id;
+  };
+  const std::string zero(remote::kNodeIdBytes, '\0');
+  const std::string first = node_id(path_);
+  const std::string other = dir_.str() + "/mn1";
+  ASSERT_TRUE(remote::create_memnode(other, kNodeSize, false).ok());
+  const std::string second = node_id(other);
+  ASSERT_TRUE(remote::create_memnode(other, kNodeSize, /*force=*/true).ok());
+  const std::string again = node_id(other);
+  EXPECT_NE(first, zero);
+  EXPECT_NE(second, zero);
+  EXPECT_NE(again, zero);
+  EXPECT_NE(first, second);
+  EXPECT_NE(second, again);
+}
+
+// A pool of the memory-node layout before node ids (version 1) is refused
+// with the advice to create the node again; the file is left as it was.
+TEST_F(RemoteTest, ANodeOfTheOldLayoutIsRefusedWithAdviceToCreateItAgain) {
+  const int fd = ::open(path_.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const std::uint32_t old_version = 1;
+  ASSERT_EQ(::pwrite(fd, &old_version, 4, static_cast<off_t>(remote::kFirstUsable + 8)), 4);
+  ::close(fd);
+  std::unique_ptr<Client> c;
+  const Status s = Client::connect({"shm:" + path_}, {}, &c);
+  EXPECT_TRUE(s.is_corruption()) << s.to_string();
+  EXPECT_NE(s.message().find("layout version 1"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("create the node again"), std::string::npos) << s.to_string();
+  std::unique_ptr<pool::Pool> p;
+  EXPECT_TRUE(remote::open_memnode(path_, /*shared=*/false, &p).is_corruption());
 }
 
 TEST_F(RemoteTest, WriteThenReadFromAnotherClientSeesTheBytes) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -404,6 +405,40 @@ TEST_F(SepHashTest, BadInputIsRefusedWithAClearError) {
   expect_refuses_bad_input(options(), "sephash");
 }
 
+// ---- membership, generation, lease (engine/remote_index.h) ----
+TEST_F(SepHashTest, WrongNodeListsAreRefusedAtAttachAndChangeNothing) {
+  expect_wrong_node_lists_refused();
+}
+
+TEST_F(SepHashTest, AForcedCreateFailsTheOldClientsCallsAndKeepsTheNewIndex) {
+  Options o = options();
+  o.sephash_lock_lease_ms = 400;  // the forced create waits it out
+  expect_forced_create_fences_old_clients(o);
+}
+
+TEST_F(SepHashTest, ConcurrentCreatesOnFreshNodesHaveOneWinner) {
+  expect_concurrent_creates_have_one_winner();
+}
+
+// The lock lease bounds the remote timeout (a batch must execute within
+// lease/2): above it, create is refused before it claims anything, and
+// open after it read the stored lease.
+TEST_F(SepHashTest, ATimeoutAboveHalfTheStoredLeaseIsRefused) {
+  Options o = options();
+  o.sephash_lock_lease_ms = 1000;
+  Options slow = o;
+  slow.remote_timeout_ms = 501;
+  std::unique_ptr<Store> st;
+  const Status s = Store::create("", slow, &st);
+  EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+  EXPECT_NE(s.message().find("501 ms"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("1000 ms"), std::string::npos) << s.to_string();
+  const Status fresh = Store::open("", options(), &st);
+  EXPECT_NE(fresh.message().find("holds no sephash index"), std::string::npos)
+      << "the refused create claimed the nodes: " << fresh.to_string();
+  expect_timeout_above_half_the_lease_refused(o, 1000);
+}
+
 TEST_F(SepHashTest, AFullNodeGivesNoSpaceAndKeepsWhatIsStored) {
   const std::string small = dir_.str() + "/small";
   ASSERT_TRUE(remote::create_memnode(small, 4u << 20, false).ok());
@@ -433,9 +468,13 @@ class SepHashLockTest : public SepHashTest {
     SepHashTest::TearDown();
   }
 
+  // The lease the index is created with (kept with it). The clients take
+  // half of it as their remote timeout.
+  virtual unsigned lease_ms() const { return kLeaseMs; }
+
   Options options() const override {
     Options o = SepHashTest::options();
-    o.sephash_lock_lease_ms = kLeaseMs;
+    o.sephash_lock_lease_ms = lease_ms();
     return o;
   }
 
@@ -461,8 +500,8 @@ class SepHashLockTest : public SepHashTest {
     const double waited = ms_since(t0);
     ASSERT_TRUE(s.ok()) << s.to_string();
     EXPECT_EQ(seen, model.size());
-    EXPECT_GE(waited, kLeaseMs * 0.9) << "the call did not wait for the lease";
-    EXPECT_LT(waited, kLeaseMs + kMarginMs);
+    EXPECT_GE(waited, lease_ms() * 0.9) << "the call did not wait for the lease";
+    EXPECT_LT(waited, lease_ms() + kMarginMs);
     std::string got;
     const Status g = st->get(unacked, &got);
     EXPECT_TRUE(g.is_not_found()) << g.to_string();  // its entry was never placed
@@ -638,6 +677,53 @@ TEST_F(SepHashLockTest, ALeaseOutOfRangeIsRefused) {
   EXPECT_NE(s.message().find("lock lease"), std::string::npos) << s.to_string();
 }
 
+// The lease is chosen at create and kept with the index: a client that
+// opens it giving another lease (here ten minutes, or an out-of-range 0)
+// uses the stored one. Its slow holder (the sleep is what is tested) gives
+// up after half the stored lease, naming it, and a later call takes the
+// lock over after about the stored lease; with the option's lease, neither
+// would happen within the test.
+TEST_F(SepHashLockTest, AnOpenUsesTheLeaseStoredAtCreateNotItsOption) {
+  {
+    auto created = create(options());
+    ASSERT_NE(created, nullptr);
+    ASSERT_TRUE(created->close().ok());
+  }
+  Options other = options();
+  other.sephash_lock_lease_ms = 0;
+  ASSERT_NE(open(other), nullptr) << "the lease option is not looked at on open";
+  other.sephash_lock_lease_ms = 600000;
+  auto st = open(other);
+  ASSERT_NE(st, nullptr);
+  std::atomic<bool> slept{false};
+  engine::sephash::set_lock_hook_for_testing([&](LockStep at) {
+    if (at == LockStep::kRead && !slept.exchange(true)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(lease_ms() * 6 / 10));
+    }
+    return false;
+  });
+  Model model;
+  std::string unacked;
+  unsigned next = 0;
+  for (unsigned i = 0; i < 20000 && unacked.empty(); ++i) {
+    const Status s = st->insert(key_of(i), value_of(i, 0));
+    next = i + 1;
+    if (s.ok()) {
+      model.emplace(key_of(i), value_of(i, 0));
+      continue;
+    }
+    ASSERT_TRUE(s.is_busy()) << s.to_string();
+    EXPECT_NE(s.message().find("half its lock lease (" + std::to_string(lease_ms()) + " ms)"),
+              std::string::npos)
+        << s.to_string();
+    unacked = key_of(i);
+  }
+  ASSERT_TRUE(slept);
+  ASSERT_FALSE(unacked.empty()) << "the slow holder did not give up at half the stored lease";
+  engine::sephash::set_lock_hook_for_testing(nullptr);
+  ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(st), std::move(model), unacked, next));
+}
+
 // A holder that sleeps past a whole lease (the sleep is what is tested)
 // while another thread writes: that thread takes the lock over, merges on,
 // and the holder, once awake, must write nothing (it is past lease/2) and
@@ -692,6 +778,9 @@ TEST_F(SepHashLockTest, AHolderThatWakesAfterATakeoverWritesNothing) {
 // memory-node daemons as requests (it ran whole before the client died).
 class SepHashLockTcpTest : public SepHashLockTest {
  protected:
+  // A lease long enough that half of it (the clients' remote timeout)
+  // covers a round trip to a daemon on a loaded machine.
+  unsigned lease_ms() const override { return std::max(kLeaseMs, 1000u); }
   void SetUp() override {
     SepHashLockTest::SetUp();
     for (const std::string& n : nodes_) {
@@ -768,6 +857,10 @@ INSTANTIATE_TEST_SUITE_P(Steps, SepHashSlowHolderTest,
                          });
 
 class SepHashTcpTest : public SepHashTest {};
+
+TEST_F(SepHashTcpTest, WrongNodeListsAreRefusedAtAttachOverTcp) {
+  expect_wrong_node_lists_refused_over_tcp();
+}
 
 // Over tcp, one node is a daemon: killed, calls fail with IOError within
 // the timeout (no hang); restarted from its pool file, every completed

@@ -36,8 +36,9 @@ std::uint64_t kv_checksum(const std::byte* block, std::uint64_t body_bytes) {
   return XXH3_64bits(block + 8, body_bytes);
 }
 
-struct Session {
-  std::unique_ptr<Client> client;
+// A client thread's connections and their fence (remote_index::Link), its
+// copy of the directory and its allocation chunks.
+struct Session : remote_index::Link {
   unsigned global_depth = 0;
   std::vector<std::uint64_t> dir;  // the first 2^global_depth directory words
   remote_index::Chunks chunks;
@@ -49,6 +50,7 @@ struct Params {
   unsigned max_depth = 0;
   unsigned groups = 0;
   std::uint64_t directory = 0;
+  std::uint32_t lease_ms = 0;  // kept in the membership stamp (race.h, "Lease")
 };
 
 // Where a key lives in any subtable: its two main buckets and fingerprint.
@@ -168,12 +170,24 @@ class RaceIndex final : public Index {
   }
 
   // ---- create and open ----
+  // Create (remote_index.h, "Create"): claim the nodes for a new
+  // generation, wait out the old one, forget what they held, then the
+  // subtables, the directory and the root, the magic last, then commit.
   Status format(bool force) {
+    unsigned timeout = 0;
+    if (Status s = remote_index::effective_timeout(options_, params_.lease_ms, "race", &timeout);
+        !s.ok()) {
+      return s;
+    }
+    sessions_.set_timeout(timeout);
     std::unique_ptr<Session> ss;
     if (Status s = sessions_.make(&ss); !s.ok()) return s;
-    Client& c = *ss->client;
-    if (Status s = remote_index::check_unclaimed(c, force); !s.ok()) return s;
-    if (Status s = remote_index::forget_nodes(c, sizeof(IndexRoot)); !s.ok()) return s;
+    Session& c = *ss;
+    remote_index::Identity made;
+    if (Status s = remote_index::begin_create(c, force, params_.lease_ms, sizeof(IndexRoot), &made);
+        !s.ok()) {
+      return s;
+    }
 
     const unsigned depth = params_.initial_depth;
     const std::uint64_t entries = std::uint64_t{1} << params_.max_depth;
@@ -205,20 +219,29 @@ class RaceIndex final : public Index {
     root.directory = params_.directory;
     root.global_depth = depth;
     b.write(0, remote::kIndexRootOffset, &root, sizeof(root));
-    if (Status s = c.exec_sync(b); !s.ok()) return s;
-    // Complete and durable: only now does the index exist.
+    if (Status s = c.exec(b); !s.ok()) return s;
+    // Complete and durable: the engine's index exists, for an attach once
+    // the membership commits.
     b.clear();
     b.write(0, remote::kIndexRootOffset, kMagic, sizeof(kMagic));
-    return c.exec_sync(b);
+    if (Status s = c.exec(b); !s.ok()) return s;
+    if (Status s = remote_index::commit_create(c, made); !s.ok()) return s;
+    return sessions_.arm(made, "race");
   }
 
+  // Open: the nodes verified against node 0's membership record before
+  // anything else of the index is read; the timeout checked against the
+  // lease the create stored.
   Status attach() {
     std::unique_ptr<Session> ss;
     if (Status s = sessions_.make(&ss); !s.ok()) return s;
+    remote_index::Identity id;
+    if (Status s = remote_index::verify_members(*ss, "race", &id); !s.ok()) return s;
+    if (Status s = sessions_.arm(id, "race"); !s.ok()) return s;
     IndexRoot root{};
     Batch b;
     b.read(0, remote::kIndexRootOffset, &root, sizeof(root));
-    if (Status s = ss->client->exec_sync(b); !s.ok()) return s;
+    if (Status s = ss->exec(b); !s.ok()) return s;
     if (Status s = remote_index::check_root(*ss->client, "race", root.head.magic, kMagic,
                                             root.head.layout_version, kLayoutVersion,
                                             root.head.nodes);
@@ -230,7 +253,7 @@ class RaceIndex final : public Index {
       return Status::Corruption("memory node " + specs_[0] + ": race root is damaged");
     }
     params_ = Params{root.head.nodes, root.initial_depth, root.max_depth, root.groups,
-                     root.directory};
+                     root.directory,  id.lease_ms()};
     return Status::OK();
   }
 
@@ -255,19 +278,19 @@ class RaceIndex final : public Index {
   }
 
   Clock::time_point deadline() const {
-    return Clock::now() + std::chrono::milliseconds(options_.remote_timeout_ms);
+    return Clock::now() + std::chrono::milliseconds(sessions_.timeout_ms());
   }
 
   Status stuck(unsigned node, std::uint64_t base, const char* what) const {
     return Status::Busy("race: subtable at node " + std::to_string(node) + " offset " +
                         std::to_string(base) + " " + what + " for " +
-                        std::to_string(options_.remote_timeout_ms) +
+                        std::to_string(sessions_.timeout_ms()) +
                         " ms (a split runs, or its client died)");
   }
 
   // ---- directory ----
   Status refresh_dir(Session& ss) {
-    return remote_index::read_directory(*ss.client, "race", kGlobalDepthOff, params_.directory,
+    return remote_index::read_directory(ss, "race", kGlobalDepthOff, params_.directory,
                                         params_.max_depth, &ss.dir, &ss.global_depth);
   }
 
@@ -330,7 +353,7 @@ class RaceIndex final : public Index {
       const std::uint64_t dw = ss.dir[p.h & low_mask(ss.global_depth)];
       Raw raw;
       add_reads(b, dw, p, &raw);
-      if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
+      if (Status s = ss.exec(b); !s.ok()) return s;
       also = nullptr;  // its verbs ran once
       b.clear();
       switch (judge(dw, p, raw, v)) {
@@ -367,7 +390,7 @@ class RaceIndex final : public Index {
         (*out)[i].bytes.assign(units * 64ull, std::byte{0});
         b.read(entry_node(e), entry_off(e), (*out)[i].bytes.data(), units * 64);
       }
-      if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
+      if (Status s = ss.exec(b); !s.ok()) return s;
       b.clear();
       for (std::size_t i : todo) {
         Kv& kv = (*out)[i];
@@ -382,7 +405,7 @@ class RaceIndex final : public Index {
         }
       }
       if (b.size() != 0) {
-        if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
+        if (Status s = ss.exec(b); !s.ok()) return s;
       }
       std::vector<std::size_t> bad;
       for (std::size_t i : todo) {
@@ -456,7 +479,7 @@ class RaceIndex final : public Index {
       if (op != Op::kRemove && entry == 0) {
         const unsigned node = dir_node(ss.dir[p.h & low_mask(ss.global_depth)]);
         std::uint64_t off = 0;
-        if (Status s = ss.chunks.alloc(*ss.client, node, units * 64, &off); !s.ok()) return s;
+        if (Status s = ss.chunks.alloc(ss, node, units * 64, &off); !s.ok()) return s;
         kv.write(node, off, block.data(), static_cast<std::uint32_t>(units * 64));
         entry = make_entry(p.fp, units, node, off);
       }
@@ -479,7 +502,7 @@ class RaceIndex final : public Index {
         const std::uint64_t desired = op == Op::kRemove ? 0 : entry;
         Batch b;
         b.cas(found.slot.node, found.slot.off, found.slot.word, desired);
-        if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
+        if (Status s = ss.exec(b); !s.ok()) return s;
         if (b.result(0) == found.slot.word) return Status::OK();
         continue;  // the slot changed meanwhile: look again
       }
@@ -499,7 +522,7 @@ class RaceIndex final : public Index {
       Batch b;
       b.cas(slot->node, slot->off, 0, entry);
       b.read(slot->node, slot->off & ~(kBucketBytes - 1), &header, 8);
-      if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
+      if (Status s = ss.exec(b); !s.ok()) return s;
       if (b.result(0) != 0) continue;  // taken meanwhile
       if (header != v.header && (p.h & low_mask(header_depth(header))) != header_suffix(header)) {
         // Either a stray entry (the CAS came after the thaw; invisible:
@@ -509,7 +532,7 @@ class RaceIndex final : public Index {
         // subtable (the slot no longer holds it): then it stands.
         b.clear();
         b.cas(slot->node, slot->off, entry, 0);
-        if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
+        if (Status s = ss.exec(b); !s.ok()) return s;
         if (b.result(0) == entry) {
           counters_.retries.fetch_add(1, std::memory_order_relaxed);
           continue;
@@ -586,7 +609,7 @@ class RaceIndex final : public Index {
       }
       Batch b;
       b.cas(mine->node, mine->off, entry, 0);
-      if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
+      if (Status s = ss.exec(b); !s.ok()) return s;
       if (b.result(0) == entry) {
         *won = false;
         return Status::OK();
@@ -610,14 +633,14 @@ class RaceIndex final : public Index {
     const std::uint64_t mine = make_dir(v.node, v.base, depth);
     Batch b;
     b.cas(0, dir_at, mine, mine | kDirLock);
-    if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
+    if (Status s = ss.exec(b); !s.ok()) return s;
     if (b.result(0) != mine) return wait_split(ss, dir_at, mine, v);
     bool restorable = true;
     Status s = split_locked(ss, v, depth, suffix, &restorable);
     if (!s.ok() && restorable) {
       b.clear();
       b.write(0, dir_at, &mine, 8);  // unlock: nothing was changed
-      (void)ss.client->exec_sync(b);
+      (void)ss.exec(b);
     }
     if (s.ok()) s = refresh_dir(ss);
     return s;
@@ -631,7 +654,7 @@ class RaceIndex final : public Index {
       std::uint64_t w = 0;
       Batch b;
       b.read(0, dir_at, &w, 8);
-      if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
+      if (Status s = ss.exec(b); !s.ok()) return s;
       if (w != (mine | kDirLock)) return refresh_dir(ss);
       if (Clock::now() > until) return stuck(v.node, v.base, "stayed locked");
       std::this_thread::yield();
@@ -642,7 +665,7 @@ class RaceIndex final : public Index {
   // then stays, and writes to it return Busy after the timeout).
   Status split_locked(Session& ss, const View& v, unsigned depth, std::uint64_t suffix,
                       bool* restorable) {
-    Client& c = *ss.client;
+    Session& c = ss;
     const std::uint64_t words = table_bytes() / 8;
     const std::uint64_t suffix1 = suffix | (std::uint64_t{1} << depth);
     const unsigned node1 = static_cast<unsigned>(suffix1 % specs_.size());
@@ -654,7 +677,7 @@ class RaceIndex final : public Index {
     std::vector<std::uint64_t> old(words);
     Batch b;
     b.read(v.node, v.base, old.data(), static_cast<std::uint32_t>(table_bytes()));
-    if (Status s = c.exec_sync(b); !s.ok()) return s;
+    if (Status s = c.exec(b); !s.ok()) return s;
     *restorable = false;
     std::vector<std::uint64_t> todo;
     for (std::uint64_t w = 0; w < words; ++w) {
@@ -663,7 +686,7 @@ class RaceIndex final : public Index {
     while (!todo.empty()) {
       b.clear();
       for (std::uint64_t w : todo) b.cas(v.node, v.base + w * 8, old[w], old[w] | kFrozen);
-      if (Status s = c.exec_sync(b); !s.ok()) return s;
+      if (Status s = c.exec(b); !s.ok()) return s;
       std::vector<std::uint64_t> again;
       for (std::size_t i = 0; i < todo.size(); ++i) {
         if (b.result(i) != old[todo[i]]) {
@@ -685,7 +708,7 @@ class RaceIndex final : public Index {
       const std::uint64_t e = entry_thawed(old[used[i]]);
       b.read(entry_node(e), entry_off(e), &heads[i], sizeof(KvHeader));
     }
-    if (Status s = c.exec_sync(b); !s.ok()) return s;
+    if (Status s = c.exec(b); !s.ok()) return s;
     // (3) The new subtable, complete: the entries whose hash bit `depth` is
     // set, each at the slot it had (so duplicates keep their order).
     std::vector<std::uint64_t> img0(words, 0), img1(words, 0);
@@ -699,7 +722,7 @@ class RaceIndex final : public Index {
     }
     b.clear();
     b.write(node1, base1, img1.data(), static_cast<std::uint32_t>(table_bytes()));
-    if (Status s = c.exec_sync(b); !s.ok()) return s;
+    if (Status s = c.exec(b); !s.ok()) return s;
     if (split_hook()) split_hook()(SplitStep::kNewTableWritten);
     // (4) The directory words of the new half name it; the global depth
     // follows. Readers that come by the directory find every moved entry.
@@ -713,7 +736,7 @@ class RaceIndex final : public Index {
       b.write(0, params_.directory + i * 8, &dw1, 8);
     }
     b.read(0, kGlobalDepthOff, &global, 8);
-    if (Status s = c.exec_sync(b); !s.ok()) return s;
+    if (Status s = c.exec(b); !s.ok()) return s;
     if (Status s = remote_index::raise_global_depth(c, kGlobalDepthOff, global, depth + 1);
         !s.ok()) {
       return s;
@@ -725,7 +748,7 @@ class RaceIndex final : public Index {
     for (std::uint64_t w = 0; w < words; w += kSlotsPerBucket) {
       b.write(v.node, v.base + w * 8, &img0[w], 8);
     }
-    if (Status s = c.exec_sync(b); !s.ok()) return s;
+    if (Status s = c.exec(b); !s.ok()) return s;
     if (split_hook()) split_hook()(SplitStep::kHeadersUpdated);
     // (6) Its slots: the moved entries gone, the others thawed, slot by
     // slot (one CAS each from the frozen word; nobody else writes a frozen
@@ -734,7 +757,7 @@ class RaceIndex final : public Index {
     for (std::uint64_t w = 0; w < words; ++w) {
       if (w % kSlotsPerBucket != 0) b.cas(v.node, v.base + w * 8, old[w] | kFrozen, img0[w]);
     }
-    if (Status s = c.exec_sync(b); !s.ok()) return s;
+    if (Status s = c.exec(b); !s.ok()) return s;
     // (7) The directory words of this half: the new depth, and the lock
     // released last (the subtable's own word, after the others).
     const std::uint64_t dw0 = make_dir(v.node, v.base, depth + 1);
@@ -744,7 +767,7 @@ class RaceIndex final : public Index {
     }
     b.write(0, params_.directory + suffix * 8, &dw0, 8);
     ++dir_words;
-    if (Status s = c.exec_sync(b); !s.ok()) return s;
+    if (Status s = c.exec(b); !s.ok()) return s;
     counters_.splits.fetch_add(1, std::memory_order_relaxed);
     counters_.moved.fetch_add(moved, std::memory_order_relaxed);
     // Bytes the split wrote: the new subtable, the old one's headers and
@@ -764,7 +787,7 @@ class RaceIndex final : public Index {
     std::vector<std::uint64_t> full(std::size_t{1} << params_.max_depth);
     Batch b;
     b.read(0, params_.directory, full.data(), static_cast<std::uint32_t>(full.size() * 8));
-    if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
+    if (Status s = ss.exec(b); !s.ok()) return s;
     auto fail = [&](std::uint64_t dw, const std::string& what) {
       return Status::Corruption("race: subtable at node " + std::to_string(dir_node(dw)) +
                                 " offset " + std::to_string(dir_off(dw)) + ": " + what);
@@ -784,7 +807,7 @@ class RaceIndex final : public Index {
       std::vector<std::uint64_t> t(words);
       b.clear();
       b.read(dir_node(dw), dir_off(dw), t.data(), static_cast<std::uint32_t>(table_bytes()));
-      if (Status s = ss.client->exec_sync(b); !s.ok()) return s;
+      if (Status s = ss.exec(b); !s.ok()) return s;
       const std::uint64_t hd = t[0];
       const unsigned depth = header_depth(hd);
       if (verify) {
@@ -859,8 +882,13 @@ Status check_create_options(const Options& o) {
 
 // Create or open (remote_index::start).
 Status start(const Options& options, bool create, std::unique_ptr<Index>* out) {
+  // The lease (race.h, "Lease"): twice the create's remote timeout, or
+  // twice the default one for 0.
   auto params = [&](unsigned nodes, Params* p) {
-    *p = Params{nodes, options.race_initial_depth, options.race_max_depth, options.race_groups, 0};
+    const unsigned timeout =
+        options.remote_timeout_ms != 0 ? options.remote_timeout_ms : kDefaultTimeoutMs;
+    *p = Params{nodes, options.race_initial_depth, options.race_max_depth, options.race_groups, 0,
+                2 * timeout};
     return check_create_options(options);
   };
   return remote_index::start<RaceIndex, Params>(options, "race", create, params, out);

@@ -152,6 +152,26 @@
 // (remote layer), and a call returns after its last round trip: writes are
 // strict. A node restarted from its pool file serves every completed write.
 //
+// Membership and generation (engine/remote_index.h). The create records
+// which nodes make up the index, in which order, under a random index id
+// and a generation, in every node's membership record (outside this
+// index's root); every attach verifies the nodes against node 0's list
+// before it reads the root, and refuses a wrong, swapped, duplicate,
+// missing, extra or fresh node with one line naming its position. A create
+// over nodes that held an index (force) takes the next generation, waits
+// out the old one's lease, then formats; every batch of a client goes
+// through its session's fence, so a client of the old generation fails its
+// next call ("memory nodes were created again ...: open the index again")
+// and writes nothing into the new index.
+//
+// Lease (GAP: RACE has no lease; the fence needs one). Race keeps, in the
+// membership stamp, a lease of twice the remote timeout its create used
+// (kDefaultTimeoutMs when Options::remote_timeout_ms is 0). Clients use the
+// timeout they give, which may not exceed lease/2 (refused, naming both
+// numbers), or lease/2 for 0; a forced create waits the old index's lease.
+// ASSUMED, as the fence states: a batch executes within lease/2 of its
+// post, and the clocks of clients and creators run at the same rate.
+//
 // Failure. A node that dies mid-call fails the call with IOError naming it
 // (whether the last round trip ran is unknown). A split that fails after
 // (1) leaves its subtable frozen and locked: reads go on; writes to it
@@ -181,6 +201,9 @@ extern const EngineInfo kEngineInfo;
 inline constexpr unsigned kMaxDepth = 20;
 inline constexpr unsigned kMinGroups = 2;
 inline constexpr unsigned kMaxGroups = 4096;
+// The remote timeout of a create that gives none (Options::remote_timeout_ms
+// 0): the index's lease is twice the create's timeout.
+inline constexpr unsigned kDefaultTimeoutMs = 1000;
 
 // Tests: the steps of a split (race.h, "Split") after which the hook runs,
 // on the splitting thread, while the subtable is locked.

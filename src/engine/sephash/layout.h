@@ -27,6 +27,8 @@ inline constexpr char kMagic[8] = {'P', 'M', 'H', 'S', 'E', 'P', 'H', '1'};
 //    add kSeqTakeover to seq.
 inline constexpr std::uint32_t kLayoutVersion = 3;
 
+// The index's lock lease is not here but in every node's membership stamp
+// (engine/remote_index.h), with the generation that race shares.
 struct IndexRoot {
   char magic[8];              // written last at create
   std::uint32_t layout_version;

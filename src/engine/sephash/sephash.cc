@@ -101,10 +101,10 @@ std::uint64_t item_units(std::uint64_t bytes) { return (bytes + 63) / 64; }
 // the blocks replaced MainSegs leave fit later ones.
 std::uint64_t main_units(unsigned slots) { return std::bit_ceil(item_units(main_bytes(slots))); }
 
-// What one client thread keeps: its connections, its copy of the
-// directory, what it knows of MainSegs, and its allocation chunks.
-struct Session {
-  std::unique_ptr<Client> client;
+// What one client thread keeps: its connections and their fence
+// (remote_index::Link), its copy of the directory, what it knows of
+// MainSegs, and its allocation chunks.
+struct Session : remote_index::Link {
   unsigned global_depth = 0;
   std::vector<RAddr> dir;
   struct MainCache {
@@ -138,6 +138,7 @@ struct Params {
   unsigned main_max_slots = 0;
   std::uint64_t directory = 0;
   std::uint64_t free_table = 0;
+  std::uint32_t lease_ms = 0;  // the lock lease, kept in the membership stamp
 };
 
 class SepHashIndex final : public Index {
@@ -223,15 +224,26 @@ class SepHashIndex final : public Index {
   ~SepHashIndex() override { close(); }
 
   // ---- create and open ----
+  // Create (remote_index.h, "Create"): claim the nodes for a new
+  // generation, wait out the old one, forget what they held, then the
+  // segments, the directory and the root, the magic last, then commit.
   Status format(bool force) {
+    unsigned timeout = 0;
+    if (Status s = remote_index::effective_timeout(options_, params_.lease_ms, "sephash", &timeout);
+        !s.ok()) {
+      return s;
+    }
+    sessions_.set_timeout(timeout);
     std::unique_ptr<Session> ss;
     if (Status s = sessions_.make(&ss); !s.ok()) return s;
     // An index of any engine on the nodes stays unless `force`.
-    if (Status s = remote_index::check_unclaimed(*ss->client, force); !s.ok()) return s;
+    remote_index::Identity made;
+    if (Status s = remote_index::begin_create(*ss, force, params_.lease_ms, sizeof(IndexRoot), &made);
+        !s.ok()) {
+      return s;
+    }
     IndexRoot root{};
     Batch b;
-    // Forget whatever the nodes held: the magic first, then every bump.
-    if (Status s = remote_index::forget_nodes(*ss->client, sizeof(IndexRoot)); !s.ok()) return s;
 
     const unsigned depth = params_.initial_depth;
     const std::uint64_t entries = std::uint64_t{1} << params_.max_depth;
@@ -277,15 +289,24 @@ class SepHashIndex final : public Index {
     root.version = 1;
     b.write(0, kRootOff, &root, sizeof(root));
     if (Status s = exec(*ss, b); !s.ok()) return s;
-    // Complete and durable: only now does the index exist.
+    // Complete and durable: the engine's index exists, for an attach once
+    // the membership commits.
     b.clear();
     b.write(0, kRootOff, kMagic, sizeof(kMagic));
-    return exec(*ss, b);
+    if (Status s = exec(*ss, b); !s.ok()) return s;
+    if (Status s = remote_index::commit_create(*ss, made); !s.ok()) return s;
+    return sessions_.arm(made, "sephash");
   }
 
+  // Open: the nodes verified against node 0's membership record before
+  // anything else of the index is read; the lease is the one the create
+  // stored (Options::sephash_lock_lease_ms is not looked at).
   Status attach() {
     std::unique_ptr<Session> ss;
     if (Status s = sessions_.make(&ss); !s.ok()) return s;
+    remote_index::Identity id;
+    if (Status s = remote_index::verify_members(*ss, "sephash", &id); !s.ok()) return s;
+    if (Status s = sessions_.arm(id, "sephash"); !s.ok()) return s;
     IndexRoot root{};
     Batch b;
     b.read(0, kRootOff, &root, sizeof(root));
@@ -300,8 +321,8 @@ class SepHashIndex final : public Index {
         root.free_table % 64 != 0 || root.free_table < remote::kFirstAllocatable) {
       return Status::Corruption("memory node " + specs_[0] + ": sephash root is damaged");
     }
-    params_ = Params{root.nodes, root.initial_depth, root.max_depth, root.main_max_slots,
-                     root.directory, root.free_table};
+    params_ = Params{root.nodes,     root.initial_depth, root.max_depth, root.main_max_slots,
+                     root.directory, root.free_table,    id.lease_ms()};
     return Status::OK();
   }
 
@@ -323,22 +344,22 @@ class SepHashIndex final : public Index {
     Clock::time_point since;
   };
 
-  Status exec(Session& ss, Batch& b) { return ss.client->exec_sync(b); }
+  // Every batch goes through the session's fence (remote_index.h, "Fence").
+  Status exec(Session& ss, Batch& b) { return ss.exec(b); }
 
   // A call that waits on a segment's lock waits a lease (after which it
   // takes the lock over) and the remote timeout (for the takeover's work)
   // before it gives Busy.
   Clock::time_point lock_deadline() const {
-    return Clock::now() + lease() + std::chrono::milliseconds(options_.remote_timeout_ms);
+    return Clock::now() + lease() + std::chrono::milliseconds(sessions_.timeout_ms());
   }
-  std::chrono::milliseconds lease() const {
-    return std::chrono::milliseconds(options_.sephash_lock_lease_ms);
-  }
+  // The index's lease, from its membership stamp (chosen at create).
+  std::chrono::milliseconds lease() const { return std::chrono::milliseconds(params_.lease_ms); }
 
   Status locked_too_long(RAddr seg) const {
     return Status::Busy("sephash: segment at node " + std::to_string(raddr_node(seg)) +
                         " offset " + std::to_string(raddr_off(seg)) + " stayed locked for " +
-                        std::to_string(options_.sephash_lock_lease_ms + options_.remote_timeout_ms) +
+                        std::to_string(params_.lease_ms + sessions_.timeout_ms()) +
                         " ms (lock lease + remote timeout; taking the lock over failed)");
   }
 
@@ -351,7 +372,7 @@ class SepHashIndex final : public Index {
 
   // ---- allocation: FAA on the node's bump word (remote_index) ----
   Status alloc_direct(Session& ss, unsigned node, std::uint64_t bytes, std::uint64_t* off) {
-    if (Status s = remote_index::alloc_direct(*ss.client, node, bytes, off); !s.ok()) return s;
+    if (Status s = remote_index::alloc_direct(ss, node, bytes, off); !s.ok()) return s;
     bytes_bumped_.fetch_add(round64(bytes), std::memory_order_relaxed);
     return Status::OK();
   }
@@ -365,7 +386,7 @@ class SepHashIndex final : public Index {
   Status alloc(Session& ss, unsigned node, std::uint64_t bytes, std::uint64_t* off) {
     bytes = round64(bytes);
     const std::uint64_t end = chunk_of(ss, node).second;
-    if (Status s = ss.chunks.alloc(*ss.client, node, bytes, off); !s.ok()) return s;
+    if (Status s = ss.chunks.alloc(ss, node, bytes, off); !s.ok()) return s;
     // New space: a block too large for chunks, or a new chunk.
     if (bytes > remote_index::kChunkBytes / 4) {
       bytes_bumped_.fetch_add(bytes, std::memory_order_relaxed);
@@ -573,7 +594,7 @@ class SepHashIndex final : public Index {
 
   // ---- directory ----
   Status refresh_dir(Session& ss) {
-    return remote_index::read_directory(*ss.client, "sephash", kGlobalDepthOff, params_.directory,
+    return remote_index::read_directory(ss, "sephash", kGlobalDepthOff, params_.directory,
                                         params_.max_depth, &ss.dir, &ss.global_depth);
   }
 
@@ -1397,7 +1418,7 @@ class SepHashIndex final : public Index {
     if (Status s = exec(ss, b); !s.ok()) return s;
     if (stop_at(LockStep::kSplitDirectory)) return stopped();
     if (!in_lease(held)) return gave_up(seg);
-    if (Status s = remote_index::raise_global_depth(*ss.client, kGlobalDepthOff, global, depth1);
+    if (Status s = remote_index::raise_global_depth(ss, kGlobalDepthOff, global, depth1);
         !s.ok()) {
       return s;
     }
@@ -1428,7 +1449,7 @@ class SepHashIndex final : public Index {
     return Status::Busy("sephash: a merge of the segment at node " +
                         std::to_string(raddr_node(seg)) + " offset " +
                         std::to_string(raddr_off(seg)) + " took more than half its lock lease (" +
-                        std::to_string(options_.sephash_lock_lease_ms) +
+                        std::to_string(params_.lease_ms) +
                         " ms); it stopped, and another client will finish or undo it");
   }
 
@@ -1518,7 +1539,7 @@ class SepHashIndex final : public Index {
         return s;
       }
       if (!in_lease(held)) return Status::OK();
-      if (Status s = remote_index::raise_global_depth(*ss.client, kGlobalDepthOff, 0, depth1);
+      if (Status s = remote_index::raise_global_depth(ss, kGlobalDepthOff, 0, depth1);
           !s.ok()) {
         return s;
       }
@@ -1799,15 +1820,16 @@ Status check_create_options(const Options& o) {
 }
 
 Status make_index(const Options& options, bool create, std::unique_ptr<Index>* out) {
-  // Every client's own (not kept on the nodes): all clients of an index
-  // should use the same lease.
-  if (options.sephash_lock_lease_ms < 1 || options.sephash_lock_lease_ms > 600000) {
-    return Status::InvalidArgument("sephash lock lease must be 1 .. 600000 ms, got " +
-                                   std::to_string(options.sephash_lock_lease_ms));
-  }
+  // The lease is chosen here, at create, and kept with the index (the
+  // membership stamp); an open takes the stored one.
   auto params = [&](unsigned nodes, Params* p) {
     *p = Params{nodes, options.sephash_initial_depth, options.sephash_max_depth,
-                options.sephash_main_max_slots, 0};
+                options.sephash_main_max_slots, 0, 0, options.sephash_lock_lease_ms};
+    if (options.sephash_lock_lease_ms < 1 || options.sephash_lock_lease_ms > remote_index::kMaxLeaseMs) {
+      return Status::InvalidArgument("sephash lock lease must be 1 .. " +
+                                     std::to_string(remote_index::kMaxLeaseMs) + " ms, got " +
+                                     std::to_string(options.sephash_lock_lease_ms));
+    }
     return check_create_options(options);
   };
   return remote_index::start<SepHashIndex, Params>(options, "sephash", create, params, out);

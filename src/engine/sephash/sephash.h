@@ -180,7 +180,8 @@
 // not, nothing destructive ran (the slots and the old MainSeg are intact).
 //   Lease. A waiter (any loop that finds the segment locked: appends,
 // searches, scans, check) that has seen the same locked (meta, seq) for
-// Options::sephash_lock_lease_ms takes over: it CASes seq s -> s +
+// the index's lease ("The lease and the timeout" below) takes over: it
+// CASes seq s -> s +
 // kSeqTakeover (2^32; one taker wins, and it now holds the lock), reads the
 // header and, if the intent is this lock's (its old meta is the locked
 // meta and its seq equals s in the low 32 bits, layout.h intent_of_lock),
@@ -193,7 +194,7 @@
 // holder's, with the same bytes: doing them twice is harmless. The dead
 // holder's dropped blocks, the MainSeg it replaced and, when rolled back,
 // the blocks it took, leak (frees happen only after a publish, by its
-// holder). Waiters give Busy only after lease + remote_timeout_ms.
+// holder). Waiters give Busy only after lease + the remote timeout.
 //   Why the taker's free words are right. A takeover adds 2^32, so seq's
 // low 22 bits, the free word's, stay the first holder's: the taker writes
 // the words the holder wrote or would have. Readers compare the whole seq:
@@ -216,13 +217,38 @@
 // later than lease/2 after it sent its lock (or takeover) CAS: past that it
 // stops without writing, leaves the lock, and its call returns Busy; a
 // waiter, which takes over only a whole lease after it first saw the lock,
-// finishes or undoes its work. ASSUMPTION, as in any lease scheme: a batch
-// that began in time executes within lease/2 (a process stopped between
-// its clock check and its stores, or a TCP request delayed in the network
-// longer than that, could write after a taker and overwrite a later
-// state). The lease must therefore be well above a merge's worst time
-// (default 1000 ms against a few ms) and every client must use the same
-// one.
+// finishes or undoes its work.
+//
+// The lease and the timeout live with the index. The lease is chosen at
+// create (Options::sephash_lock_lease_ms, default 2000 ms) and kept in the
+// membership stamp on every node (engine/remote_index.h); every open uses
+// the stored lease and ignores the option, so all clients of an index
+// agree on it. The remote timeout is the one a client gives, refused above
+// lease/2 (create and open say both numbers), or lease/2 when it gives 0
+// (the default): a client never waits for, and then acts on, a batch that
+// took longer than lease/2. What remains ASSUMED, as in any lease scheme:
+// a batch that began in time executes within lease/2 of its post. A
+// process stopped between its clock check and its stores, or a tcp
+// request that the client gave up on at its timeout but that the network
+// delivers later still, could write after a taker and overwrite a later
+// state. And the clients' clocks run at the same rate (steady clocks; only
+// differences are used). The lease must be well above a merge's worst
+// time (2000 ms against a few ms).
+//
+// Membership and generation (engine/remote_index.h). The create records
+// which nodes make up the index, in which order, under a random index id
+// and a generation, in every node's membership record (outside this
+// index's root; race keeps the same); every attach verifies the nodes
+// against node 0's list before it reads the root, and refuses a wrong,
+// swapped, duplicate, missing, extra or fresh node with one line naming
+// its position. A create over nodes that held an index (force) claims them
+// for the next generation by CAS, waits out the old lease, then formats;
+// every batch goes through the session's fence, so a client of the old
+// generation fails its next call ("memory nodes were created again ...:
+// open the index again") and writes nothing into the new index. The same
+// assumptions as the lease's hold (a batch executes within lease/2 of its
+// post; clocks at one rate). Two creates at once on fresh nodes: one CAS on
+// node 0's stamp wins, the other is refused (AlreadyExists).
 //
 // What this version does not do yet: it runs one call
 // per client thread at a time (the remote layer's coroutines are for the
