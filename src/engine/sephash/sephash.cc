@@ -32,6 +32,15 @@ std::function<bool(LockStep)>& lock_hook() {
   static std::function<bool(LockStep)> hook;
   return hook;
 }
+using BlockHook = std::function<void(BlockUse, unsigned, std::uint64_t, std::uint64_t)>;
+BlockHook& block_hook() {
+  static BlockHook hook;
+  return hook;
+}
+// Tests: tells the block hook, if any, that a block was taken or freed.
+inline void note(BlockUse use, unsigned node, std::uint64_t off, std::uint64_t bytes) {
+  if (block_hook()) block_hook()(use, node, off, bytes);
+}
 
 inline std::uint64_t low_mask(unsigned bits) {
   return bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
@@ -213,6 +222,7 @@ class SepHashIndex final : public Index {
     st->remote_bytes_reused = bytes_reused_.load(std::memory_order_relaxed);
     st->remote_bytes_bumped = bytes_bumped_.load(std::memory_order_relaxed);
     st->lock_takeovers = takeovers_.load(std::memory_order_relaxed);
+    st->remote_bytes_leaked = bytes_leaked_.load(std::memory_order_relaxed);
   }
 
   // Ends every session, which hands its free blocks to the nodes' stacks
@@ -383,6 +393,12 @@ class SepHashIndex final : public Index {
   // a block of this length (round trips then: one to find the stack empty,
   // three per record; never per item).
   Status alloc_block(Session& ss, unsigned node, std::uint64_t units, std::uint64_t* off) {
+    if (Status s = find_block(ss, node, units, off); !s.ok()) return s;
+    note(BlockUse::kTaken, node, *off, units * 64);
+    return Status::OK();
+  }
+
+  Status find_block(Session& ss, unsigned node, std::uint64_t units, std::uint64_t* off) {
     if (take_free(ss, node, units, off)) return Status::OK();
     const std::uint64_t bytes = units * 64;
     const auto [next, end] = chunk_of(ss, node);
@@ -394,6 +410,13 @@ class SepHashIndex final : public Index {
       }
     }
     return alloc(ss, node, bytes, off);
+  }
+
+  // A block alloc_block gave that was not used after all (never written,
+  // or written but named by no slot): this client's again.
+  void unused(Session& ss, unsigned node, std::uint64_t off, std::uint64_t units) {
+    note(BlockUse::kFreed, node, off, units * 64);
+    ss.free[node][units].push_back(off);
   }
 
   bool take_free(Session& ss, unsigned node, std::uint64_t units, std::uint64_t* off) {
@@ -410,6 +433,7 @@ class SepHashIndex final : public Index {
   // holder calls this only after its publish completed): this client may
   // write it again.
   void release(Session& ss, unsigned node, std::uint64_t off, std::uint64_t units) {
+    note(BlockUse::kFreed, node, off, units * 64);
     ss.free[node][units].push_back(off);
     blocks_freed_.fetch_add(1, std::memory_order_relaxed);
     bytes_freed_.fetch_add(units * 64, std::memory_order_relaxed);
@@ -454,6 +478,7 @@ class SepHashIndex final : public Index {
       }
       ss.free[node][entry_units(e)].push_back(entry_off(e));
     }
+    note(BlockUse::kFreed, node, head_off(head), kFreeRecordBytes);
     ss.free[node][kFreeRecordBytes / 64].push_back(head_off(head));
     *got = true;
     return Status::OK();
@@ -530,6 +555,7 @@ class SepHashIndex final : public Index {
       } else if (Status s = alloc_direct(ss, node, kFreeRecordBytes, &rec_off); !s.ok()) {
         return s;
       }
+      note(BlockUse::kTaken, node, rec_off, kFreeRecordBytes);
       const std::size_t n = std::min<std::size_t>(entries->size(), kFreeRecordEntries);
       std::vector<std::uint64_t> rec(kFreeRecordBytes / 8, 0);
       rec[1] = n;
@@ -537,6 +563,7 @@ class SepHashIndex final : public Index {
       if (Status s = push_record(ss, node, rec_off, &rec); !s.ok()) {
         // Not pushed (as far as this client knows): the record's block is
         // free again too.
+        if (fit_entry != 0) note(BlockUse::kFreed, node, rec_off, kFreeRecordBytes);
         if (fit_entry != 0 && entry_units(fit_entry) == rec_units) {
           entries->push_back(fit_entry);
         } else if (fit_entry != 0) {
@@ -938,7 +965,7 @@ class SepHashIndex final : public Index {
       if (item_node != node || item_named) {
         // A block no slot names is still this client's to reuse; one a
         // slot may name is never written again (a merge may have freed it).
-        if (item_node != ~0u && !item_named) ss.free[item_node][units].push_back(item_off);
+        if (item_node != ~0u && !item_named) unused(ss, item_node, item_off, units);
         if (Status s = alloc_block(ss, node, units, &item_off); !s.ok()) return s;
         item_node = node;
         item_written = false;
@@ -1111,7 +1138,7 @@ class SepHashIndex final : public Index {
       return stopped();
     }
     if (!in_lease(held)) {
-      if (!keep.empty()) ss.free[node][units].push_back(main_off);  // never written: still ours
+      if (!keep.empty()) unused(ss, node, main_off, units);  // never written: still ours
       return gave_up(seg);
     }
     const std::uint64_t meta_new =
@@ -1372,9 +1399,9 @@ class SepHashIndex final : public Index {
       // Nothing written: the blocks are still this client's.
       for (unsigned i = 0; i < 2; ++i) {
         if (half[i].empty()) continue;
-        ss.free[node][main_units(static_cast<unsigned>(half[i].size()))].push_back(i ? main1 : main0);
+        unused(ss, node, i ? main1 : main0, main_units(static_cast<unsigned>(half[i].size())));
       }
-      ss.free[node1][kCurSegBytes / 64].push_back(cur1);
+      unused(ss, node1, cur1, kCurSegBytes / 64);
       return gave_up(seg);
     }
     Batch b;
@@ -1777,7 +1804,7 @@ class SepHashIndex final : public Index {
   std::atomic<std::uint64_t> merges_{0}, splits_{0}, split_bytes_{0}, stale_appends_{0},
       takeovers_{0};
   std::atomic<std::uint64_t> blocks_freed_{0}, bytes_freed_{0}, blocks_reused_{0},
-      bytes_reused_{0}, bytes_bumped_{0};
+      bytes_reused_{0}, bytes_bumped_{0}, bytes_leaked_{0};
 };
 
 Status check_create_options(const Options& o) {
@@ -1827,6 +1854,10 @@ Status no_params(const Options&, std::uint8_t*) { return Status::OK(); }
 void set_append_hook_for_testing(std::function<void()> hook) { append_hook() = std::move(hook); }
 void set_lock_hook_for_testing(std::function<bool(LockStep)> hook) {
   lock_hook() = std::move(hook);
+}
+void set_block_hook_for_testing(
+    std::function<void(BlockUse, unsigned, std::uint64_t, std::uint64_t)> hook) {
+  block_hook() = std::move(hook);
 }
 
 const EngineInfo kEngineInfo = {"sephash",     &no_params,    nullptr,      nullptr,

@@ -231,6 +231,7 @@
 // the larger version stands, as if the other had been an upsert.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 #include "engine/index.h"
@@ -264,5 +265,21 @@ enum class LockStep {
 // and kSplitSlots fall between batches (a holder killed mid-batch leaves
 // a prefix of it applied).
 void set_lock_hook_for_testing(std::function<bool(LockStep)> hook);
+
+// Tests: what a client does with a block of a memory node.
+enum class BlockUse {
+  kTaken,  // it writes the block from now on: an item, a MainSeg, a CurSeg,
+           // or a free record it pushes (the record stays taken on the stack)
+  kFreed,  // it may be written by whoever takes it next: a merge or split
+           // freed it, an allocation did not use it after all, or a
+           // client popped the record it was
+};
+// Tests: called, on the client's thread, for every block any client of
+// the process takes or frees (its node, offset and length in bytes; a
+// block is freed with the length it was taken with). Blocks that go on or
+// come off a stack as a record's entries are free all along; blocks given
+// up (leaked) are never freed. Set it while no client runs.
+void set_block_hook_for_testing(
+    std::function<void(BlockUse, unsigned node, std::uint64_t off, std::uint64_t bytes)> hook);
 
 }  // namespace pmhash::engine::sephash
