@@ -75,7 +75,8 @@ enum class Fate {
   kDelay,      // its completion is IOError at once, nothing of it has run; it
                // runs (its WRITE bytes copied, its READs discarded) just after
                // this Client's next sub-batch to the same node (a request
-               // that reaches the node after the client gave up on it)
+               // that reaches the node after the client gave up on it), or
+               // never, if the Client is destroyed first
 };
 // Tests: called by every Client of the process, on the posting thread,
 // for each sub-batch it posts (node, verbs); nullptr: every one is
