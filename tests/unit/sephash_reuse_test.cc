@@ -483,7 +483,7 @@ TEST_F(SepHashReuseTest, AMergeWhosePublishReplyIsLostFreesOnlyWhatItDropped) {
   ASSERT_NO_FATAL_FAILURE(expect_all_holds(model));
 }
 
-// Three clients at once fill, empty and refill keys of their own while
+// Three clients at once fill, empty and write new keys of their own while
 // every second batch of the free stacks (pushes, pops, and the CASes that
 // settle them) loses its reply or runs late, in turn; they close (handing
 // back what they hold, through the same losses), and a fourth takes it
@@ -516,7 +516,9 @@ TEST_F(SepHashReuseTest, ClientsLosingEverySecondStackReplyNeverShareABlock) {
       ASSERT_NE(st, nullptr);
       const unsigned base = 100000 * (t + 1);
       ASSERT_NO_FATAL_FAILURE(fill_and_empty(*st, base, base + 6000, 5000, &models[t]));
-      for (unsigned i = base; i < base + 3000; ++i) {
+      // New keys: first from its own free blocks, then from the records
+      // the others pushed, while they do the same.
+      for (unsigned i = base + 6000; i < base + 12000; ++i) {
         ASSERT_NO_FATAL_FAILURE(upsert(*st, key_of(i), "again", &models[t]));
       }
       // The hand-back's failures are leaks, not errors of close.
