@@ -204,7 +204,8 @@
 //   The tag has 22 bits: a request delayed across 2^22 changes of one
 // stack head could succeed on a recurring head, the assumption the tag
 // already makes for pops. Costs: none when replies come; one round trip
-// per failed push or pop, one 16-byte READ per failed publish.
+// per failed push or pop (up to three when the settling CAS fails too),
+// one 16-byte READ per failed publish.
 //
 // Directory caching. Each client caches the directory; a segment whose
 // pattern does not match the key's hash (it split) sends it to re-read the
