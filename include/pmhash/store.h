@@ -104,6 +104,14 @@ struct Stats {
   std::uint64_t remote_blocks_reused = 0;
   std::uint64_t remote_bytes_reused = 0;
   std::uint64_t remote_bytes_bumped = 0;
+  // sephash: bytes of blocks this store gave up since open because a
+  // batch failed without saying whether it ran (a lost reply, a dead
+  // node): blocks a push or pop may have moved, the rest of a session that
+  // could not hand its blocks back, what a merge whose publish could not be
+  // confirmed dropped. Never reused, by anyone (an upper bound: some may
+  // have reached another client). Space taken by a bump FAA whose reply
+  // was lost is not counted (the client cannot tell whether it ran).
+  std::uint64_t remote_bytes_leaked = 0;
   // sephash: segment locks this store took over from a holder that kept
   // one past its lease (Options::sephash_lock_lease_ms), since open.
   std::uint64_t lock_takeovers = 0;

@@ -1,9 +1,22 @@
 #include "remote/client.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 namespace pmhash::remote {
+
+namespace {
+FateHook& fate_hook() {
+  static FateHook hook;
+  return hook;
+}
+Status lost_reply(const std::string& node) {
+  return Status::IOError("memory node " + node + ": no reply (lost by a test hook)");
+}
+}  // namespace
+
+void set_fate_hook_for_testing(FateHook hook) { fate_hook() = std::move(hook); }
 
 Batch& Batch::add(unsigned node, const Op& op) {
   if (per_node_.size() <= node) per_node_.resize(node + 1);
@@ -78,9 +91,13 @@ bool Client::post(Batch& b, Wait* w) {
     std::vector<Op>& ops = b.per_node_[node];
     if (ops.empty()) continue;
     Status s;
+    const Fate fate = node < nodes_.size() ? fate_of(node, ops) : Fate::kDeliver;
     if (node >= nodes_.size()) {
       s = Status::InvalidArgument("memory node " + std::to_string(node) + " of a batch: only " +
                                   std::to_string(nodes_.size()) + " are connected");
+    } else if (fate == Fate::kDelay) {
+      hold(node, ops);
+      s = lost_reply(nodes_[node]->name());
     } else {
       s = nodes_[node]->post(reinterpret_cast<std::uint64_t>(w), ops);
     }
@@ -89,6 +106,8 @@ bool Client::post(Batch& b, Wait* w) {
       // The sub-batches already posted still complete before we resume.
       continue;
     }
+    if (fate == Fate::kLoseReply) lost_.push_back({w, node, ops});
+    if (!held_.empty()) post_held(node);
     ++w->remaining;
     ++counters_.posts;
     counters_.max_in_flight = std::max<std::uint64_t>(counters_.max_in_flight, nodes_[node]->in_flight());
@@ -109,7 +128,8 @@ void Client::drive() {
   for (auto& n : nodes_) busy += n->in_flight() != 0 ? 1 : 0;
   if (busy == 0) return;
   bool progress = false;
-  for (auto& n : nodes_) {
+  for (unsigned node = 0; node < nodes_.size(); ++node) {
+    Transport* n = nodes_[node].get();
     if (n->in_flight() == 0) continue;
     done_.clear();
     // With one node busy, wait on it; with several, look at each in turn.
@@ -117,6 +137,7 @@ void Client::drive() {
                               : std::chrono::nanoseconds(0));
     progress |= !done_.empty();
     for (Completion& c : done_) {
+      if ((!lost_.empty() || !late_.empty()) && intercept(node, c)) continue;
       Wait* w = reinterpret_cast<Wait*>(c.tag);
       if (!c.status.ok() && w->status.ok()) w->status = std::move(c.status);
       if (--w->remaining == 0 && w->handle) ready_.push_back(w->handle);
@@ -133,6 +154,57 @@ Status Client::exec_sync(Batch& b) {
     while (w.remaining != 0) drive();
   }
   return w.status;
+}
+
+Fate Client::fate_of(unsigned node, std::span<const Op> ops) {
+  return fate_hook() ? fate_hook()(node, ops) : Fate::kDeliver;
+}
+
+void Client::hold(unsigned node, std::span<const Op> ops) {
+  auto h = std::make_unique<Held>();
+  h->node = node;
+  h->ops.assign(ops.begin(), ops.end());
+  for (Op& op : h->ops) {
+    if (op.verb != Verb::kRead && op.verb != Verb::kWrite) continue;
+    std::vector<std::byte>& bytes = h->bytes.emplace_back(op.len);
+    if (op.verb == Verb::kWrite) std::memcpy(bytes.data(), op.local, op.len);
+    op.local = bytes.data();
+  }
+  held_.push_back(std::move(h));
+}
+
+void Client::post_held(unsigned node) {
+  for (auto it = held_.begin(); it != held_.end();) {
+    if ((*it)->node != node) {
+      ++it;
+      continue;
+    }
+    std::unique_ptr<Held> h = std::move(*it);
+    it = held_.erase(it);
+    // Its tag is its own address, which no Wait shares; a request the
+    // node refuses now is one that never arrived.
+    if (nodes_[node]->post(reinterpret_cast<std::uint64_t>(h.get()), h->ops).ok()) {
+      late_.push_back(std::move(h));
+    }
+  }
+}
+
+bool Client::intercept(unsigned node, Completion& c) {
+  for (auto it = late_.begin(); it != late_.end(); ++it) {
+    if (reinterpret_cast<std::uint64_t>(it->get()) == c.tag) {
+      late_.erase(it);
+      return true;  // nobody waits for it
+    }
+  }
+  for (auto it = lost_.begin(); it != lost_.end(); ++it) {
+    if (reinterpret_cast<std::uint64_t>(it->w) != c.tag || it->node != node) continue;
+    // What the caller would have of a reply that never came: garbage.
+    for (Op& op : it->ops) op.result = 0xdeadbeefdeadbeefull;
+    if (c.status.ok()) c.status = lost_reply(nodes_[node]->name());
+    lost_.erase(it);
+    break;
+  }
+  return false;
 }
 
 void Client::spawn(Task<void> task) {

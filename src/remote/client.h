@@ -20,11 +20,19 @@
 // InvalidArgument for a bad verb, IOError for an unreachable or silent
 // node); the other sub-batches still complete before exec() returns, so
 // the batch's buffers are never written after it.
+//
+// Tests: set_fate_hook_for_testing() decides, per sub-batch, whether its
+// reply is lost (it ran; the completion says IOError) or whether the
+// request itself is late (IOError at once; it runs later, behind the
+// node's next sub-batch): the two ways a remote batch fails without saying
+// whether it ran.
 #pragma once
 
 #include <coroutine>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,6 +70,23 @@ class Batch {
   };
   std::vector<Where> where_;
 };
+
+// Tests: what becomes of one sub-batch (remote/transport.h, "Failure").
+enum class Fate {
+  kDeliver,    // as always
+  kLoseReply,  // it runs; its completion is IOError and its CAS/FAA results
+               // are garbage (the reply was lost, or came after the timeout)
+  kDelay,      // its completion is IOError at once, nothing of it has run; it
+               // runs (its WRITE bytes copied, its READs discarded) just after
+               // this Client's next sub-batch to the same node (a request
+               // that reaches the node after the client gave up on it), or
+               // never, if the Client is destroyed first
+};
+// Tests: called by every Client of the process, on the posting thread,
+// for each sub-batch it posts (node, verbs); nullptr: every one is
+// delivered. Set it while no Client posts.
+using FateHook = std::function<Fate(unsigned node, std::span<const Op> ops)>;
+void set_fate_hook_for_testing(FateHook hook);
 
 struct ClientCounters {
   std::uint64_t round_trips = 0;  // exec() calls that posted something
@@ -127,7 +152,28 @@ class Client {
     unsigned remaining = 0;
     Status status;
   };
+  // Tests (Fate): a sub-batch whose reply is to be lost, and one held back
+  // to run later, with the bytes its verbs point at.
+  struct Lost {
+    Wait* w;
+    unsigned node;
+    std::span<Op> ops;
+  };
+  struct Held {
+    unsigned node;
+    std::vector<Op> ops;
+    std::vector<std::vector<std::byte>> bytes;
+  };
   Client() = default;
+  // Tests: what the fate hook decides for a sub-batch (kDeliver without one).
+  static Fate fate_of(unsigned node, std::span<const Op> ops);
+  // Tests: keeps a copy of `ops` for node `node` to run later.
+  void hold(unsigned node, std::span<const Op> ops);
+  // Tests: posts what is held for `node` (its completions are dropped).
+  void post_held(unsigned node);
+  // Tests: true (and the completion turned into a lost reply) when `c`,
+  // from `node`, belongs to a sub-batch held back or marked lost.
+  bool intercept(unsigned node, Completion& c);
   // Posts every sub-batch; false if nothing is left to wait for.
   bool post(Batch& b, Wait* w);
   // Resumes the coroutines whose batches completed, then polls the nodes.
@@ -138,6 +184,9 @@ class Client {
   std::vector<Completion> done_;
   std::vector<Task<void>> spawned_;
   ClientCounters counters_;
+  std::vector<Lost> lost_;                   // tests: replies to lose
+  std::vector<std::unique_ptr<Held>> held_;  // tests: not yet posted
+  std::vector<std::unique_ptr<Held>> late_;  // tests: posted, completion dropped
 };
 
 }  // namespace pmhash::remote

@@ -32,11 +32,36 @@ std::function<bool(LockStep)>& lock_hook() {
   static std::function<bool(LockStep)> hook;
   return hook;
 }
+using BlockHook = std::function<void(BlockUse, unsigned, std::uint64_t, std::uint64_t)>;
+BlockHook& block_hook() {
+  static BlockHook hook;
+  return hook;
+}
+// Tests: tells the block hook, if any, that a block was taken or freed.
+inline void note(BlockUse use, unsigned node, std::uint64_t off, std::uint64_t bytes) {
+  if (block_hook()) block_hook()(use, node, off, bytes);
+}
+
+// The tag of a stack head (layout.h, FreeTable): the bits above the offset.
+inline constexpr std::uint64_t kTagMask = (std::uint64_t{1} << (64 - kTagShift)) - 1;
 
 inline std::uint64_t low_mask(unsigned bits) {
   return bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
 }
 using remote_index::round64;
+
+// Runs `f` when the scope ends, however it ends.
+template <class F>
+class AtScopeEnd {
+ public:
+  explicit AtScopeEnd(F f) : f_(std::move(f)) {}
+  ~AtScopeEnd() { f_(); }
+  AtScopeEnd(const AtScopeEnd&) = delete;
+  AtScopeEnd& operator=(const AtScopeEnd&) = delete;
+
+ private:
+  F f_;
+};
 
 // The CurSeg's first 192 bytes as one READ brings them.
 struct Header {
@@ -214,6 +239,7 @@ class SepHashIndex final : public Index {
     st->remote_bytes_reused = bytes_reused_.load(std::memory_order_relaxed);
     st->remote_bytes_bumped = bytes_bumped_.load(std::memory_order_relaxed);
     st->lock_takeovers = takeovers_.load(std::memory_order_relaxed);
+    st->remote_bytes_leaked = bytes_leaked_.load(std::memory_order_relaxed);
   }
 
   // Ends every session, which hands its free blocks to the nodes' stacks
@@ -404,6 +430,12 @@ class SepHashIndex final : public Index {
   // a block of this length (round trips then: one to find the stack empty,
   // three per record; never per item).
   Status alloc_block(Session& ss, unsigned node, std::uint64_t units, std::uint64_t* off) {
+    if (Status s = find_block(ss, node, units, off); !s.ok()) return s;
+    note(BlockUse::kTaken, node, *off, units * 64);
+    return Status::OK();
+  }
+
+  Status find_block(Session& ss, unsigned node, std::uint64_t units, std::uint64_t* off) {
     if (take_free(ss, node, units, off)) return Status::OK();
     const std::uint64_t bytes = units * 64;
     const auto [next, end] = chunk_of(ss, node);
@@ -415,6 +447,13 @@ class SepHashIndex final : public Index {
       }
     }
     return alloc(ss, node, bytes, off);
+  }
+
+  // A block alloc_block gave that was not used after all (never written,
+  // or written but named by no slot): this client's again.
+  void unused(Session& ss, unsigned node, std::uint64_t off, std::uint64_t units) {
+    note(BlockUse::kFreed, node, off, units * 64);
+    ss.free[node][units].push_back(off);
   }
 
   bool take_free(Session& ss, unsigned node, std::uint64_t units, std::uint64_t* off) {
@@ -431,9 +470,56 @@ class SepHashIndex final : public Index {
   // holder calls this only after its publish completed): this client may
   // write it again.
   void release(Session& ss, unsigned node, std::uint64_t off, std::uint64_t units) {
+    note(BlockUse::kFreed, node, off, units * 64);
     ss.free[node][units].push_back(off);
     blocks_freed_.fetch_add(1, std::memory_order_relaxed);
     bytes_freed_.fetch_add(units * 64, std::memory_order_relaxed);
+  }
+
+  // ---- the nodes' stacks of free records (layout.h, FreeTable) ----
+  // Every change of a head adds 1 to its tag (push, pop, and the settling
+  // CAS below), so the head after one change from `seen` is:
+  static std::uint64_t next_head(std::uint64_t seen, std::uint64_t off) {
+    return free_head((head_tag(seen) + 1) & kTagMask, off);
+  }
+
+  // What became of a CAS on a stack head whose batch failed without
+  // saying whether it ran (sephash.h, "Reclamation": lost replies).
+  enum class Landed {
+    kNo,       // it has not run, and never will
+    kAsOurs,   // the one change since `seen` made exactly what it would have
+    kUnknown,  // it may have run
+  };
+  static constexpr unsigned kSettleTries = 3;
+
+  // A CAS of `node`'s stack head from `seen` to `ours` was sent in a batch
+  // that failed. One CAS settles it: from `seen` to `seen` with its tag
+  // raised (the stack unchanged). It finds `seen`: the CAS had not run,
+  // and since the tag has now moved on, it never will (kNo). It finds the
+  // head one change later: that change is the only one since `seen`;
+  // `ours` -> kAsOurs, anything else -> kNo (another change came first,
+  // so the CAS failed or will). Anything else, or no answer -> kUnknown.
+  // The settling CAS may itself be late or repeated: it changes nothing
+  // but a tag that has not moved since `seen`.
+  Landed settle(Session& ss, unsigned node, std::uint64_t seen, std::uint64_t ours) {
+    for (unsigned attempt = 0; attempt < kSettleTries; ++attempt) {
+      Batch b;
+      b.cas(node, params_.free_table, seen, next_head(seen, head_off(seen)));
+      if (!exec(ss, b).ok()) continue;
+      const std::uint64_t now = b.result(0);
+      if (now == seen) return Landed::kNo;
+      if (head_tag(now) != head_tag(next_head(seen, 0))) return Landed::kUnknown;
+      return now == ours ? Landed::kAsOurs : Landed::kNo;
+    }
+    return Landed::kUnknown;
+  }
+
+  // Bytes given up: never reused by this client, never handed back.
+  void leak(std::uint64_t bytes) { bytes_leaked_.fetch_add(bytes, std::memory_order_relaxed); }
+  static std::uint64_t entries_bytes(const std::uint64_t* e, std::size_t n) {
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < n; ++i) total += entry_units(e[i]) * 64;
+    return total;
   }
 
   // Pops the top record of `node`'s stack into this client's free blocks
@@ -453,9 +539,20 @@ class SepHashIndex final : public Index {
       if (Status s = exec(ss, b); !s.ok()) return s;
       // The record's bytes count only if the head is still the one read
       // before them: the tag changes with every push and pop.
+      const std::uint64_t popped = next_head(head, rec[0]);
       b.clear();
-      b.cas(node, table, head, free_head((head_tag(head) + 1) & ((1u << 22) - 1), rec[0]));
-      if (Status s = exec(ss, b); !s.ok()) return s;
+      b.cas(node, table, head, popped);
+      if (Status s = exec(ss, b); !s.ok()) {
+        // Taken only if it surely ran, which no answer proves: another
+        // client popping the same head writes the same word. So nothing
+        // is taken; the record stays on the stack (kNo) or, popped by this
+        // CAS, is nobody's (leaked, as if this client had died here).
+        if (settle(ss, node, head, popped) != Landed::kNo) {
+          leak(kFreeRecordBytes +
+               (rec[1] <= kFreeRecordEntries ? entries_bytes(rec.data() + 2, rec[1]) : 0));
+        }
+        return s;
+      }
       if (b.result(0) == head) break;
       head = b.result(0);
     }
@@ -475,6 +572,7 @@ class SepHashIndex final : public Index {
       }
       ss.free[node][entry_units(e)].push_back(entry_off(e));
     }
+    note(BlockUse::kFreed, node, head_off(head), kFreeRecordBytes);
     ss.free[node][kFreeRecordBytes / 64].push_back(head_off(head));
     *got = true;
     return Status::OK();
@@ -495,8 +593,9 @@ class SepHashIndex final : public Index {
         for (std::uint64_t o : offs) entries.push_back(free_entry(units, o));
       }
       ss.free[node].clear();
-      // What a failing node did not take is lost (leaked).
       if (Status s = push_blocks(ss, node, &entries, true); !s.ok() && first.ok()) first = s;
+      // What a failing node did not take is lost with the session.
+      leak(entries_bytes(entries.data(), entries.size()));
     }
     return first;
   }
@@ -518,15 +617,17 @@ class SepHashIndex final : public Index {
       }
     }
     // The record's block may be new space (4 KiB for up to 510 blocks; the
-    // client that pops it reuses it too).
+    // client that pops it reuses it too). What push_blocks leaves in
+    // `entries` is still this client's (not pushed, and surely not).
     (void)push_blocks(ss, node, &entries, true);
     for (std::uint64_t e : entries) ss.free[node][entry_units(e)].push_back(entry_off(e));
   }
 
   // Pushes the blocks `entries` of `node` to its stack, in records whose
   // own blocks come from the entries (one of kFreeRecordBytes, or a piece
-  // of a larger one), else (`may_bump`) from the bump word. What was not
-  // pushed stays in *entries.
+  // of a larger one), else (`may_bump`) from the bump word. What stays in
+  // *entries is this client's: neither pushed nor given up (a push whose
+  // outcome is unknown gives its blocks up, sephash.h "Reclamation").
   Status push_blocks(Session& ss, unsigned node, std::vector<std::uint64_t>* entries,
                      bool may_bump) {
     const std::uint64_t rec_units = kFreeRecordBytes / 64;
@@ -551,17 +652,32 @@ class SepHashIndex final : public Index {
       } else if (Status s = alloc_direct(ss, node, kFreeRecordBytes, &rec_off); !s.ok()) {
         return s;
       }
+      note(BlockUse::kTaken, node, rec_off, kFreeRecordBytes);
       const std::size_t n = std::min<std::size_t>(entries->size(), kFreeRecordEntries);
       std::vector<std::uint64_t> rec(kFreeRecordBytes / 8, 0);
       rec[1] = n;
       std::copy(entries->end() - static_cast<std::ptrdiff_t>(n), entries->end(), rec.begin() + 2);
-      if (Status s = push_record(ss, node, rec_off, &rec); !s.ok()) {
-        // Not pushed (as far as this client knows): the record's block is
-        // free again too.
-        if (fit_entry != 0 && entry_units(fit_entry) == rec_units) {
-          entries->push_back(fit_entry);
-        } else if (fit_entry != 0) {
-          (*entries)[fit_at] = fit_entry;  // the piece's rest stood there
+      Unpushed left = Unpushed::kIntact;
+      if (Status s = push_record(ss, node, rec_off, &rec, &left); !s.ok()) {
+        if (left == Unpushed::kIntact) {
+          // Nothing was sent: the record's block is this client's again.
+          note(BlockUse::kFreed, node, rec_off, kFreeRecordBytes);
+          if (fit_entry == 0) {
+            entries->push_back(free_entry(rec_units, rec_off));
+          } else if (entry_units(fit_entry) == rec_units) {
+            entries->push_back(fit_entry);
+          } else {
+            (*entries)[fit_at] = fit_entry;  // the piece's rest stood there
+          }
+          return s;
+        }
+        // A request that did not answer may still write the record's
+        // block: it is given up (a piece's rest stays free).
+        leak(kFreeRecordBytes);
+        if (left == Unpushed::kUnknown) {
+          // The record may be on the stack: its blocks are given up too.
+          leak(entries_bytes(rec.data() + 2, n));
+          entries->resize(entries->size() - n);
         }
         return s;
       }
@@ -570,10 +686,21 @@ class SepHashIndex final : public Index {
     return Status::OK();
   }
 
+  // What a push that failed (push_record) leaves to its caller.
+  enum class Unpushed {
+    kIntact,   // nothing was sent: the record's block and entries are the caller's
+    kEntries,  // not pushed, and never will be: the entries are the caller's;
+               // the record's block may still be written by the late request
+    kUnknown,  // perhaps pushed: neither is the caller's
+  };
+
   // Writes the record (its next word set here) and makes it the top of
-  // `node`'s stack.
+  // `node`'s stack. OK also when the reply of the push was lost but the
+  // head shows that it ran. Otherwise *left says what is still the
+  // caller's.
   Status push_record(Session& ss, unsigned node, std::uint64_t rec_off,
-                     std::vector<std::uint64_t>* rec) {
+                     std::vector<std::uint64_t>* rec, Unpushed* left) {
+    *left = Unpushed::kIntact;
     const std::uint64_t table = params_.free_table;
     std::uint64_t head = 0;
     Batch b;
@@ -581,12 +708,20 @@ class SepHashIndex final : public Index {
     if (Status s = exec(ss, b); !s.ok()) return s;
     for (;;) {
       (*rec)[0] = head_off(head);
+      const std::uint64_t pushed = next_head(head, rec_off);
       b.clear();
       // The record is complete before the CAS that publishes it (same node,
       // in order).
       b.write(node, rec_off, rec->data(), static_cast<std::uint32_t>(kFreeRecordBytes));
-      b.cas(node, table, head, free_head((head_tag(head) + 1) & ((1u << 22) - 1), rec_off));
-      if (Status s = exec(ss, b); !s.ok()) return s;
+      b.cas(node, table, head, pushed);
+      if (Status s = exec(ss, b); !s.ok()) {
+        const Landed landed = settle(ss, node, head, pushed);
+        // No other change makes `pushed` (the record's block is this
+        // client's alone): the push ran, its write before its CAS.
+        if (landed == Landed::kAsOurs) return Status::OK();
+        *left = landed == Landed::kNo ? Unpushed::kEntries : Unpushed::kUnknown;
+        return s;
+      }
       if (b.result(1) == head) return Status::OK();
       head = b.result(1);
     }
@@ -865,6 +1000,18 @@ class SepHashIndex final : public Index {
     std::uint64_t item_off = 0;
     bool item_written = false;
     bool item_named = false;  // a slot may name the block: it is no longer this client's
+    bool item_lost = false;   // a batch that writes it or names it failed: it may land yet
+    // However the call ends, the item's block is named (no longer this
+    // client's), this client's again (nothing unknown happened to it), or
+    // given up (sephash.h, "Reclamation": lost replies).
+    const AtScopeEnd settle_item([&] {
+      if (item_node == ~0u || item_named) return;
+      if (item_lost) {
+        leak(units * 64);
+      } else {
+        unused(ss, item_node, item_off, units);
+      }
+    });
     const auto deadline = lock_deadline();
     LockWatch watch;
     for (;;) {
@@ -959,7 +1106,7 @@ class SepHashIndex final : public Index {
       if (item_node != node || item_named) {
         // A block no slot names is still this client's to reuse; one a
         // slot may name is never written again (a merge may have freed it).
-        if (item_node != ~0u && !item_named) ss.free[item_node][units].push_back(item_off);
+        if (item_node != ~0u && !item_named) unused(ss, item_node, item_off, units);
         if (Status s = alloc_block(ss, node, units, &item_off); !s.ok()) return s;
         item_node = node;
         item_written = false;
@@ -991,7 +1138,10 @@ class SepHashIndex final : public Index {
         const std::size_t slot_op = b.size();
         b.cas(node, off + kSlotsOff + i * 8ull, slots[i], entry);
         add_check(b, seg, &now);
-        if (Status s = exec(ss, b); !s.ok()) return s;
+        if (Status s = exec(ss, b); !s.ok()) {
+          item_lost = true;
+          return s;
+        }
         item_written = true;
         if (bitmap_op != ~std::size_t{0}) {
           const std::uint64_t old = b.result(bitmap_op);
@@ -1017,6 +1167,7 @@ class SepHashIndex final : public Index {
       }
       // The entry stands. The bitmap bit must be set before the call
       // returns (readers skip a CurSeg whose bitmap lacks the key).
+      item_named = true;
       while ((bitmap_word & mask) == 0) {
         b.clear();
         b.cas(node, bitmap_word_off, bitmap_word, bitmap_word | mask);
@@ -1132,7 +1283,7 @@ class SepHashIndex final : public Index {
       return stopped();
     }
     if (!in_lease(held)) {
-      if (!keep.empty()) ss.free[node][units].push_back(main_off);  // never written: still ours
+      if (!keep.empty()) unused(ss, node, main_off, units);  // never written: still ours
       return gave_up(seg);
     }
     const std::uint64_t meta_new =
@@ -1157,11 +1308,35 @@ class SepHashIndex final : public Index {
     b.write(node, off + kSlotsOff, cleared, kCurSlots * 8);
     if (Status s = hook_break(ss, held, &b, LockStep::kMergeSlots); !s.ok()) return s;
     b.write(node, off + kMetaOff, &meta_new, 8);
-    if (Status s = exec(ss, b); !s.ok()) return s;
+    if (Status s = exec(ss, b); !s.ok() && !published(ss, seg, meta_new, seq)) {
+      leak_dropped(drop, meta);
+      return s;
+    }
     // Published: what the merge dropped is named by no state a reader can
     // still validate.
     free_dropped(ss, node, drop, meta);
     return Status::OK();
+  }
+
+  // After a publish batch of the lock of seq `seq` failed without saying
+  // whether it ran: whether the segment shows it, the meta it wrote last
+  // and seq unchanged (sephash.h, "Reclamation": lost replies). Only this
+  // publish leaves that pair: a taker's roll-forward writes the same meta
+  // after raising seq by kSeqTakeover, and every later lock raises seq.
+  bool published(Session& ss, RAddr seg, std::uint64_t meta_new, std::uint64_t seq) {
+    Snap now;
+    Batch b;
+    add_check(b, seg, &now);
+    return exec(ss, b).ok() && now.meta == meta_new && now.seq == seq;
+  }
+
+  // What a merge or split whose publish is not known to have run
+  // dropped, and the MainSeg it replaced: given up, as a dead holder's.
+  void leak_dropped(const std::vector<Dropped>& drop, std::uint64_t meta) {
+    std::uint64_t bytes = 0;
+    for (const Dropped& d : drop) bytes += d.units * 64;
+    if (meta_main_len(meta) != 0) bytes += main_units(meta_main_len(meta)) * 64;
+    leak(bytes);
   }
 
   // Gives this client the dropped blocks and the MainSeg `meta` named,
@@ -1360,6 +1535,14 @@ class SepHashIndex final : public Index {
     const unsigned node1 = node;  // where the items the new half names are
     std::uint64_t main0 = 0, main1 = 0, cur1 = 0;
     std::vector<std::byte> img0, img1;
+    // Blocks taken and not written yet are still this client's.
+    auto unwritten = [&] {
+      for (unsigned i = 0; i < 2; ++i) {
+        if (half[i].empty() || (i ? main1 : main0) == 0) continue;
+        unused(ss, node, i ? main1 : main0, main_units(static_cast<unsigned>(half[i].size())));
+      }
+      if (cur1 != 0) unused(ss, node1, cur1, kCurSegBytes / 64);
+    };
     if (!half[0].empty()) {
       img0 = main_image(half[0]);
       if (Status s = alloc_block(ss, node, main_units(static_cast<unsigned>(half[0].size())), &main0);
@@ -1371,10 +1554,14 @@ class SepHashIndex final : public Index {
       img1 = main_image(half[1]);
       if (Status s = alloc_block(ss, node1, main_units(static_cast<unsigned>(half[1].size())), &main1);
           !s.ok()) {
+        unwritten();
         return s;
       }
     }
-    if (Status s = alloc_block(ss, node1, kCurSegBytes / 64, &cur1); !s.ok()) return s;
+    if (Status s = alloc_block(ss, node1, kCurSegBytes / 64, &cur1); !s.ok()) {
+      unwritten();
+      return s;
+    }
     // (1) The new segment, complete, and both MainSegs, then the intent;
     // (2) the directory entries of the new half; (3) the global depth;
     // (4) this segment's bitmap, slots and meta, which unlocks it. Each
@@ -1390,12 +1577,7 @@ class SepHashIndex final : public Index {
       return stopped();
     }
     if (!in_lease(held)) {
-      // Nothing written: the blocks are still this client's.
-      for (unsigned i = 0; i < 2; ++i) {
-        if (half[i].empty()) continue;
-        ss.free[node][main_units(static_cast<unsigned>(half[i].size()))].push_back(i ? main1 : main0);
-      }
-      ss.free[node1][kCurSegBytes / 64].push_back(cur1);
+      unwritten();  // nothing written
       return gave_up(seg);
     }
     Batch b;
@@ -1432,7 +1614,10 @@ class SepHashIndex final : public Index {
     b.write(node, off + kSlotsOff, cleared, kCurSlots * 8);
     if (Status s = hook_break(ss, held, &b, LockStep::kSplitSlots); !s.ok()) return s;
     b.write(node, off + kMetaOff, &meta0, 8);
-    if (Status s = exec(ss, b); !s.ok()) return s;
+    if (Status s = exec(ss, b); !s.ok() && !published(ss, seg, meta0, seq)) {
+      leak_dropped(drop, meta);
+      return s;
+    }
     free_dropped(ss, node, drop, meta);
     splits_.fetch_add(1, std::memory_order_relaxed);
     split_bytes_.fetch_add(img0.size() + img1.size() + kCurSegBytes, std::memory_order_relaxed);
@@ -1798,7 +1983,7 @@ class SepHashIndex final : public Index {
   std::atomic<std::uint64_t> merges_{0}, splits_{0}, split_bytes_{0}, stale_appends_{0},
       takeovers_{0};
   std::atomic<std::uint64_t> blocks_freed_{0}, bytes_freed_{0}, blocks_reused_{0},
-      bytes_reused_{0}, bytes_bumped_{0};
+      bytes_reused_{0}, bytes_bumped_{0}, bytes_leaked_{0};
 };
 
 Status check_create_options(const Options& o) {
@@ -1849,6 +2034,10 @@ Status no_params(const Options&, std::uint8_t*) { return Status::OK(); }
 void set_append_hook_for_testing(std::function<void()> hook) { append_hook() = std::move(hook); }
 void set_lock_hook_for_testing(std::function<bool(LockStep)> hook) {
   lock_hook() = std::move(hook);
+}
+void set_block_hook_for_testing(
+    std::function<void(BlockUse, unsigned, std::uint64_t, std::uint64_t)> hook) {
+  block_hook() = std::move(hook);
 }
 
 const EngineInfo kEngineInfo = {"sephash",     &no_params,    nullptr,      nullptr,

@@ -152,6 +152,60 @@
 // for it, except a segment whose lock it held, for a lease ("Dead lock
 // holders" below). An append that had to append again does not free its first block
 // (a merge may hold it); it leaks.
+//   Lost replies. A batch that fails with IOError may have run (its reply
+// was lost, or came after the timeout) or may still run (over tcp, a
+// request the client gave up on can reach the node later, even after the
+// client's next request). No block may then be owned twice; where the
+// client cannot tell, it gives the block up (Stats::remote_bytes_leaked):
+// a leak is acceptable, a block owned twice never is. Case by case:
+//   Push of a free record (layout.h, FreeTable: write the record, CAS the
+// head from h to h' = (tag+1, the record)). Every change of a head adds 1
+// to its tag, so one CAS settles it: from h to (tag+1, h's offset), which
+// changes nothing but the tag. If it finds h, the push had not run, and
+// now never will (the tag has moved on): the entries are the client's
+// again, but the record's block is given up, since the late request may
+// still write it. If it finds the head one change after h, that change
+// is the only one since h: h' means the push ran (no other change makes
+// h': the record's block was this client's alone), and it counts as done;
+// anything else means another change came first, and the push's CAS
+// fails whenever it arrives (as before). If it finds a later head, or
+// gets no answer in three tries, the record may be on the stack, where
+// another client may pop it: the record and its entries are given up. So
+// a head still equal to h never by itself means "not pushed": only once
+// the settling CAS has moved the tag.
+//   Pop (CAS the head from h to (tag+1, next)). Another client popping h
+// writes the same word, so nothing proves that this pop ran: after a
+// failed batch the client takes nothing. The record is then still on the
+// stack (the settling CAS found h, or another change first), or it was
+// popped by this CAS and is nobody's (given up, counted).
+//   Bump FAA (new space, remote_index): the client does not use the
+// space; if the FAA ran, or runs later, that space is nobody's (not
+// counted: the client cannot tell). An FAA never hands a range out twice.
+//   Append. The item's block stays the client's only while no batch that
+// writes the item or CASes a slot to it has failed; after one, the slot
+// CAS may have run or may land later, so the block is given up. When the
+// call fails otherwise, the block (written or not, named by no slot) is
+// the client's again; when its entry stands, it is the index's.
+//   Publish of a merge or split (the batch that ends with the meta). The
+// holder reads (meta, seq) back: the meta it published and its lock's seq
+// mean the publish ran (in order, the meta last), nobody has locked since
+// (a lock raises seq) and no taker finished it for it (a takeover adds
+// 2^32), so it frees what it dropped as after a reply. Otherwise it frees
+// nothing (what it dropped leaks, as a dead holder's) and never rolls
+// back: once its intent may stand, its publish is only ever finished, by
+// a taker after a lease ("Dead lock holders"); a roll-back could write
+// the old meta over a published state and free blocks still named.
+// Before the intent, what a failed batch may have done is not
+// destructive: a lock CAS leaves the segment locked for a lease (then
+// rolled back by a taker), and a late seq FAA raises seq on an unlocked
+// segment (readers look again, appenders find no free word and merge);
+// so the holder rolls back as before. Blocks a merge or split took and
+// had not written when a step failed are its own again.
+//   The tag has 22 bits: a request delayed across 2^22 changes of one
+// stack head could succeed on a recurring head, the assumption the tag
+// already makes for pops. Costs: none when replies come; one round trip
+// per failed push or pop (up to three when the settling CAS fails too),
+// one 16-byte READ per failed publish.
 //
 // Directory caching. Each client caches the directory; a segment whose
 // pattern does not match the key's hash (it split) sends it to re-read the
@@ -257,6 +311,7 @@
 // the larger version stands, as if the other had been an upsert.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 #include "engine/index.h"
@@ -290,5 +345,21 @@ enum class LockStep {
 // and kSplitSlots fall between batches (a holder killed mid-batch leaves
 // a prefix of it applied).
 void set_lock_hook_for_testing(std::function<bool(LockStep)> hook);
+
+// Tests: what a client does with a block of a memory node.
+enum class BlockUse {
+  kTaken,  // it writes the block from now on: an item, a MainSeg, a CurSeg,
+           // or a free record it pushes (the record stays taken on the stack)
+  kFreed,  // it may be written by whoever takes it next: a merge or split
+           // freed it, an allocation did not use it after all, or a
+           // client popped the record it was
+};
+// Tests: called, on the client's thread, for every block any client of
+// the process takes or frees (its node, offset and length in bytes; a
+// block is freed with the length it was taken with). Blocks that go on or
+// come off a stack as a record's entries are free all along; blocks given
+// up (leaked) are never freed. Set it while no client runs.
+void set_block_hook_for_testing(
+    std::function<void(BlockUse, unsigned node, std::uint64_t off, std::uint64_t bytes)> hook);
 
 }  // namespace pmhash::engine::sephash
