@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/planted.h"
 #include "engine/sephash/layout.h"
 #include "remote/client.h"
 
@@ -1121,6 +1122,9 @@ class SepHashIndex final : public Index {
     std::fill(std::begin(cleared), std::end(cleared), free_slot(seq));
     const std::uint64_t zero[8] = {};
     b.clear();
+    // (Tests: a planted bug publishes the meta first, ahead of what it names.)
+    const bool meta_first = planted::active(planted::kSephashMetaBeforeMainSegDurable);
+    if (meta_first) b.write(node, off + kMetaOff, &meta_new, 8);
     if (!image.empty()) b.write(node, main_off, image.data(), static_cast<std::uint32_t>(image.size()));
     // The intent after the image and before anything destructive (same
     // node, in order): who finds it may finish this publish.
@@ -1135,7 +1139,7 @@ class SepHashIndex final : public Index {
     // land in a later state).
     b.write(node, off + kSlotsOff, cleared, kCurSlots * 8);
     if (Status s = hook_break(ss, held, &b, LockStep::kMergeSlots); !s.ok()) return s;
-    b.write(node, off + kMetaOff, &meta_new, 8);
+    if (!meta_first) b.write(node, off + kMetaOff, &meta_new, 8);
     if (Status s = exec(ss, b); !s.ok()) return s;
     // Published: what the merge dropped is named by no state a reader can
     // still validate.
