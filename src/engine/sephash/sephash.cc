@@ -63,6 +63,18 @@ struct Intent {
   RAddr new_seg;           // a split's new CurSeg; 0 for a merge
 };
 static_assert(sizeof(Intent) == kIntentBytes);
+static_assert(offsetof(Intent, seq) == 0);
+
+// Adds the WRITEs of an intent for the CurSeg at `seg_off` to `b`: its
+// last three words, then its seq as a verb of its own. A taker rolls
+// forward when the seq and the old meta are this lock's, and a power loss
+// may keep any of a WRITE's words without the others (remote/transport.h,
+// "Durability"): the seq, which no earlier intent of the segment had, is
+// never durable before the new meta and new segment it vouches for.
+void add_intent(remote::Batch& b, unsigned node, std::uint64_t seg_off, const Intent& intent) {
+  b.write(node, seg_off + kIntentOff + 8, &intent.old_meta, kIntentBytes - 8);
+  b.write(node, seg_off + kIntentOff, &intent.seq, 8);
+}
 
 // What a reader saw of a segment: its meta and merge sequence number, in
 // their order on the node (a 16-byte READ at the meta brings the meta
@@ -1128,7 +1140,7 @@ class SepHashIndex final : public Index {
     if (!image.empty()) b.write(node, main_off, image.data(), static_cast<std::uint32_t>(image.size()));
     // The intent after the image and before anything destructive (same
     // node, in order): who finds it may finish this publish.
-    b.write(node, off + kIntentOff, &intent, kIntentBytes);
+    add_intent(b, node, off, intent);
     *restorable = false;  // from here on the slots may be clear: a taker finishes the publish
     // (Tests: with a lock hook the publish runs as three batches, so that
     // a holder can stop between them as one killed mid-batch would.)
@@ -1386,7 +1398,7 @@ class SepHashIndex final : public Index {
     if (!img1.empty()) b.write(node1, main1, img1.data(), static_cast<std::uint32_t>(img1.size()));
     b.write(node1, cur1, cur_img.data(), kCurSegBytes);
     // The intent after the images (node1 is this node: in order).
-    b.write(node, off + kIntentOff, &intent, kIntentBytes);
+    add_intent(b, node, off, intent);
     *restorable = false;  // the intent may stand: a taker finishes the split
     if (Status s = exec(ss, b); !s.ok()) return s;
     if (stop_at(LockStep::kSplitIntent)) return stopped();

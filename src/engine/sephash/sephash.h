@@ -175,7 +175,10 @@
 // first batch is: both MainSegs, the new CurSeg, intent (all on the
 // segment's node, so in that order); then the new half's directory
 // entries; then the global depth; then bitmap, slots, meta. A sub-batch
-// runs in order and a client killed mid-batch leaves a prefix, so when
+// runs in order, and a client killed mid-batch, or a node that loses power
+// mid-batch, leaves a prefix of it, the last WRITE possibly torn at any
+// 8-byte word (remote/transport.h, "Durability"); the intent's seq is
+// therefore written after its other words, as a WRITE of its own. So when
 // the intent stands the images it names are complete, and when it does
 // not, nothing destructive ran (the slots and the old MainSeg are intact).
 //   Lease. A waiter (any loop that finds the segment locked: appends,
