@@ -970,25 +970,43 @@ class SepHashIndex final : public Index {
       std::uint64_t bitmap_word = hd.bitmap[sign ? 1 : 0][bit / 64];
       const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
       if (append_hook()) append_hook()();
-      bool won = false, moved = false;
+      // The bitmap bit first, in a round trip of its own when it is not
+      // set yet, so that a slot's entry is never durable without its bit
+      // (readers skip a CurSeg whose bitmap lacks the key). In one batch
+      // with the slot's CAS, a bitmap CAS that failed (another bit of the
+      // word set meanwhile) would not stop the slot's CAS, and a node that
+      // lost power before the bit followed would keep an entry that scans
+      // list and gets miss (until a merge made it visible again).
+      bool moved = false;
+      while ((bitmap_word & mask) == 0 && !moved) {
+        b.clear();
+        if (!item_written) b.write(node, item_off, item.data(), static_cast<std::uint32_t>(units * 64));
+        const std::size_t bitmap_op = b.size();
+        b.cas(node, bitmap_word_off, bitmap_word, bitmap_word | mask);
+        add_check(b, seg, &now);
+        if (Status s = exec(ss, b); !s.ok()) return s;
+        item_written = true;
+        const std::uint64_t old = b.result(bitmap_op);
+        bitmap_word = old == bitmap_word ? (old | mask) : old;
+        moved = !unchanged(snap, now);
+      }
+      if (moved) {
+        // The segment moved on before any slot named the item: its block
+        // is still this client's, and holds the item.
+        stale_appends_.fetch_add(1, std::memory_order_relaxed);
+        ss.window = (ss.window + kWindowSlots) % kCurSlots;
+        continue;
+      }
+      bool won = false;
       for (unsigned i : free_slots) {
         b.clear();
-        std::size_t bitmap_op = ~std::size_t{0};
         // The item is complete before the CAS that names it (same node, in order).
         if (!item_written) b.write(node, item_off, item.data(), static_cast<std::uint32_t>(units * 64));
-        if ((bitmap_word & mask) == 0) {
-          bitmap_op = b.size();
-          b.cas(node, bitmap_word_off, bitmap_word, bitmap_word | mask);
-        }
         const std::size_t slot_op = b.size();
         b.cas(node, off + kSlotsOff + i * 8ull, slots[i], entry);
         add_check(b, seg, &now);
         if (Status s = exec(ss, b); !s.ok()) return s;
         item_written = true;
-        if (bitmap_op != ~std::size_t{0}) {
-          const std::uint64_t old = b.result(bitmap_op);
-          bitmap_word = old == bitmap_word ? (old | mask) : old;
-        }
         won = b.result(slot_op) == slots[i];
         moved = !unchanged(snap, now);
         if (won || moved) break;  // placed, or the segment moved on: start over
@@ -1006,15 +1024,6 @@ class SepHashIndex final : public Index {
       if (!won || moved) {
         ss.window = (ss.window + kWindowSlots) % kCurSlots;
         continue;
-      }
-      // The entry stands. The bitmap bit must be set before the call
-      // returns (readers skip a CurSeg whose bitmap lacks the key).
-      while ((bitmap_word & mask) == 0) {
-        b.clear();
-        b.cas(node, bitmap_word_off, bitmap_word, bitmap_word | mask);
-        if (Status s = exec(ss, b); !s.ok()) return s;
-        const std::uint64_t old = b.result(0);
-        bitmap_word = old == bitmap_word ? (old | mask) : old;
       }
       return Status::OK();
     }
