@@ -424,6 +424,7 @@ class Explorer {
     FILE* from = nullptr;
     std::vector<std::string> files;  // one per node
     std::vector<std::byte*> maps;    // the files, mapped shared (see dispatch)
+    std::vector<std::uint64_t> extents;  // per node: bytes of the image last dispatched
     bool busy = false;
     Pending pending;
   };
@@ -519,6 +520,7 @@ void Explorer::spawn(Child* v, unsigned index) {
       if (p == MAP_FAILED) usage("cannot map " + file);
       v->files.push_back(file);
       v->maps.push_back(static_cast<std::byte*>(p));
+      v->extents.push_back(0);
     }
   }
 }
@@ -536,6 +538,7 @@ void Explorer::stop(Child* v) {
   for (const std::string& f : v->files) ::unlink(f.c_str());
   v->maps.clear();
   v->files.clear();
+  v->extents.clear();
 }
 
 void Explorer::collect(Child* v) {
@@ -583,20 +586,37 @@ Explorer::Child* Explorer::free_verifier() {
   }
 }
 
+// The bytes of a node's region that anything was ever stored to: up to
+// its bump word (memory-node pools hand out space only from there, and a
+// block is written only once allocated), a page-rounded offset in
+// [kFirstAllocatable, size]. Crash images are taken of that much only.
+std::uint64_t extent(const std::byte* base, std::uint64_t size) {
+  constexpr std::uint64_t kPage = 4096;
+  const std::uint64_t bump = std::atomic_ref<std::uint64_t>(
+      *reinterpret_cast<std::uint64_t*>(const_cast<std::byte*>(base) + remote::kBumpOffset))
+                                  .load(std::memory_order_acquire);
+  const std::uint64_t end = std::max<std::uint64_t>(bump, remote::kFirstAllocatable);
+  return end >= size - kPage ? size : (end + kPage - 1) / kPage * kPage;
+}
+
 // Hands v its pending images. Each file is rewritten through a shared
-// mapping, page by page where it differs: the last verification changed a
-// few pages, and writing whole nodes each time would cost more than it.
+// mapping, page by page where it differs, up to the farthest of the image,
+// the previous image and what the verifier allocated (its bump word):
+// beyond that both are zero. The last verification changed a few pages;
+// writing whole nodes each time would cost more than it.
 void Explorer::dispatch(Child* v) {
   constexpr std::size_t kPage = 4096;
+  static const std::byte zero[kPage] = {};
   for (unsigned n = 0; n < c_.nodes; ++n) {
     const std::vector<std::byte>& image = v->pending.images[n];
-    if (image.size() != c_.node_size) usage("crash image of unexpected size");
-    for (std::size_t off = 0; off < image.size(); off += kPage) {
-      const std::size_t len = std::min(kPage, image.size() - off);
-      if (std::memcmp(v->maps[n] + off, image.data() + off, len) != 0) {
-        std::memcpy(v->maps[n] + off, image.data() + off, len);
-      }
+    const std::uint64_t end =
+        std::max({std::uint64_t{image.size()}, v->extents[n], extent(v->maps[n], c_.node_size)});
+    for (std::size_t off = 0; off < end; off += kPage) {
+      const std::size_t len = std::min<std::uint64_t>(kPage, c_.node_size - off);
+      const std::byte* want = off < image.size() ? image.data() + off : zero;
+      if (std::memcmp(v->maps[n] + off, want, len) != 0) std::memcpy(v->maps[n] + off, want, len);
     }
+    v->extents[n] = image.size();
   }
   std::string request = windows_text(v->pending.windows);
   for (const std::string& f : v->files) request += " " + f;
@@ -622,7 +642,9 @@ void Explorer::at_crash_point(unsigned node, const PersistenceSim& sim) {
   ++points_explored_;
   std::vector<Window> windows(c_.w.threads);
   for (unsigned t = 0; t < c_.w.threads; ++t) windows[t] = window_of(t);
-  const std::vector<std::uint64_t> dirty = sim.dirty_units();
+  std::vector<std::uint64_t> ends(c_.nodes);
+  for (unsigned n = 0; n < c_.nodes; ++n) ends[n] = extent(g_nodes[n].pool->region().base(), c_.node_size);
+  const std::vector<std::uint64_t> dirty = sim.dirty_units(ends[node]);
   largest_dirty_ = std::max<std::uint64_t>(largest_dirty_, dirty.size());
   std::vector<CrashChoice> choices = node_choices(sim, dirty, c_, rng_);
   std::string thread = thread_name();
@@ -643,9 +665,10 @@ void Explorer::at_crash_point(unsigned node, const PersistenceSim& sim) {
     p.images.resize(c_.nodes);
     for (unsigned n = 0; n < c_.nodes; ++n) {
       if (n == node) {
-        sim.crash_image_into(choice, &p.images[n]);
+        sim.crash_image_into(choice, &p.images[n], ends[n]);
       } else {
-        p.images[n] = g_nodes[n].sim->durable();
+        const std::vector<std::byte>& durable = g_nodes[n].sim->durable();
+        p.images[n].assign(durable.begin(), durable.begin() + static_cast<std::ptrdiff_t>(ends[n]));
       }
     }
     // Operations acknowledged while the images were copied may be in them.
@@ -712,7 +735,10 @@ void Explorer::report(const Pending& p, const std::string& what) {
   r.fields["lease_ms"] = std::to_string(c_.lease_ms);
   r.fields["timeout_ms"] = std::to_string(c_.timeout_ms);
   r.fields["violation"] = what;
-  for (const std::vector<std::byte>& image : p.images) r.image.insert(r.image.end(), image.begin(), image.end());
+  for (const std::vector<std::byte>& image : p.images) {
+    r.image.insert(r.image.end(), image.begin(), image.end());
+    r.image.resize(r.image.size() + (c_.node_size - image.size()), std::byte{0});  // zero beyond its extent
+  }
   const bool saved = write_reproducer(file, r);
   std::printf(
       "VIOLATION engine %s nodes %u seed %llu threads %u ops %llu%s\n"
