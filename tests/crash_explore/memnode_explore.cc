@@ -46,14 +46,17 @@
 // Verification. Each crash image, with the other nodes' durable bytes, goes
 // to a verifier process (this program with --verify-server; --verifiers of
 // them) through files in --dir. The verifier attaches a new client to them
-// with the shm transport (Store::open, taking the engine node 0 holds), so
-// recovery is what the engine does for a client that died (sephash: a lock
-// held for --lease-ms is taken over, and the merge or split finished or
-// undone), and checks the store against the oracle (crash/oracle.h): every
-// operation acknowledged before the crash point is there, each in flight
-// wholly or not at all, check() passes, the store keeps working. Its remote
-// timeout is --timeout-ms (race gives up on a frozen subtable, or a KV
-// block that fails its checksum, after it).
+// with the shm transport (Store::open, taking the engine node 0 holds) and
+// runs check(), so that recovery is what the engine does for clients that
+// died (sephash: a segment lock held for --lease-ms is taken over, and the
+// merge or split finished or undone); check() must pass. Then a second
+// client, with a long lease (its own merges must not run out of it on a
+// slow machine), checks the store against the oracle (crash/oracle.h):
+// every operation acknowledged before the crash point is there, each in
+// flight wholly or not at all, check() passes, the store keeps working.
+// Both have the remote timeout --timeout-ms (sephash waits a lease and that
+// long on a lock; race gives up on a frozen subtable, or a KV block that
+// fails its checksum, after it).
 //
 // A violation prints the seed, the crash point, the node, its lines
 // written, dropped and torn, and saves a reproducer (crash/reproducer.h;
@@ -75,8 +78,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -124,7 +125,7 @@ struct Config {
   std::uint64_t first_point = 0, last_point = ~std::uint64_t{0};
   unsigned verifiers = 2;
   unsigned lease_ms = 50;
-  unsigned timeout_ms = 200;
+  unsigned timeout_ms = 1000;
   std::string plant;
   std::string dir = "/dev/shm";
   std::string reproducers = "crash-reproducers";
@@ -261,13 +262,28 @@ Options verifier_options(const std::vector<std::string>& files, unsigned lease_m
   return o;
 }
 
+// The lease of the client that checks a recovered index: long enough that
+// its own merges (the oracle's further writes) never run out of it, however
+// slow the machine.
+constexpr unsigned kCheckLeaseMs = 10000;
+
 // Attaches to the node files and checks them against the oracle; "" when
-// the promise holds.
+// the promise holds. Recovery first: a client with the short lease runs
+// check(), which waits on every segment lock a dead client held and takes
+// it over (sephash), and must pass; then a client with a long lease runs
+// the oracle.
 std::string verify_nodes(Oracle& oracle, const std::vector<std::string>& files, const std::vector<Window>& windows,
                          unsigned lease_ms, unsigned timeout_ms) {
+  {
+    std::unique_ptr<Store> store;
+    const Status s = Store::open("", verifier_options(files, lease_ms, timeout_ms), &store);
+    if (!s.ok()) return "open (attach) failed: " + s.to_string();
+    if (Status c = store->check(); !c.ok()) return "check() after the crash (recovery): " + c.to_string();
+    if (Status c = store->close(); !c.ok()) return "close after recovery failed: " + c.to_string();
+  }
   std::unique_ptr<Store> store;
-  const Status s = Store::open("", verifier_options(files, lease_ms, timeout_ms), &store);
-  if (!s.ok()) return "open (attach) failed: " + s.to_string();
+  const Status s = Store::open("", verifier_options(files, kCheckLeaseMs, timeout_ms), &store);
+  if (!s.ok()) return "open (attach) after recovery failed: " + s.to_string();
   std::string result = oracle.verify(*store, windows);
   if (Status c = store->close(); !c.ok() && result.empty()) result = "close failed: " + c.to_string();
   return result;
@@ -281,7 +297,6 @@ std::string verify_nodes(Oracle& oracle, const std::vector<std::string>& files, 
 // Response: "ok\n" or "violation <text>\n".
 int verify_server(const Config& c) {
   Oracle oracle(c.w);
-  std::string line;
   char buf[8192];
   while (std::fgets(buf, sizeof buf, stdin) != nullptr) {
     std::istringstream in(buf);
