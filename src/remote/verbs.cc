@@ -14,7 +14,10 @@ namespace {
 
 // Word-wise copies between local memory and the mapped region. Aligned
 // words go through 8-byte atomics; a ragged head or tail byte by byte
-// (relaxed atomics too, so that racing clients are well defined).
+// (atomics too, so that racing clients are well defined). Every store is a
+// release store, so a batch's stores become visible in program order (what
+// byte granularity needs of them, execute below); on x86 that is a plain
+// store.
 void copy_in(void* dst, const std::byte* src, std::size_t n) {
   auto* d = static_cast<std::byte*>(dst);
   std::size_t i = 0;
@@ -36,7 +39,7 @@ void copy_out(std::byte* dst, const void* src, std::size_t n) {
   const auto* s = static_cast<const std::byte*>(src);
   std::size_t i = 0;
   while (i < n && (reinterpret_cast<std::uintptr_t>(dst + i) & 7) != 0) {
-    std::atomic_ref<std::byte>(dst[i]).store(s[i], std::memory_order_relaxed);
+    std::atomic_ref<std::byte>(dst[i]).store(s[i], std::memory_order_release);
     ++i;
   }
   for (; i + 8 <= n; i += 8) {
@@ -45,7 +48,7 @@ void copy_out(std::byte* dst, const void* src, std::size_t n) {
     std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(dst + i))
         .store(w, std::memory_order_release);
   }
-  for (; i < n; ++i) std::atomic_ref<std::byte>(dst[i]).store(s[i], std::memory_order_relaxed);
+  for (; i < n; ++i) std::atomic_ref<std::byte>(dst[i]).store(s[i], std::memory_order_release);
 }
 
 }  // namespace
@@ -65,9 +68,10 @@ void copy_out(std::byte* dst, const void* src, std::size_t n) {
 // pages back when it likes), a verb's stores must not begin before every
 // earlier writing verb is durable: one fence before each writing verb that
 // follows another, and one at the end. Where stores reach media in the
-// order they become visible (byte: eADR or CXL global persistent flush,
-// under x86-TSO store order), the stores need only stay in program order,
-// and one fence at the end makes the batch durable before it completes.
+// order they become visible (byte: eADR or CXL global persistent flush),
+// the stores need only become visible in program order, which they do
+// (release stores in copy_out, read-modify-writes for CAS and FAA), and
+// one fence at the end makes the batch durable before it completes.
 void execute(media::Region& region, std::span<Op> ops) {
   const media::Granularity g = region.granularity();
   const bool reorders = g == media::Granularity::kCacheLine || g == media::Granularity::kPage;
@@ -78,18 +82,12 @@ void execute(media::Region& region, std::span<Op> ops) {
   bool unfenced = false;  // an earlier verb's flushed writes await a fence
   // Before a verb stores: every earlier writing verb is durable.
   auto order_before_store = [&] {
-    if (!unfenced) return;
-    if (reorders && !one_fence) {
-      // Verb k+1's lines must not reach media (by eviction or write-back)
-      // while verb k's may still be lost: a crash would keep a later write
-      // (a CAS that publishes) without the earlier one it publishes.
-      region.drain();
-      unfenced = false;
-    } else {
-      // Byte granularity persists in visibility order: keep the stores of
-      // this verb after the earlier verb's (also its relaxed tail bytes).
-      std::atomic_thread_fence(std::memory_order_release);
-    }
+    if (!unfenced || !reorders || one_fence) return;
+    // Verb k+1's lines must not reach media (by eviction or write-back)
+    // while verb k's may still be lost: a crash would keep a later write
+    // (a CAS that publishes) without the earlier one it publishes.
+    region.drain();
+    unfenced = false;
   };
   for (Op& op : ops) {
     std::byte* at = base + op.off;
