@@ -814,7 +814,13 @@ int Explorer::run() {
   o.race_initial_depth = 1;
   o.race_max_depth = 10;
   o.race_groups = c_.race_groups;
-  if (Status s = Store::create("", o, &store_); !s.ok()) usage("cannot create the index: " + s.to_string());
+  if (Status s = Store::create("", o, &store_); !s.ok()) {
+    for (Node& n : g_nodes) {
+      n.pool.reset();
+      ::unlink(n.path.c_str());
+    }
+    usage("cannot create the index: " + s.to_string());
+  }
 
   verifiers_.resize(c_.verifiers);
   for (unsigned i = 0; i < c_.verifiers; ++i) spawn(&verifiers_[i], i);
