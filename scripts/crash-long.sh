@@ -8,7 +8,11 @@
 # crash-state explorer (tests/crash_explore/explore.cc) on a one-thread and a
 # two-thread workload, every drain a crash point; then the process-kill test
 # with CRASH_KILLS kills per engine and durability on /dev/shm (and a fifth
-# of that on the normal disk).
+# of that on the normal disk); then the memory-node explorer
+# (tests/crash_explore/memnode_explore.cc) for every engine on memory nodes,
+# each seed, two and three nodes, one and two threads, every fence of every
+# node a crash point (race on subtables large enough never to split: a
+# race split cut short by a crash is not recovered, race.h "Failure").
 # Everything is appended to CRASH_SUMMARY (JSON lines), and a per-engine
 # table (the one in the README) is printed at the end. Reproducers of any
 # violation go to CRASH_REPRODUCERS. Exits non-zero on any violation.
@@ -22,6 +26,9 @@
 #   CRASH_EXHAUSTIVE=6             every subset up to this many dirty lines
 #   CRASH_SAMPLES=8                random subsets at larger crash points
 #   CRASH_KILLS=1000               process kills per engine (on /dev/shm)
+#   CRASH_MEMNODE_ENGINES=all      engines on memory nodes to explore
+#   CRASH_MEMNODE_OPS=3000         operations per thread, one-thread runs
+#                                  (two-thread runs: half, per thread)
 #   CRASH_SUMMARY=crash-long.jsonl
 #   CRASH_REPRODUCERS=crash-reproducers
 set -euo pipefail
@@ -32,6 +39,7 @@ if [ $# -ne 1 ]; then
 fi
 build=$1
 explore="$build/tests/pmhash-crash-explore"
+memnode_explore="$build/tests/pmhash-memnode-crash-explore"
 engines=${CRASH_ENGINES:-$("$explore" --list-engines)}
 seeds=${CRASH_SEEDS:-1 2 3 4}
 ops=${CRASH_OPS:-2000}
@@ -39,6 +47,8 @@ granularities=${CRASH_GRANULARITIES:-cache_line page byte}
 exhaustive=${CRASH_EXHAUSTIVE:-6}
 samples=${CRASH_SAMPLES:-8}
 kills=${CRASH_KILLS:-1000}
+memnode_engines=${CRASH_MEMNODE_ENGINES:-$("$memnode_explore" --list-engines)}
+memnode_ops=${CRASH_MEMNODE_OPS:-3000}
 summary=${CRASH_SUMMARY:-crash-long.jsonl}
 reproducers=${CRASH_REPRODUCERS:-crash-reproducers}
 
@@ -71,12 +81,31 @@ if ! PMHASH_KILLS=$kills PMHASH_CRASH_SUMMARY=$(realpath "$summary") \
   status=1
 fi
 
+for engine in $memnode_engines; do
+  for nodes in 2 3; do
+    for seed in $seeds; do
+      for threads in 1 2; do
+        per_thread=$(( threads == 1 ? memnode_ops : memnode_ops / 2 ))
+        echo "=== memory nodes: $engine on $nodes nodes, seed $seed, $threads thread(s), $per_thread ops each ==="
+        if ! "$memnode_explore" --engine "$engine" --nodes "$nodes" --seed "$seed" --threads "$threads" \
+             --ops "$per_thread" --keys $(( per_thread / 3 + 100 )) --race-groups 512 \
+             --exhaustive "$exhaustive" --samples "$samples" \
+             --summary "$summary" --reproducers "$reproducers"; then
+          status=1
+        fi
+      done
+    done
+  done
+done
+
 python3 - "$summary" <<'PY'
 import json, sys
 rows = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
     name = r["engine"] + " (" + r.get("durability", "strict") + ")"
+    if "nodes" in r:
+        name = r["engine"] + " (memory nodes)"
     e = rows.setdefault(name, {"images": 0, "recovery_images": 0, "points": 0, "kills": 0, "violations": 0})
     e["images"] += r.get("images", 0)
     e["recovery_images"] += r.get("recovery_images", 0)

@@ -1,6 +1,7 @@
 // engine/planted.h - test-only switches that plant classic crash-consistency
-// mistakes in the engines, so that the crash checker (tests/crash) can show
-// it catches each one. Nothing outside tests sets them; with no bug planted
+// mistakes in the engines (and in the memory node's verb executor, which
+// the engines on memory nodes stand on), so that the crash checker
+// (tests/crash) can show it catches each one. Nothing outside tests sets them; with no bug planted
 // each switch costs one relaxed load on a path that already persists.
 #pragma once
 
@@ -57,6 +58,17 @@ enum Bug : unsigned {
   // pmeh: recovery ignores split records (a split found started,
   // MOVING or completing is neither undone, resumed nor completed).
   kPmehSplitRecordIgnored = 1u << 25,
+  // memory node (remote/verbs.cc): execute() fences once at the end of a
+  // batch instead of before every writing verb that follows another, so a
+  // node that loses power mid-batch may keep a later write without an
+  // earlier one.
+  kMemnodeOneFencePerBatch = 1u << 26,
+  // sephash: a merge's publish batch writes the new meta first, before the
+  // new MainSeg, the intent and the slots it publishes.
+  kSephashMetaBeforeMainSegDurable = 1u << 27,
+  // race: an insert or update CASes its slot before it writes the KV block
+  // the slot names (the block's WRITE moved behind the CAS).
+  kRaceSlotBeforeKvDurable = 1u << 28,
 };
 
 // The planted bugs (a mask of Bug), process-wide.

@@ -4,8 +4,9 @@
 // A batch runs at post(): each verb on the mapped bytes, in order, with
 // 8-byte atomic loads and stores for the aligned words of READ and WRITE
 // (the per-word atomicity of remote/transport.h) and atomic_ref for CAS and
-// FAA. Every written line is flushed as it is written and one fence ends
-// the batch, so a batch is durable before it can complete. The completion
+// FAA (remote/verbs.cc, execute). Its writes become durable in verb order
+// and all of them before it can complete (remote/transport.h,
+// "Durability"). The completion
 // becomes visible at post time + shm_latency: with a latency, a client sees
 // the round trip an RDMA hop would cost, while the node's bytes have
 // already changed (as with a NIC that executed the verbs before its
@@ -72,7 +73,11 @@ class ShmTransport final : public Transport {
   std::deque<Pending> pending_;
 };
 
+std::atomic<ConnectHook> connect_hook{nullptr};
+
 }  // namespace
+
+void set_connect_hook_for_testing(ConnectHook hook) { connect_hook.store(hook); }
 
 Status connect(const std::string& spec, const ConnectOptions& options,
                std::unique_ptr<Transport>* out) {
@@ -86,6 +91,9 @@ Status connect(const std::string& spec, const ConnectOptions& options,
   }
   if (kind == "tcp" && colon + 1 < spec.size()) {
     return connect_tcp(spec, spec.substr(colon + 1), options, out);
+  }
+  if (kind == "sim" && colon + 1 < spec.size()) {
+    if (ConnectHook hook = connect_hook.load()) return hook(spec, options, out);
   }
   return Status::InvalidArgument("memory node '" + spec +
                                  "': expected shm:PATH (a memory-node pool file) or "

@@ -19,9 +19,31 @@
 // of the earlier ones. Batches of one transport complete in post order.
 //
 // Durability. A memory node's region is a pmhash pool (remote/memnode.h).
-// When a batch completes, its writes and atomics are durable in that pool
-// (flushed and fenced at the pool's granularity): a memory node that
-// restarts from its pool file serves every completed write.
+// A verb *writes* when it stores: a WRITE of at least one byte, a CAS that
+// matches and changes its word, an FAA with a non-zero addend (a CAS that
+// fails stores nothing). The node guarantees, for every batch:
+//   1. In order. A power loss (or the node's process killed) at any
+//      instant during a batch leaves durable a prefix of its writing
+//      verbs: verbs 1..k-1 whole, verb k possibly in part (any subset of
+//      its aligned 8-byte words, as a WRITE torn by a crash), nothing of
+//      verbs k+1.. . So a verb that publishes (a CAS naming an item, a
+//      meta naming a MainSeg) is never durable without the writes before it
+//      in its batch.
+//   2. Complete. When a batch completes, all its writes are durable: a
+//      node that restarts from its pool file serves every completed write.
+//      Batches of one transport complete in post order, so a later batch's
+//      writes are never durable without an earlier one's.
+// Nothing is ordered between nodes: the sub-batches of one round trip on
+// two nodes become durable independently (remote/client.h).
+// What it costs (remote/verbs.cc, execute): where the media may write lines
+// back in any order (cache_line, page granularity) one fence per writing
+// verb; where stores persist in the order they become visible (byte) one
+// fence per batch. Reads, failed CASes and FAAs of 0 cost no fence.
+// Visibility comes before durability: on shm, other clients see a verb's
+// stores as they are made, before its fence (over tcp, the daemon runs one
+// batch at a time). Every earlier writing verb of the batch is durable by
+// then, so what a visible word names is durable; only the word itself may
+// still be lost to a power loss, taking with it what a reader did with it.
 //
 // Failure. A batch either completes with OK, or with an error that names the
 // node: InvalidArgument for a verb outside the region or a misaligned
@@ -120,10 +142,20 @@ class Transport {
 Status connect(const std::string& spec, const ConnectOptions& options,
                std::unique_ptr<Transport>* out);
 
+// Tests: connect() hands every spec of the form "sim:..." to this factory
+// (the crash checker's in-process memory nodes, whose regions it watches;
+// tests/crash_explore/memnode_explore.cc); without one such a spec is
+// refused like any unknown form. nullptr removes it. Process-wide.
+using ConnectHook = Status (*)(const std::string& spec, const ConnectOptions& options,
+                               std::unique_ptr<Transport>* out);
+void set_connect_hook_for_testing(ConnectHook hook);
+
 // Runs a validated batch on a memory node's mapped region, in order: READ
 // and WRITE word by word with 8-byte atomics, CAS and FAA with atomic_ref
-// (the old word into `result`); every written range is flushed and one
-// fence ends the batch, so its writes are durable when this returns.
+// (the old word into `result`). Every written range is flushed, and fenced
+// before the next writing verb stores and at the end, so that its writes
+// become durable in order and are all durable when this returns
+// ("Durability" above).
 void execute(media::Region& region, std::span<Op> ops);
 
 // Validates the verbs of a batch against a region of `size` bytes; the

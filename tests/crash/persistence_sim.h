@@ -157,11 +157,13 @@ class PersistenceSim final : public media::Region::Observer {
 
   // --- inspection: from the hook, or while no thread uses the region -------
 
-  // Offsets of the units whose visible bytes differ from their durable bytes.
-  std::vector<std::uint64_t> dirty_units() const {
+  // Offsets of the units whose visible bytes differ from their durable bytes
+  // (among those that start below `end`: a caller that knows nothing was
+  // ever stored above it saves the scan).
+  std::vector<std::uint64_t> dirty_units(std::uint64_t end = ~std::uint64_t{0}) const {
     std::vector<std::uint64_t> out;
     const std::byte* visible = region_.base();
-    for (std::uint64_t off = 0; off < durable_.size(); off += unit_) {
+    for (std::uint64_t off = 0; off < std::min<std::uint64_t>(end, durable_.size()); off += unit_) {
       const std::size_t n = std::min<std::size_t>(unit_, durable_.size() - off);
       if (std::memcmp(visible + off, durable_.data() + off, n) != 0) out.push_back(off);
     }
@@ -192,14 +194,16 @@ class PersistenceSim final : public media::Region::Observer {
     return image;
   }
 
-  // The same into *image, reusing its storage.
-  void crash_image_into(const CrashChoice& choice, std::vector<std::byte>* out) const {
+  // The same into *image, reusing its storage; with `end`, only the first
+  // `end` bytes of it (the choice's units must lie below).
+  void crash_image_into(const CrashChoice& choice, std::vector<std::byte>* out,
+                        std::uint64_t end = ~std::uint64_t{0}) const {
     std::vector<std::byte>& image = *out;
-    image.resize(durable_.size());
-    std::memcpy(image.data(), durable_.data(), durable_.size());
+    image.resize(std::min<std::uint64_t>(end, durable_.size()));
+    std::memcpy(image.data(), durable_.data(), image.size());
     const std::byte* visible = region_.base();
     for (std::uint64_t off : choice.written) {
-      check_unit(off);
+      check_unit(off, image.size());
       const std::size_t n = std::min<std::size_t>(unit_, image.size() - off);
       std::memcpy(image.data() + off, visible + off, n);
     }
@@ -207,10 +211,13 @@ class PersistenceSim final : public media::Region::Observer {
       if (granularity_ != media::Granularity::kCacheLine && granularity_ != media::Granularity::kPage) {
         throw std::invalid_argument("torn lines exist only with cache_line and page granularity");
       }
-      check_unit(line);
+      check_unit(line, image.size());
       for (unsigned w = 0; w < media::kCacheLineSize / kWordSize; ++w) {
         if ((mask & (1u << w)) == 0) continue;
         const std::uint64_t off = line + w * kWordSize;
+        if (off + kWordSize > image.size()) {
+          throw std::out_of_range("torn word at " + std::to_string(off) + " lies beyond the image");
+        }
         std::memcpy(image.data() + off, visible + off, kWordSize);
       }
     }
@@ -229,8 +236,9 @@ class PersistenceSim final : public media::Region::Observer {
 
   static std::uint64_t align_down(std::uint64_t off, std::size_t unit) { return off / unit * unit; }
 
-  void check_unit(std::uint64_t off) const {
-    if (off % unit_ != 0 || off >= durable_.size()) {
+  // A unit-aligned offset below `end` (the image's size).
+  void check_unit(std::uint64_t off, std::uint64_t end) const {
+    if (off % unit_ != 0 || off >= end) {
       throw std::out_of_range("offset " + std::to_string(off) + " is not a unit of the region");
     }
   }

@@ -82,6 +82,7 @@
 #include <thread>
 #include <vector>
 
+#include "crash/explore_io.h"
 #include "crash/oracle.h"
 #include "crash/persistence_sim.h"
 #include "crash/reproducer.h"
@@ -276,62 +277,6 @@ std::string thread_name() {
   std::ostringstream id;
   id << std::this_thread::get_id();
   return id.str();
-}
-
-// Per thread "done:seen:synced", then for epoch durability "@e=n/e=n...";
-// threads separated by commas.
-std::string windows_text(const std::vector<Window>& ws) {
-  std::string out;
-  for (std::size_t i = 0; i < ws.size(); ++i) {
-    out += (i ? "," : "") + std::to_string(ws[i].done) + ":" + std::to_string(ws[i].seen) + ":" +
-           std::to_string(ws[i].synced);
-    for (std::size_t k = 0; k < ws[i].by_epoch.size(); ++k) {
-      out += (k ? "/" : "@") + std::to_string(ws[i].by_epoch[k].first) + "=" +
-             std::to_string(ws[i].by_epoch[k].second);
-    }
-  }
-  return out;
-}
-
-std::vector<Window> parse_windows(const std::string& text) {
-  std::vector<Window> ws;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, ',')) {
-    Window w;
-    const std::size_t at = part.find('@');
-    std::stringstream counts(part.substr(0, at));
-    std::string n;
-    std::vector<std::uint64_t> v;
-    while (std::getline(counts, n, ':')) v.push_back(std::stoull(n));
-    if (v.size() != 3) return {};
-    w.done = v[0];
-    w.seen = v[1];
-    w.synced = v[2];
-    if (at != std::string::npos) {
-      std::stringstream epochs(part.substr(at + 1));
-      while (std::getline(epochs, n, '/')) {
-        const std::size_t eq = n.find('=');
-        if (eq == std::string::npos) return {};
-        w.by_epoch.emplace_back(std::stoull(n.substr(0, eq)), std::stoull(n.substr(eq + 1)));
-      }
-    }
-    ws.push_back(std::move(w));
-  }
-  return ws;
-}
-
-bool write_file(const std::string& path, const std::vector<std::byte>& image) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  std::size_t done = 0;
-  while (done < image.size()) {
-    const ssize_t n = ::pwrite(fd, image.data() + done, image.size() - done, static_cast<off_t>(done));
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  return done == image.size();
 }
 
 // ---------------------------------------------------------------------------

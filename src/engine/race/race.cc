@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/planted.h"
 #include "engine/race/layout.h"
 #include "engine/remote_index.h"
 #include "remote/client.h"
@@ -472,6 +473,14 @@ class RaceIndex final : public Index {
       std::memcpy(block.data(), &kh.checksum, 8);
     }
     std::uint64_t entry = 0;  // names the KV block once it is written
+    // (Tests: a planted bug writes the block only in the batch of the CAS
+    // that names it, after the CAS.)
+    bool block_late = planted::active(planted::kRaceSlotBeforeKvDurable);
+    auto write_late = [&](Batch& b) {
+      if (!block_late || entry == 0) return;
+      b.write(entry_node(entry), entry_off(entry), block.data(), static_cast<std::uint32_t>(units * 64));
+      block_late = false;
+    };
     const auto until = deadline();
     for (;;) {
       // Round trip 1: the KV block (once) and the key's buckets.
@@ -480,7 +489,7 @@ class RaceIndex final : public Index {
         const unsigned node = dir_node(ss.dir[p.h & low_mask(ss.global_depth)]);
         std::uint64_t off = 0;
         if (Status s = ss.chunks.alloc(ss, node, units * 64, &off); !s.ok()) return s;
-        kv.write(node, off, block.data(), static_cast<std::uint32_t>(units * 64));
+        if (!block_late) kv.write(node, off, block.data(), static_cast<std::uint32_t>(units * 64));
         entry = make_entry(p.fp, units, node, off);
       }
       View v;
@@ -502,6 +511,7 @@ class RaceIndex final : public Index {
         const std::uint64_t desired = op == Op::kRemove ? 0 : entry;
         Batch b;
         b.cas(found.slot.node, found.slot.off, found.slot.word, desired);
+        if (desired != 0) write_late(b);
         if (Status s = ss.exec(b); !s.ok()) return s;
         if (b.result(0) == found.slot.word) return Status::OK();
         continue;  // the slot changed meanwhile: look again
@@ -521,6 +531,7 @@ class RaceIndex final : public Index {
       std::uint64_t header = 0;
       Batch b;
       b.cas(slot->node, slot->off, 0, entry);
+      write_late(b);
       b.read(slot->node, slot->off & ~(kBucketBytes - 1), &header, 8);
       if (Status s = ss.exec(b); !s.ok()) return s;
       if (b.result(0) != 0) continue;  // taken meanwhile

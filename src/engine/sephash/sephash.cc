@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/planted.h"
 #include "engine/sephash/layout.h"
 #include "remote/client.h"
 
@@ -87,6 +88,18 @@ struct Intent {
   RAddr new_seg;           // a split's new CurSeg; 0 for a merge
 };
 static_assert(sizeof(Intent) == kIntentBytes);
+static_assert(offsetof(Intent, seq) == 0);
+
+// Adds the WRITEs of an intent for the CurSeg at `seg_off` to `b`: its
+// last three words, then its seq as a verb of its own. A taker rolls
+// forward when the seq and the old meta are this lock's, and a power loss
+// may keep any of a WRITE's words without the others (remote/transport.h,
+// "Durability"): the seq, which no earlier intent of the segment had, is
+// never durable before the new meta and new segment it vouches for.
+void add_intent(remote::Batch& b, unsigned node, std::uint64_t seg_off, const Intent& intent) {
+  b.write(node, seg_off + kIntentOff + 8, &intent.old_meta, kIntentBytes - 8);
+  b.write(node, seg_off + kIntentOff, &intent.seq, 8);
+}
 
 // What a reader saw of a segment: its meta and merge sequence number, in
 // their order on the node (a 16-byte READ at the meta brings the meta
@@ -1125,16 +1138,42 @@ class SepHashIndex final : public Index {
       std::uint64_t bitmap_word = hd.bitmap[sign ? 1 : 0][bit / 64];
       const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
       if (append_hook()) append_hook()();
-      bool won = false, moved = false;
+      // The bitmap bit first, in a round trip of its own when it is not
+      // set yet, so that a slot's entry is never durable without its bit
+      // (readers skip a CurSeg whose bitmap lacks the key). In one batch
+      // with the slot's CAS, a bitmap CAS that failed (another bit of the
+      // word set meanwhile) would not stop the slot's CAS, and a node that
+      // lost power before the bit followed would keep an entry that scans
+      // list and gets miss (until a merge made it visible again).
+      bool moved = false;
+      while ((bitmap_word & mask) == 0 && !moved) {
+        b.clear();
+        if (!item_written) b.write(node, item_off, item.data(), static_cast<std::uint32_t>(units * 64));
+        const std::size_t bitmap_op = b.size();
+        b.cas(node, bitmap_word_off, bitmap_word, bitmap_word | mask);
+        add_check(b, seg, &now);
+        if (Status s = exec(ss, b); !s.ok()) {
+          // A write of the item that may still land: the block is given up.
+          if (!item_written) item_lost = true;
+          return s;
+        }
+        item_written = true;
+        const std::uint64_t old = b.result(bitmap_op);
+        bitmap_word = old == bitmap_word ? (old | mask) : old;
+        moved = !unchanged(snap, now);
+      }
+      if (moved) {
+        // The segment moved on before any slot named the item: its block
+        // is still this client's, and holds the item.
+        stale_appends_.fetch_add(1, std::memory_order_relaxed);
+        ss.window = (ss.window + kWindowSlots) % kCurSlots;
+        continue;
+      }
+      bool won = false;
       for (unsigned i : free_slots) {
         b.clear();
-        std::size_t bitmap_op = ~std::size_t{0};
         // The item is complete before the CAS that names it (same node, in order).
         if (!item_written) b.write(node, item_off, item.data(), static_cast<std::uint32_t>(units * 64));
-        if ((bitmap_word & mask) == 0) {
-          bitmap_op = b.size();
-          b.cas(node, bitmap_word_off, bitmap_word, bitmap_word | mask);
-        }
         const std::size_t slot_op = b.size();
         b.cas(node, off + kSlotsOff + i * 8ull, slots[i], entry);
         add_check(b, seg, &now);
@@ -1143,10 +1182,6 @@ class SepHashIndex final : public Index {
           return s;
         }
         item_written = true;
-        if (bitmap_op != ~std::size_t{0}) {
-          const std::uint64_t old = b.result(bitmap_op);
-          bitmap_word = old == bitmap_word ? (old | mask) : old;
-        }
         won = b.result(slot_op) == slots[i];
         moved = !unchanged(snap, now);
         if (won || moved) break;  // placed, or the segment moved on: start over
@@ -1165,16 +1200,8 @@ class SepHashIndex final : public Index {
         ss.window = (ss.window + kWindowSlots) % kCurSlots;
         continue;
       }
-      // The entry stands. The bitmap bit must be set before the call
-      // returns (readers skip a CurSeg whose bitmap lacks the key).
+      // The entry stands (its bitmap bit was set before the slot CAS).
       item_named = true;
-      while ((bitmap_word & mask) == 0) {
-        b.clear();
-        b.cas(node, bitmap_word_off, bitmap_word, bitmap_word | mask);
-        if (Status s = exec(ss, b); !s.ok()) return s;
-        const std::uint64_t old = b.result(0);
-        bitmap_word = old == bitmap_word ? (old | mask) : old;
-      }
       return Status::OK();
     }
   }
@@ -1293,10 +1320,13 @@ class SepHashIndex final : public Index {
     std::fill(std::begin(cleared), std::end(cleared), free_slot(seq));
     const std::uint64_t zero[8] = {};
     b.clear();
+    // (Tests: a planted bug publishes the meta first, ahead of what it names.)
+    const bool meta_first = planted::active(planted::kSephashMetaBeforeMainSegDurable);
+    if (meta_first) b.write(node, off + kMetaOff, &meta_new, 8);
     if (!image.empty()) b.write(node, main_off, image.data(), static_cast<std::uint32_t>(image.size()));
     // The intent after the image and before anything destructive (same
     // node, in order): who finds it may finish this publish.
-    b.write(node, off + kIntentOff, &intent, kIntentBytes);
+    add_intent(b, node, off, intent);
     *restorable = false;  // from here on the slots may be clear: a taker finishes the publish
     // (Tests: with a lock hook the publish runs as three batches, so that
     // a holder can stop between them as one killed mid-batch would.)
@@ -1307,7 +1337,7 @@ class SepHashIndex final : public Index {
     // land in a later state).
     b.write(node, off + kSlotsOff, cleared, kCurSlots * 8);
     if (Status s = hook_break(ss, held, &b, LockStep::kMergeSlots); !s.ok()) return s;
-    b.write(node, off + kMetaOff, &meta_new, 8);
+    if (!meta_first) b.write(node, off + kMetaOff, &meta_new, 8);
     if (Status s = exec(ss, b); !s.ok() && !published(ss, seg, meta_new, seq)) {
       leak_dropped(drop, meta);
       return s;
@@ -1585,7 +1615,7 @@ class SepHashIndex final : public Index {
     if (!img1.empty()) b.write(node1, main1, img1.data(), static_cast<std::uint32_t>(img1.size()));
     b.write(node1, cur1, cur_img.data(), kCurSegBytes);
     // The intent after the images (node1 is this node: in order).
-    b.write(node, off + kIntentOff, &intent, kIntentBytes);
+    add_intent(b, node, off, intent);
     *restorable = false;  // the intent may stand: a taker finishes the split
     if (Status s = exec(ss, b); !s.ok()) return s;
     if (stop_at(LockStep::kSplitIntent)) return stopped();

@@ -29,11 +29,16 @@
 // that one (and drops it if it is a tombstone). Versions follow real time:
 // a write that completes before another begins has the smaller version.
 //
-// Append (2 round trips): (1) FAA the version on node 0, and in parallel
-// READ the segment's snapshot (seq, then the header), a window of 8 slots
-// and the check (meta, seq); (2) WRITE the item, CAS the bitmap word, CAS
-// a free slot, READ the check. A slot is free when it holds the free word
-// of the snapshot's seq (layout.h, free_slot).
+// Append (2 round trips, 3 when the key's bitmap bit is not set yet): (1)
+// FAA the version on node 0, and in parallel READ the segment's snapshot
+// (seq, then the header), a window of 8 slots and the check (meta, seq);
+// [(1b) WRITE the item, CAS the bitmap word, READ the check, until the bit
+// is set;] (2) WRITE the item (unless 1b did), CAS a free slot, READ the
+// check. The bit has a round trip of its own because a slot's entry must
+// never be durable without it (readers skip a CurSeg whose bitmap lacks
+// the key): a bitmap CAS that fails, another bit of its word set since the
+// snapshot, cannot stop a slot CAS later in its batch. A slot is free when
+// it holds the free word of the snapshot's seq (layout.h, free_slot).
 //
 // Merge. The client that finds every slot taken sets the meta's lock bit
 // (CAS), adds 1 to the segment's seq (FAA, before it reads anything),
@@ -229,7 +234,10 @@
 // first batch is: both MainSegs, the new CurSeg, intent (all on the
 // segment's node, so in that order); then the new half's directory
 // entries; then the global depth; then bitmap, slots, meta. A sub-batch
-// runs in order and a client killed mid-batch leaves a prefix, so when
+// runs in order, and a client killed mid-batch, or a node that loses power
+// mid-batch, leaves a prefix of it, the last WRITE possibly torn at any
+// 8-byte word (remote/transport.h, "Durability"); the intent's seq is
+// therefore written after its other words, as a WRITE of its own. So when
 // the intent stands the images it names are complete, and when it does
 // not, nothing destructive ran (the slots and the old MainSeg are intact).
 //   Lease. A waiter (any loop that finds the segment locked: appends,
