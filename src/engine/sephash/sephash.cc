@@ -156,26 +156,29 @@ struct Session : remote_index::Link {
     std::vector<std::uint16_t> prefix = std::vector<std::uint16_t>(257, 0);
   };
   std::unordered_map<RAddr, MainCache> mains;
-  // Per segment, the header as this session last saw it: the sign and
-  // that sign's bitmap words (a snapshot's, a bitmap CAS's old word since,
-  // or what this session's own merge published). A hint and nothing more:
-  // an append's first round trip CASes the key's bitmap word from the
-  // cached word, and trusts the bit only when the snapshot's sign and the
-  // CAS's old word confirm it (sephash.h, "Append").
+  // Per segment, the header as this session last saw it: the seq, the
+  // sign and that sign's bitmap words (a snapshot's, a bitmap CAS's old
+  // word since, or what this session's own merge or split published). A
+  // hint and nothing more: an append's first round trip CASes the key's
+  // bitmap word from the cached word, and trusts the bit only when the
+  // snapshot's sign and the CAS's old word confirm it (sephash.h, "Append").
   struct BitmapCache {
     bool known = false;
     bool sign = false;
+    std::uint64_t seq = 0;
     std::uint64_t words[kBitmapBytes / 8] = {};
-    // What a snapshot's header `hd` shows.
-    void take(const Header& hd) {
+    // What the snapshot (`seq`, header `hd`) shows.
+    void take(std::uint64_t snap_seq, const Header& hd) {
       known = true;
+      seq = snap_seq;
       sign = meta_sign(hd.meta);
       std::memcpy(words, hd.bitmap[sign ? 1 : 0], sizeof(words));
     }
-    // What a publish that started a state of sign `s` left: that sign's
-    // bitmap clear.
-    void published(bool s) {
+    // What a publish that began the state (`s`, `new_seq`) left: that
+    // sign's bitmap clear.
+    void published(bool s, std::uint64_t new_seq) {
       known = true;
+      seq = new_seq;
       sign = s;
       std::fill(std::begin(words), std::end(words), 0);
     }
@@ -895,7 +898,7 @@ class SepHashIndex final : public Index {
       add_check(b, seg, &now);
       if (Status s = exec(ss, b); !s.ok()) return s;
       snap.meta = hd.meta;
-      ss.bitmaps[seg].take(hd);  // for this session's next append here
+      ss.bitmaps[seg].take(snap.seq, hd);  // for this session's next append here
       bool go = false;
       if (Status s = check_snapshot(ss, h, seg, hd, snap, now, &mc, deadline, &watch, &go);
           !s.ok()) {
@@ -1078,12 +1081,17 @@ class SepHashIndex final : public Index {
       // The key's bitmap bit, speculatively, from the word this session
       // last saw (sephash.h, "Append"): after the snapshot's READ (same
       // node, in order), so that the snapshot never shows this bit, and
-      // before the check, which validates it with the rest.
+      // before the check, which validates it with the rest. Not while the
+      // key's presence is still to be decided with a MainSeg prefix table
+      // cached at another seq than the word: if the word is current, the
+      // table is not, this pass ends after loading it, and the next
+      // pass's snapshot would show the bit (a READ of the slots for
+      // nothing, where the bit's own round trip would have cost as much).
       Session::BitmapCache& bc = ss.bitmaps[seg];
       std::size_t spec_op = kNoOp;
       const std::uint64_t spec_word = bc.words[bit / 64];
       const bool spec_sign = bc.sign;
-      if (bc.known && (spec_word & mask) == 0) {
+      if (bc.known && (spec_word & mask) == 0 && (want == Want::kAny || mc.seq == bc.seq)) {
         spec_op = b.size();
         b.cas(node, off + bitmap_word_off(spec_sign, bit), spec_word, spec_word | mask);
       }
@@ -1108,7 +1116,7 @@ class SepHashIndex final : public Index {
         const std::uint64_t old = b.result(spec_op);
         bitmap_word = old == spec_word ? (old | mask) : old;
       }
-      bc.take(hd);
+      bc.take(snap.seq, hd);
       bc.words[bit / 64] = bitmap_word;
       bool go = false;
       if (Status s = check_snapshot(ss, h, seg, hd, snap, now,
@@ -1405,7 +1413,7 @@ class SepHashIndex final : public Index {
     // Published: what the merge dropped is named by no state a reader can
     // still validate.
     free_dropped(ss, node, drop, meta);
-    ss.bitmaps[seg].published(!sign);
+    ss.bitmaps[seg].published(!sign, seq);
     return Status::OK();
   }
 
@@ -1710,8 +1718,8 @@ class SepHashIndex final : public Index {
       return s;
     }
     free_dropped(ss, node, drop, meta);
-    ss.bitmaps[seg].published(!sign);
-    ss.bitmaps[seg1].published(true);
+    ss.bitmaps[seg].published(!sign, seq);
+    ss.bitmaps[seg1].published(true, 0);  // a new CurSeg's seq is 0
     splits_.fetch_add(1, std::memory_order_relaxed);
     split_bytes_.fetch_add(img0.size() + img1.size() + kCurSegBytes, std::memory_order_relaxed);
     return refresh_dir(ss);
