@@ -14,10 +14,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -992,6 +995,249 @@ TEST_F(SepHashNetnsTest, ClientsInOneNamespaceAndNodesInAnother) {
   auto st = open(options());
   ASSERT_NE(st, nullptr);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, all_models(kSteps)));
+}
+
+// ---- the bitmap bit of an append (sephash.h, "Append") ----
+// An append's first round trip CASes the key's bitmap word from the word
+// its session last saw; the bit counts only when that CAS matched on the
+// snapshot's sign. These tests watch what one client thread sends for an
+// append to segment 0 (node 0), and read the node before each slot CAS
+// is posted (shm verbs run when posted): the bitmap of the entry's sign
+// must have the entry's bit by then, whatever the speculation did.
+class AppendWatch {
+ public:
+  struct BitmapCas {
+    std::uint64_t at;        // offset in the CurSeg
+    std::uint64_t expected;  // the word the CAS expects
+    std::uint64_t desired;
+    unsigned batch;          // 1 for the first sub-batch that touched the segment
+    bool with_snapshot;      // in the sub-batch that READs the segment's header
+  };
+
+  explicit AppendWatch(const std::string& node_path) {
+    const Status s = remote::Client::connect({"shm:" + node_path}, {}, &checker_);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  ~AppendWatch() { remote::set_fate_hook_for_testing(nullptr); }
+
+  // Watches the calling thread's sub-batches to node 0 from now on.
+  // `at_speculation`, if given, runs once on this thread just before the
+  // first sub-batch that CASes a bitmap word next to the snapshot's READ
+  // is posted: what another client does then, the speculation meets.
+  void start(std::function<void()> at_speculation = {}) {
+    thread_ = std::this_thread::get_id();
+    at_speculation_ = std::move(at_speculation);
+    remote::set_fate_hook_for_testing([this](unsigned node, std::span<const remote::Op> ops) {
+      if (node == 0 && std::this_thread::get_id() == thread_ && !checking_) see(ops);
+      return remote::Fate::kDeliver;
+    });
+  }
+  void stop() { remote::set_fate_hook_for_testing(nullptr); }
+
+  // The word of the CurSeg at offset `at` now.
+  std::uint64_t word(std::uint64_t at) {
+    std::uint64_t w = 0;
+    remote::Batch b;
+    b.read(0, seg_ + at, &w, 8);
+    checking_ = true;
+    const Status s = checker_->exec_sync(b);
+    checking_ = false;
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return w;
+  }
+
+  std::vector<BitmapCas> bitmap_cases;
+  std::vector<bool> bit_set_at_slot_cas;  // one per slot CAS naming an item
+  unsigned batches = 0;                   // sub-batches that touched the segment
+
+ private:
+  void see(std::span<const remote::Op> ops) {
+    using namespace engine::sephash;
+    bool snapshot = false;
+    for (const remote::Op& op : ops) {
+      if (op.verb == remote::Verb::kRead && op.len == kHeaderBytes) {
+        seg_ = op.off;
+        snapshot = true;
+      }
+    }
+    if (seg_ == 0) return;
+    bool touches = false;
+    for (const remote::Op& op : ops) touches |= op.off >= seg_ && op.off < seg_ + kCurSegBytes;
+    if (!touches) return;
+    ++batches;
+    bool speculates = false;
+    for (const remote::Op& op : ops) {
+      if (op.verb != remote::Verb::kCas) continue;
+      const std::uint64_t at = op.off - seg_;
+      if (op.off >= seg_ && at >= kBitmapOff && at < kSlotsOff) {
+        bitmap_cases.push_back({at, op.arg0, op.arg1, batches, snapshot});
+        speculates |= snapshot;
+      }
+    }
+    if (speculates && at_speculation_) {
+      std::function<void()> f = std::move(at_speculation_);
+      at_speculation_ = nullptr;
+      f();
+    }
+    for (const remote::Op& op : ops) {
+      if (op.verb != remote::Verb::kCas || op.off < seg_ + kSlotsOff ||
+          op.off >= seg_ + kCurSegBytes || (op.arg1 & kItemMask) == 0) {
+        continue;
+      }
+      const std::uint64_t entry = op.arg1;
+      const bool sign = (entry & kSignBit) != 0;
+      const unsigned bit = bitmap_bit(slot_fp(entry), slot_fp2(entry));
+      const std::uint64_t w = word(kBitmapOff + (sign ? kBitmapBytes : 0) + (bit / 64) * 8);
+      bit_set_at_slot_cas.push_back(((w >> (bit % 64)) & 1) != 0);
+    }
+  }
+
+  std::unique_ptr<remote::Client> checker_;
+  std::thread::id thread_;
+  std::function<void()> at_speculation_;
+  bool checking_ = false;  // the checker's own sub-batches are not watched
+  std::uint64_t seg_ = 0;  // the CurSeg the last snapshot READ named
+};
+
+// A key's bitmap bit (layout.h), and keys of segment 0 (hash bit 0 clear,
+// with options()'s initial depth 1: on node 0).
+unsigned bit_of(const std::string& key) {
+  const std::uint64_t h = engine::make_key(key).h1;
+  return engine::sephash::bitmap_bit(engine::sephash::hash_fp(h), engine::sephash::hash_fp2(h));
+}
+bool in_segment_0(const std::string& key) { return (engine::make_key(key).h1 & 1) == 0; }
+// The first key of segment 0 from key_of(*next) on that `fits`; *next moves past it.
+std::string next_key(unsigned* next, const std::function<bool(const std::string&)>& fits) {
+  for (;; ++*next) {
+    const std::string k = key_of(*next);
+    if (in_segment_0(k) && fits(k)) {
+      ++*next;
+      return k;
+    }
+  }
+}
+std::uint64_t bitmap_at(bool sign, unsigned bit) {
+  using namespace engine::sephash;
+  return kBitmapOff + (sign ? kBitmapBytes : 0) + (bit / 64) * 8;
+}
+
+// A session that saw the segment's bitmap word as it is sets the key's bit
+// in the first round trip, next to the snapshot: the append takes two
+// round trips to the segment, the bit set before the slot CAS.
+TEST_F(SepHashTest, AnAppendWithACurrentBitmapWordSetsItsBitInItsFirstRoundTrip) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  unsigned next = 0;
+  const std::string first = next_key(&next, [](const std::string&) { return true; });
+  const std::string key =
+      next_key(&next, [&](const std::string& k) { return bit_of(k) / 64 != bit_of(first) / 64; });
+  ASSERT_TRUE(st->insert(first, "1").ok());  // this session now knows the header
+  AppendWatch watch(nodes_[0]);
+  watch.start();
+  ASSERT_TRUE(st->insert(key, "2").ok());
+  watch.stop();
+  // The property: the entry's bit was set when its slot CAS was posted.
+  ASSERT_EQ(watch.bit_set_at_slot_cas.size(), 1u);
+  EXPECT_TRUE(watch.bit_set_at_slot_cas[0]);
+  const unsigned bit = bit_of(key);
+  ASSERT_EQ(watch.bitmap_cases.size(), 1u);
+  const AppendWatch::BitmapCas& c = watch.bitmap_cases[0];
+  EXPECT_TRUE(c.with_snapshot);
+  EXPECT_EQ(c.at, bitmap_at(true, bit));  // a new CurSeg's sign is 1
+  EXPECT_EQ(c.desired, c.expected | (std::uint64_t{1} << (bit % 64)));
+  EXPECT_EQ(watch.batches, 2u);  // the snapshot with the bit, then the slot
+  std::string got;
+  ASSERT_TRUE(st->get(key, &got).ok());
+  EXPECT_EQ(got, "2");
+  EXPECT_TRUE(st->check().ok());
+}
+
+// Another client sets another bit of the same bitmap word between what
+// this session saw and its speculative CAS: the CAS fails, and the append
+// sets its bit in a round trip of its own before the slot CAS.
+TEST_F(SepHashTest, AnAppendWhoseSpeculativeBitmapCasFailedSetsTheBitBeforeItsSlotCas) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  unsigned next = 0;
+  const std::string first = next_key(&next, [](const std::string&) { return true; });
+  const unsigned word = (bit_of(first) / 64 + 1) % 8;
+  const std::string key = next_key(&next, [&](const std::string& k) { return bit_of(k) / 64 == word; });
+  const std::string other = next_key(&next, [&](const std::string& k) {
+    return bit_of(k) / 64 == word && bit_of(k) != bit_of(key);
+  });
+  ASSERT_TRUE(st->insert(first, "1").ok());
+  AppendWatch watch(nodes_[0]);
+  watch.start([&] {
+    // Another thread, so another session (this thread's is in use).
+    std::thread t([&] { EXPECT_TRUE(st->insert(other, "3").ok()); });
+    t.join();
+  });
+  ASSERT_TRUE(st->insert(key, "2").ok());
+  watch.stop();
+  const std::uint64_t mine = std::uint64_t{1} << (bit_of(key) % 64);
+  const std::uint64_t theirs = std::uint64_t{1} << (bit_of(other) % 64);
+  ASSERT_EQ(watch.bit_set_at_slot_cas.size(), 1u);
+  EXPECT_TRUE(watch.bit_set_at_slot_cas[0]);
+  ASSERT_EQ(watch.bitmap_cases.size(), 2u);
+  const AppendWatch::BitmapCas& spec = watch.bitmap_cases[0];
+  const AppendWatch::BitmapCas& own = watch.bitmap_cases[1];
+  EXPECT_TRUE(spec.with_snapshot);
+  EXPECT_EQ(spec.expected & theirs, 0u);  // stale: it failed
+  EXPECT_FALSE(own.with_snapshot);        // a round trip of its own
+  EXPECT_EQ(own.at, spec.at);
+  EXPECT_EQ(own.expected & (theirs | mine), theirs);
+  EXPECT_EQ(own.desired, own.expected | mine);
+  EXPECT_EQ(watch.word(spec.at) & (mine | theirs), mine | theirs);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, Model{{first, "1"}, {key, "2"}, {other, "3"}}));
+}
+
+// Another client merges the segment between what this session saw and
+// its speculative CAS: the sign flipped, and the CAS, made on the old
+// sign's bitmap whose word has not changed, matches there. That bit is
+// in no state the append can land in; the append sets its bit in the new
+// sign's bitmap before its slot CAS. (An upsert: an insert would first
+// load the new MainSeg's prefix table and take a new snapshot, whose
+// speculation is made on the new sign.)
+TEST_F(SepHashTest, AnAppendWhoseSpeculationHitTheOldSignSetsTheBitOfTheNewState) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  unsigned next = 0;
+  const std::string first = next_key(&next, [](const std::string&) { return true; });
+  const unsigned word = (bit_of(first) / 64 + 1) % 8;
+  const std::string key = next_key(&next, [&](const std::string& k) { return bit_of(k) / 64 == word; });
+  // Enough keys to fill the CurSeg and merge it once (not twice, which
+  // would flip the sign back), none of them in the key's bitmap word.
+  std::vector<std::string> fill;
+  while (fill.size() < engine::sephash::kCurSlots + engine::sephash::kCurSlots / 2) {
+    fill.push_back(next_key(&next, [&](const std::string& k) { return bit_of(k) / 64 != word; }));
+  }
+  ASSERT_TRUE(st->insert(first, "1").ok());
+  const std::uint64_t merges = st->stats().merges;
+  AppendWatch watch(nodes_[0]);
+  watch.start([&] {
+    std::thread t([&] {
+      for (const std::string& k : fill) EXPECT_TRUE(st->insert(k, "f").ok());
+    });
+    t.join();
+  });
+  ASSERT_TRUE(st->upsert(key, "2").ok());
+  watch.stop();
+  EXPECT_EQ(st->stats().merges, merges + 1);
+  ASSERT_EQ(watch.bit_set_at_slot_cas.size(), 1u);
+  EXPECT_TRUE(watch.bit_set_at_slot_cas[0]);
+  const unsigned bit = bit_of(key);
+  const std::uint64_t mine = std::uint64_t{1} << (bit % 64);
+  ASSERT_EQ(watch.bitmap_cases.size(), 2u);
+  const AppendWatch::BitmapCas& spec = watch.bitmap_cases[0];
+  const AppendWatch::BitmapCas& own = watch.bitmap_cases[1];
+  EXPECT_TRUE(spec.with_snapshot);
+  EXPECT_EQ(spec.at, bitmap_at(true, bit));  // the sign this session saw
+  EXPECT_EQ(own.at, bitmap_at(false, bit));  // the merge's sign
+  EXPECT_FALSE(own.with_snapshot);           // in a round trip of its own
+  EXPECT_NE(watch.word(spec.at) & mine, 0u);  // the speculative CAS matched there
+  Model model{{first, "1"}, {key, "2"}};
+  for (const std::string& k : fill) model.emplace(k, "f");
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
 }
 
 }  // namespace

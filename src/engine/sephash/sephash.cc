@@ -119,6 +119,11 @@ inline bool unchanged(const Snap& then, const Snap& now) {
 bool bitmap_has(const Header& h, bool sign, unsigned bit) {
   return ((h.bitmap[sign ? 1 : 0][bit / 64] >> (bit % 64)) & 1) != 0;
 }
+// Where, from a CurSeg's start, the bitmap word of sign `sign` that holds
+// bit `bit` is.
+inline std::uint64_t bitmap_word_off(bool sign, unsigned bit) {
+  return kBitmapOff + (sign ? kBitmapBytes : 0) + (bit / 64) * 8;
+}
 
 // One key's entry read back: its slot and its item's bytes.
 struct Candidate {
@@ -151,6 +156,34 @@ struct Session : remote_index::Link {
     std::vector<std::uint16_t> prefix = std::vector<std::uint16_t>(257, 0);
   };
   std::unordered_map<RAddr, MainCache> mains;
+  // Per segment, the header as this session last saw it: the seq, the
+  // sign and that sign's bitmap words (a snapshot's, a bitmap CAS's old
+  // word since, or what this session's own merge or split published). A
+  // hint and nothing more: an append's first round trip CASes the key's
+  // bitmap word from the cached word, and trusts the bit only when the
+  // snapshot's sign and the CAS's old word confirm it (sephash.h, "Append").
+  struct BitmapCache {
+    bool known = false;
+    bool sign = false;
+    std::uint64_t seq = 0;
+    std::uint64_t words[kBitmapBytes / 8] = {};
+    // What the snapshot (`seq`, header `hd`) shows.
+    void take(std::uint64_t snap_seq, const Header& hd) {
+      known = true;
+      seq = snap_seq;
+      sign = meta_sign(hd.meta);
+      std::memcpy(words, hd.bitmap[sign ? 1 : 0], sizeof(words));
+    }
+    // What a publish that began the state (`s`, `new_seq`) left: that
+    // sign's bitmap clear.
+    void published(bool s, std::uint64_t new_seq) {
+      known = true;
+      seq = new_seq;
+      sign = s;
+      std::fill(std::begin(words), std::end(words), 0);
+    }
+  };
+  std::unordered_map<RAddr, BitmapCache> bitmaps;
   remote_index::Chunks chunks;
   // Blocks this client freed (merges, splits) or took from a node's stack,
   // to reuse before its chunks: per node, offsets by length in 64-byte units.
@@ -168,6 +201,7 @@ struct Session : remote_index::Link {
 };
 
 inline constexpr unsigned kWindowSlots = 8;
+inline constexpr std::size_t kNoOp = ~std::size_t{0};  // no such verb in a batch
 
 struct Params {
   unsigned nodes = 0;
@@ -864,6 +898,7 @@ class SepHashIndex final : public Index {
       add_check(b, seg, &now);
       if (Status s = exec(ss, b); !s.ok()) return s;
       snap.meta = hd.meta;
+      ss.bitmaps[seg].take(snap.seq, hd);  // for this session's next append here
       bool go = false;
       if (Status s = check_snapshot(ss, h, seg, hd, snap, now, &mc, deadline, &watch, &go);
           !s.ok()) {
@@ -1025,6 +1060,8 @@ class SepHashIndex final : public Index {
         unused(ss, item_node, item_off, units);
       }
     });
+    const unsigned bit = bitmap_bit(fp, fp2);
+    const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
     const auto deadline = lock_deadline();
     LockWatch watch;
     for (;;) {
@@ -1041,6 +1078,23 @@ class SepHashIndex final : public Index {
       Batch b;
       if (ih.version == 0) b.faa(0, kVersionOff, 1);
       add_snapshot(b, seg, &snap.seq, &hd);
+      // The key's bitmap bit, speculatively, from the word this session
+      // last saw (sephash.h, "Append"): after the snapshot's READ (same
+      // node, in order), so that the snapshot never shows this bit, and
+      // before the check, which validates it with the rest. Not while the
+      // key's presence is still to be decided with a MainSeg prefix table
+      // cached at another seq than the word: if the word is current, the
+      // table is not, this pass ends after loading it, and the next
+      // pass's snapshot would show the bit (a READ of the slots for
+      // nothing, where the bit's own round trip would have cost as much).
+      Session::BitmapCache& bc = ss.bitmaps[seg];
+      std::size_t spec_op = kNoOp;
+      const std::uint64_t spec_word = bc.words[bit / 64];
+      const bool spec_sign = bc.sign;
+      if (bc.known && (spec_word & mask) == 0 && (want == Want::kAny || mc.seq == bc.seq)) {
+        spec_op = b.size();
+        b.cas(node, off + bitmap_word_off(spec_sign, bit), spec_word, spec_word | mask);
+      }
       if (want != Want::kAny && hi > lo) {
         mslots.resize(hi - lo);
         b.read(node, mc.main_off + kPrefixBytes + lo * 8ull, mslots.data(), (hi - lo) * 8);
@@ -1050,6 +1104,20 @@ class SepHashIndex final : public Index {
       if (Status s = exec(ss, b); !s.ok()) return s;
       if (ih.version == 0) ih.version = b.result(0);
       snap.meta = hd.meta;
+      const bool sign = meta_sign(hd.meta);
+      // The key's bitmap word in the snapshot's state, as late as this
+      // session knows it: the speculative CAS ran after the snapshot, and
+      // when it was made on the snapshot's sign its old word is newer (and
+      // with the CAS matched, the bit is set, durable once this round trip
+      // completed). A CAS on the other sign's bitmap is not looked at: its
+      // bit, if set, belongs to no state this append can land in.
+      std::uint64_t bitmap_word = hd.bitmap[sign ? 1 : 0][bit / 64];
+      if (spec_op != kNoOp && spec_sign == sign) {
+        const std::uint64_t old = b.result(spec_op);
+        bitmap_word = old == spec_word ? (old | mask) : old;
+      }
+      bc.take(snap.seq, hd);
+      bc.words[bit / 64] = bitmap_word;
       bool go = false;
       if (Status s = check_snapshot(ss, h, seg, hd, snap, now,
                                     want != Want::kAny ? &mc : nullptr, deadline, &watch, &go);
@@ -1058,12 +1126,15 @@ class SepHashIndex final : public Index {
       }
       if (!go) continue;
       const unsigned depth = meta_depth(hd.meta);
-      const bool sign = meta_sign(hd.meta);
       bool all_slots = false;  // slots[] holds every slot, not only the window
       if (want != Want::kAny) {
         Candidate found;
         bool any = false, retry = false;
-        if (bitmap_has(hd, sign, bitmap_bit(fp, fp2))) all_slots = true;
+        // The snapshot's bitmap, read before this pass's speculative CAS:
+        // a bit it shows was there before, set for another key of the same
+        // bit or by an earlier pass of this append (a false positive: a
+        // READ of the slots more, never a wrong answer).
+        if (bitmap_has(hd, sign, bit)) all_slots = true;
         if (Status s = newest_in_snapshot(ss, key, seg, snap, hd, mslots,
                                           all_slots ? slots : nullptr, &found, &any, &retry);
             !s.ok()) {
@@ -1132,25 +1203,21 @@ class SepHashIndex final : public Index {
           (std::uint64_t{units <= kMaxSlotLenUnits ? units : 0} << kLenShift) |
           (sign ? kSignBit : 0) | (std::uint64_t{hash_dbits(h, depth)} << kDbitsShift) |
           (item_off >> 6);
-      const unsigned bit = bitmap_bit(fp, fp2);
-      const std::uint64_t bitmap_word_off =
-          off + kBitmapOff + (sign ? kBitmapBytes : 0) + (bit / 64) * 8;
-      std::uint64_t bitmap_word = hd.bitmap[sign ? 1 : 0][bit / 64];
-      const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
       if (append_hook()) append_hook()();
-      // The bitmap bit first, in a round trip of its own when it is not
-      // set yet, so that a slot's entry is never durable without its bit
-      // (readers skip a CurSeg whose bitmap lacks the key). In one batch
-      // with the slot's CAS, a bitmap CAS that failed (another bit of the
-      // word set meanwhile) would not stop the slot's CAS, and a node that
-      // lost power before the bit followed would keep an entry that scans
-      // list and gets miss (until a merge made it visible again).
+      // The bitmap bit before the slot's CAS, so that a slot's entry is
+      // never durable without its bit (readers skip a CurSeg whose bitmap
+      // lacks the key). When the first round trip's speculative CAS did
+      // not set it, it gets a round trip of its own: in one batch with the
+      // slot's CAS, a bitmap CAS that failed (another bit of the word set
+      // meanwhile) would not stop the slot's CAS, and a node that lost
+      // power before the bit followed would keep an entry that scans list
+      // and gets miss (until a merge made it visible again).
       bool moved = false;
       while ((bitmap_word & mask) == 0 && !moved) {
         b.clear();
         if (!item_written) b.write(node, item_off, item.data(), static_cast<std::uint32_t>(units * 64));
         const std::size_t bitmap_op = b.size();
-        b.cas(node, bitmap_word_off, bitmap_word, bitmap_word | mask);
+        b.cas(node, off + bitmap_word_off(sign, bit), bitmap_word, bitmap_word | mask);
         add_check(b, seg, &now);
         if (Status s = exec(ss, b); !s.ok()) {
           // A write of the item that may still land: the block is given up.
@@ -1160,6 +1227,7 @@ class SepHashIndex final : public Index {
         item_written = true;
         const std::uint64_t old = b.result(bitmap_op);
         bitmap_word = old == bitmap_word ? (old | mask) : old;
+        bc.words[bit / 64] = bitmap_word;
         moved = !unchanged(snap, now);
       }
       if (moved) {
@@ -1345,6 +1413,7 @@ class SepHashIndex final : public Index {
     // Published: what the merge dropped is named by no state a reader can
     // still validate.
     free_dropped(ss, node, drop, meta);
+    ss.bitmaps[seg].published(!sign, seq);
     return Status::OK();
   }
 
@@ -1649,6 +1718,8 @@ class SepHashIndex final : public Index {
       return s;
     }
     free_dropped(ss, node, drop, meta);
+    ss.bitmaps[seg].published(!sign, seq);
+    ss.bitmaps[seg1].published(true, 0);  // a new CurSeg's seq is 0
     splits_.fetch_add(1, std::memory_order_relaxed);
     split_bytes_.fetch_add(img0.size() + img1.size() + kCurSegBytes, std::memory_order_relaxed);
     return refresh_dir(ss);

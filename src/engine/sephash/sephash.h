@@ -29,16 +29,68 @@
 // that one (and drops it if it is a tombstone). Versions follow real time:
 // a write that completes before another begins has the smaller version.
 //
-// Append (2 round trips, 3 when the key's bitmap bit is not set yet): (1)
-// FAA the version on node 0, and in parallel READ the segment's snapshot
-// (seq, then the header), a window of 8 slots and the check (meta, seq);
-// [(1b) WRITE the item, CAS the bitmap word, READ the check, until the bit
-// is set;] (2) WRITE the item (unless 1b did), CAS a free slot, READ the
-// check. The bit has a round trip of its own because a slot's entry must
-// never be durable without it (readers skip a CurSeg whose bitmap lacks
-// the key): a bitmap CAS that fails, another bit of its word set since the
-// snapshot, cannot stop a slot CAS later in its batch. A slot is free when
-// it holds the free word of the snapshot's seq (layout.h, free_slot).
+// Append (2 round trips; 3 when the key's bitmap bit is not set yet and
+// the client's copy of its bitmap word is out of date): (1) FAA the
+// version on node 0, and in parallel READ the segment's snapshot (seq,
+// then the header), CAS the key's bitmap word (speculatively, below),
+// READ a window of 8 slots and the check (meta, seq); [(1b) WRITE the
+// item, CAS the bitmap word, READ the check, until the bit is set;] (2)
+// WRITE the item (unless 1b did), CAS a free slot, READ the check. A slot
+// is free when it holds the free word of the snapshot's seq (layout.h,
+// free_slot). An insert, update or remove first looks the key up from
+// the same snapshot, as a search does (a bitmap or fingerprint match costs
+// the round trips of "Search" more).
+//   The bit before the slot. A slot's entry is never durable without its
+// bitmap bit in the state the entry lives in (readers skip a CurSeg whose
+// bitmap lacks the key). So the bit is set in a round trip before the
+// slot's CAS: in one batch with it, a bitmap CAS that failed (another bit
+// of its word set since the word was read) could not stop the slot's CAS,
+// and a node that lost power before the bit followed would keep an entry
+// that scans list and gets miss.
+//   Speculative bit. Each client session keeps, per segment, the seq, the
+// sign and that sign's bitmap words as it last saw them (a snapshot, a
+// bitmap CAS's old word, its own merge's or split's publish). When that
+// word lacks the key's bit, round trip 1 CASes the word of that sign from
+// the kept value to value | bit, after the snapshot's READs (one node's
+// verbs run in order) and before the check. The bit is set when the
+// snapshot's sign is the kept sign, the CAS's old word is the kept value
+// and the check passes: no lock was held from the snapshot's READ to the
+// check's, so the CAS, between them, set the bit in the bitmap of the
+// snapshot's state, durable when round trip 1 completes, before any slot
+// CAS; the slot CAS succeeds only in that state (its free word), and a
+// sign's bitmap is cleared only by a merge that begins a later state of
+// that sign. Otherwise 1b runs, from the snapshot's word, or from the
+// CAS's old word when the CAS was made on the snapshot's sign (read later;
+// if it has the bit, another write set it, as when 1b's CAS finds it so).
+// An insert, update or remove whose MainSeg prefix table (its presence
+// check needs it) was cached at another seq than the kept word does not
+// speculate: if the word is current the table is not, that pass ends
+// after loading the table, and the next pass's snapshot would show the bit.
+//   A speculative bit that does not serve is a false positive of the
+// filter, never a wrong answer: a bit only makes readers read the slots,
+// where entries are matched by key. A CAS never clears a bit (it stores
+// expected | bit, and only where it finds expected). A CAS of the wrong
+// sign (the segment merged since the session saw it) lands in the bitmap
+// of a state that has ended or not begun: before a merge flips to a sign
+// it clears that sign's bitmap (one WRITE, in the publish batch), which
+// removes a bit CASed before it; a CAS that lands after the clear (it
+// then found the cleared word, or the words appends set since) leaves one
+// extra bit in the new state. An insert that finds its key, an update or
+// remove that does not, a segment the key has left (a split the client's
+// directory missed), a check that fails (a lock taken meanwhile): the bit
+// stays, unused, until the state ends. The snapshot the key's presence is
+// decided from is READ before the CAS, so it never counts this pass's bit
+// (a later pass's snapshot may show an earlier pass's bit: one READ of
+// the slots more). A failed CAS stores nothing and costs no fence
+// (remote/verbs.cc); one that matches costs the fence of a writing verb,
+// as 1b's CAS did.
+//   Costs (pmhash-remote-bench --transport shm --records 100000, medians
+// of three, against a round trip of its own for every new bit): round
+// trips per insert 3.26 -> 2.35 at one client, 3.28 -> 2.37 at two,
+// 3.29 -> 2.40 at four (2.35 at one client before the bit had a round
+// trip of its own); verbs per insert 12.46 -> 11.56, bytes 1319 -> 1305.
+// Per YCSB A operation at one client 3.31 -> 3.03 round trips; with more
+// clients, A's round trips follow the polling of contended merge locks.
 //
 // Merge. The client that finds every slot taken sets the meta's lock bit
 // (CAS), adds 1 to the segment's seq (FAA, before it reads anything),
