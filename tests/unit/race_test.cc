@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -311,11 +312,14 @@ class RaceSplitLockTest : public RaceTest {
 #else
   static constexpr unsigned kTimeoutMs = 150, kMarginMs = 3000;
 #endif
-  static constexpr unsigned kLeaseMs = 2 * kTimeoutMs;
+
+  // The clients' remote timeout at create; the index's lease is twice it.
+  virtual unsigned timeout_ms() const { return kTimeoutMs; }
+  unsigned lease_ms() const { return 2 * timeout_ms(); }
 
   Options options() const override {
     Options o = RaceTest::options();
-    o.remote_timeout_ms = kTimeoutMs;
+    o.remote_timeout_ms = timeout_ms();
     return o;
   }
 
@@ -422,8 +426,8 @@ class RaceSplitLockTest : public RaceTest {
     const double waited = ms_since(t0);
     engine::race::set_split_hook_for_testing(nullptr);
     ASSERT_TRUE(c.ok()) << c.to_string();
-    EXPECT_GE(waited, kLeaseMs * 0.9) << "check() did not wait for the lease";
-    EXPECT_LT(waited, kLeaseMs + kMarginMs);
+    EXPECT_GE(waited, lease_ms() * 0.9) << "check() did not wait for the lease";
+    EXPECT_LT(waited, lease_ms() + kMarginMs);
     EXPECT_EQ(st->stats().lock_takeovers, 1u);
     if (forward) {
       EXPECT_GT(taker_steps.load(), 0u) << "the split was undone, not finished";
@@ -576,7 +580,7 @@ TEST_P(RaceSlowSplitterTest, ASplitterPastHalfItsLeaseStopsAndIsTakenOver) {
       ++later;
     } else if (at == step) {
       slept = true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs * 6 / 10));
+      std::this_thread::sleep_for(std::chrono::milliseconds(lease_ms() * 6 / 10));
     }
     return false;
   });
@@ -591,7 +595,7 @@ TEST_P(RaceSlowSplitterTest, ASplitterPastHalfItsLeaseStopsAndIsTakenOver) {
       continue;
     }
     ASSERT_TRUE(s.is_busy()) << s.to_string();
-    EXPECT_NE(s.message().find("half its lease (" + std::to_string(kLeaseMs) + " ms)"),
+    EXPECT_NE(s.message().find("half its lease (" + std::to_string(lease_ms()) + " ms)"),
               std::string::npos)
         << s.to_string();
     unacked = key_of(i);
@@ -629,7 +633,7 @@ TEST_F(RaceSplitLockTest, ASplitterThatWakesAfterATakeoverWritesNothing) {
     } else if (at == SplitStep::kIntentWritten && fired.fetch_add(1) == 0) {
       in_hook = true;
       in_hook.notify_all();
-      std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs * 3 / 2));
+      std::this_thread::sleep_for(std::chrono::milliseconds(lease_ms() * 3 / 2));
       woke = true;
     }
     return false;
@@ -673,6 +677,9 @@ TEST_F(RaceSplitLockTest, ASplitterThatWakesAfterATakeoverWritesNothing) {
 // memory-node daemons as requests (it ran whole before the client died).
 class RaceSplitLockTcpTest : public RaceSplitLockTest {
  protected:
+  // A lease long enough that half of it (a holder's window) covers the
+  // round trips of a split to the daemons on a loaded machine.
+  unsigned timeout_ms() const override { return std::max(kTimeoutMs, 500u); }
   void SetUp() override {
     RaceSplitLockTest::SetUp();
     for (const std::string& n : nodes_) {

@@ -295,13 +295,6 @@ class RaceIndex final : public Index {
     return lease() + std::chrono::milliseconds(sessions_.timeout_ms());
   }
 
-  Status stuck(unsigned node, std::uint64_t base, const char* what) const {
-    return Status::Busy("race: subtable at node " + std::to_string(node) + " offset " +
-                        std::to_string(base) + " " + what + " for " +
-                        std::to_string(params_.lease_ms + sessions_.timeout_ms()) +
-                        " ms (lease + remote timeout) after its split lock last changed; taking the "
-                        "split over did not finish it");
-  }
 
   // ---- directory ----
   Status refresh_dir(Session& ss) {
@@ -378,7 +371,8 @@ class RaceIndex final : public Index {
           // The directory read next names the key's subtable (a split
           // writes the directory before it changes the headers).
           if (Clock::now() > watch.until) {
-            return stuck(dir_node(dw), dir_off(dw), "kept a suffix that the directory contradicts");
+            return stuck(dir_node(dw), dir_off(dw), "kept a suffix that the directory contradicts",
+                         watch);
           }
           if (Status s = refresh_dir(ss); !s.ok()) return s;
           break;
@@ -386,8 +380,9 @@ class RaceIndex final : public Index {
           // Headers that stay torn belong to a split cut short while it
           // rewrote them (step 5): its lock is taken over after a lease.
           counters_.retries.fetch_add(1, std::memory_order_relaxed);
-          if (Status s = watch_lock(ss, dir_node(dw), dir_off(dw), &watch); !s.ok()) return s;
-          if (Clock::now() > watch.until) return stuck(dir_node(dw), dir_off(dw), "stayed torn");
+          if (Status s = watch_lock(ss, dir_node(dw), dir_off(dw), &watch, "stayed torn"); !s.ok()) {
+            return s;
+          }
           std::this_thread::yield();
           break;
       }
@@ -520,8 +515,7 @@ class RaceIndex final : public Index {
         // A split has captured the subtable: no CAS could succeed. Its
         // lock is taken over if it stays for a lease (race.h, "Dead splitters").
         counters_.retries.fetch_add(1, std::memory_order_relaxed);
-        if (Status s = watch_lock(ss, v.node, v.base, &watch); !s.ok()) return s;
-        if (Clock::now() > watch.until) return stuck(v.node, v.base, "stayed frozen");
+        if (Status s = watch_lock(ss, v.node, v.base, &watch, "stayed frozen"); !s.ok()) return s;
         std::this_thread::yield();
         continue;
       }
@@ -639,8 +633,7 @@ class RaceIndex final : public Index {
       if (entry_frozen(mine->word)) {
         // A split captured it; it keeps its place in this subtable or the
         // new one (the split finished, by its holder or a taker).
-        if (Status s = watch_lock(ss, v.node, v.base, &watch); !s.ok()) return s;
-        if (Clock::now() > watch.until) return stuck(v.node, v.base, "stayed frozen");
+        if (Status s = watch_lock(ss, v.node, v.base, &watch, "stayed frozen"); !s.ok()) return s;
         std::this_thread::yield();
         continue;
       }
@@ -662,29 +655,51 @@ class RaceIndex final : public Index {
     std::uint64_t base = 0;
     std::uint64_t seen = 0;   // the word
     Clock::time_point since;  // when `seen` was first seen
-    Clock::time_point until;  // the wait gives Busy after this
+    Clock::time_point start;  // when the wait began
+    Clock::time_point until;  // Busy after this: lock_patience() after the last change seen
+    Clock::time_point limit;  // and never later than this
   };
   LockWatch new_watch() const {
     LockWatch w;
-    w.until = Clock::now() + lock_patience();
+    w.start = Clock::now();
+    w.until = w.start + lock_patience();
+    w.limit = w.start + kWaitLeases * lease() + std::chrono::milliseconds(sessions_.timeout_ms());
     return w;
+  }
+  // A wait gives up after this many leases even while takeovers go on (a
+  // taker that cannot finish within half a lease, over and over).
+  static constexpr unsigned kWaitLeases = 16;
+
+  Status stuck(unsigned node, std::uint64_t base, const char* what, const LockWatch& w) const {
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.start).count();
+    return Status::Busy("race: subtable at node " + std::to_string(node) + " offset " +
+                        std::to_string(base) + " " + what + " for " + std::to_string(waited) +
+                        " ms: no split of it made progress for the lease + remote timeout (" +
+                        std::to_string(params_.lease_ms + sessions_.timeout_ms()) +
+                        " ms), or taking it over failed for " + std::to_string(kWaitLeases) +
+                        " leases; retry later (a later call takes a dead split over)");
   }
 
   // Reads the lock word of the subtable at (node, base) and observes it.
-  Status watch_lock(Session& ss, unsigned node, std::uint64_t base, LockWatch* w) {
+  Status watch_lock(Session& ss, unsigned node, std::uint64_t base, LockWatch* w,
+                    const char* what) {
     std::uint64_t word = 0;
     Batch b;
     b.read(node, base + bucket_bytes(), &word, 8);
     if (Status s = ss.exec(b); !s.ok()) return s;
-    return observe(ss, node, base, word, w);
+    return observe(ss, node, base, word, w, what);
   }
 
   // A waiter saw lock word `word` of the subtable at (node, base). A word
   // it had not seen gives it another lock_patience() (a split made
-  // progress); a locked word seen for a whole lease is taken over. No
-  // lock word recurs (layout.h), so that lease was one holder's.
+  // progress); a locked word seen for a whole lease is taken over (no lock
+  // word recurs, layout.h, so that lease was one holder's). Busy, saying
+  // the subtable `what`, once it has waited past w->until. Both decisions
+  // are made on one clock reading: a waiter that looks late (descheduled)
+  // takes over rather than give up.
   Status observe(Session& ss, unsigned node, std::uint64_t base, std::uint64_t word,
-                 LockWatch* w) {
+                 LockWatch* w, const char* what) {
     const auto now = Clock::now();
     if (!w->any || w->node != node || w->base != base || w->seen != word) {
       w->any = true;
@@ -692,16 +707,17 @@ class RaceIndex final : public Index {
       w->base = base;
       w->seen = word;
       w->since = now;
-      w->until = std::max(w->until, now + lock_patience());
+      w->until = std::min(std::max(w->until, now + lock_patience()), w->limit);
       return Status::OK();
     }
-    if (!lock_held(word) || now - w->since < lease()) return Status::OK();
-    // Due, even if the waiter looks only now (a descheduled process): the
-    // takeover changes the word, whoever wins it, and the waiter waits on.
-    w->any = false;
-    const Status s = take_over(ss, node, base, word);
-    w->until = std::max(w->until, Clock::now() + lock_patience());
-    return s;
+    if (lock_held(word) && now - w->since >= lease() && now <= w->limit) {
+      w->any = false;  // the takeover changes the word, whoever wins it
+      const Status s = take_over(ss, node, base, word);
+      w->until = std::min(std::max(w->until, Clock::now() + lock_patience()), w->limit);
+      return s;
+    }
+    if (now > w->until) return stuck(node, base, what, *w);
+    return Status::OK();
   }
 
   // A split lock's holder, the splitter or a taker: the subtable, the lock
@@ -793,8 +809,7 @@ class RaceIndex final : public Index {
     b.read(v.node, lock_at, &word, 8);
     if (Status s = ss.exec(b); !s.ok()) return s;
     if (lock_held(word)) {
-      if (Status s = observe(ss, v.node, v.base, word, watch); !s.ok()) return s;
-      if (Clock::now() > watch->until) return stuck(v.node, v.base, "stayed locked");
+      if (Status s = observe(ss, v.node, v.base, word, watch, "stayed locked"); !s.ok()) return s;
       std::this_thread::yield();
       return Status::OK();
     }
@@ -1110,8 +1125,7 @@ class RaceIndex final : public Index {
       b.read(node, base + bucket_bytes(), &word, 8);
       if (Status s = ss.exec(b); !s.ok()) return s;
       if (!lock_held(word)) return Status::OK();
-      if (Status s = observe(ss, node, base, word, &w); !s.ok()) return s;
-      if (Clock::now() > w.until) return stuck(node, base, "stayed locked");
+      if (Status s = observe(ss, node, base, word, &w, "stayed locked"); !s.ok()) return s;
       std::this_thread::yield();
     }
   }

@@ -195,8 +195,11 @@
 // waiter that has seen the same locked word for the index's lease ("Lease"
 // below) takes over: it CASes the word from (locked, q) to (locked, q +
 // 2^32), one taker wins, and in the same sub-batch it READs all of O
-// after the CAS. Waiters give Busy only when a lock word stays unchanged
-// for lease + remote timeout (a takeover failed to change it).
+// after the CAS. A waiter gives Busy only when what it waits on made no
+// progress for lease + remote timeout (the lock word unchanged and not
+// locked, yet slots frozen or headers torn: damage; a locked word is taken
+// over instead), or after 16 leases of takeovers that did not finish (each
+// taker stops at half its lease; the next one takes over again).
 //   Forward or back. The intent is this lock's when its seq is not 0 and
 // equals the lock's seq in the low 32 bits (a takeover adds 2^32, so the
 // holder's intent is recognised through any number of takeovers). Then
