@@ -648,6 +648,13 @@ class RaceIndex final : public Index {
   }
 
   // ---- split (race.h, "Split", "Dead splitters") ----
+  // A wait gives up after this many leases, and no sooner than
+  // kWaitFloor, even while takeovers go on (takers that cannot finish
+  // within half a lease, over and over: a lease too short for the
+  // machine's load or the network's latency).
+  static constexpr unsigned kWaitLeases = 16;
+  static constexpr std::chrono::milliseconds kWaitFloor{2000};
+
   // What a waiter remembers of the split lock it waits on.
   struct LockWatch {
     bool any = false;         // a lock word was seen
@@ -663,13 +670,10 @@ class RaceIndex final : public Index {
     LockWatch w;
     w.start = Clock::now();
     w.until = w.start + lock_patience();
-    w.limit = w.start + kWaitLeases * lease() + std::chrono::milliseconds(sessions_.timeout_ms());
+    w.limit = w.start + std::max<Clock::duration>(kWaitLeases * lease(), kWaitFloor) +
+              std::chrono::milliseconds(sessions_.timeout_ms());
     return w;
   }
-  // A wait gives up after this many leases even while takeovers go on (a
-  // taker that cannot finish within half a lease, over and over).
-  static constexpr unsigned kWaitLeases = 16;
-
   Status stuck(unsigned node, std::uint64_t base, const char* what, const LockWatch& w) const {
     const auto waited =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.start).count();
@@ -678,7 +682,8 @@ class RaceIndex final : public Index {
                         " ms: no split of it made progress for the lease + remote timeout (" +
                         std::to_string(params_.lease_ms + sessions_.timeout_ms()) +
                         " ms), or taking it over failed for " + std::to_string(kWaitLeases) +
-                        " leases; retry later (a later call takes a dead split over)");
+                        " leases (at least " + std::to_string(kWaitFloor.count()) +
+                        " ms); retry later (a later call takes a dead split over)");
   }
 
   // Reads the lock word of the subtable at (node, base) and observes it.

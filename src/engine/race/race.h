@@ -120,8 +120,9 @@
 //       durable, N and the intent's other words are whole (a node that
 //       loses power mid-batch keeps a prefix of its writing verbs, the
 //       last torn at 8-byte words at worst: remote/transport.h). Nothing
-//       before (I) changes what any client reads or can change: O's
-//       entries are all in place (frozen), no directory word names N;
+//       before (I) is destructive: O still holds every entry (frozen,
+//       which only makes writers wait), its headers and the directory are
+//       as before, and nothing names N;
 //   (4) the directory words of the new half (s1, s1 + 2^(d+1), ...) that
 //       name a subtable of depth <= d are CASed to N's word (from O's word
 //       at depth d; a CAS that finds another such word, an ancestor whose
@@ -198,8 +199,9 @@
 // after the CAS. A waiter gives Busy only when what it waits on made no
 // progress for lease + remote timeout (the lock word unchanged and not
 // locked, yet slots frozen or headers torn: damage; a locked word is taken
-// over instead), or after 16 leases of takeovers that did not finish (each
-// taker stops at half its lease; the next one takes over again).
+// over instead), or after 16 leases (at least 2 s) of takeovers that did
+// not finish (each taker stops at half its lease; the next one takes over
+// again).
 //   Forward or back. The intent is this lock's when its seq is not 0 and
 // equals the lock's seq in the low 32 bits (a takeover adds 2^32, so the
 // holder's intent is recognised through any number of takeovers). Then
