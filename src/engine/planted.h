@@ -69,6 +69,9 @@ enum Bug : unsigned {
   // race: an insert or update CASes its slot before it writes the KV block
   // the slot names (the block's WRITE moved behind the CAS).
   kRaceSlotBeforeKvDurable = 1u << 28,
+  // race: a split writes its intent (seq included) before the new subtable
+  // the intent names, so a taker may roll forward onto a partial one.
+  kRaceIntentBeforeNewTable = 1u << 29,
 };
 
 // The planted bugs (a mask of Bug), process-wide.

@@ -5,16 +5,14 @@
 //
 // For each engine: a two-threaded workload on two nodes with every fence of
 // every node a crash point, and a longer one-threaded one (sephash: long
-// enough to split both segments, every third crash point); each crash
-// image attached by a new client in a verifier process and checked against
-// the oracle. sephash's runs must merge and split (a crash during either is
-// recovered by a lock takeover). race runs on subtables large enough never
-// to split: a race split cut short by a crash leaves its subtable frozen
-// and locked for good (race.h, "Failure"), which the explorer reports as a
-// violation on the first crash point inside a split (--race-groups 2 shows
-// it). Then the planted bugs of engine/planted.h, one at a time: the
-// explorer must report each, and the reproducer it saves must replay the
-// violation.
+// enough to split both segments, every third crash point; race: every
+// second); each crash image attached by a new client in a verifier process
+// and checked against the oracle. sephash's runs must merge and split, and
+// race's must split (subtables of 2 groups): a crash during a merge or
+// split is recovered by a lock takeover (sephash.h "Dead lock holders",
+// race.h "Dead splitters"). Then the planted bugs of engine/planted.h,
+// one at a time: the explorer must report each, and the reproducer it
+// saves must replay the violation.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -52,6 +50,10 @@ struct Exploration {
   const char* ops;
   const char* keys;
   const char* every;
+  // The verifier's lease and remote timeout: recovery of an image taken
+  // inside a split (or merge) waits a lease before it takes the lock over.
+  const char* lease_ms = "50";
+  const char* timeout_ms = "25";
 };
 
 std::vector<Exploration> runs_of(const std::string& engine) {
@@ -61,7 +63,10 @@ std::vector<Exploration> runs_of(const std::string& engine) {
     // splits both segments.
     return {{"2", "300", "150", "1"}, {"1", "2000", "800", "3"}};
   }
-  return {{"2", "500", "200", "1"}, {"1", "1300", "500", "1"}};
+  // race, on subtables of 2 groups (42 slots): each run splits a few times,
+  // and most of its crash points fall inside a split; a short lease
+  // keeps their recovery quick.
+  return {{"2", "300", "150", "1", "10", "5"}, {"1", "400", "150", "2", "10", "5"}};
 }
 
 class MemnodeCrashExplore : public ::testing::TestWithParam<std::string> {
@@ -83,7 +88,8 @@ TEST_P(MemnodeCrashExplore, EveryCrashOfANodeRecoversToAPromisedState) {
   for (const Exploration& run : runs_of(GetParam())) {
     const SpawnResult r = run_program(
         kExplorer, {"--engine", GetParam(), "--nodes", "2", "--seed", "1", "--threads", run.threads, "--ops", run.ops,
-                    "--keys", run.keys, "--every", run.every, "--summary", summary_, "--reproducers", reproducers_});
+                    "--keys", run.keys, "--every", run.every, "--race-groups", "2", "--lease-ms", run.lease_ms,
+                    "--timeout-ms", run.timeout_ms, "--summary", summary_, "--reproducers", reproducers_});
     ASSERT_EQ(r.exit_code, 0) << "threads " << run.threads << "\n" << describe(r);
     EXPECT_NE(r.out.find(" 0 violations"), std::string::npos) << describe(r);
   }
@@ -93,7 +99,7 @@ TEST_P(MemnodeCrashExplore, EveryCrashOfANodeRecoversToAPromisedState) {
     EXPECT_GE(sum_field(summary_, "merges"), 4u) << "too few merges were crashed";
     EXPECT_GE(sum_field(summary_, "splits"), 1u) << "no split was crashed";
   } else {
-    EXPECT_EQ(sum_field(summary_, "splits"), 0u) << "a race split ran: a crash inside it cannot be recovered";
+    EXPECT_GE(sum_field(summary_, "splits"), 3u) << "too few race splits were crashed";
   }
 }
 
@@ -141,6 +147,8 @@ TEST_P(MemnodePlantedBug, IsReportedWithAReproducerThatReplaysIt) {
 INSTANTIATE_TEST_SUITE_P(EveryRemoteEngine, MemnodePlantedBug,
                          ::testing::Values(Bug{"sephash", "sephash-meta-before-mainseg"},
                                            Bug{"race", "race-slot-before-kv"},
+                                           // A split's intent durable before the new subtable it names.
+                                           Bug{"race", "race-intent-before-new-table"},
                                            // The executor of old: sephash's publish batches
                                            // (race's batches each publish at most at their end).
                                            Bug{"sephash", "memnode-one-fence"}),

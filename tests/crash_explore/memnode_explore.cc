@@ -49,14 +49,16 @@
 // with the shm transport (Store::open, taking the engine node 0 holds) and
 // runs check(), so that recovery is what the engine does for clients that
 // died (sephash: a segment lock held for --lease-ms is taken over, and the
-// merge or split finished or undone); check() must pass. Then a second
+// merge or split finished or undone; race: a subtable's split lock held for
+// --lease-ms is taken over, and the split finished or undone); check()
+// must pass. Then a second
 // client, with a long lease (its own merges must not run out of it on a
 // slow machine), checks the store against the oracle (crash/oracle.h):
 // every operation acknowledged before the crash point is there, each in
 // flight wholly or not at all, check() passes, the store keeps working.
-// Both have the remote timeout --timeout-ms (sephash waits a lease and that
-// long on a lock; race gives up on a frozen subtable, or a KV block that
-// fails its checksum, after it).
+// Both have the remote timeout --timeout-ms (both engines wait a lease and
+// that long on a lock whose holder made no progress; race gives up on a KV
+// block that fails its checksum after it).
 //
 // A violation prints the seed, the crash point, the node, its lines
 // written, dropped and torn, and saves a reproducer (crash/reproducer.h;
@@ -113,11 +115,11 @@ struct Config {
   WorkloadSpec w;
   std::string granularity = "cache_line";
   std::uint64_t node_size = pool::kMinPoolSize;
-  // Small structures, so that a few hundred operations merge, split
-  // (sephash) and fill buckets: sephash MainSegs split past 208 slots;
-  // race subtables of 64 groups (1344 slots).
+  // Small structures, so that a few hundred operations merge and split:
+  // sephash MainSegs split past 208 slots; race subtables of 2 groups (42
+  // slots) split a few times per hundred keys.
   unsigned sephash_main_max_slots = 208;
-  unsigned race_groups = 64;
+  unsigned race_groups = 2;
   std::size_t exhaustive_words = 4;
   std::size_t exhaustive = 4;
   std::size_t samples = 4;
@@ -162,7 +164,10 @@ unsigned plant_mask(const std::string& name) {
   if (name == "memnode-one-fence") return kMemnodeOneFencePerBatch;
   if (name == "sephash-meta-before-mainseg") return kSephashMetaBeforeMainSegDurable;
   if (name == "race-slot-before-kv") return kRaceSlotBeforeKvDurable;
-  usage("unknown --plant '" + name + "' (memnode-one-fence, sephash-meta-before-mainseg, race-slot-before-kv)");
+  if (name == "race-intent-before-new-table") return kRaceIntentBeforeNewTable;
+  usage("unknown --plant '" + name +
+        "' (memnode-one-fence, sephash-meta-before-mainseg, race-slot-before-kv, "
+        "race-intent-before-new-table)");
 }
 
 Config parse(int argc, char** argv) {

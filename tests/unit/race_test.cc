@@ -2,9 +2,15 @@
 // baseline) through the Store API, on memory nodes of the shm transport
 // and of the tcp daemon: the operations against a model through splits,
 // threads, concurrent inserts of one key, readers during splits, reopening,
-// full nodes and bad input.
+// full nodes and bad input; splitters that die or stall, taken over by
+// other clients after the index's lease.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +29,24 @@ using engine::race::SplitStep;
 using testing::key_of;
 using testing::Model;
 using testing::value_of;
+
+constexpr unsigned kSplitSteps = static_cast<unsigned>(SplitStep::kDirectoryFinished) + 1;
+
+std::string step_name(SplitStep step) {
+  switch (step) {
+    case SplitStep::kLocked: return "Locked";
+    case SplitStep::kFrozen: return "Frozen";
+    case SplitStep::kNewTableWritten: return "NewTableWritten";
+    case SplitStep::kIntentWritten: return "IntentWritten";
+    case SplitStep::kDirectoryUpdated: return "DirectoryUpdated";
+    case SplitStep::kHeadersHalfUpdated: return "HeadersHalfUpdated";
+    case SplitStep::kHeadersUpdated: return "HeadersUpdated";
+    case SplitStep::kSlotsHalfRewritten: return "SlotsHalfRewritten";
+    case SplitStep::kSlotsRewritten: return "SlotsRewritten";
+    case SplitStep::kDirectoryFinished: return "DirectoryFinished";
+  }
+  return "Unknown";
+}
 
 class RaceTest : public testing::RemoteEngineTest {
  protected:
@@ -133,24 +157,31 @@ TEST_F(RaceTest, ConcurrentInsertsOfOneKeyExactlyOneSucceeds) {
 // A split is stopped after each of its steps (the test hook runs on the
 // splitting thread, with the subtable locked); meanwhile other clients
 // (two threads: a pooled session with an old directory and a new one) read
-// every key inserted so far. None may be missing.
+// every key inserted so far. None may be missing. (With half the headers
+// rewritten, a step no live split stops at, readers whose buckets straddle
+// the halves see torn views until the split goes on, or a lease passes and
+// they take it over: no readers there.)
 TEST_F(RaceTest, ReadersDuringEachSplitStepFindEveryKey) {
   auto st = create(options());
   ASSERT_NE(st, nullptr);
   Model model;
   std::atomic<unsigned> missed{0};
-  std::vector<unsigned> steps(4, 0);
-  engine::race::set_split_hook_for_testing([&](SplitStep step) {
+  std::vector<unsigned> steps(kSplitSteps, 0);
+  engine::race::set_split_hook_for_testing([&](SplitStep step, bool taking_over) {
+    EXPECT_FALSE(taking_over);
     ++steps[static_cast<unsigned>(step)];
+    if (step == SplitStep::kHeadersHalfUpdated) return false;
     std::thread a([&] { missed += misses(*st, model); });
     std::thread b([&] { missed += misses(*st, model); });
     a.join();
     b.join();
+    return false;
   });
   ASSERT_NO_FATAL_FAILURE(load(*st, 0, 1200, &model));  // each key after its insert returned
   engine::race::set_split_hook_for_testing(nullptr);
   EXPECT_EQ(missed.load(), 0u);
-  for (unsigned s = 0; s < 4; ++s) EXPECT_GT(steps[s], 2u) << "step " << s;
+  for (unsigned s = 0; s < kSplitSteps; ++s) EXPECT_GT(steps[s], 2u) << step_name(SplitStep(s));
+  EXPECT_EQ(st->stats().lock_takeovers, 0u);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
 }
 
@@ -267,6 +298,406 @@ TEST_F(RaceTest, ATimeoutAboveHalfTheStoredLeaseIsRefused) {
   Options o = options();
   o.remote_timeout_ms = 300;
   expect_timeout_above_half_the_lease_refused(o, 600);
+}
+
+// ---- a splitter that dies or stalls (race.h, "Dead splitters") ----
+// A short lease (twice the create's remote timeout), so that a takeover
+// comes soon; the margin is what a call on a taken-over subtable may take
+// beyond the lease (round trips, the split's roll-forward, a slow
+// sanitizer build).
+class RaceSplitLockTest : public RaceTest {
+ protected:
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  static constexpr unsigned kTimeoutMs = 500, kMarginMs = 5000;
+#else
+  static constexpr unsigned kTimeoutMs = 150, kMarginMs = 3000;
+#endif
+
+  // The clients' remote timeout at create; the index's lease is twice it.
+  virtual unsigned timeout_ms() const { return kTimeoutMs; }
+  unsigned lease_ms() const { return 2 * timeout_ms(); }
+
+  Options options() const override {
+    Options o = RaceTest::options();
+    o.remote_timeout_ms = timeout_ms();
+    return o;
+  }
+
+  static double ms_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  }
+
+  // Inserts key_of(0, 1, ...) into `st` until the split hook stops a
+  // splitter at `step` (its first holder, as if its client died there):
+  // that insert returns IOError. *model gets the acknowledged inserts,
+  // *unacked the stopped one's key, *next the key after it.
+  static void insert_until_stopped(Store& st, SplitStep step, Model* model, std::string* unacked,
+                                   unsigned* next) {
+    std::atomic<bool> fired{false};
+    engine::race::set_split_hook_for_testing([&](SplitStep at, bool taking_over) {
+      return !taking_over && at == step && !fired.exchange(true);
+    });
+    for (unsigned i = 0; i < 20000 && unacked->empty(); ++i) {
+      const Status s = st.insert(key_of(i), value_of(i, 0));
+      *next = i + 1;
+      if (s.ok()) {
+        model->emplace(key_of(i), value_of(i, 0));
+        continue;
+      }
+      ASSERT_TRUE(s.is_io_error()) << s.to_string();
+      ASSERT_NE(s.message().find("test hook stopped a split"), std::string::npos) << s.to_string();
+      *unacked = key_of(i);
+    }
+    engine::race::set_split_hook_for_testing(nullptr);
+    ASSERT_TRUE(fired.load()) << "no split reached step " << step_name(step);
+    ASSERT_GT(model->size(), 20u);
+  }
+
+  // A client process that inserts key_of(0, 1, ...) until it dies (_exit
+  // in the split hook, nothing more written) at `step` of a split; the
+  // parent learns the acknowledged inserts through a pipe.
+  void kill_splitter_at(SplitStep step, Model* model_out, std::string* unacked_out,
+                        unsigned* next_out) {
+    auto created = create(options());
+    ASSERT_NE(created, nullptr);
+    ASSERT_TRUE(created->close().ok());
+    created.reset();
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const Options o = options();
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::close(fds[0]);
+      std::unique_ptr<Store> mine;
+      if (!Store::open("", o, &mine).ok()) ::_exit(2);
+      engine::race::set_split_hook_for_testing([step](SplitStep at, bool taking_over) {
+        if (!taking_over && at == step) ::_exit(42);  // dies here: nothing more is written
+        return false;
+      });
+      for (std::uint32_t i = 0; i < 20000; ++i) {
+        // Which insert it is about to make, then that it was acknowledged.
+        const std::uint32_t msg[2] = {i, 0};
+        if (::write(fds[1], msg, 4) != 4) ::_exit(4);
+        if (!mine->insert(key_of(i), value_of(i, 0)).ok()) ::_exit(3);
+        if (::write(fds[1], msg + 1, 4) != 4) ::_exit(4);
+      }
+      ::_exit(5);  // the step never came
+    }
+    ::close(fds[1]);
+    Model model;
+    std::string unacked;
+    unsigned next = 0;
+    for (std::uint32_t word[2]; ::read(fds[0], &word[0], 4) == 4;) {
+      unacked = key_of(word[0]);
+      next = word[0] + 1;
+      if (::read(fds[0], &word[1], 4) != 4) break;
+      model.emplace(unacked, value_of(word[0], 0));
+      unacked.clear();
+    }
+    ::close(fds[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 42) << "status " << status;
+    ASSERT_FALSE(unacked.empty());
+    ASSERT_GT(model.size(), 20u);
+    *model_out = std::move(model);
+    *unacked_out = unacked;
+    *next_out = next;
+  }
+
+  // After a splitter stopped at some step with the subtable locked,
+  // leaving the insert of `unacked` unanswered: check() as the next call
+  // (of `st`, another client) waits about a lease, takes the split over
+  // (finishing it when `forward`, the hook seeing the taker's steps; else
+  // undoing it, which has no steps) and passes. Then every acknowledged
+  // key reads back, the unanswered one is absent, and the index keeps
+  // working through thousands more inserts and more splits, also after a
+  // reopen.
+  void expect_recovers(std::unique_ptr<Store> st, Model model, const std::string& unacked,
+                       unsigned next, bool forward) {
+    std::atomic<unsigned> taker_steps{0};
+    engine::race::set_split_hook_for_testing([&](SplitStep, bool taking_over) {
+      if (taking_over) ++taker_steps;
+      return false;
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status c = st->check();
+    const double waited = ms_since(t0);
+    engine::race::set_split_hook_for_testing(nullptr);
+    ASSERT_TRUE(c.ok()) << c.to_string();
+    EXPECT_GE(waited, lease_ms() * 0.9) << "check() did not wait for the lease";
+    EXPECT_LT(waited, lease_ms() + kMarginMs);
+    EXPECT_EQ(st->stats().lock_takeovers, 1u);
+    if (forward) {
+      EXPECT_GT(taker_steps.load(), 0u) << "the split was undone, not finished";
+    } else {
+      EXPECT_EQ(taker_steps.load(), 0u) << "the split was finished, not undone";
+    }
+    std::string got;
+    const Status g = st->get(unacked, &got);
+    EXPECT_TRUE(g.is_not_found()) << g.to_string();  // its entry was never placed
+    ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+    const std::uint64_t splits = st->stats().expansions;
+    ASSERT_NO_FATAL_FAILURE(load(*st, next, next + 3000, &model));
+    EXPECT_GT(st->stats().expansions, splits + 4);
+    ASSERT_TRUE(st->insert(unacked, "later").ok());
+    model[unacked] = "later";
+    ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
+  }
+
+  // A client process killed at `step` of a split; then another client
+  // recovers (expect_recovers).
+  void die_at(SplitStep step) {
+    Model model;
+    std::string unacked;
+    unsigned next = 0;
+    ASSERT_NO_FATAL_FAILURE(kill_splitter_at(step, &model, &unacked, &next));
+    auto st = open(options());
+    ASSERT_NE(st, nullptr);
+    ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(st), std::move(model), unacked, next,
+                                            step >= SplitStep::kIntentWritten));
+  }
+};
+
+// The splitter stops (as if its client died) after each step of its
+// split, and another client, attached afterwards, recovers: undone before
+// the intent stands, finished from then on.
+class RaceStoppedSplitTest : public RaceSplitLockTest,
+                             public ::testing::WithParamInterface<SplitStep> {};
+
+TEST_P(RaceStoppedSplitTest, AnotherClientTakesTheSplitOverAndEveryKeyReadsBack) {
+  const SplitStep step = GetParam();
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  std::string unacked;
+  unsigned next = 0;
+  ASSERT_NO_FATAL_FAILURE(insert_until_stopped(*st, step, &model, &unacked, &next));
+  ASSERT_TRUE(st->close().ok());  // the splitter's client is gone
+  st.reset();
+  auto other = open(options());
+  ASSERT_NE(other, nullptr);
+  ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(other), std::move(model), unacked, next,
+                                          step >= SplitStep::kIntentWritten));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryStep, RaceStoppedSplitTest,
+    ::testing::Values(SplitStep::kLocked, SplitStep::kFrozen, SplitStep::kNewTableWritten,
+                      SplitStep::kIntentWritten, SplitStep::kDirectoryUpdated,
+                      SplitStep::kHeadersHalfUpdated, SplitStep::kHeadersUpdated,
+                      SplitStep::kSlotsHalfRewritten, SplitStep::kSlotsRewritten,
+                      SplitStep::kDirectoryFinished),
+    [](const auto& info) { return step_name(info.param); });
+
+// Killed client processes (_exit in the hook): check() as the first call
+// of another client finishes or undoes the split before it reads anything.
+TEST_F(RaceSplitLockTest, ASplitterKilledWithItsSlotsFrozenIsUndone) { die_at(SplitStep::kFrozen); }
+TEST_F(RaceSplitLockTest, ASplitterKilledAfterItsIntentIsFinished) {
+  die_at(SplitStep::kIntentWritten);
+}
+TEST_F(RaceSplitLockTest, ASplitterKilledWithItsHeadersTornIsFinished) {
+  die_at(SplitStep::kHeadersHalfUpdated);
+}
+TEST_F(RaceSplitLockTest, ASplitterKilledWithHalfItsSlotsRewrittenIsFinished) {
+  die_at(SplitStep::kSlotsHalfRewritten);
+}
+
+// A taker that itself stops (with half the headers rewritten) is taken
+// over by the next: the intent is recognised through two takeovers.
+TEST_F(RaceSplitLockTest, ATakerThatStopsMidwayIsTakenOverByTheNext) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  std::string unacked;
+  unsigned next = 0;
+  ASSERT_NO_FATAL_FAILURE(insert_until_stopped(*st, SplitStep::kIntentWritten, &model, &unacked, &next));
+  std::atomic<bool> fired{false};
+  engine::race::set_split_hook_for_testing([&](SplitStep at, bool taking_over) {
+    return taking_over && at == SplitStep::kHeadersHalfUpdated && !fired.exchange(true);
+  });
+  const Status first = st->check();
+  EXPECT_TRUE(first.is_io_error()) << first.to_string();  // the first taker stopped
+  EXPECT_TRUE(fired.load());
+  const Status second = st->check();
+  engine::race::set_split_hook_for_testing(nullptr);
+  ASSERT_TRUE(second.ok()) << second.to_string();
+  EXPECT_EQ(st->stats().lock_takeovers, 2u);
+  ASSERT_NO_FATAL_FAILURE(load(*st, next, next + 2000, &model));
+  ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
+}
+
+// Four threads of one client read every acknowledged key and insert keys
+// of their own while a stopped split holds a subtable: they all wait on
+// it, exactly one takes it over, and every call succeeds.
+TEST_F(RaceSplitLockTest, ManyWaitersOnAStoppedSplitTakeItOverOnce) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  std::string unacked;
+  unsigned next = 0;
+  ASSERT_NO_FATAL_FAILURE(
+      insert_until_stopped(*st, SplitStep::kSlotsHalfRewritten, &model, &unacked, &next));
+  constexpr unsigned kThreads = 4, kEach = 400;
+  std::vector<std::thread> threads;
+  std::atomic<unsigned> wrong{0};
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (const auto& [k, v] : model) {
+        std::string got;
+        if (!st->get(k, &got).ok() || got != v) ++wrong;
+      }
+      for (unsigned i = 0; i < kEach; ++i) {
+        const unsigned key = next + t * kEach + i;
+        if (!st->insert(key_of(key), value_of(key, 0)).ok()) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(st->stats().lock_takeovers, 1u);
+  for (unsigned i = next; i < next + kThreads * kEach; ++i) model.emplace(key_of(i), value_of(i, 0));
+  ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
+}
+
+// A splitter that is only slow: its hook sleeps past lease/2 (the sleep is
+// the thing under test, not a way to order threads). It must stop without
+// writing (its call returns Busy naming the lease), and a later call
+// takes the split over: undone before the intent, finished after.
+class RaceSlowSplitterTest : public RaceSplitLockTest,
+                             public ::testing::WithParamInterface<SplitStep> {};
+
+TEST_P(RaceSlowSplitterTest, ASplitterPastHalfItsLeaseStopsAndIsTakenOver) {
+  const SplitStep step = GetParam();
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  std::atomic<bool> slept{false};
+  std::atomic<unsigned> later{0};  // steps the slow splitter reached after its sleep
+  engine::race::set_split_hook_for_testing([&](SplitStep at, bool taking_over) {
+    if (taking_over) return false;
+    if (slept) {
+      ++later;
+    } else if (at == step) {
+      slept = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(lease_ms() * 6 / 10));
+    }
+    return false;
+  });
+  Model model;
+  std::string unacked;
+  unsigned next = 0;
+  for (unsigned i = 0; i < 20000 && unacked.empty(); ++i) {
+    const Status s = st->insert(key_of(i), value_of(i, 0));
+    next = i + 1;
+    if (s.ok()) {
+      model.emplace(key_of(i), value_of(i, 0));
+      continue;
+    }
+    ASSERT_TRUE(s.is_busy()) << s.to_string();
+    EXPECT_NE(s.message().find("half its lease (" + std::to_string(lease_ms()) + " ms)"),
+              std::string::npos)
+        << s.to_string();
+    unacked = key_of(i);
+  }
+  engine::race::set_split_hook_for_testing(nullptr);
+  ASSERT_TRUE(slept.load());
+  ASSERT_FALSE(unacked.empty()) << "the slow splitter did not stop";
+  EXPECT_EQ(later.load(), 0u) << "the slow splitter went on after half its lease";
+  ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(st), std::move(model), unacked, next,
+                                          step >= SplitStep::kIntentWritten));
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, RaceSlowSplitterTest,
+                         ::testing::Values(SplitStep::kLocked, SplitStep::kFrozen,
+                                           SplitStep::kIntentWritten, SplitStep::kHeadersUpdated),
+                         [](const auto& info) { return step_name(info.param); });
+
+// A splitter that sleeps past a whole lease (the sleep is what is tested)
+// while another thread writes: that thread finds the subtable frozen,
+// takes the split over after a lease, finishes it and writes on (splitting
+// further). The sleeper, once awake, must write nothing (it is past
+// lease/2: no later step of its split runs) and give Busy; had it gone
+// on, it would rewrite headers and directory words of a subtable that has
+// moved on.
+TEST_F(RaceSplitLockTest, ASplitterThatWakesAfterATakeoverWritesNothing) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  const std::thread::id sleeper = std::this_thread::get_id();
+  std::atomic<bool> in_hook{false}, woke{false}, holder_done{false};
+  std::atomic<unsigned> fired{0}, later{0};
+  engine::race::set_split_hook_for_testing([&](SplitStep at, bool taking_over) {
+    if (taking_over || std::this_thread::get_id() != sleeper) return false;
+    if (woke) {
+      ++later;
+    } else if (at == SplitStep::kIntentWritten && fired.fetch_add(1) == 0) {
+      in_hook = true;
+      in_hook.notify_all();
+      std::this_thread::sleep_for(std::chrono::milliseconds(lease_ms() * 3 / 2));
+      woke = true;
+    }
+    return false;
+  });
+  Model other;
+  std::atomic<unsigned> wrong{0};
+  std::thread writer([&] {
+    in_hook.wait(false);
+    for (unsigned i = 100000; i < 120000 && !holder_done; ++i) {
+      const Status s = st->insert(key_of(i), value_of(i, 0));
+      if (s.ok()) {
+        other.emplace(key_of(i), value_of(i, 0));
+      } else {
+        ADD_FAILURE() << s.to_string();
+        ++wrong;
+      }
+    }
+  });
+  Model model;
+  Status busy;
+  for (unsigned i = 0; i < 20000 && busy.ok(); ++i) {
+    busy = st->insert(key_of(i), value_of(i, 0));
+    if (busy.ok()) model.emplace(key_of(i), value_of(i, 0));
+  }
+  holder_done = true;
+  in_hook = true;  // (should the hook never have run)
+  in_hook.notify_all();
+  writer.join();
+  engine::race::set_split_hook_for_testing(nullptr);
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(other.size(), 0u);
+  EXPECT_EQ(st->stats().lock_takeovers, 1u);
+  EXPECT_EQ(later.load(), 0u) << "the sleeper went on after the takeover";
+  ASSERT_TRUE(busy.is_busy()) << busy.to_string();
+  EXPECT_NE(busy.message().find("half its lease"), std::string::npos) << busy.to_string();
+  model.insert(other.begin(), other.end());
+  ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
+}
+
+// The same deaths over tcp: the killed client's last batch went to the
+// memory-node daemons as requests (it ran whole before the client died).
+class RaceSplitLockTcpTest : public RaceSplitLockTest {
+ protected:
+  // A lease long enough that half of it (a holder's window) covers the
+  // round trips of a split to the daemons on a loaded machine.
+  unsigned timeout_ms() const override { return std::max(kTimeoutMs, 500u); }
+  void SetUp() override {
+    RaceSplitLockTest::SetUp();
+    for (const std::string& n : nodes_) {
+      daemons_.push_back(std::make_unique<testing::Daemon>(n, 0));
+      ASSERT_NE(daemons_.back()->port(), 0);
+    }
+  }
+  Options options() const override {
+    Options o = RaceSplitLockTest::options();
+    o.memnodes = "tcp:127.0.0.1:" + std::to_string(daemons_[0]->port()) + ",tcp:127.0.0.1:" +
+                 std::to_string(daemons_[1]->port());
+    return o;
+  }
+  std::vector<std::unique_ptr<testing::Daemon>> daemons_;
+};
+
+TEST_F(RaceSplitLockTcpTest, ASplitterKilledWithHalfItsSlotsRewrittenIsFinished) {
+  die_at(SplitStep::kSlotsHalfRewritten);
 }
 
 }  // namespace

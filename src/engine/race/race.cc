@@ -24,8 +24,8 @@ using remote::Batch;
 using remote::Client;
 using Clock = std::chrono::steady_clock;
 
-std::function<void(SplitStep)>& split_hook() {
-  static std::function<void(SplitStep)> hook;
+std::function<bool(SplitStep, bool)>& split_hook() {
+  static std::function<bool(SplitStep, bool)> hook;
   return hook;
 }
 
@@ -98,14 +98,15 @@ struct Kv {
   }
 };
 
-// What splits and retries did since open (race.h, "Split").
+// What splits, takeovers and retries did since open (race.h, "Split").
 struct SplitCounters {
-  std::atomic<std::uint64_t> splits{0}, bytes{0}, moved{0}, retries{0};
+  std::atomic<std::uint64_t> splits{0}, bytes{0}, moved{0}, retries{0}, takeovers{0};
   void fill(Stats* st) const {
     st->expansions = splits.load(std::memory_order_relaxed);
     st->bytes_moved = bytes.load(std::memory_order_relaxed);
     st->items_moved = moved.load(std::memory_order_relaxed);
     st->read_retries = retries.load(std::memory_order_relaxed);
+    st->lock_takeovers = takeovers.load(std::memory_order_relaxed);
   }
 };
 
@@ -261,10 +262,15 @@ class RaceIndex final : public Index {
  private:
   enum class Op { kInsert, kUpdate, kUpsert, kRemove };
 
-  std::uint64_t table_bytes() const { return std::uint64_t{params_.groups} * kGroupBytes; }
+  // A subtable: its groups, then its trailer (layout.h).
+  std::uint64_t bucket_bytes() const { return std::uint64_t{params_.groups} * kGroupBytes; }
+  std::uint64_t bucket_words() const { return bucket_bytes() / 8; }
+  std::uint64_t table_bytes() const { return bucket_bytes() + kTrailerBytes; }
+  // Whether word w of a subtable is an entry slot (not a header, not the trailer).
+  bool is_slot(std::uint64_t w) const { return w < bucket_words() && w % kSlotsPerBucket != 0; }
 
   void set_headers(std::vector<std::uint64_t>* image, std::uint64_t header) const {
-    for (std::size_t w = 0; w < image->size(); w += kSlotsPerBucket) (*image)[w] = header;
+    for (std::uint64_t w = 0; w < bucket_words(); w += kSlotsPerBucket) (*image)[w] = header;
   }
 
   Place place(const Key& key) const {
@@ -281,13 +287,14 @@ class RaceIndex final : public Index {
   Clock::time_point deadline() const {
     return Clock::now() + std::chrono::milliseconds(sessions_.timeout_ms());
   }
-
-  Status stuck(unsigned node, std::uint64_t base, const char* what) const {
-    return Status::Busy("race: subtable at node " + std::to_string(node) + " offset " +
-                        std::to_string(base) + " " + what + " for " +
-                        std::to_string(sessions_.timeout_ms()) +
-                        " ms (a split runs, or its client died)");
+  // The index's lease, from its membership stamp (race.h, "Lease").
+  std::chrono::milliseconds lease() const { return std::chrono::milliseconds(params_.lease_ms); }
+  // A wait on a subtable's split gives up only after a lease (when it
+  // takes the split over) and the remote timeout (for the takeover's work).
+  Clock::duration lock_patience() const {
+    return lease() + std::chrono::milliseconds(sessions_.timeout_ms());
   }
+
 
   // ---- directory ----
   Status refresh_dir(Session& ss) {
@@ -347,7 +354,7 @@ class RaceIndex final : public Index {
   // the directory is stale or a split rewrites the buckets). If `also` is
   // given, its verbs go in the same round trip (before the reads).
   Status read_view(Session& ss, const Place& p, View* v, Batch* also = nullptr) {
-    const auto until = deadline();
+    LockWatch watch = new_watch();
     Batch b;
     if (also != nullptr) b = *also;
     for (;;) {
@@ -361,11 +368,21 @@ class RaceIndex final : public Index {
         case Seen::kGood:
           return Status::OK();
         case Seen::kElsewhere:
+          // The directory read next names the key's subtable (a split
+          // writes the directory before it changes the headers).
+          if (Clock::now() > watch.until) {
+            return stuck(dir_node(dw), dir_off(dw), "kept a suffix that the directory contradicts",
+                         watch);
+          }
           if (Status s = refresh_dir(ss); !s.ok()) return s;
           break;
         case Seen::kTorn:
+          // Headers that stay torn belong to a split cut short while it
+          // rewrote them (step 5): its lock is taken over after a lease.
           counters_.retries.fetch_add(1, std::memory_order_relaxed);
-          if (Clock::now() > until) return stuck(dir_node(dw), dir_off(dw), "stayed torn");
+          if (Status s = watch_lock(ss, dir_node(dw), dir_off(dw), &watch, "stayed torn"); !s.ok()) {
+            return s;
+          }
           std::this_thread::yield();
           break;
       }
@@ -481,7 +498,7 @@ class RaceIndex final : public Index {
       b.write(entry_node(entry), entry_off(entry), block.data(), static_cast<std::uint32_t>(units * 64));
       block_late = false;
     };
-    const auto until = deadline();
+    LockWatch watch = new_watch();  // a split of the key's subtable this call waits on
     for (;;) {
       // Round trip 1: the KV block (once) and the key's buckets.
       Batch kv;
@@ -495,9 +512,10 @@ class RaceIndex final : public Index {
       View v;
       if (Status s = read_view(ss, p, &v, &kv); !s.ok()) return s;
       if (v.frozen) {
-        // A split has captured the subtable: no CAS could succeed.
-        if (Clock::now() > until) return stuck(v.node, v.base, "stayed frozen");
+        // A split has captured the subtable: no CAS could succeed. Its
+        // lock is taken over if it stays for a lease (race.h, "Dead splitters").
         counters_.retries.fetch_add(1, std::memory_order_relaxed);
+        if (Status s = watch_lock(ss, v.node, v.base, &watch, "stayed frozen"); !s.ok()) return s;
         std::this_thread::yield();
         continue;
       }
@@ -521,7 +539,7 @@ class RaceIndex final : public Index {
       // combined bucket, main bucket first.
       const Slot* slot = free_slot(p, v);
       if (slot == nullptr) {
-        if (Status s = split(ss, v); !s.ok()) return s;
+        if (Status s = split(ss, v, &watch); !s.ok()) return s;
         continue;
       }
       // The CAS, then the slot's bucket header: a split that ran between
@@ -591,7 +609,7 @@ class RaceIndex final : public Index {
   // is at a lower address, ours loses: it is removed and *won is false.
   // race.h argues why exactly one of concurrent inserts wins.
   Status settle(Session& ss, const Place& p, const Key& key, std::uint64_t entry, bool* won) {
-    const auto until = deadline();
+    LockWatch watch = new_watch();
     for (;;) {
       View v;
       if (Status s = read_view(ss, p, &v); !s.ok()) return s;
@@ -613,8 +631,9 @@ class RaceIndex final : public Index {
         return Status::OK();
       }
       if (entry_frozen(mine->word)) {
-        // A split captured it; it keeps its place in this subtable or the new one.
-        if (Clock::now() > until) return stuck(v.node, v.base, "stayed frozen");
+        // A split captured it; it keeps its place in this subtable or the
+        // new one (the split finished, by its holder or a taker).
+        if (Status s = watch_lock(ss, v.node, v.base, &watch, "stayed frozen"); !s.ok()) return s;
         std::this_thread::yield();
         continue;
       }
@@ -628,76 +647,233 @@ class RaceIndex final : public Index {
     }
   }
 
-  // ---- split ----
+  // ---- split (race.h, "Split", "Dead splitters") ----
+  // A wait gives up after this many leases, and no sooner than
+  // kWaitFloor, even while takeovers go on (takers that cannot finish
+  // within half a lease, over and over: a lease too short for the
+  // machine's load or the network's latency).
+  static constexpr unsigned kWaitLeases = 16;
+  static constexpr std::chrono::milliseconds kWaitFloor{2000};
+
+  // What a waiter remembers of the split lock it waits on.
+  struct LockWatch {
+    bool any = false;         // a lock word was seen
+    unsigned node = 0;        // the subtable whose word it is
+    std::uint64_t base = 0;
+    std::uint64_t seen = 0;   // the word
+    Clock::time_point since;  // when `seen` was first seen
+    Clock::time_point start;  // when the wait began
+    Clock::time_point until;  // Busy after this: lock_patience() after the last change seen
+    Clock::time_point limit;  // and never later than this
+  };
+  LockWatch new_watch() const {
+    LockWatch w;
+    w.start = Clock::now();
+    w.until = w.start + lock_patience();
+    w.limit = w.start + std::max<Clock::duration>(kWaitLeases * lease(), kWaitFloor) +
+              std::chrono::milliseconds(sessions_.timeout_ms());
+    return w;
+  }
+  Status stuck(unsigned node, std::uint64_t base, const char* what, const LockWatch& w) const {
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.start).count();
+    return Status::Busy("race: subtable at node " + std::to_string(node) + " offset " +
+                        std::to_string(base) + " " + what + " for " + std::to_string(waited) +
+                        " ms: no split of it made progress for the lease + remote timeout (" +
+                        std::to_string(params_.lease_ms + sessions_.timeout_ms()) +
+                        " ms), or taking it over failed for " + std::to_string(kWaitLeases) +
+                        " leases (at least " + std::to_string(kWaitFloor.count()) +
+                        " ms); retry later (a later call takes a dead split over)");
+  }
+
+  // Reads the lock word of the subtable at (node, base) and observes it.
+  Status watch_lock(Session& ss, unsigned node, std::uint64_t base, LockWatch* w,
+                    const char* what) {
+    std::uint64_t word = 0;
+    Batch b;
+    b.read(node, base + bucket_bytes(), &word, 8);
+    if (Status s = ss.exec(b); !s.ok()) return s;
+    return observe(ss, node, base, word, w, what);
+  }
+
+  // A waiter saw lock word `word` of the subtable at (node, base). A word
+  // it had not seen gives it another lock_patience() (a split made
+  // progress); a locked word seen for a whole lease is taken over (no lock
+  // word recurs, layout.h, so that lease was one holder's). Busy, saying
+  // the subtable `what`, once it has waited past w->until. Both decisions
+  // are made on one clock reading: a waiter that looks late (descheduled)
+  // takes over rather than give up.
+  Status observe(Session& ss, unsigned node, std::uint64_t base, std::uint64_t word,
+                 LockWatch* w, const char* what) {
+    const auto now = Clock::now();
+    if (!w->any || w->node != node || w->base != base || w->seen != word) {
+      w->any = true;
+      w->node = node;
+      w->base = base;
+      w->seen = word;
+      w->since = now;
+      w->until = std::min(std::max(w->until, now + lock_patience()), w->limit);
+      return Status::OK();
+    }
+    if (lock_held(word) && now - w->since >= lease() && now <= w->limit) {
+      w->any = false;  // the takeover changes the word, whoever wins it
+      const Status s = take_over(ss, node, base, word);
+      w->until = std::min(std::max(w->until, Clock::now() + lock_patience()), w->limit);
+      return s;
+    }
+    if (now > w->until) return stuck(node, base, what, *w);
+    return Status::OK();
+  }
+
+  // A split lock's holder, the splitter or a taker: the subtable, the lock
+  // word it holds, and when it locked (its clock read before it sent the
+  // lock or takeover CAS, so no later than the lock).
+  struct Held {
+    unsigned node = 0;
+    std::uint64_t base = 0;
+    std::uint64_t lock = 0;
+    Clock::time_point since;
+    bool taker = false;
+  };
+
+  // Whether the holder may begin a batch that writes to the subtable, the
+  // new subtable, the directory or the global depth: within lease/2 of its
+  // lock (a waiter takes over only after it has seen the lock for a lease).
+  bool in_lease(const Held& h) const { return Clock::now() - h.since < lease() / 2; }
+  Status past_half_lease(const Held& h) const {
+    return Status::Busy("race: a split of the subtable at node " + std::to_string(h.node) +
+                        " offset " + std::to_string(h.base) +
+                        " took more than half its lease (" + std::to_string(params_.lease_ms) +
+                        " ms); it stopped, and another client will finish or undo it");
+  }
+  // Every batch a holder writes with (race.h, "Fencing").
+  Status exec_held(Session& ss, const Held& h, Batch& b) {
+    if (!in_lease(h)) return past_half_lease(h);
+    return ss.exec(b);
+  }
+  // The release: the held lock word to unlocked with seq + 1, by CAS (a
+  // holder that was taken over changes nothing).
+  void add_release(Batch& b, const Held& h) const {
+    b.cas(h.node, h.base + bucket_bytes(), h.lock, make_lock(false, lock_seq(h.lock) + 1));
+  }
+
+  // Tests: true when the holder is to stop at `step`, as if it died there.
+  static bool stop_at(const Held& h, SplitStep step) {
+    return split_hook() && split_hook()(step, h.taker);
+  }
+  static Status stopped() { return Status::IOError("race: a test hook stopped a split"); }
+
+  // What is left of a split once its intent stands (steps 4 to 8): the
+  // split subtable's depth and suffix before it, the new subtable, and the
+  // slots still frozen with the word each gets.
+  struct Split {
+    unsigned depth = 0;
+    std::uint64_t suffix = 0;
+    std::uint64_t new_dw = 0;           // the new subtable's directory word (depth d + 1)
+    std::vector<std::uint64_t> at;      // word index in the subtable of each frozen slot
+    std::vector<std::uint64_t> frozen;  // its frozen word
+    std::vector<std::uint64_t> target;  // its word after the split: 0 (moved or free), or the entry
+  };
+
+  // The target of every frozen slot of `sp`: 0 for a free slot or an entry
+  // whose key has hash bit `depth` set (it moves), the entry thawed
+  // otherwise. Reads every entry's KV header (one round trip): blocks never
+  // change once named, so the holder and any taker get the same answer.
+  Status plan_targets(Session& ss, Split* sp) {
+    std::vector<KvHeader> heads(sp->frozen.size());
+    Batch b;
+    for (std::size_t k = 0; k < sp->frozen.size(); ++k) {
+      const std::uint64_t e = entry_thawed(sp->frozen[k]);
+      if (e != 0) b.read(entry_node(e), entry_off(e), &heads[k], sizeof(KvHeader));
+    }
+    if (b.size() != 0) {
+      if (Status s = ss.exec(b); !s.ok()) return s;
+    }
+    sp->target.assign(sp->frozen.size(), 0);
+    for (std::size_t k = 0; k < sp->frozen.size(); ++k) {
+      const std::uint64_t e = entry_thawed(sp->frozen[k]);
+      if (e != 0 && ((heads[k].hash >> sp->depth) & 1) == 0) sp->target[k] = e;
+    }
+    return Status::OK();
+  }
+
   // Splits the subtable of view `v` (its buckets full for some key) by hash
-  // bit `depth`. OK also when another client splits it (the caller looks
-  // again once that split has ended).
-  Status split(Session& ss, const View& v) {
+  // bit `depth`. OK also when another client holds its lock (observed in
+  // `watch`, the caller's wait) or split it since the view: the caller
+  // looks again.
+  Status split(Session& ss, const View& v, LockWatch* watch) {
     const unsigned depth = header_depth(v.header);
-    const std::uint64_t suffix = header_suffix(v.header);
     if (depth >= params_.max_depth) {
       return Status::NoSpace("race: a subtable is full at the maximum depth " +
                              std::to_string(params_.max_depth) +
                              " (create the index with a larger race_max_depth)");
     }
-    const std::uint64_t dir_at = params_.directory + suffix * 8;
-    const std::uint64_t mine = make_dir(v.node, v.base, depth);
+    const std::uint64_t lock_at = v.base + bucket_bytes();
+    std::uint64_t word = 0;
     Batch b;
-    b.cas(0, dir_at, mine, mine | kDirLock);
+    b.read(v.node, lock_at, &word, 8);
     if (Status s = ss.exec(b); !s.ok()) return s;
-    if (b.result(0) != mine) return wait_split(ss, dir_at, mine, v);
-    bool restorable = true;
-    Status s = split_locked(ss, v, depth, suffix, &restorable);
-    if (!s.ok() && restorable) {
-      b.clear();
-      b.write(0, dir_at, &mine, 8);  // unlock: nothing was changed
-      (void)ss.exec(b);
+    if (lock_held(word)) {
+      if (Status s = observe(ss, v.node, v.base, word, watch, "stayed locked"); !s.ok()) return s;
+      std::this_thread::yield();
+      return Status::OK();
     }
+    // (0) The lock: a CAS from the word read, and the whole subtable READ
+    // after it (one sub-batch, in order: the READ sees the locked state).
+    const Held held{v.node, v.base, make_lock(true, lock_seq(word) + 1), Clock::now(), false};
+    std::vector<std::uint64_t> old(table_bytes() / 8);
+    b.clear();
+    b.cas(v.node, lock_at, word, held.lock);
+    b.read(v.node, v.base, old.data(), static_cast<std::uint32_t>(table_bytes()));
+    // A failure here may leave the lock taken: a taker releases it after a lease.
+    if (Status s = ss.exec(b); !s.ok()) return s;
+    if (b.result(0) != word) return Status::OK();  // locked or split by another client first
+    Status s = split_locked(ss, held, v.header, old);
     if (s.ok()) s = refresh_dir(ss);
     return s;
   }
 
-  // Another client holds the lock of the subtable (or it split already):
-  // waits until its directory word is no longer `mine` locked.
-  Status wait_split(Session& ss, std::uint64_t dir_at, std::uint64_t mine, const View& v) {
-    const auto until = deadline();
-    for (;;) {
-      std::uint64_t w = 0;
-      Batch b;
-      b.read(0, dir_at, &w, 8);
-      if (Status s = ss.exec(b); !s.ok()) return s;
-      if (w != (mine | kDirLock)) return refresh_dir(ss);
-      if (Clock::now() > until) return stuck(v.node, v.base, "stayed locked");
-      std::this_thread::yield();
+  // The split under its lock, from `old`, the subtable read right after the
+  // lock CAS. A failure once a slot may be frozen leaves the lock held: a
+  // taker finishes or undoes the split after a lease ("Dead splitters").
+  Status split_locked(Session& ss, const Held& held, std::uint64_t header,
+                      std::vector<std::uint64_t>& old) {
+    const unsigned depth = header_depth(header);
+    const std::uint64_t suffix = header_suffix(header);
+    Batch b;
+    // Nothing frozen yet: the lock is given back (the CAS changes nothing
+    // if the holder was slow and taken over).
+    auto give_back = [&](Status why) {
+      b.clear();
+      add_release(b, held);
+      (void)exec_held(ss, held, b);
+      return why;
+    };
+    for (std::uint64_t w = 0; w < bucket_words(); w += kSlotsPerBucket) {
+      if (old[w] != header) return give_back(Status::OK());  // split since the view: look again
     }
-  }
-
-  // *restorable: false once the split has changed the subtable (its lock
-  // then stays, and writes to it return Busy after the timeout).
-  Status split_locked(Session& ss, const View& v, unsigned depth, std::uint64_t suffix,
-                      bool* restorable) {
-    Session& c = ss;
-    const std::uint64_t words = table_bytes() / 8;
+    if (stop_at(held, SplitStep::kLocked)) return stopped();
     const std::uint64_t suffix1 = suffix | (std::uint64_t{1} << depth);
     const unsigned node1 = static_cast<unsigned>(suffix1 % specs_.size());
     std::uint64_t base1 = 0;
-    if (Status s = remote_index::alloc_direct(c, node1, table_bytes(), &base1); !s.ok()) return s;
+    if (Status s = remote_index::alloc_direct(ss, node1, table_bytes(), &base1); !s.ok()) {
+      return give_back(s);
+    }
     // (1) Freeze every entry slot, free ones too, with a CAS from the word
     // read: from then on no writer's CAS can match, and the table's
     // entries are what the split saw.
-    std::vector<std::uint64_t> old(words);
-    Batch b;
-    b.read(v.node, v.base, old.data(), static_cast<std::uint32_t>(table_bytes()));
-    if (Status s = c.exec(b); !s.ok()) return s;
-    *restorable = false;
+    Split sp;
+    sp.depth = depth;
+    sp.suffix = suffix;
+    sp.new_dw = make_dir(node1, base1, depth + 1);
     std::vector<std::uint64_t> todo;
-    for (std::uint64_t w = 0; w < words; ++w) {
-      if (w % kSlotsPerBucket != 0) todo.push_back(w);
+    for (std::uint64_t w = 0; w < bucket_words(); ++w) {
+      if (is_slot(w)) todo.push_back(w);
     }
     while (!todo.empty()) {
       b.clear();
-      for (std::uint64_t w : todo) b.cas(v.node, v.base + w * 8, old[w], old[w] | kFrozen);
-      if (Status s = c.exec(b); !s.ok()) return s;
+      for (std::uint64_t w : todo) b.cas(held.node, held.base + w * 8, old[w], old[w] | kFrozen);
+      if (Status s = exec_held(ss, held, b); !s.ok()) return s;
       std::vector<std::uint64_t> again;
       for (std::size_t i = 0; i < todo.size(); ++i) {
         if (b.result(i) != old[todo[i]]) {
@@ -707,93 +883,298 @@ class RaceIndex final : public Index {
       }
       todo = std::move(again);
     }
-    if (split_hook()) split_hook()(SplitStep::kFrozen);
-    // (2) The hash of every entry's key, from its KV block header.
-    std::vector<std::uint64_t> used;
-    for (std::uint64_t w = 0; w < words; ++w) {
-      if (w % kSlotsPerBucket != 0 && entry_thawed(old[w]) != 0) used.push_back(w);
+    for (std::uint64_t w = 0; w < bucket_words(); ++w) {
+      if (!is_slot(w)) continue;
+      sp.at.push_back(w);
+      sp.frozen.push_back(old[w] | kFrozen);
     }
-    std::vector<KvHeader> heads(used.size());
-    b.clear();
-    for (std::size_t i = 0; i < used.size(); ++i) {
-      const std::uint64_t e = entry_thawed(old[used[i]]);
-      b.read(entry_node(e), entry_off(e), &heads[i], sizeof(KvHeader));
-    }
-    if (Status s = c.exec(b); !s.ok()) return s;
-    // (3) The new subtable, complete: the entries whose hash bit `depth` is
-    // set, each at the slot it had (so duplicates keep their order).
-    std::vector<std::uint64_t> img0(words, 0), img1(words, 0);
-    set_headers(&img0, make_header(depth + 1, suffix));
+    if (stop_at(held, SplitStep::kFrozen)) return stopped();
+    // (2) The hash of every entry's key, from its KV block header: which
+    // entries move.
+    if (Status s = plan_targets(ss, &sp); !s.ok()) return s;
+    // (3) The new subtable, complete: the entries that move, each at the
+    // slot it had (so duplicates keep their order), and a zero trailer.
+    std::vector<std::uint64_t> img1(table_bytes() / 8, 0);
     set_headers(&img1, make_header(depth + 1, suffix1));
     std::uint64_t moved = 0;
-    for (std::size_t i = 0; i < used.size(); ++i) {
-      const bool high = ((heads[i].hash >> depth) & 1) != 0;
-      (high ? img1 : img0)[used[i]] = entry_thawed(old[used[i]]);
-      moved += high ? 1 : 0;
+    for (std::size_t k = 0; k < sp.at.size(); ++k) {
+      const std::uint64_t e = entry_thawed(sp.frozen[k]);
+      if (e != 0 && sp.target[k] == 0) {
+        img1[sp.at[k]] = e;
+        ++moved;
+      }
     }
+    const std::uint64_t intent[2] = {sp.new_dw, header};
+    const std::uint64_t seq = lock_seq(held.lock);
+    auto add_intent = [&] {
+      b.write(held.node, held.base + bucket_bytes() + kIntentOff, intent, sizeof(intent));
+      b.write(held.node, held.base + bucket_bytes() + kIntentSeqOff, &seq, 8);
+    };
     b.clear();
+    // (Tests: a planted bug writes the intent first, in a round trip before
+    // the new subtable's.)
+    if (planted::active(planted::kRaceIntentBeforeNewTable)) {
+      add_intent();
+      if (Status s = exec_held(ss, held, b); !s.ok()) return s;
+      b.clear();
+    }
     b.write(node1, base1, img1.data(), static_cast<std::uint32_t>(table_bytes()));
-    if (Status s = c.exec(b); !s.ok()) return s;
-    if (split_hook()) split_hook()(SplitStep::kNewTableWritten);
+    // (I) The intent, in this subtable's trailer, its seq last as a WRITE of
+    // its own: in the same sub-batch as (3) when both subtables are on one
+    // node (it runs in order), else in the round trip after (3) completed.
+    // Either way the new subtable is whole wherever the seq stands.
+    // (Tests: with a hook, always apart, so that a holder can stop between.)
+    if (node1 != held.node || split_hook() || planted::active(planted::kRaceIntentBeforeNewTable)) {
+      if (Status s = exec_held(ss, held, b); !s.ok()) return s;
+      if (stop_at(held, SplitStep::kNewTableWritten)) return stopped();
+      b.clear();
+    }
+    if (!planted::active(planted::kRaceIntentBeforeNewTable)) {
+      add_intent();
+      if (Status s = exec_held(ss, held, b); !s.ok()) return s;
+    }
+    if (stop_at(held, SplitStep::kIntentWritten)) return stopped();
+    std::uint64_t dir_words = 0;
+    if (Status s = complete_split(ss, held, sp, &dir_words); !s.ok()) return s;
+    counters_.splits.fetch_add(1, std::memory_order_relaxed);
+    counters_.moved.fetch_add(moved, std::memory_order_relaxed);
+    // Bytes the split wrote: the new subtable, the intent, the old one's
+    // headers and slots, the directory words.
+    counters_.bytes.fetch_add(table_bytes() + 24 + params_.groups * 3 * 8 +
+                                  (bucket_words() - params_.groups * 3) * 8 + dir_words * 8,
+                              std::memory_order_relaxed);
+    return Status::OK();
+  }
+
+  // Steps (4) to (8) of a split whose intent stands, for its holder or a
+  // taker; every write is one the holder made or would make, with the same
+  // bytes, or a CAS that only a state before it matches (race.h, "Dead
+  // splitters"). *dir_words: the directory words it rewrote.
+  Status complete_split(Session& ss, const Held& held, const Split& sp, std::uint64_t* dir_words) {
+    const unsigned depth1 = sp.depth + 1;
+    const std::uint64_t was = make_dir(held.node, held.base, sp.depth);
     // (4) The directory words of the new half name it; the global depth
     // follows. Readers that come by the directory find every moved entry.
-    const std::uint64_t entries = std::uint64_t{1} << params_.max_depth;
-    const std::uint64_t step = std::uint64_t{1} << (depth + 1);
-    const std::uint64_t dw1 = make_dir(node1, base1, depth + 1);
     std::uint64_t global = 0;
-    std::uint64_t dir_words = 0;
-    b.clear();
-    for (std::uint64_t i = suffix1; i < entries; i += step, ++dir_words) {
-      b.write(0, params_.directory + i * 8, &dw1, 8);
-    }
-    b.read(0, kGlobalDepthOff, &global, 8);
-    if (Status s = c.exec(b); !s.ok()) return s;
-    if (Status s = remote_index::raise_global_depth(c, kGlobalDepthOff, global, depth + 1);
+    if (Status s = fix_half(ss, held, sp.suffix | (std::uint64_t{1} << sp.depth), depth1, was,
+                            sp.new_dw, &global, dir_words);
         !s.ok()) {
       return s;
     }
-    if (split_hook()) split_hook()(SplitStep::kDirectoryUpdated);
+    if (!in_lease(held)) return past_half_lease(held);
+    if (Status s = remote_index::raise_global_depth(ss, kGlobalDepthOff, global, depth1); !s.ok()) {
+      return s;
+    }
+    if (stop_at(held, SplitStep::kDirectoryUpdated)) return stopped();
     // (5) This subtable's headers: readers of a moved key that come with an
     // old directory now see the suffix change and look it up again.
-    b.clear();
-    for (std::uint64_t w = 0; w < words; w += kSlotsPerBucket) {
-      b.write(v.node, v.base + w * 8, &img0[w], 8);
+    // (Tests: with a hook, in two batches, so that a holder can stop with
+    // half of them rewritten, as a holder killed mid-batch would.)
+    const std::uint64_t header1 = make_header(depth1, sp.suffix);
+    const std::uint64_t buckets = bucket_words() / kSlotsPerBucket;
+    Batch b;
+    for (std::uint64_t k = 0; k < buckets; ++k) {
+      if (k == buckets / 2 && split_hook()) {
+        if (Status s = exec_held(ss, held, b); !s.ok()) return s;
+        b.clear();
+        if (stop_at(held, SplitStep::kHeadersHalfUpdated)) return stopped();
+      }
+      b.write(held.node, held.base + k * kBucketBytes, &header1, 8);
     }
-    if (Status s = c.exec(b); !s.ok()) return s;
-    if (split_hook()) split_hook()(SplitStep::kHeadersUpdated);
+    if (Status s = exec_held(ss, held, b); !s.ok()) return s;
+    if (stop_at(held, SplitStep::kHeadersUpdated)) return stopped();
     // (6) Its slots: the moved entries gone, the others thawed, slot by
-    // slot (one CAS each from the frozen word; nobody else writes a frozen
-    // slot, so every CAS succeeds).
+    // slot (one CAS each from the frozen word; only a lock holder writes a
+    // frozen slot, so each succeeds unless a holder before made it already).
     b.clear();
-    for (std::uint64_t w = 0; w < words; ++w) {
-      if (w % kSlotsPerBucket != 0) b.cas(v.node, v.base + w * 8, old[w] | kFrozen, img0[w]);
+    for (std::size_t k = 0; k < sp.at.size(); ++k) {
+      if (k == sp.at.size() / 2 && split_hook()) {
+        if (Status s = exec_held(ss, held, b); !s.ok()) return s;
+        b.clear();
+        if (stop_at(held, SplitStep::kSlotsHalfRewritten)) return stopped();
+      }
+      b.cas(held.node, held.base + sp.at[k] * 8, sp.frozen[k], sp.target[k]);
     }
-    if (Status s = c.exec(b); !s.ok()) return s;
-    // (7) The directory words of this half: the new depth, and the lock
-    // released last (the subtable's own word, after the others).
-    const std::uint64_t dw0 = make_dir(v.node, v.base, depth + 1);
+    if (b.size() != 0) {
+      if (Status s = exec_held(ss, held, b); !s.ok()) return s;
+    }
+    if (stop_at(held, SplitStep::kSlotsRewritten)) return stopped();
+    // (7) The directory words of this half: the new depth.
+    if (Status s = fix_half(ss, held, sp.suffix, depth1, was,
+                            make_dir(held.node, held.base, depth1), nullptr, dir_words);
+        !s.ok()) {
+      return s;
+    }
+    if (stop_at(held, SplitStep::kDirectoryFinished)) return stopped();
+    // (8) The release, once every word of the split is in place.
     b.clear();
-    for (std::uint64_t i = suffix + step; i < entries; i += step, ++dir_words) {
-      b.write(0, params_.directory + i * 8, &dw0, 8);
+    add_release(b, held);
+    return exec_held(ss, held, b);
+  }
+
+  // Steps (4) and (7): every directory word of the half of suffix `start`
+  // (start, start + 2^depth1, ...) that names a subtable shallower than
+  // depth1 is CASed to `target`; a word of depth1 or deeper stays (this
+  // split, or a taker of it, or the new subtable's own splits rewrote it
+  // already). Each CAS is first tried from `guess` (the split subtable's
+  // word before the split); one that finds another shallow word (an
+  // ancestor whose split is not finished yet) is tried again from that.
+  // With `global`, each batch also READs the global depth word into it.
+  Status fix_half(Session& ss, const Held& held, std::uint64_t start, unsigned depth1,
+                  std::uint64_t guess, std::uint64_t target, std::uint64_t* global,
+                  std::uint64_t* dir_words) {
+    const std::uint64_t entries = std::uint64_t{1} << params_.max_depth;
+    std::vector<std::uint64_t> at, expect;
+    for (std::uint64_t i = start; i < entries; i += std::uint64_t{1} << depth1) {
+      at.push_back(i);
+      expect.push_back(guess);
     }
-    b.write(0, params_.directory + suffix * 8, &dw0, 8);
-    ++dir_words;
-    if (Status s = c.exec(b); !s.ok()) return s;
-    counters_.splits.fetch_add(1, std::memory_order_relaxed);
-    counters_.moved.fetch_add(moved, std::memory_order_relaxed);
-    // Bytes the split wrote: the new subtable, the old one's headers and
-    // slots, the directory words.
-    counters_.bytes.fetch_add(table_bytes() + params_.groups * 3 * 8 +
-                               (words - params_.groups * 3) * 8 + dir_words * 8,
-                           std::memory_order_relaxed);
+    while (!at.empty()) {
+      Batch b;
+      for (std::size_t k = 0; k < at.size(); ++k) {
+        b.cas(0, params_.directory + at[k] * 8, expect[k], target);
+      }
+      if (global != nullptr) b.read(0, kGlobalDepthOff, global, 8);
+      if (Status s = exec_held(ss, held, b); !s.ok()) return s;
+      std::vector<std::uint64_t> at2, expect2;
+      for (std::size_t k = 0; k < at.size(); ++k) {
+        const std::uint64_t r = b.result(k);
+        if (r == expect[k]) {
+          ++*dir_words;
+        } else if (r != target && dir_depth(r) < depth1) {
+          at2.push_back(at[k]);
+          expect2.push_back(r);
+        }
+      }
+      at = std::move(at2);
+      expect = std::move(expect2);
+    }
+    return Status::OK();
+  }
+
+  // Takes the split lock of the subtable at (node, base), seen as `seen`
+  // (locked) for a lease, from its holder: a CAS to seen + kSeqTakeover
+  // (one taker wins), then the split finished or undone. OK also when
+  // another client won or the lock changed (the caller looks again), and
+  // when this taker ran past half its own lease (it stopped in time; the
+  // lock stays for the next taker).
+  Status take_over(Session& ss, unsigned node, std::uint64_t base, std::uint64_t seen) {
+    const Held held{node, base, seen + kSeqTakeover, Clock::now(), true};
+    std::vector<std::uint64_t> t(table_bytes() / 8);
+    Batch b;
+    b.cas(node, base + bucket_bytes(), seen, held.lock);
+    // After the CAS (same node, in order): the subtable as the holder left it.
+    b.read(node, base, t.data(), static_cast<std::uint32_t>(table_bytes()));
+    if (Status s = ss.exec(b); !s.ok()) return s;
+    if (b.result(0) != seen) return Status::OK();
+    counters_.takeovers.fetch_add(1, std::memory_order_relaxed);
+    Status s = finish(ss, held, t);
+    if (s.is_busy() && !in_lease(held)) return Status::OK();
+    if (s.ok()) s = refresh_dir(ss);
+    return s;
+  }
+
+  // As the lock's holder after a takeover (`held`), finishes or undoes the
+  // split of whoever locked the subtable, from `t`, the subtable (trailer
+  // included) read right after the takeover CAS.
+  Status finish(Session& ss, const Held& held, const std::vector<std::uint64_t>& t) {
+    Trailer tr{};
+    std::memcpy(&tr, t.data() + bucket_words(), sizeof(tr));
+    Split sp;
+    for (std::uint64_t w = 0; w < bucket_words(); ++w) {
+      if (!is_slot(w) || !entry_frozen(t[w])) continue;
+      sp.at.push_back(w);
+      sp.frozen.push_back(t[w]);
+    }
+    if (!intent_of_lock(tr.intent_seq, lock_seq(held.lock))) {
+      // Back: no intent of this lock stands, so nothing destructive ran
+      // (the directory, the headers and every entry are as before the
+      // lock): every frozen slot thawed, then the lock released.
+      Batch b;
+      for (std::size_t k = 0; k < sp.at.size(); ++k) {
+        b.cas(held.node, held.base + sp.at[k] * 8, sp.frozen[k], entry_thawed(sp.frozen[k]));
+      }
+      add_release(b, held);
+      return exec_held(ss, held, b);
+    }
+    // Forward: the intent is this lock's, so the new subtable it names is
+    // whole. Its fields are checked before anything is written by them.
+    sp.depth = header_depth(tr.intent_header);
+    sp.suffix = header_suffix(tr.intent_header);
+    sp.new_dw = tr.intent_new;
+    bool sound = sp.depth < params_.max_depth && sp.suffix <= low_mask(sp.depth) &&
+                 dir_depth(sp.new_dw) == sp.depth + 1 && dir_node(sp.new_dw) < specs_.size() &&
+                 (sp.new_dw & kDirReserved) == 0 && dir_off(sp.new_dw) % 64 == 0;
+    for (std::uint64_t w = 0; w < bucket_words() && sound; w += kSlotsPerBucket) {
+      sound = t[w] == tr.intent_header || t[w] == make_header(sp.depth + 1, sp.suffix);
+    }
+    if (!sound) {
+      return Status::Corruption("race: subtable at node " + std::to_string(held.node) +
+                                " offset " + std::to_string(held.base) +
+                                ": the intent of its unfinished split does not fit it (depth " +
+                                std::to_string(sp.depth) + ", new subtable word " +
+                                std::to_string(sp.new_dw) + ")");
+    }
+    if (Status s = plan_targets(ss, &sp); !s.ok()) return s;
+    std::uint64_t dir_words = 0;
+    return complete_split(ss, held, sp, &dir_words);
+  }
+
+  // Waits until the subtable at (node, base) holds no split lock, taking a
+  // dead holder's over after a lease.
+  Status wait_unlocked(Session& ss, unsigned node, std::uint64_t base) {
+    LockWatch w = new_watch();
+    for (;;) {
+      std::uint64_t word = 0;
+      Batch b;
+      b.read(node, base + bucket_bytes(), &word, 8);
+      if (Status s = ss.exec(b); !s.ok()) return s;
+      if (!lock_held(word)) return Status::OK();
+      if (Status s = observe(ss, node, base, word, &w, "stayed locked"); !s.ok()) return s;
+      std::this_thread::yield();
+    }
+  }
+
+  // check(), before it reads anything: every subtable's split lock
+  // released, waited for or taken over; a split finished so changes the
+  // directory, and the subtables it made are looked at too.
+  Status wait_all_unlocked(Session& ss) {
+    std::unordered_set<std::uint64_t> done;
+    for (bool fresh = true; fresh;) {
+      fresh = false;
+      if (Status s = refresh_dir(ss); !s.ok()) return s;
+      std::vector<std::uint64_t> tables;
+      for (std::uint64_t dw : ss.dir) {
+        if (done.insert(dir_off(dw) | (std::uint64_t{dir_node(dw)} << 48)).second) {
+          tables.push_back(dw);
+        }
+      }
+      std::vector<std::uint64_t> words(tables.size());
+      Batch b;
+      for (std::size_t i = 0; i < tables.size(); ++i) {
+        b.read(dir_node(tables[i]), dir_off(tables[i]) + bucket_bytes(), &words[i], 8);
+      }
+      if (b.size() != 0) {
+        if (Status s = ss.exec(b); !s.ok()) return s;
+      }
+      for (std::size_t i = 0; i < tables.size(); ++i) {
+        fresh = true;
+        if (!lock_held(words[i])) continue;
+        if (Status s = wait_unlocked(ss, dir_node(tables[i]), dir_off(tables[i])); !s.ok()) return s;
+      }
+    }
     return Status::OK();
   }
 
   // ---- whole-index reads ----
   // Every subtable once (quiescent index: check(); for_each is not a
   // snapshot while splits run). With `verify`, checks the invariants
-  // race.h lists.
+  // race.h lists, once every split lock is released (dead splitters'
+  // taken over).
   Status scan(Session& ss, const ForEachFn& fn, bool verify) {
+    if (verify) {
+      if (Status s = wait_all_unlocked(ss); !s.ok()) return s;
+    }
     if (Status s = refresh_dir(ss); !s.ok()) return s;
     std::vector<std::uint64_t> full(std::size_t{1} << params_.max_depth);
     Batch b;
@@ -806,9 +1187,12 @@ class RaceIndex final : public Index {
     std::unordered_set<std::uint64_t> seen;
     const std::uint64_t words = table_bytes() / 8;
     for (std::size_t i = 0; i < full.size(); ++i) {
-      const std::uint64_t dw = full[i] & ~kDirLock;
+      const std::uint64_t dw = full[i];
       if (verify) {
-        if ((full[i] & kDirLock) != 0) return fail(dw, "locked (a split runs or died)");
+        if ((dw & kDirReserved) != 0) {
+          return Status::Corruption("race: directory word " + std::to_string(i) +
+                                    " has its unused bit 63 set");
+        }
         if (i >= ss.dir.size() && full[i] != full[i & (ss.dir.size() - 1)]) {
           return Status::Corruption("race: directory word " + std::to_string(i) +
                                     " differs from the one it repeats");
@@ -822,11 +1206,14 @@ class RaceIndex final : public Index {
       const std::uint64_t hd = t[0];
       const unsigned depth = header_depth(hd);
       if (verify) {
+        if (lock_held(t[bucket_words()])) {
+          return fail(dw, "locked (a split runs, or its client died and no taker finished it)");
+        }
         if (depth != dir_depth(dw)) return fail(dw, "its depth differs from its directory word's");
         if ((i & low_mask(depth)) != header_suffix(hd)) return fail(dw, "named by a wrong directory word");
       }
       std::vector<Slot> slots;
-      for (std::uint64_t w = 0; w < words; ++w) {
+      for (std::uint64_t w = 0; w < bucket_words(); ++w) {
         if (w % kSlotsPerBucket == 0) {
           if (verify && t[w] != hd) return fail(dw, "bucket headers differ");
           continue;
@@ -911,7 +1298,7 @@ Status no_params(const Options&, std::uint8_t*) { return Status::OK(); }
 
 }  // namespace
 
-void set_split_hook_for_testing(std::function<void(SplitStep)> hook) {
+void set_split_hook_for_testing(std::function<bool(SplitStep, bool)> hook) {
   split_hook() = std::move(hook);
 }
 

@@ -12,7 +12,7 @@
 //
 // Structure (extendible hashing). A directory of 2^max_depth words on node
 // 0 names, for the low hash bits of h1 (the suffix), a subtable, with its
-// local depth and a split lock bit. All 2^max_depth words are kept current
+// local depth. All 2^max_depth words are kept current
 // (a split rewrites the words of both its halves), so raising the global
 // depth copies nothing; clients cache the first 2^global_depth words. A
 // subtable is an array of `race_groups` bucket groups; a group is 3 buckets
@@ -20,12 +20,14 @@
 // its two main buckets. A bucket's word 0 is its header (local depth,
 // suffix); words 1..7 are entry slots (fingerprint 8 bits, KV length in
 // 64-byte units 8 bits, KV pointer 48 bits). A main bucket and its overflow
-// bucket are adjacent (the "combined bucket", 128 bytes): one READ.
+// bucket are adjacent (the "combined bucket", 128 bytes): one READ. After
+// the groups, a 64-byte trailer holds the subtable's split lock and the
+// intent of the split that holds it ("Split", "Dead splitters").
 // Subtable with suffix p lives on node p mod nodes; a KV block lives on the
 // node of the subtable its writer saw (the pointer names the node, so
 // splits never move blocks).
 //
-//   subtable:  | group 0                       | group 1 | ...
+//   subtable:  | group 0                       | group 1 | ... | trailer |
 //              | main 0 | overflow | main 1   |
 //              |<-- combined 0 -->|
 //                       |<-- combined 1 -->|
@@ -91,30 +93,59 @@
 // Split (DEPARTURE in mechanism: the paper moves entries one by one under
 // the directory lock while inserts go on; we freeze the subtable first, so
 // writers wait for the split while readers do not). A client that finds
-// both combined buckets full splits the subtable (depth d, suffix s) by
-// hash bit d into itself and a new one (suffix s | 1 << d, depth d + 1):
-//   (0) CAS the lock bit into directory word s (from the exact word: a
-//       stale splitter fails); allocate the new subtable;
-//   (1) freeze: READ the subtable, then CAS every entry slot from the word
-//       read to the word with the frozen bit (free slots too), again for
-//       those that changed, until all are frozen. From then on no writer's
-//       CAS can match any slot (they expect unfrozen words), so the entries
-//       are fixed; writers that see a frozen slot wait for the thaw;
+// both combined buckets full splits the subtable O (depth d, suffix s) by
+// hash bit d into itself and a new one N (suffix s1 = s | 1 << d, depth
+// d + 1). The split lock and the intent live in O's trailer (layout.h);
+// "the lock word" is its first word, (locked, seq). In this order, each
+// round trip complete (so durable) before the next is posted:
+//   (0) READ the lock word (locked: wait, below); CAS it from the word read
+//       to (locked, seq + 1), and in the same sub-batch READ all of O after
+//       the CAS. A CAS that fails means another client locked or split O
+//       first: look again. Headers other than the view's mean O split
+//       since the view: release (see 8) and look again. Allocate N (an
+//       FAA on its node, suffix s1 mod nodes); NoSpace: release.
+//   (1) freeze: CAS every entry slot from the word read to the word with
+//       the frozen bit (free slots too), again for those that changed,
+//       until all are frozen. From then on no writer's CAS can match any
+//       slot (they expect unfrozen words), so the entries are fixed;
+//       writers that see a frozen slot wait for the thaw;
 //   (2) READ every entry's KV header (h1: which half it belongs to);
-//   (3) WRITE the new subtable whole: headers (d + 1, s | 1 << d), the
-//       entries with bit d set, each at the same slot as in the old one
-//       (the same combined buckets; duplicates keep their order);
-//   (4) WRITE the directory words of the new half; CAS the global depth up;
-//   (5) WRITE the old subtable's headers (d + 1, s);
-//   (6) CAS every old slot from its frozen word to its new one: 0 for a
-//       moved entry, the entry thawed otherwise ("entry by entry", one
-//       doorbell batch);
-//   (7) WRITE the directory words of the old half (depth d + 1), the word
-//       s last, which releases the lock.
+//   (3) WRITE N whole: headers (d + 1, s1), the entries with bit d set,
+//       each at the same slot as in O (the same combined buckets;
+//       duplicates keep their order), a zero trailer;
+//   (I) WRITE the intent into O's trailer: N's directory word and O's
+//       header (d, s), then, as a WRITE of its own, the intent seq = the
+//       lock's seq. In (3)'s sub-batch when N and O share a node (it runs
+//       in order), else in the next round trip. So wherever the seq is
+//       durable, N and the intent's other words are whole (a node that
+//       loses power mid-batch keeps a prefix of its writing verbs, the
+//       last torn at 8-byte words at worst: remote/transport.h). Nothing
+//       before (I) is destructive: O still holds every entry (frozen,
+//       which only makes writers wait), its headers and the directory are
+//       as before, and nothing names N;
+//   (4) the directory words of the new half (s1, s1 + 2^(d+1), ...) that
+//       name a subtable of depth <= d are CASed to N's word (from O's word
+//       at depth d; a CAS that finds another such word, an ancestor whose
+//       own split is not finished, is made again from that word; a word of
+//       depth >= d + 1 is left: this split, a taker of it, or N's own
+//       splits wrote it already); then CAS the global depth up to d + 1;
+//   (5) WRITE O's headers (d + 1, s);
+//   (6) CAS every O slot from its frozen word to its new one: 0 for a
+//       moved entry or a free slot, the entry thawed otherwise ("entry by
+//       entry", one doorbell batch);
+//   (7) the directory words of O's half (s, s + 2^(d+1), ...) the same way
+//       as in (4), to O's word at depth d + 1;
+//   (8) release: CAS the lock word from (locked, seq) to (unlocked, seq +
+//       1), once (7) has completed.
+// The directory words are CASed, not written, so that the order in which
+// this split, a taker of it, N's own splits and a taker of an ancestor's
+// split change them does not matter: each word ends naming the deepest
+// subtable of its suffix (a CAS moves a word only deeper).
 // Stats: expansions (splits), items_moved (entries moved), bytes_moved
-// (the new subtable, the old one's headers and slots, directory words),
-// read_retries (views read again because a split tore them, waits for a
-// thaw, strays taken back, KV blocks read again after a bad checksum).
+// (the new subtable, the intent, the old one's headers and slots,
+// directory words), lock_takeovers, read_retries (views read again because
+// a split tore them, waits for a thaw, strays taken back, KV blocks read
+// again after a bad checksum).
 //
 // Readers during a split never miss a key present before they started:
 // before (4) no directory word names the new subtable and the old one
@@ -125,9 +156,12 @@
 // until (6). A reader whose view includes a slot cleared by (6) read that
 // slot after (5) completed, so its trailing header read, later in the same
 // batch, returns the new header: the view is torn (first header old) or
-// names another suffix, and the reader goes to the new subtable.
+// names another suffix, and the reader goes to the new subtable. A split
+// undone (below) changed nothing a reader looks at but the frozen bits.
 // RaceTest.ReadersDuringEachSplitStepFindEveryKey stops a split after each
-// step and reads every key from another client.
+// step and reads every key from another client. Readers never wait for a
+// split, except on headers that stay torn: a split cut short in (5), which
+// they take over like writers (below).
 //
 // Writers during a split: frozen slots make every CAS on the old subtable
 // fail, and a writer whose view shows a frozen slot waits (yields) until
@@ -145,8 +179,98 @@
 // and the insert starts again; failure means the split had captured the
 // entry, which now stands in the key's new subtable. (Found by
 // RaceProcessTest, whose single clients keep stale directories longest.)
-// GAP: a second split of the same subtable that freezes a stray between
-// the CAS and its undo would keep it, unreachable (space only).
+// A split undone thaws its slots with the headers unchanged: an insert
+// landing in a slot so freed is in its key's subtable, as if no split had
+// begun. GAP: a second split of the same subtable that freezes a stray
+// between the CAS and its undo would keep it, unreachable (space only).
+//
+// Dead splitters (the design of sephash's dead lock holders, sephash.h,
+// applied to the split). A splitter that dies (killed, host lost), stalls,
+// or loses a batch anywhere between (0) and (8), or a memory node that
+// loses power meanwhile, would leave O locked and frozen for good. Instead:
+//   Waiters. Every loop that waits on a split reads O's lock word: a
+// writer that sees a frozen slot, an insert whose entry was frozen, a
+// splitter whose lock word is locked, a reader whose view stays torn, and
+// check(), which waits out every subtable's lock before it reads anything
+// (so a client attaching after a crash recovers by running check()). A
+// waiter that has seen the same locked word for the index's lease ("Lease"
+// below) takes over: it CASes the word from (locked, q) to (locked, q +
+// 2^32), one taker wins, and in the same sub-batch it READs all of O
+// after the CAS. A waiter gives Busy only when what it waits on made no
+// progress for lease + remote timeout (the lock word unchanged and not
+// locked, yet slots frozen or headers torn: damage; a locked word is taken
+// over instead), or after 16 leases (at least 2 s) of takeovers that did
+// not finish (each taker stops at half its lease; the next one takes over
+// again).
+//   Forward or back. The intent is this lock's when its seq is not 0 and
+// equals the lock's seq in the low 32 bits (a takeover adds 2^32, so the
+// holder's intent is recognised through any number of takeovers). Then
+// the taker rolls FORWARD: from the intent it takes N, d and s (checked:
+// N's depth d + 1, O's headers (d, s) or (d + 1, s), else Corruption),
+// from O the slots still frozen, and for each the same new word as the
+// holder (its entry's KV block is read again for h1: blocks never change
+// once named), and runs (4) to (8). Otherwise it rolls BACK: no intent of
+// this lock stands, so nothing destructive ran (the directory, the
+// headers and every entry are as at the lock; N, if written, is named by
+// nothing and leaks): it CASes every frozen slot back to its thawed word
+// and releases (seq + 1).
+//   What a taker finds after a crash or death at each step. After (0): a
+// lock, nothing frozen: back. In (1) or (2): some or all slots frozen:
+// back. In (3): N partly written: back. In (I): the intent's words partly
+// written, its seq not (the seq is a single 8-byte word, written after
+// the others: old or new, never torn): back; the seq written: forward.
+// In or after (4): some new-half words name N, whose moved entries are
+// all there (readers already go to it): forward. In (5): headers mixed
+// (readers see torn views until the taker rewrites them): forward. In
+// (6): some slots rewritten, the rest still frozen: forward, for the rest.
+// In (7) or before (8) completes: forward (nothing frozen; the headers
+// written again with the same bytes; the words by CAS).
+//   Why a taker's writes are the holder's or harmless. (5) writes the
+// bytes the holder wrote or would write. (6) CASes a slot from its frozen
+// word, which only a lock holder changes, to the word the holder chose,
+// a function of the frozen entry and its immutable block; a slot (6)
+// rewrote already is no longer frozen, so the CAS fails and changes
+// nothing. (4) and (7) only move words deeper. (8) is a CAS from the
+// lock word held: it fails if someone took over since. Roll-back's thaw
+// CASes from frozen words as well, and a lock without a standing intent
+// has written nothing else but N (unnamed).
+//   No lock word recurs. Every change of a lock word raises its seq (a
+// lock and a release by 1, a takeover by 2^32), so a waiter that saw one
+// locked word for a lease saw one holder (or one taker) all along, and no
+// older lock's intent passes as this lock's: between them, a release and
+// a lock changed the low 32 bits (assumed: fewer than 2^31 locks of one
+// subtable; seq has 63 bits, so 2^31 takeovers of one lock).
+//   Fencing. A holder, the splitter or a taker, begins no batch that
+// writes to O, N, the directory or the global depth later than lease/2
+// after it sent its lock (or takeover) CAS (its clock is read before the
+// CAS, so no later than the lock). Past it, it stops and leaves the lock:
+// a splitter's call returns Busy ("took more than half its lease"), a
+// taker's waiter waits on and someone takes over again. A waiter takes
+// over only after a whole lease of the same word, so (by the assumption
+// under "Lease") every batch the slow holder began has executed by then,
+// and it begins no other. A splitter that fails before freezing (NoSpace
+// at (0), a lost allocation reply) releases at once; once a freeze batch
+// was posted, a failure (IOError: the batch may still run) leaves the
+// lock for a taker, as does a lost lock-CAS reply.
+//   Costs. A split makes one or two more round trips than it would
+// without (the release apart from (7); the intent apart from N when they
+// are on different nodes; the lock word's READ before the lock CAS is
+// paid for by O's READ riding with that CAS), writes the 24 bytes of the
+// intent, and every subtable is 64 bytes longer (its trailer). Nothing is
+// added to reads or writes that find no frozen slot and no torn view; a
+// waiter reads 8 bytes more per look. Blocks and a new subtable that a
+// dead or undone split wrote leak (as KV blocks do: nothing is reclaimed).
+// Tests: RaceStoppedSplitTest stops a splitter after each of ten steps
+// (with a hook set, (3) and (I) run as two batches, (5) and (6) each as
+// two); another client's check() waits about a lease, takes over, undoes
+// (before the intent) or finishes (after), every acknowledged key reads
+// back and the index keeps splitting. RaceSplitLockTest kills splitter
+// processes at four steps (one over tcp daemons), stops a taker midway
+// (the next finishes), lets four threads wait on one dead split (one
+// takeover), and has a splitter sleep past a whole lease while another
+// thread takes over: awake, it writes nothing. RaceSlowSplitterTest: a
+// splitter past lease/2 stops with Busy. The memory-node explorer
+// (tests/crash_explore/memnode_explore.cc) crashes nodes inside splits.
 //
 // Durability. Every round trip's writes are durable when it completes
 // (remote layer), and a call returns after its last round trip: writes are
@@ -164,29 +288,34 @@
 // next call ("memory nodes were created again ...: open the index again")
 // and writes nothing into the new index.
 //
-// Lease (GAP: RACE has no lease; the fence needs one). Race keeps, in the
-// membership stamp, a lease of twice the remote timeout its create used
-// (kDefaultTimeoutMs when Options::remote_timeout_ms is 0). Clients use the
+// Lease (GAP: RACE has none; the generation fence and the split takeover
+// need one). Race keeps, in the membership stamp, a lease of twice the
+// remote timeout its create used (kDefaultTimeoutMs when
+// Options::remote_timeout_ms is 0): 2 s by default. Clients use the
 // timeout they give, which may not exceed lease/2 (refused, naming both
-// numbers), or lease/2 for 0; a forced create waits the old index's lease.
-// ASSUMED, as the fence states: a batch executes within lease/2 of its
-// post, and the clocks of clients and creators run at the same rate.
+// numbers), or lease/2 for 0; a forced create waits the old index's lease;
+// a dead split is taken over after a lease. ASSUMED, as the fence states:
+// a batch executes within lease/2 of its post (a process stopped between
+// its clock check and its post, or a tcp request that its client gave up
+// on and that the network delivers later, breaks it), and the clocks of
+// clients and creators run at the same rate.
 //
 // Failure. A node that dies mid-call fails the call with IOError naming it
-// (whether the last round trip ran is unknown). A split that fails after
-// (1) leaves its subtable frozen and locked: reads go on; writes to it
-// return Busy after the timeout (the same limitation as sephash's merge
-// lock: nothing recovers a split whose client died). A split that fails
-// at (0) (NoSpace: the node of the new subtable is full) unlocks and
-// changes nothing. for_each is not a snapshot while splits run (an entry
-// being moved can be listed twice); check() expects a quiescent index.
+// (whether the last round trip ran is unknown). A split whose client
+// fails leaves its subtable locked until a waiter takes it over, a lease
+// later ("Dead splitters"); reads of it go on meanwhile. for_each is not a
+// snapshot while splits run (an entry being moved can be listed twice);
+// check() expects a quiescent index, apart from dead splits, which it
+// finishes or undoes first.
 //
-// check() verifies: no directory word locked; words beyond 2^global_depth
-// repeat the ones below; each subtable's headers all equal, with the depth
-// of its directory words and a suffix matching every word that names it;
-// no frozen slot; every KV block's checksum; every entry's fingerprint and
-// stored hash match its key, its key belongs to the subtable and sits in
-// one of its two combined buckets; no key has two entries.
+// check() verifies, once every subtable's split lock is released (waited
+// for, or taken over from a dead splitter): no directory word with bit 63
+// set; words beyond 2^global_depth repeat the ones below; each subtable
+// unlocked, its headers all equal, with the depth of its directory words
+// and a suffix matching every word that names it; no frozen slot; every
+// KV block's checksum; every entry's fingerprint and stored hash match its
+// key, its key belongs to the subtable and sits in one of its two
+// combined buckets; no key has two entries.
 #pragma once
 
 #include <functional>
@@ -205,9 +334,28 @@ inline constexpr unsigned kMaxGroups = 4096;
 // 0): the index's lease is twice the create's timeout.
 inline constexpr unsigned kDefaultTimeoutMs = 1000;
 
-// Tests: the steps of a split (race.h, "Split") after which the hook runs,
-// on the splitting thread, while the subtable is locked.
-enum class SplitStep { kFrozen, kNewTableWritten, kDirectoryUpdated, kHeadersUpdated };
-void set_split_hook_for_testing(std::function<void(SplitStep)> hook);
+// Tests: the steps of a split ("Split" above) after which the split hook
+// runs, on the thread of the lock's holder, while the subtable is locked.
+enum class SplitStep {
+  kLocked,              // (0) the lock taken, the subtable read; nothing frozen
+  kFrozen,              // (1) every slot frozen
+  kNewTableWritten,     // (3) the new subtable written; no intent
+  kIntentWritten,       // (I) the intent written
+  kDirectoryUpdated,    // (4) the new half's directory words and the global depth
+  kHeadersHalfUpdated,  // (5) half of the old subtable's headers rewritten
+  kHeadersUpdated,      // (5) all of them
+  kSlotsHalfRewritten,  // (6) half of the frozen slots rewritten
+  kSlotsRewritten,      // (6) all of them
+  kDirectoryFinished,   // (7) the old half's directory words; the lock still held
+};
+// Tests: hook(step, taking_over) runs at each step of a split, by its
+// first holder (taking_over false) or by a client that took the split
+// over ("Dead splitters"; from kDirectoryUpdated on). When it returns true
+// the holder stops there as if it died: it writes nothing more, leaves
+// the lock, and its call returns IOError. With a hook set, steps (3) and
+// (I) always run as two batches, and (5) and (6) each as two, so that
+// every step falls between batches (a holder killed mid-batch leaves a
+// prefix of it).
+void set_split_hook_for_testing(std::function<bool(SplitStep, bool)> hook);
 
 }  // namespace pmhash::engine::race
