@@ -42,8 +42,10 @@
 #   make figures     regenerate every figure in docs/results from its JSON
 #   make bench       pmhash-microbench, pmhash against libcuckoo, repeated
 # Fuzzing (README, "Fuzzing"):
-#   make fuzz        fuzz Store::open with damaged pools for FUZZ_SECONDS
-#                    (default 600; clang, ASan + UBSan, build/fuzz)
+#   make fuzz        every fuzz target for FUZZ_SECONDS each (default 600;
+#                    clang, ASan + UBSan, build/fuzz): Store::open on damaged
+#                    pools, a memory node's request handling, the tcp
+#                    client's reply parsing (scripts/fuzz.sh)
 # Crash checking (README, "Crash consistency"):
 #   make crash-long  the crash checker at length for every engine (hours;
 #                    knobs in scripts/crash-long.sh)

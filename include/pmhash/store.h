@@ -150,6 +150,16 @@ class Store {
   static std::vector<std::string> engines();
   // The finished engines whose index lives on memory nodes
   // (Options::memnodes; create and open them with an empty path).
+  // Their calls fail in ways a pool's cannot: IOError when a node cannot be
+  // reached, refuses the secret (Options::memnode_secret_file) or does not
+  // answer within Options::remote_timeout_ms; InvalidArgument when the node
+  // list does not match the index (a node twice, missing, extra, fresh, of
+  // another index or out of order: the message names the position), when
+  // remote_timeout_ms exceeds half the lease stored with the index, or when
+  // the nodes were created again since this Store opened them ("open the
+  // index again"; nothing is written); Corruption when a node's bytes break
+  // the layout; Busy when a lock stays held and its holder's lease has not
+  // run out, or when a call could not finish within half the lease.
   static std::vector<std::string> remote_engines();
 
   // Opens an existing pool. Runs crash recovery when the pool was not closed
