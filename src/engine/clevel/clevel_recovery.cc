@@ -262,6 +262,7 @@ void ClevelIndex::count_at_open(heap::ThreadCache* tc) {
   const Ctx c = load_ctx();
   std::unordered_set<std::uint64_t> items;
   std::unordered_set<std::uint64_t> dead;
+  std::vector<std::atomic<std::uint64_t>*> dead_slots;
   bool damaged = false;
   for (unsigned k = 0; k < c.levels(); ++k) {
     LevelHeader* l = level(static_cast<std::uint16_t>(c.last() + k));
@@ -293,9 +294,8 @@ void ClevelIndex::count_at_open(heap::ThreadCache* tc) {
         } else if (state_kind(st) == kRemoved) {
           // A delete whose REMOVED state reached media and whose retire
           // entry did not (one drain covers both; heap recovery saw no log
-          // naming the item). Unlinked here, freed below.
-          s.store(0);
-          dirty = true;
+          // naming the item). Retired, then unlinked, below.
+          dead_slots.push_back(&s);
           dead.insert(off);
         } else if (state_kind(st) > kRemoved) {
           damaged = true;
@@ -306,10 +306,21 @@ void ClevelIndex::count_at_open(heap::ThreadCache* tc) {
       if (dirty) region_.flush(level_buckets(l) + b, sizeof(Bucket));
     }
   }
-  region_.drain();  // unlinked before freed
+  // The deletes are finished in their own order (P3): the retire entries
+  // are durable before the unlink, so that a crash in between leaves the
+  // items in a log, which the next recovery asks keep_block() about; the
+  // heap frees them after a grace period.
   for (std::uint64_t off : dead) {
-    if (!items.contains(off) && heap_.is_allocated(off)) tc->free_unpublished(off);
+    if (!heap_.is_allocated(off)) continue;
+    tc->reserve_retire(1);
+    tc->retire(off);
   }
+  region_.drain();
+  for (auto* s : dead_slots) {
+    s->store(0);
+    region_.flush(s, sizeof(std::uint64_t));
+  }
+  region_.drain();  // the cleared PENDING bits and the unlinks, durable before we serve
   count_base_.store(static_cast<std::int64_t>(items.size()));
   count_known_.store(!damaged);
 }
