@@ -674,62 +674,67 @@ TEST_F(ClevelTest, CountAfterACrashStaysExactWhileWritersRun) {
   // The count a crash loses used to be rebuilt by a scan running beside the
   // writers (the first size(), or a remove's shrink check): an insert the
   // scan saw and its counter counted again, a remove subtracted again. The
-  // wrong base was saved by close and check() failed after the next open.
+  // wrong base was saved by close and check() failed after the next open
+  // (three rounds of crash, count, writers, reopen).
   options_.clevel_initial_level_log2 = 12;
   options_.clevel_shrink_threshold = 0;
   create();
   ASSERT_TRUE(store_->close().ok());
   store_.reset();
   constexpr int kBase = 20000;
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::unique_ptr<Store> s;
-    if (!Store::open(path_, {}, &s).ok()) _exit(2);
-    for (int i = 0; i < kBase; ++i) {
-      if (!s->insert(key(i), value(i)).ok()) _exit(3);
+  constexpr int kChurn = 4000;
+  std::uint64_t expect = 0;
+  for (int round = 0; round < 3; ++round) {
+    const std::string prefix = "r" + std::to_string(round) + "-";
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      std::unique_ptr<Store> s;
+      if (!Store::open(path_, {}, &s).ok()) _exit(2);
+      for (int i = 0; i < kBase; ++i) {
+        if (!s->insert(prefix + key(i), value(i)).ok()) _exit(3);
+      }
+      _exit(0);  // a crash: no close, no saved count
     }
-    _exit(0);  // a crash: no close, no saved count
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    expect += kBase;
+    reopen();
+    EXPECT_FALSE(store_->stats().clean_shutdown);
+    // Two writers insert new keys while size() and stats() run (the old
+    // code counted here: each insert ahead of its scan counted twice; it
+    // failed 8 of 9 single rounds). Then deletes, counted as they go.
+    std::atomic<int> ops{0};
+    std::atomic<int> inserted{0};
+    auto insert_range = [&](int from) {
+      for (int i = from; i < from + kChurn; ++i) {
+        if (store_->insert(prefix + key(i), value(i)).ok()) inserted.fetch_add(1);
+        ops.fetch_add(1);
+      }
+    };
+    std::thread w1(insert_range, kBase);
+    std::thread w2(insert_range, kBase + kChurn);
+    while (ops.load() < 200) std::this_thread::yield();
+    for (int k = 0; k < 20; ++k) {
+      (void)store_->size();
+      (void)store_->stats();
+    }
+    w1.join();
+    w2.join();
+    EXPECT_EQ(inserted.load(), 2 * kChurn);
+    expect += 2 * kChurn;
+    for (int i = 0; i < kChurn; ++i) ASSERT_TRUE(store_->remove(prefix + key(i)).ok());
+    expect -= kChurn;
+    EXPECT_EQ(store_->size(), expect) << "round " << round;
+    reopen();  // a clean close saves the count, the next open takes it
+    EXPECT_TRUE(store_->stats().clean_shutdown);
+    EXPECT_EQ(store_->size(), expect) << "round " << round;
+    const Status c = store_->check();
+    EXPECT_TRUE(c.ok()) << "round " << round << ": " << c.to_string();
+    ASSERT_TRUE(store_->close().ok());
+    store_.reset();
   }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  reopen();
-  EXPECT_FALSE(store_->stats().clean_shutdown);
-  // Two writers: one inserts new keys, one removes old ones; size() and
-  // stats() run while both are under way.
-  std::atomic<int> ops{0};
-  std::atomic<bool> stop{false};
-  std::atomic<int> inserted{0};
-  std::atomic<int> removed{0};
-  std::thread inserter([&] {
-    for (int i = kBase; !stop.load() || i < kBase + 4000; ++i) {
-      if (store_->insert(key(i), value(i)).ok()) inserted.fetch_add(1);
-      ops.fetch_add(1);
-    }
-  });
-  std::thread remover([&] {
-    for (int i = 0; !stop.load() || i < 4000; ++i) {
-      if (store_->remove(key(i)).ok()) removed.fetch_add(1);
-      ops.fetch_add(1);
-    }
-  });
-  while (ops.load() < 200) std::this_thread::yield();
-  // (The old code counted here, beside the writers.)
-  for (int round = 0; round < 20; ++round) {
-    (void)store_->size();
-    (void)store_->stats();
-  }
-  stop.store(true);
-  inserter.join();
-  remover.join();
-  const std::uint64_t expect = kBase + inserted.load() - removed.load();
-  EXPECT_EQ(store_->size(), expect);
-  reopen();  // a clean close saves the count, the next open takes it
-  EXPECT_TRUE(store_->stats().clean_shutdown);
-  EXPECT_EQ(store_->size(), expect);
-  const Status c = store_->check();
-  EXPECT_TRUE(c.ok()) << c.to_string();
 }
 
 TEST_F(ClevelTest, TagFiltersKeepRejectingUnderChurnWithoutResizes) {
