@@ -52,6 +52,8 @@ struct Stats {
   std::uint64_t items_moved = 0; // items moved by resizing since open
   std::uint64_t dram_bytes = 0;  // DRAM the index keeps beside the pool
                                  // (clevel: tag filters, 1/8 of the buckets)
+  std::uint64_t filter_rejections = 0;  // clevel: buckets a tag filter spared a
+                                        // search since open (approximate)
   // nehash (0 for other engines): bucket groups, group splits since open,
   // full main-directory expansions, and two-time expansion nodes of four
   // entries (Rule 1) and of two (Rule 2) since open.

@@ -38,6 +38,14 @@ enum Bug : unsigned {
   // nehash: a slot update's op-log record is cleared without persisting the
   // clear, so a later write of the slot can be undone by a replay.
   kNehashOpLogClearNotPersisted = 1u << 8,
+  // clevel: a reader (get, insert's duplicate check, update's and remove's
+  // search) answers from a slot marked PENDING, or past an item marked
+  // REMOVED, without flushing and draining what it depends on first.
+  kClevelReadUnpersisted = 1u << 9,
+  // clevel: an insert that lost its race (or was killed) clears its intent
+  // without draining the retire entry and the unpublished slots first.
+  kClevelLoserClearBeforeDrain = 1u << 10,
+  // (bit 11: reserved for clevel)
   // pmeh: the owner switching a zone from SHARED back to OWNED does not
   // wait for the direct writers announced in the zone, so its lock-free
   // writes can overlap theirs (a race, not a persist-order bug: the switch

@@ -161,6 +161,8 @@ unsigned plant_mask(const std::string& name) {
   if (name == "slot-before-item") return kSlotBeforeItemDurable;
   if (name == "no-fence-before-context-swap") return kNoFenceBeforeContextSwap;
   if (name == "progress-not-persisted") return kProgressNotPersisted;
+  if (name == "clevel-read-unpersisted") return kClevelReadUnpersisted;
+  if (name == "clevel-loser-clear-before-drain") return kClevelLoserClearBeforeDrain;
   if (name == "dali-only-one-epoch-fails") return kDaliOnlyOneEpochFails;
   if (name == "dali-bucket-not-fenced") return kDaliBucketNotFenced;
   if (name == "nehash-meta-before-slot-durable") return kNehashMetaBeforeSlotDurable;
@@ -173,6 +175,7 @@ unsigned plant_mask(const std::string& name) {
   if (name == "pmeh-split-record-ignored") return kPmehSplitRecordIgnored;
   usage("unknown --plant '" + name +
         "' (slot-before-item, no-fence-before-context-swap, progress-not-persisted, "
+        "clevel-read-unpersisted, clevel-loser-clear-before-drain, "
         "dali-only-one-epoch-fails, dali-bucket-not-fenced, nehash-meta-before-slot-durable, "
         "nehash-table-before-group-durable, nehash-split-not-finished, nehash-op-log-clear-not-persisted, "
         "pmeh-meta-before-slot-durable, pmeh-zone-filled-before-entries-durable, "

@@ -98,6 +98,8 @@ void ClevelIndex::for_candidate_slots(const Key& key, Ctx c, Fn&& fn) const {
         for (auto& s : level_buckets(l)[i].slot) {
           if (!(go = fn(s, id))) return false;
         }
+      } else {
+        count_rejection();
       }
       if (i0 == i1) break;
     }
@@ -159,21 +161,95 @@ bool ClevelIndex::key_equals(std::uint64_t off, const Key& key) const {
          std::memcmp(item + 1, key.bytes.data(), key.bytes.size()) == 0;
 }
 
-std::uint64_t ClevelIndex::find_visible(const Key& key, Ctx c) const {
+ClevelIndex::Found ClevelIndex::find_visible(const Key& key, Ctx c) const {
   const std::uint16_t tag = key_tag(key.h1);
-  std::uint64_t found = 0;
+  Found found;
   for_candidate_slots(key, c, [&](std::atomic<std::uint64_t>& s, std::uint16_t) {
     const std::uint64_t v = s.load(std::memory_order_acquire);
     if (slot_empty(v) || pool::pptr_tag(v) != tag) return true;
     const std::uint64_t off = slot_offset(v);
     const auto* item = region_.at<ItemHeader>(off);
-    if (!state_visible(item->state.load(std::memory_order_acquire)) || !key_equals(off, key)) {
+    const std::uint64_t st = item->state.load(std::memory_order_acquire);
+    if (!state_visible(st)) {
+      // A delete of this session still unlinking the item: its REMOVED state
+      // may not be durable yet, and a NotFound must not depend on it (P5).
+      if (state_kind(st) == kRemoved && state_generation(st) == generation_ &&
+          key_equals(off, key)) {
+        found.removed = off;
+      }
       return true;
     }
-    found = off;
+    if (!key_equals(off, key)) return true;
+    found.off = off;
+    found.pending = (v & kPending) != 0;  // the fast path's only extra test
     return false;
   });
   return found;
+}
+
+void ClevelIndex::settle(const Key& key, Ctx c, const Found& f) const {
+  // Slow path of a read that met a change maybe not durable yet (clevel.h,
+  // "Durable linearizability", P4/P5): flush what the answer depends on
+  // ourselves (another thread's flushes are not ordered by our drain),
+  // drain, then clear PENDING so that later readers take the fast path.
+  if (planted::active(planted::kClevelReadUnpersisted)) return;
+  thread_local std::vector<SlotRef> refs;
+  refs.clear();
+  if (f.off != 0) {
+    // Every copy: a copy in the level being emptied, behind a rehash thread's
+    // progress, is dropped by recovery with that level, so it alone would
+    // not keep the item.
+    collect(key, c, f.off, &refs);
+    for (const SlotRef& r : refs) region_.flush(r.slot, sizeof(std::uint64_t));
+    region_.flush(&region_.at<ItemHeader>(f.off)->state, sizeof(std::uint64_t));
+  }
+  if (f.removed != 0) {
+    region_.flush(&region_.at<ItemHeader>(f.removed)->state, sizeof(std::uint64_t));
+  }
+  region_.drain();
+  for (const SlotRef& r : refs) {
+    if ((r.value & (kPending | kMoving)) != kPending) continue;
+    std::uint64_t e = r.value;
+    r.slot->compare_exchange_strong(e, r.value & ~kPending);  // lost to a writer or mover: fine
+  }
+}
+
+void ClevelIndex::clear_pending(const Key& key, std::uint64_t off) {
+  // After the writer's drain. A CAS, not a store: a rehash thread may have
+  // frozen the slot (MOVING), an owner replaced it, a reader cleared the bit
+  // already; then the bit stays on that value (or its copy) until a reader
+  // or the next crash recovery clears it. Not flushed: a PENDING bit on
+  // media only costs a reader one flush and drain.
+  std::vector<SlotRef>& refs = scratch();
+  collect(key, load_ctx(), off, &refs);
+  for (const SlotRef& r : refs) {
+    if ((r.value & (kPending | kMoving)) != kPending) continue;
+    std::uint64_t e = r.value;
+    r.slot->compare_exchange_strong(e, r.value & ~kPending);
+  }
+}
+
+void ClevelIndex::shed(const SlotRef& r) {
+  if (!use_filters_) return;
+  TagFilter* f = filters_[r.level % kRingSize].load(std::memory_order_acquire);
+  LevelHeader* l = level(r.level);
+  if (f == nullptr || !f->is_for(l)) return;
+  // The slot may be in a level dropped since it was collected, whose ring
+  // entry now names another level: only a slot of this level's buckets.
+  auto* b = reinterpret_cast<Bucket*>(reinterpret_cast<std::uintptr_t>(r.slot) &
+                                      ~std::uintptr_t{sizeof(Bucket) - 1});
+  Bucket* first = level_buckets(l);
+  if (b < first || b >= first + f->buckets()) return;
+  f->shed(static_cast<std::uint64_t>(b - first), *b);
+}
+
+void ClevelIndex::count_rejection() const {
+  static std::atomic<unsigned> next{0};
+  thread_local const unsigned stripe = next.fetch_add(1, std::memory_order_relaxed) % kRejectStripes;
+  // Not an RMW: a plain add on a line this thread (almost) owns. Two threads
+  // sharing a stripe may lose a count; it is a statistic.
+  auto& c = rejections_[stripe].v;
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void ClevelIndex::prefetch(const Key& key, Ctx c) const {
@@ -194,12 +270,15 @@ std::uint64_t ClevelIndex::lookup(const Key& key, Ctx* seen) const {
   for (;;) {
     const Ctx c = load_ctx();
     prefetch(key, c);
-    const std::uint64_t off = find_visible(key, c);
+    const Found f = find_visible(key, c);
     // Nothing found: a level may have been added and our item moved into it
     // after we passed (paper §3.2.1); search again under the new context.
-    if (off != 0 || load_ctx() == c) {
+    if (f.off != 0 || load_ctx() == c) {
+      // The answer (the item, or its absence behind a delete) is durable
+      // before the caller acts on it.
+      if (f.pending || f.removed != 0) settle(key, c, f);
       if (seen != nullptr) *seen = c;
-      return off;
+      return f.off;
     }
   }
 }
@@ -228,6 +307,12 @@ Status ClevelIndex::get(const Key& key, std::string* value) {
   if (off == 0) return Status::NotFound();
   value->assign(item_value(region_.at<ItemHeader>(off)));
   return Status::OK();
+}
+
+Status ClevelIndex::snapshot_get(const Key& key, std::string* value) {
+  // get() answers only from durable state (it makes a change it depends on
+  // durable first), so the latest durable state is what it returns.
+  return get(key, value);
 }
 
 // ---------------------------------------------------------------------------
@@ -271,22 +356,26 @@ ClevelIndex::Attempt ClevelIndex::place(heap::ThreadCache* tc, const Key& key,
     TagFilter* filter = filters_[id % kRingSize].load(std::memory_order_acquire);
     assert(filter == nullptr || filter->is_for(l));
     for (Bucket* b : order) {
-      bool filtered = false;
+      const auto bi = static_cast<std::uint64_t>(b - level_buckets(l));
+      bool adding = false;
       for (auto& s : b->slot) {
         if (s.load(std::memory_order_relaxed) != 0) continue;
-        if (!filtered && filter != nullptr) {
-          // The tag is in the filter before the pointer is in the slot.
-          filter->add(static_cast<std::uint64_t>(b - level_buckets(l)), pool::pptr_tag(value));
-          filtered = true;
+        if (!adding && filter != nullptr) {
+          // The tag is in the filter before the pointer is in the slot, and
+          // no remover recomputes the word until our CAS is done.
+          filter->begin_add(bi, pool::pptr_tag(value));
+          adding = true;
         }
         std::uint64_t expected = 0;
         if (s.compare_exchange_strong(expected, value, std::memory_order_seq_cst)) {
+          if (adding) filter->end_add(bi);
           region_.flush(&s, sizeof(s));
           *level_out = id;
           placed = true;
           return false;
         }
       }
+      if (adding) filter->end_add(bi);
       if (b0 == b1) break;
     }
     return true;
@@ -303,7 +392,8 @@ ClevelIndex::Attempt ClevelIndex::place(heap::ThreadCache* tc, const Key& key,
   return expand(tc, c, rehasher, status);
 }
 
-ClevelIndex::Race ClevelIndex::same_key_race(const Key& key, std::uint64_t off) const {
+ClevelIndex::Race ClevelIndex::same_key_race(const Key& key, std::uint64_t off,
+                                              Found* rival) const {
   const std::uint16_t tag = key_tag(key.h1);
   Race race = Race::kClear;
   const Ctx c = load_ctx();
@@ -318,6 +408,7 @@ ClevelIndex::Race ClevelIndex::same_key_race(const Key& key, std::uint64_t off) 
     std::uint64_t sv = st.load(std::memory_order_seq_cst);
     if (state_visible(sv)) {
       race = Race::kVisible;
+      *rival = Found{other, (v & kPending) != 0, 0};
       return false;
     }
     if (state_kind(sv) != kTentative || state_generation(sv) != generation_) return true;
@@ -326,11 +417,13 @@ ClevelIndex::Race ClevelIndex::same_key_race(const Key& key, std::uint64_t off) 
     } else if (!st.compare_exchange_strong(sv, make_state(generation_, kLoser)) &&
                state_visible(sv)) {
       race = Race::kVisible;  // it claimed itself before we killed it
+      *rival = Found{other, (v & kPending) != 0, 0};
       return false;
     }
     return true;
   });
-  if (race == Race::kClear && load_ctx() != c) return same_key_race(key, off);
+  if (race == Race::kClear && load_ctx() != c) return same_key_race(key, off, rival);
+  if (race == Race::kVisible && rival->pending) settle(key, c, *rival);
   return race;
 }
 
@@ -345,7 +438,10 @@ void ClevelIndex::unpublish(const Key& key, std::uint64_t off) {
     for (const SlotRef& r : refs) {
       if (r.value & kMoving) continue;  // the mover clears it; we scan again
       std::uint64_t e = r.value;
-      if (r.slot->compare_exchange_strong(e, 0)) region_.flush(r.slot, sizeof(std::uint64_t));
+      if (r.slot->compare_exchange_strong(e, 0)) {
+        region_.flush(r.slot, sizeof(std::uint64_t));
+        shed(r);
+      }
     }
   }
 }
@@ -353,7 +449,9 @@ void ClevelIndex::unpublish(const Key& key, std::uint64_t off) {
 ClevelIndex::Attempt ClevelIndex::publish(heap::ThreadCache* tc, const Key& key,
                                           std::uint64_t off, Publishing* p, Status* status) {
   *status = Status::OK();
-  const std::uint64_t value = pool::pptr_make(off, key_tag(key.h1));
+  // Published PENDING: once the state is LIVE, a reader that meets the
+  // pointer before our drain #2 makes it durable itself (P4).
+  const std::uint64_t value = pool::pptr_make(off, key_tag(key.h1)) | kPending;
   auto& state = region_.at<ItemHeader>(off)->state;
   if (p->stage == Publishing::kSearch) {
     Ctx c;
@@ -381,7 +479,8 @@ ClevelIndex::Attempt ClevelIndex::publish(heap::ThreadCache* tc, const Key& key,
     p->stage = Publishing::kRace;
   }
   if (p->stage == Publishing::kRace) {
-    switch (same_key_race(key, off)) {
+    Found rival;
+    switch (same_key_race(key, off, &rival)) {
       case Race::kWait:
         return Attempt::kYield;
       case Race::kVisible:
@@ -406,6 +505,7 @@ ClevelIndex::Attempt ClevelIndex::publish(heap::ThreadCache* tc, const Key& key,
     region_.flush(&state, sizeof(std::uint64_t));
     // The slot(s) and the LIVE state are durable before we acknowledge.
     region_.drain();
+    clear_pending(key, off);
     p->stage = Publishing::kLive;
   }
   return Attempt::kDone;
@@ -438,6 +538,11 @@ Status ClevelIndex::insert(const Key& key, std::string_view value) {
       tc->free_unpublished(off);  // no other thread ever saw it
     } else {
       tc->retire(off);  // published once: readers may still look at it
+      // The retire entry and the unpublished slots are durable before the
+      // intent is cleared: the cleared intent may reach media at once (it
+      // shares a line with retired_count), and a crash keeping it without
+      // them would leave a TENTATIVE or LOSER item in a slot no log names.
+      if (!planted::active(planted::kClevelLoserClearBeforeDrain)) region_.drain();
     }
     tc->clear_intent();
     if (p.stage != Publishing::kKilled) return s;
@@ -497,7 +602,10 @@ void ClevelIndex::replace_all(const Key& key, std::uint64_t off, std::uint64_t r
     for (std::size_t i = 0; i + 1 < refs.size() && ok; ++i) {
       std::uint64_t e = refs[i].value;
       ok = refs[i].slot->compare_exchange_strong(e, 0);
-      if (ok) region_.flush(refs[i].slot, sizeof(std::uint64_t));
+      if (ok) {
+        region_.flush(refs[i].slot, sizeof(std::uint64_t));
+        shed(refs[i]);
+      }
     }
     if (!ok) continue;
     // An update's dropped copies are durable before its replacement can be:
@@ -505,13 +613,12 @@ void ClevelIndex::replace_all(const Key& key, std::uint64_t off, std::uint64_t r
     // one, two visible items with one key (found by the crash checker).
     if (refs.size() > 1 && replacement != 0 && !replaced) region_.drain();
     std::uint64_t e = refs.back().value;
-    if (!replaced) {
-      if (!refs.back().slot->compare_exchange_strong(e, replacement)) continue;
-      replaced = true;
-    } else if (!refs.back().slot->compare_exchange_strong(e, 0)) {
-      continue;  // a stale extra copy surfaced after we replaced
-    }
+    const std::uint64_t stored = replaced ? 0 : replacement;
+    if (!refs.back().slot->compare_exchange_strong(e, stored)) continue;
+    // (replaced already: a stale extra copy surfaced after we replaced)
+    replaced = true;
     region_.flush(refs.back().slot, sizeof(std::uint64_t));
+    if (stored == 0) shed(refs.back());
   }
 }
 
@@ -532,9 +639,12 @@ Status ClevelIndex::update(const Key& key, std::string_view value) {
       // The new item, its allocation and the retire entry are durable
       // before any slot stops pointing at the old item.
       region_.drain();
-      replace_all(key, old, pool::pptr_make(fresh, key_tag(key.h1)));
+      // PENDING until our drain below: a reader that meets the new pointer
+      // first makes it durable itself (P6).
+      replace_all(key, old, pool::pptr_make(fresh, key_tag(key.h1)) | kPending);
       // The replaced slots are durable before we acknowledge.
       region_.drain();
+      clear_pending(key, fresh);
     }
   }
   if (!s.ok()) tc->free_unpublished(fresh);
@@ -552,8 +662,15 @@ Status ClevelIndex::remove(const Key& key) {
     const std::uint64_t old = own(key);
     if (old == 0) return Status::NotFound();
     tc->retire(old);
-    // The retire entry is durable before the unlink: a crash after the
-    // unlink would otherwise leak the item.
+    // The delete takes effect here (P7): REMOVED hides the item from every
+    // search although slots still hold it; a reader that meets it makes the
+    // state durable before it answers NotFound.
+    auto& state = region_.at<ItemHeader>(old)->state;
+    state.store(make_state(generation_, kRemoved), std::memory_order_seq_cst);
+    region_.flush(&state, sizeof(std::uint64_t));
+    // The retire entry and REMOVED are durable before the unlink: a crash
+    // after the unlink would otherwise leak the item, and a reader that
+    // finds the slots empty relies on the delete being durable.
     region_.drain();
     replace_all(key, old, 0);
     // The cleared slots are durable before we acknowledge.
@@ -631,35 +748,10 @@ void ClevelIndex::add_count(heap::ThreadCache* tc, std::int64_t delta) {
   counts_[tc->slot()].v.fetch_add(delta, std::memory_order_relaxed);
 }
 
-void ClevelIndex::recount() const {
-  std::lock_guard lock(recount_mutex_);
-  if (count_known_.load()) return;
-  // After a crash the saved count is gone; count the distinct visible items.
-  // Writes running meanwhile may or may not be counted (size() is exact only
-  // when quiescent).
-  std::int64_t before = 0;
-  for (unsigned i = 0; i < kMaxThreads; ++i) before += counts_[i].v.load();
-  std::unordered_set<std::uint64_t> items;
-  rcu::ReadGuard guard;
-  const Ctx c = load_ctx();
-  for_levels(c, c.shrinking(), [&](std::uint16_t, LevelHeader* l) {
-    const std::uint64_t n = std::uint64_t{1} << l->log2;
-    for (std::uint64_t b = 0; b < n; ++b) {
-      for (auto& s : level_buckets(l)[b].slot) {
-        const std::uint64_t v = s.load(std::memory_order_acquire);
-        if (slot_empty(v)) continue;
-        const std::uint64_t off = slot_offset(v);
-        if (state_visible(region_.at<ItemHeader>(off)->state.load())) items.insert(off);
-      }
-    }
-    return true;
-  });
-  count_base_.store(static_cast<std::int64_t>(items.size()) - before);
-  count_known_.store(true);
-}
-
 std::uint64_t ClevelIndex::size() const {
-  if (!count_known_.load(std::memory_order_acquire)) recount();
+  // The base (saved by a clean close, or counted by open before any writer
+  // ran) plus every change since: exact whenever no write is in flight, and
+  // O(threads) on any path (maybe_shrink calls it inside a remove).
   std::int64_t n = count_base_.load(std::memory_order_relaxed);
   for (unsigned i = 0; i < kMaxThreads; ++i) n += counts_[i].v.load(std::memory_order_relaxed);
   return n < 0 ? 0 : static_cast<std::uint64_t>(n);
@@ -691,6 +783,7 @@ void ClevelIndex::fill_stats(Stats* st) const {
   st->expansions = expansions_.load();
   st->shrinks = shrinks_.load();
   st->items_moved = moved_.load();
+  for (const auto& r : rejections_) st->filter_rejections += r.v.load(std::memory_order_relaxed);
   rcu::ReadGuard guard;  // filters are freed after a grace period
   for (const auto& entry : filters_) {
     if (const TagFilter* f = entry.load(std::memory_order_acquire)) st->dram_bytes += f->bytes();

@@ -1,4 +1,5 @@
-// engine/clevel/clevel.h - clevel hashing: lock-free level hashing for PM.
+// engine/clevel/clevel.h - clevel hashing: level hashing for PM with
+// lock-free searches.
 //
 // Follows "Lock-free Concurrent Level Hashing for Persistent Memory" (Chen
 // et al., USENIX ATC'20), §3, with the changes marked DEPARTURE below.
@@ -25,6 +26,10 @@
 //     63..48 tag      the top 16 bits of the key's h1 (a key summary that
 //                     filters dereferences; false positives are compared away)
 //     47..4  offset   of the item (engine/item.h), 16-byte aligned
+//     3..2   unused (zero)
+//     1      PENDING  the change this pointer makes visible (an insert's
+//                     item, an update's new item) may not be durable yet;
+//                     see "Durable linearizability"
 //     0      MOVING   set by a rehash thread while it copies the slot's item
 //                     to another level; only that thread clears it
 //     0 (whole word)  empty
@@ -47,13 +52,17 @@
 //   at levels[i mod 64]. At most kMaxLevels levels are live at once.
 //
 // Item state word (the first word of every item, engine/item.h):
-//     2..0  kind: TENTATIVE (0), LIVE (1), OWNED (2), LOSER (3); 7 = non-item
+//     2..0  kind: TENTATIVE (0), LIVE (1), OWNED (2), LOSER (3), REMOVED (4);
+//           7 = non-item
 //     63..3 open generation (Pool::generation) when the kind was written
 //   TENTATIVE: published by an insert that has not won its race; invisible.
 //   LIVE: visible.  OWNED: visible, and a writer of this generation is
 //     replacing or removing it; nobody else may.  LOSER: lost an insert race;
-//     invisible.  After a crash (older generation) TENTATIVE and LOSER items
-//     are garbage and OWNED is plain LIVE (its writer is gone).
+//     invisible.  REMOVED: deleted by its owner, which is unlinking it;
+//     invisible.  After a crash (older generation) TENTATIVE, LOSER and
+//     REMOVED items are garbage and OWNED is plain LIVE (its writer is gone).
+//   Root magic "CLEVELR2" (PENDING and REMOVED exist); open takes an R1 pool,
+//   which has neither, and rewrites its magic first.
 
 // Tag filters (DEPARTURE: not in the paper; Options::clevel_tag_filter). A
 // search for an absent key must read both candidate buckets of every level,
@@ -64,14 +73,28 @@
 // the key's bits; usually it then touches DRAM words only, which stay in
 // cache far better than the buckets.
 //   Invariant: for every level a context names whose filter is ready, every
-//   non-empty slot's tag bits are set in its bucket's word. Bits are only
-//   ever added (a delete leaves them; the level's next rebuild, i.e. a
-//   resize, forgets them), so the filter errs only towards reading a bucket.
-//   - A writer adds the tag (seq_cst fetch_or) before its CAS stores the
-//     pointer, so a reader that finds the bits missing read the word before
-//     the pointer existed. A mover adds to the destination before copying and
-//     clears the source after: a reader that saw the source cleared sees the
-//     destination's bits (the same order argument as for the slots).
+//   non-empty slot's tag bits are set in its bucket's word. Bits of tags no
+//   slot holds any more are shed when a slot is cleared, so under churn the
+//   word stays close to the bucket's contents; it errs only towards reading
+//   a bucket. The word (tag_filter.h): Bloom bits 63..10, LOCK bit 9, and
+//   ADDERS 8..0, a count of writers between adding their bits and their CAS.
+//   - A writer that will CAS a pointer into an empty slot of the bucket
+//     (place(): inserts, context-aware copies, movers) first adds its bits
+//     and increments ADDERS in one CAS of the word (waiting while LOCK is
+//     set), then CASes the slot, then decrements ADDERS. So a reader that
+//     finds the bits missing read the word before the pointer existed. A
+//     mover adds to the destination before copying and clears the source
+//     after: a reader that saw the source cleared sees the destination's
+//     bits (the same order argument as for the slots).
+//   - Shedding (a delete, or an unpublished insert, after its slot CAS to
+//     0): CAS the word from a value with ADDERS = 0 and LOCK clear to the
+//     same with LOCK (else skip: extra bits are safe); read the 8 slots; store
+//     the bits of their tags (clearing LOCK). While LOCK is held no pointer
+//     with a new tag can enter the bucket (ADDERS was 0, so every adder's CAS
+//     is done, and new adders wait for LOCK); the other slot changes keep a
+//     slot's tag (MOVING, PENDING, an update's same-key replacement) or
+//     empty a slot. So the stored word covers every pointer in the bucket.
+//     An adder waits for LOCK only across those eight loads.
 //   - A new level gets an empty, ready filter before any context names it
 //     (ensure_filter runs before the context CAS); a level keeps its filter
 //     until it is dropped: unhooked once it is empty, freed after the grace
@@ -79,9 +102,12 @@
 //   - After open, filters start empty and not ready; writers add from the
 //     start, the first rehash thread adds every slot already there, then
 //     marks the filter ready. Until then searches read every bucket. Open
-//     itself does not scan the table.
+//     does not build them (after a crash it scans the slots to count, but
+//     the filters are not ready before the rehash thread's pass).
 //   - check() completes the filters itself, then verifies the invariant.
 //   Updates store a pointer with the same key, hence the same tag: no add.
+//   Stats::filter_rejections counts the buckets filters spared (striped
+//   per thread, plain adds: approximate).
 
 // ---------------------------------------------------------------------------
 // Operations and persist order
@@ -89,7 +115,8 @@
 // All operations run inside an RCU read-side section (sync/rcu.h); levels and
 // items are freed only after a grace period.
 //
-// search (lock-free, paper §3.2.1): scan the candidate buckets level by level
+// search (lock-free, paper §3.2.1, apart from the PENDING slow path below,
+//   which flushes and drains but waits for no thread): scan the candidate buckets level by level
 //   in the direction items move: bottom-to-top (last to first) while
 //   expanding, top-to-bottom while shrinking. A mover copies before it
 //   clears, and the source level is scanned before the destination, so a
@@ -102,7 +129,7 @@
 // insert (context-aware, §3.2.2):
 //   1. write the item as TENTATIVE; heap bit + intent + item   -> drain #1
 //   2. search; found -> free the item, AlreadyExists
-//   3. CAS it into an empty slot of the less loaded candidate bucket, first
+//   3. CAS it, PENDING, into an empty slot of the less loaded candidate bucket, first
 //      level first, never into the level being emptied; no room -> expand
 //      (below) and retry. Flush the slot. (The tag goes into the bucket's
 //      filter word just before the CAS.)
@@ -120,8 +147,17 @@
 //      racer that was killed unpublishes itself and answers AlreadyExists
 //      only once it has seen a visible item (else it starts over).
 //   6. flush the LIVE state                                     -> drain #2
+//   7. clear PENDING in the slots holding the item (CAS)
 //   A crash before drain #2 completes leaves the item TENTATIVE or
 //   unreachable: not visible, reclaimed by recovery.
+//   Losing paths (killed, or lost to a visible item): unpublish (slots CASed
+//   to 0, flushed), retire the item (entry flushed)           -> drain
+//   then clear the intent. The intent shares a line with retired_count and
+//   may reach media at once; without the drain a crash could keep the
+//   cleared intent and lose both the retire entry and the slot clears: a
+//   TENTATIVE or LOSER item in a slot no log names. (Every other path that
+//   clears an intent drains first too: free_unpublished drains, an expansion
+//   persists its context, abandon_level drains its retire entry.)
 //   Waits (for a rival, for a rehash thread) happen outside the read-side
 //   section, so no thread ever waits for one that waits for a grace period.
 //
@@ -129,11 +165,12 @@
 //   1. find the item, then OWN it: CAS its state to OWNED. Only the owner
 //      changes slots that hold it, so two writers never race on one item.
 //   2. update: write the new item (LIVE).  Both: retire the old item in the
-//      heap log                                               -> drain #1
+//      heap log. Delete: store REMOVED into the state (the delete takes
+//      effect), flush it                                      -> drain #1
 //   3. content-conscious find: collect every slot that holds the item; keep
 //      the one a search meets last (closest to where items move), clear the
 //      others; then CAS the kept slot to the new item (update) or to empty
-//      (delete). A slot marked MOVING is waited for (a microsecond: one copy)
+//      (delete); the update's new pointer is PENDING. A slot marked MOVING is waited for (a microsecond: one copy)
 //      and the scan repeated, so a rehash can never resurrect an old pointer
 //      (DEPARTURE: the paper detects that race afterwards by comparing rehash
 //      progress, "rehashing-aware"; freezing the slot excludes it). So is a
@@ -141,6 +178,75 @@
 //      covers only our own flushes, and were the copy's new value durable
 //      before the source's clearing, a crash would keep the old pointer.
 //   4. flush the slots                                       -> drain #2
+//   5. update: clear PENDING in the slots holding the new item (CAS)
+//
+// ---------------------------------------------------------------------------
+// Durable linearizability (strict durability, link-and-persist)
+// ---------------------------------------------------------------------------
+// Every answer depends only on writes that are durable when it is given: a
+// crash right after a call returns never takes back what the call saw. Only
+// the pointers that make a change visible are published with PENDING, and a
+// reader pays only when it meets one; its fast path is one load and one bit
+// test per candidate slot, as before.
+//   The durable writes answers depend on, in persist order per writer:
+//   P1 insert: item, heap bit, intent (drain #1) < slot(s) with PENDING,
+//      LIVE state (drain #2) < PENDING cleared (a CAS: a rehash thread or an
+//      owner may have changed the word since; no flush, see R below).
+//   P2 update: new item LIVE, retire entry (drain #1) < dropped copies of
+//      the old pointer (drained before the replacement when there were
+//      several) < replacement with PENDING (drain #2) < PENDING cleared.
+//   P3 delete: retire entry, REMOVED state (drain #1) < slots emptied
+//      (drain #2).
+//   Answers and what each depends on:
+//   P4 a value (get), AlreadyExists (insert: its search, or a visible rival
+//      in the same-key race), "found" (update/delete take ownership): the
+//      item's contents (drained by its writer before it was published), its
+//      LIVE state and a slot holding it. Seen through a slot without PENDING:
+//      the writer (or a reader, or recovery) cleared the bit after a drain
+//      that made all of these durable. Seen through a PENDING slot: the
+//      reader flushes every slot holding the item (a copy in the level being
+//      emptied alone would be dropped with it by recovery) and the state's
+//      line itself (another thread's flushes are not ordered by our drain),
+//      drains, and only then answers; then it CASes PENDING away.
+//   P5 NotFound (get, update, delete) and the absence an insert relies on:
+//      the delete of the last item with the key. A search that meets the
+//      item REMOVED (this generation) flushes its state and drains before it
+//      goes on; one that meets no slot holding it at all saw the slots
+//      emptied, which the deleter did only after drain #1 made REMOVED
+//      durable (P3). Recovery reads a durable REMOVED as deleted.
+//   P6 an update's new value: P4 applied to the new item (the slot is the
+//      PENDING one); the dropped copies of the old pointer were drained
+//      before the replacement could be seen (P2).
+//   P7 the writers' own answers: each returns after its last drain (P1-P3).
+//   R  Recovery: after a crash, open's count scan clears every PENDING bit
+//      (what is on media then is what there is) and unlinks REMOVED items
+//      whose retire entry did not reach media. After a clean close a bit
+//      may remain (a clearing CAS that lost to a rehash thread); the first
+//      reader treats it as above, harmlessly.
+//   ReadOptions::snapshot ("the latest state already durable") is get():
+//   by P4-P6 get() answers only from durable state.
+//   for_each (scan) reads without this protocol: it may report an item whose
+//   insert has not returned yet.
+//
+// Progress (what is lock-free and what waits):
+//   - get, and the searches inside writes, are lock-free: a search retries
+//     only when the context changed, i.e. a resize made progress. A PENDING
+//     slot costs the reader flushes and a drain, never a wait for a thread.
+//   - Writers are not lock-free. They wait (yield in a loop, outside the
+//     read-side section where the wait is for another thread's progress)
+//     for: another writer's OWNED item of the same key (update, delete);
+//     a TENTATIVE rival at a lower offset in the same-key race (insert); a
+//     slot frozen MOVING or moved out, i.e. one bucket copy and one drain of
+//     a rehash thread (update, delete, the losing paths of insert); a bucket
+//     filter word's LOCK, i.e. eight loads of a deleter (insert); while a
+//     shrink runs out of room, the rehash threads turning it around (insert);
+//     a dropping level's ring entry (expansion). A writer delayed in any of
+//     these holds up only writers of the same key or bucket, or the resize.
+//   - Expansion never blocks searches or writers of other keys; the shrink
+//     too, except that an insert finding no room while shrinking waits for
+//     the rehash threads (above).
+//   - check() and for_each take no lock that writers wait for; check() pauses
+//     the rehash threads.
 //
 // expand (§3.1.2 steps 1-3, by the inserting worker): allocate a level of
 //   twice the first level's buckets, zeroed                  -> drain
@@ -166,10 +272,10 @@
 //   top-to-bottom while shrinking.
 //
 // ---------------------------------------------------------------------------
-// Recovery (open), O(rehash threads + levels + heap threads)
+// Recovery (open): O(rehash threads + levels + heap threads), O(slots) after a crash
 // ---------------------------------------------------------------------------
 //   0. validate, reading only (a pool that fails is rejected unchanged):
-//      the root's magic; the open generation fits the item state; the
+//      the root's magic (R1 or R2); the open generation fits the item state; the
 //      context names 1..62 levels, each linked, allocated, with its id, and
 //      in a block that holds the 2^log2 buckets its header claims. Slots
 //      and items are not read: check() validates those, in O(keys)
@@ -180,13 +286,21 @@
 //   3. clear MOVING in the buckets named by progress[] (the only buckets a
 //      rehash thread could have been in)
 //   4. heap recovery (heap/heap.h) with keep(block): a live level -> keep;
-//      an item referenced by a slot -> keep, unless TENTATIVE, then its
-//      slots are cleared and it is freed; anything else -> free
-//   5. rehash threads resume the resize from min(progress[]) if one was in
+//      an item referenced by a slot -> keep, unless TENTATIVE, LOSER or
+//      REMOVED, then its slots are cleared and it is freed; anything else
+//      -> free
+//   5. the item count: saved by a clean close (if exact); after a crash,
+//      counted here, O(slots), before any writer or rehash thread runs, so
+//      that the count is exact (a count beside running writers counts an
+//      insert twice or a delete not at all). The same scan clears PENDING
+//      bits and unlinks REMOVED items no log named (R above). Every slot is
+//      checked against the heap before its item is read; a slot naming no
+//      whole item is not counted and makes the count inexact (not saved;
+//      check() reports it). size() then only sums per-thread counters.
+//   6. rehash threads resume the resize from min(progress[]) if one was in
 //      progress.
-//   The item count is saved by a clean close (if it was known: close never
-//   scans the table); after a crash it is recounted on first use of size()
-//   or stats() (O(keys), outside open).
+//   So open is O(rehash threads + levels + heap threads) after a clean
+//   close, and O(slots) after a crash.
 //
 // ---------------------------------------------------------------------------
 // check() verifies

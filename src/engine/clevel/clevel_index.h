@@ -29,6 +29,7 @@ class ClevelIndex final : public Index {
   void start();
 
   Status get(const Key& key, std::string* value) override;
+  Status snapshot_get(const Key& key, std::string* value) override;
   Status insert(const Key& key, std::string_view value) override;
   Status update(const Key& key, std::string_view value) override;
   Status upsert(const Key& key, std::string_view value) override;
@@ -74,10 +75,23 @@ class ClevelIndex final : public Index {
   // thread runs it before anything else, check() runs it too (adding bits
   // twice is harmless) so that it checks complete filters.
   void build_filters();
-
+  // After slot r was cleared: the bucket's filter word sheds the tags no
+  // slot holds any more (TagFilter::shed).
+  void shed(const SlotRef& r);
+  void count_rejection() const;
   // --- searching ---
-  // The first visible item with this key, in search direction; 0 if none.
-  std::uint64_t find_visible(const Key& key, Ctx c) const;
+  // What a search met: the first visible item with the key (0: none), in
+  // search direction, whether its slot was PENDING, and an item of the key
+  // that a delete of this session marked REMOVED (0: none).
+  struct Found {
+    std::uint64_t off = 0;
+    bool pending = false;
+    std::uint64_t removed = 0;
+  };
+  Found find_visible(const Key& key, Ctx c) const;
+  // Makes what `f` depends on durable (every slot holding f.off, its state,
+  // f.removed's state), then clears PENDING on those slots (clevel.h P4/P5).
+  void settle(const Key& key, Ctx c, const Found& f) const;
   void prefetch(const Key& key, Ctx c) const;
   static std::vector<SlotRef>& scratch();
   std::uint64_t lookup(const Key& key, Ctx* seen) const;
@@ -101,7 +115,10 @@ class ClevelIndex final : public Index {
   Attempt publish(heap::ThreadCache* tc, const Key& key, std::uint64_t off, Publishing* p,
                   Status* status);
   enum class Race { kClear, kVisible, kWait };
-  Race same_key_race(const Key& key, std::uint64_t off) const;
+  // kVisible: *rival is the visible item, made durable if it was PENDING.
+  Race same_key_race(const Key& key, std::uint64_t off, Found* rival) const;
+  // After the writer's drain: clears PENDING on the slots holding `off`.
+  void clear_pending(const Key& key, std::uint64_t off);
   void unpublish(const Key& key, std::uint64_t off);
   // Owns the visible item with `key`: 0 when absent.
   std::uint64_t own(const Key& key);
@@ -125,7 +142,9 @@ class ClevelIndex final : public Index {
 
   // --- recovery and accounting ---
   bool keep_block(std::uint64_t off);
-  void recount() const;
+  // After a crash, before any writer runs: counts the visible items, clears
+  // what the crash left PENDING or unlinked half-way (recover()).
+  void count_at_open(heap::ThreadCache* tc);
   void add_count(heap::ThreadCache* tc, std::int64_t delta);
   std::uint64_t slots() const;
 
@@ -140,9 +159,12 @@ class ClevelIndex final : public Index {
     std::atomic<std::int64_t> v{0};
   };
   std::unique_ptr<Stripe[]> counts_;
-  mutable std::atomic<std::int64_t> count_base_{0};
-  mutable std::atomic<bool> count_known_{false};
-  mutable std::mutex recount_mutex_;
+  std::atomic<std::int64_t> count_base_{0};
+  // The count is exact (false only on a pool whose slots open found damaged:
+  // then close() saves nothing and check() reports the damage).
+  std::atomic<bool> count_known_{false};
+  static constexpr unsigned kRejectStripes = 64;
+  mutable Stripe rejections_[kRejectStripes];  // filter rejections (Stats)
 
   // Rehash threads: a round empties one level; thread j of n takes buckets
   // start+j, start+j+n, ...; the last to finish drops the level.

@@ -106,7 +106,7 @@ Status ClevelIndex::recover() {
   // 0. Validation, reading only: a pool this rejects is left unchanged, and
   //    everything recovery and the rehash threads look up through the root
   //    (levels and their buckets) lies within the pool.
-  if (root_->magic != kRootMagic) {
+  if (root_->magic != kRootMagic && root_->magic != kRootMagicV1) {
     return Status::Corruption("pool " + path + ": clevel root is not initialised");
   }
   // Item states keep the open generation in 61 bits (layout.h): one that
@@ -138,6 +138,11 @@ Status ClevelIndex::recover() {
                                 " claims 2^" + std::to_string(log2) + " buckets, more than its " +
                                 std::to_string(heap_.block_size(off)) + "-byte block holds");
     }
+  }
+  // The pool is accepted. An R1 pool is R2 from now on (layout.h, kRootMagic).
+  if (root_->magic == kRootMagicV1) {
+    root_->magic = kRootMagic;
+    region_.persist(&root_->magic, sizeof(std::uint64_t));
   }
   // 1. The context word, durable and without DIRTY.
   const Ctx c = load_ctx();
@@ -187,10 +192,13 @@ Status ClevelIndex::recover() {
   }
   // Freed levels and cleared entries are durable before we serve.
   region_.drain();
-  // 5. The saved item count is valid only until the next crash.
+  // 5. The saved item count is valid only until the next crash; without
+  //    it, count now, before any writer can change what is counted.
   if (const auto saved = take_count(region_, root_->item_count, root_->count_valid)) {
     count_base_.store(static_cast<std::int64_t>(*saved));
     count_known_.store(true);
+  } else {
+    count_at_open(tc);
   }
   // 6. Tag filters (DRAM) for the live levels, empty and not yet trusted:
   //    writers add to them from now on, and the first rehash thread adds the
@@ -244,6 +252,79 @@ void ClevelIndex::build_filters() {
   }
 }
 
+void ClevelIndex::count_at_open(heap::ThreadCache* tc) {
+  // O(slots), once per crash, with no operation running (the rehash threads
+  // start after open): the count is exact (a scan beside running writers
+  // counts an insert twice or a delete not at all). Every slot is checked
+  // against the heap before its item is read; a slot that names no whole
+  // item is left alone, uncounted, for check() to report, and the count is
+  // then not saved by close().
+  const Ctx c = load_ctx();
+  std::unordered_set<std::uint64_t> items;
+  std::unordered_set<std::uint64_t> dead;
+  std::vector<std::atomic<std::uint64_t>*> dead_slots;
+  bool damaged = false;
+  for (unsigned k = 0; k < c.levels(); ++k) {
+    LevelHeader* l = level(static_cast<std::uint16_t>(c.last() + k));
+    const std::uint64_t n = std::uint64_t{1} << l->log2;
+    for (std::uint64_t b = 0; b < n; ++b) {
+      bool dirty = false;
+      for (auto& s : level_buckets(l)[b].slot) {
+        const std::uint64_t v = s.load();
+        if (slot_empty(v)) {
+          if (v != 0) damaged = true;  // moved out outside any progress bucket
+          continue;
+        }
+        const std::uint64_t off = slot_offset(v);
+        const std::size_t size = heap_.is_allocated(off) ? heap_.block_size(off) : 0;
+        const auto* item = region_.at<ItemHeader>(off);
+        if (size < sizeof(ItemHeader) ||
+            sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len > size) {
+          damaged = true;
+          continue;
+        }
+        const std::uint64_t st = item->state.load();
+        if (state_visible(st)) {
+          items.insert(off);
+          // PENDING from before the crash: what is on media now is durable.
+          if (v & kPending) {
+            s.store(v & ~kPending);
+            dirty = true;
+          }
+        } else if (state_kind(st) == kRemoved) {
+          // A delete whose REMOVED state reached media and whose retire
+          // entry did not (one drain covers both; heap recovery saw no log
+          // naming the item). Retired, then unlinked, below.
+          dead_slots.push_back(&s);
+          dead.insert(off);
+        } else if (state_kind(st) > kRemoved) {
+          damaged = true;
+        }
+        // (A TENTATIVE or LOSER item here is one no log names: a broken
+        // persist order, left for check() to report.)
+      }
+      if (dirty) region_.flush(level_buckets(l) + b, sizeof(Bucket));
+    }
+  }
+  // The deletes are finished in their own order (P3): the retire entries
+  // are durable before the unlink, so that a crash in between leaves the
+  // items in a log, which the next recovery asks keep_block() about; the
+  // heap frees them after a grace period.
+  for (std::uint64_t off : dead) {
+    if (!heap_.is_allocated(off)) continue;
+    tc->reserve_retire(1);
+    tc->retire(off);
+  }
+  region_.drain();
+  for (auto* s : dead_slots) {
+    s->store(0);
+    region_.flush(s, sizeof(std::uint64_t));
+  }
+  region_.drain();  // the cleared PENDING bits and the unlinks, durable before we serve
+  count_base_.store(static_cast<std::int64_t>(items.size()));
+  count_known_.store(!damaged);
+}
+
 bool ClevelIndex::keep_block(std::uint64_t off) {
   const Ctx c = load_ctx();
   for (unsigned i = 0; i < c.levels(); ++i) {
@@ -254,7 +335,7 @@ bool ClevelIndex::keep_block(std::uint64_t off) {
   if (size < sizeof(ItemHeader)) return false;
   const auto* item = region_.at<ItemHeader>(off);
   const std::uint64_t st = item->state.load();
-  if (state_kind(st) > kLoser || item->key_len > kMaxKeySize ||
+  if (state_kind(st) > kRemoved || item->key_len > kMaxKeySize ||
       sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len > size) {
     return false;
   }
@@ -264,7 +345,8 @@ bool ClevelIndex::keep_block(std::uint64_t off) {
   if (refs.empty()) return false;
   if (state_visible(st)) return true;
   // TENTATIVE or LOSER from before the crash: an insert that was never
-  // acknowledged. Unlink it everywhere, then it is freed.
+  // acknowledged; REMOVED: a delete whose unlink did not finish. Unlink it
+  // everywhere, then it is freed.
   for (const SlotRef& r : refs) {
     r.slot->store(0);
     region_.flush(r.slot, sizeof(std::uint64_t));
@@ -282,10 +364,8 @@ void ClevelIndex::close() {
   rehashers_.clear();
   // A rejected pool is left as it was found.
   if (!ready_) return;
-  // Only a count already known is saved. Counting here would read every
-  // item of a table nobody may have validated (a store whose check() failed
-  // is closed too); without a saved count the next open counts on first
-  // use, as after a crash.
+  // Only an exact count is saved (not after open found damaged slots);
+  // without one the next open counts, as after a crash.
   if (!count_known_.load()) return;
   save_count(region_, root_->item_count, root_->count_valid, size());
 }

@@ -127,6 +127,10 @@ void ClevelIndex::abandon_level(heap::ThreadCache* tc, std::uint16_t id, std::ui
   if (entry.compare_exchange_strong(e, 0)) {
     region_.flush(&entry, sizeof(std::uint64_t));
     tc->retire(off);
+    // The cleared entry and the retire entry are durable before the intent
+    // is cleared: else a crash could keep the cleared intent and the cleared
+    // entry without the retire entry, and leak the level.
+    region_.drain();
   }
   tc->clear_intent(kLevelIntent);
 }

@@ -12,7 +12,12 @@
 
 namespace pmhash::engine::clevel {
 
-inline constexpr std::uint64_t kRootMagic = 0x3152'4c45'5645'4c43ull;  // "CLEVELR1"
+// "CLEVELR2": slots may carry kPending and items the REMOVED kind, which
+// a binary that knows only "CLEVELR1" would misread (an offset off by 2, a
+// kind it frees without unlinking). Open accepts an R1 pool (it holds
+// neither) and rewrites its magic to R2 before it serves anything.
+inline constexpr std::uint64_t kRootMagic = 0x3252'4c45'5645'4c43ull;    // "CLEVELR2"
+inline constexpr std::uint64_t kRootMagicV1 = 0x3152'4c45'5645'4c43ull;  // "CLEVELR1"
 inline constexpr unsigned kSlotsPerBucket = 8;
 inline constexpr unsigned kRingSize = 64;          // levels[] entries
 inline constexpr unsigned kMaxLevels = 32;         // live levels at once
@@ -24,10 +29,17 @@ inline constexpr unsigned kMaxLevelLog2 = 40;
 // the only writer of a slot while the bit is set. When the copy is durable it
 // empties the slot in two steps: MOVING alone ("moved out": empty to
 // searches, waited for by writers) until that is durable, then 0. Item
-// offsets are 16-byte aligned, so bit 0 is free.
+// offsets are 16-byte aligned, so bits 3..0 are free for flags.
 inline constexpr std::uint64_t kMoving = 1;
+// PENDING ("not yet durable", link-and-persist; clevel.h "Durable
+// linearizability"): a writer stores a pointer that makes a change visible
+// (an insert's slot, an update's replacement) with this bit, drains, then
+// clears it by CAS. A reader that meets the bit makes the change durable
+// itself before it answers from it. Copies a rehash thread makes keep it.
+inline constexpr std::uint64_t kPending = 2;
+inline constexpr std::uint64_t kSlotFlags = 15;  // bits 3..0; bits 3..2 unused
 
-inline std::uint64_t slot_offset(std::uint64_t v) { return pool::pptr_offset(v) & ~kMoving; }
+inline std::uint64_t slot_offset(std::uint64_t v) { return pool::pptr_offset(v) & ~kSlotFlags; }
 // No item: empty (0) or moved out (kMoving alone).
 inline bool slot_empty(std::uint64_t v) { return slot_offset(v) == 0; }
 inline std::uint16_t key_tag(std::uint64_t h1) { return static_cast<std::uint16_t>(h1 >> 48); }
@@ -91,6 +103,7 @@ enum Kind : std::uint64_t {
   kLive = 1,       // visible
   kOwned = 2,      // visible; a writer of that generation replaces/removes it
   kLoser = 3,      // lost an insert race; invisible, being unpublished
+  kRemoved = 4,    // deleted by its owner; invisible, being unlinked
   kNotItem = 7,    // never an item state (level headers)
 };
 
