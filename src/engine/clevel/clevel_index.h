@@ -11,6 +11,7 @@
 #include "engine/clevel/layout.h"
 #include "engine/clevel/tag_filter.h"
 #include "engine/index.h"
+#include "heap/checked.h"
 #include "heap/heap.h"
 #include "media/region.h"
 
@@ -34,6 +35,7 @@ class ClevelIndex final : public Index {
   Status upsert(const Key& key, std::string_view value) override;
   Status remove(const Key& key) override;
   Status for_each(const ForEachFn& fn) override;
+  Status scan(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
   Status sync() override;
   Status check() override;
@@ -77,16 +79,20 @@ class ClevelIndex final : public Index {
 
   // --- searching ---
   // The first visible item with this key, in search direction; 0 if none.
-  std::uint64_t find_visible(const Key& key, Ctx c) const;
+  // A candidate slot with the key's tag whose item fails checked_item() (a
+  // damaged pool) is passed over; *damaged, when given, then names it.
+  std::uint64_t find_visible(const Key& key, Ctx c, std::uint64_t* damaged = nullptr) const;
   void prefetch(const Key& key, Ctx c) const;
   static std::vector<SlotRef>& scratch();
-  std::uint64_t lookup(const Key& key, Ctx* seen) const;
+  std::uint64_t lookup(const Key& key, Ctx* seen, std::uint64_t* damaged = nullptr) const;
   // Every slot holding offset `off` (with or without MOVING), in search order.
   // False while a candidate slot of the level being emptied is moved out but
   // its clearing is not durable yet (move_bucket): a writer must not act on
   // the copies until it is.
   bool collect(const Key& key, Ctx c, std::uint64_t off, std::vector<SlotRef>* out) const;
   bool key_equals(std::uint64_t off, const Key& key) const;
+  // Corruption naming a slot whose item offset `off` fails checked_item().
+  Status damaged_item(std::uint64_t off, const std::string& where) const;
 
   // --- writing ---
   Attempt place(heap::ThreadCache* tc, const Key& key, std::uint64_t value, Ctx c,
@@ -132,6 +138,7 @@ class ClevelIndex final : public Index {
   Env env_;
   media::Region& region_;
   heap::Heap& heap_;
+  heap::PoolView view_;  // checked access to what slots name
   Root* root_;
   std::uint64_t generation_;
   unsigned rehash_threads_;
