@@ -64,7 +64,7 @@ class Index {
   // *skipped, and Corruption comes only when the damage hides the rest (a
   // table that cannot be walked). Engines that find no damage to skip run
   // for_each.
-  virtual Status scan(const ForEachFn& fn, std::uint64_t* skipped) {
+  virtual Status salvage(const ForEachFn& fn, std::uint64_t* skipped) {
     if (skipped != nullptr) *skipped = 0;
     return for_each(fn);
   }

@@ -188,7 +188,7 @@ class StoreImpl final : public Store {
                  std::uint64_t* skipped) const override {
     *skipped = 0;
     if (Status s = check_open(); !s.ok()) return s;
-    return index_->scan(fn, skipped);
+    return index_->salvage(fn, skipped);
   }
 
   std::uint64_t size() const override { return closed_ ? 0 : index_->size(); }

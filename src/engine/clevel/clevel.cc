@@ -590,9 +590,9 @@ Status ClevelIndex::upsert(const Key& key, std::string_view value) {
 // Iteration and counting
 // ---------------------------------------------------------------------------
 
-Status ClevelIndex::for_each(const ForEachFn& fn) { return scan(fn, nullptr); }
+Status ClevelIndex::for_each(const ForEachFn& fn) { return salvage(fn, nullptr); }
 
-Status ClevelIndex::scan(const ForEachFn& fn, std::uint64_t* skipped) {
+Status ClevelIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
   // Levels are scanned in search order, bucket by bucket, each bucket inside
   // its own read-side section; the callback runs outside of it. A moving item
   // is met before or after its move, possibly twice (deduplicated by key),

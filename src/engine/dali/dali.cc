@@ -686,9 +686,9 @@ void DaliIndex::release_snapshot(std::uint64_t snapshot) {
 // Iteration and counting
 // ---------------------------------------------------------------------------
 
-Status DaliIndex::for_each(const ForEachFn& fn) { return scan(fn, nullptr); }
+Status DaliIndex::for_each(const ForEachFn& fn) { return salvage(fn, nullptr); }
 
-Status DaliIndex::scan(const ForEachFn& fn, std::uint64_t* skipped) {
+Status DaliIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
   // Stripe by stripe under its lock; the callback runs outside it. Splits
   // move keys only within a stripe, so each key present throughout is met
   // exactly once.

@@ -61,7 +61,7 @@ class DaliIndex final : public Index {
   Status remove(const Key& key) override;
   Status begin(const TransactionOptions& options, std::unique_ptr<Txn>* txn) override;
   Status for_each(const ForEachFn& fn) override;
-  Status scan(const ForEachFn& fn, std::uint64_t* skipped) override;
+  Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
   Status sync() override;
   Status check() override;

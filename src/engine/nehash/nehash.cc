@@ -479,9 +479,9 @@ Status NehashIndex::remove(const Key& key) {
 // Iteration and counting
 // ---------------------------------------------------------------------------
 
-Status NehashIndex::for_each(const ForEachFn& fn) { return scan(fn, nullptr); }
+Status NehashIndex::for_each(const ForEachFn& fn) { return salvage(fn, nullptr); }
 
-Status NehashIndex::scan(const ForEachFn& fn, std::uint64_t* skipped) {
+Status NehashIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
   // Walks the hash space in prefix order. x always starts a group's range
   // (ranges only subdivide), and only keys with h1 in [x, end of the range)
   // are taken, so no point of the hash space is visited twice.

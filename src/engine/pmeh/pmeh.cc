@@ -710,9 +710,9 @@ bool PmehIndex::copy_segment(std::uint64_t x, bool optimistic,
   return true;
 }
 
-Status PmehIndex::for_each(const ForEachFn& fn) { return scan(fn, nullptr); }
+Status PmehIndex::for_each(const ForEachFn& fn) { return salvage(fn, nullptr); }
 
-Status PmehIndex::scan(const ForEachFn& fn, std::uint64_t* skipped) {
+Status PmehIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
   // Walks each zone's hash range in prefix order. x always starts a
   // segment's range (ranges only subdivide), so every point of the hash
   // space is visited once (§4.6).

@@ -170,7 +170,7 @@ class PmehIndex final : public Index {
   Status upsert(const Key& key, std::string_view value) override;
   Status remove(const Key& key) override;
   Status for_each(const ForEachFn& fn) override;
-  Status scan(const ForEachFn& fn, std::uint64_t* skipped) override;
+  Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
   Status sync() override;
   Status check() override;
