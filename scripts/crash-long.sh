@@ -14,6 +14,11 @@
 # node a crash point (race on subtables of 2 groups, so that it splits
 # often: a crash inside a split is recovered by a takeover, race.h "Dead
 # splitters").
+# Then the byte-flip test (tests/crash/byte_flip_test.cc) with CRASH_FLIP_SEEDS
+# seeds: pools of every pool engine, clean and crashed, with 1, 10 and 100
+# flipped bytes, each run through check, info, scan and get (15 seeds: 360
+# trials); a signal death, a hang or a refused open that changed the file
+# fails it.
 # Everything is appended to CRASH_SUMMARY (JSON lines), and a per-engine
 # table (the one in the README) is printed at the end. Reproducers of any
 # violation go to CRASH_REPRODUCERS. Exits non-zero on any violation.
@@ -27,6 +32,7 @@
 #   CRASH_EXHAUSTIVE=6             every subset up to this many dirty lines
 #   CRASH_SAMPLES=8                random subsets at larger crash points
 #   CRASH_KILLS=1000               process kills per engine (on /dev/shm)
+#   CRASH_FLIP_SEEDS=15            byte-flip trials per engine, state and flip count
 #   CRASH_MEMNODE_ENGINES=all      engines on memory nodes to explore
 #   CRASH_MEMNODE_OPS=3000         operations per thread, one-thread runs
 #                                  (two-thread runs: half, per thread)
@@ -48,6 +54,7 @@ granularities=${CRASH_GRANULARITIES:-cache_line page byte}
 exhaustive=${CRASH_EXHAUSTIVE:-6}
 samples=${CRASH_SAMPLES:-8}
 kills=${CRASH_KILLS:-1000}
+flip_seeds=${CRASH_FLIP_SEEDS:-15}
 memnode_engines=${CRASH_MEMNODE_ENGINES:-$("$memnode_explore" --list-engines)}
 memnode_ops=${CRASH_MEMNODE_OPS:-3000}
 summary=${CRASH_SUMMARY:-crash-long.jsonl}
@@ -79,6 +86,11 @@ for engine in $engines; do kill_filter="$kill_filter${kill_filter:+:}*KillTest*/
 echo "=== process kills: $kills per engine on /dev/shm, $(( kills / 5 )) on disk ==="
 if ! PMHASH_KILLS=$kills PMHASH_CRASH_SUMMARY=$(realpath "$summary") \
      "$build/tests/pmhash-crash-tests" --gtest_filter="$kill_filter"; then
+  status=1
+fi
+
+echo "=== byte flips: $flip_seeds seeds per engine, pool state and flip count ==="
+if ! PMHASH_FLIP_SEEDS=$flip_seeds "$build/tests/pmhash-crash-tests" --gtest_filter='*ByteFlipTest*'; then
   status=1
 fi
 

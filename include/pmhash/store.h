@@ -215,6 +215,15 @@ class Store {
   virtual Status for_each(
       const std::function<bool(std::string_view key, std::string_view value)>& fn) const = 0;
 
+  // for_each for salvaging a damaged pool: every entry whose bytes fail
+  // validation (an offset outside the pool, a length beyond its block) is
+  // passed over and counted in *skipped (0 when none was), where for_each
+  // would stop at the first one with Corruption. Corruption only when the
+  // damage hides the rest of the index; Busy when the store is closed.
+  virtual Status salvage(
+      const std::function<bool(std::string_view key, std::string_view value)>& fn,
+      std::uint64_t* skipped) const = 0;
+
   // Starts a transaction (pmhash/transaction.h).
   // Errors: NotSupported when the engine has no transactions (only dali
   // has); InvalidArgument for a lock timeout outside 1 .. 60000 ms; Busy

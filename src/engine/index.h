@@ -57,6 +57,17 @@ class Index {
     return Status::NotSupported("this engine has no transactions (dali has)");
   }
   virtual Status for_each(const ForEachFn& fn) = 0;
+  // for_each on a pool that may be damaged (Store::salvage). Pool engines
+  // validate every offset and length they follow (heap/checked.h): with
+  // skipped == nullptr the first damaged entry ends the scan with
+  // Corruption naming it; otherwise it is passed over and counted in
+  // *skipped, and Corruption comes only when the damage hides the rest (a
+  // table that cannot be walked). Engines that find no damage to skip run
+  // for_each.
+  virtual Status salvage(const ForEachFn& fn, std::uint64_t* skipped) {
+    if (skipped != nullptr) *skipped = 0;
+    return for_each(fn);
+  }
   virtual std::uint64_t size() const = 0;
   virtual Status sync() = 0;
   virtual Status check() = 0;

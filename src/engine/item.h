@@ -17,6 +17,9 @@
 #include <cstring>
 #include <string_view>
 
+#include "heap/checked.h"
+#include "pmhash/options.h"
+
 namespace pmhash::engine {
 
 struct ItemHeader {
@@ -46,6 +49,22 @@ inline std::string_view item_key(const ItemHeader* h) {
 }
 inline std::string_view item_value(const ItemHeader* h) {
   return {reinterpret_cast<const char*>(h + 1) + h->key_len, h->value_len};
+}
+
+// Checked access (heap/checked.h) to an item named by an offset read from the
+// pool: the item when its header lies in the heap, 8-byte aligned, its
+// lengths are within the limits, and its key and value lie in the heap too
+// (`in_block`: inside the allocated block that starts at off); nullptr
+// otherwise, which on a pool the engine wrote can only mean damage. An
+// item's header never changes once it is published, so the lengths checked
+// here are the ones item_key() and item_value() read.
+inline const ItemHeader* checked_item(const heap::PoolView& pool, std::uint64_t off,
+                                      bool in_block = false) {
+  const auto* h = pool.at<const ItemHeader>(off);
+  if (h == nullptr || h->key_len > kMaxKeySize || h->value_len > kMaxValueSize) return nullptr;
+  const std::uint64_t n = sizeof(ItemHeader) + std::uint64_t{h->key_len} + h->value_len;
+  if (in_block ? pool.block_size(off) < n : !pool.contains(off, n)) return nullptr;
+  return h;
 }
 
 }  // namespace pmhash::engine

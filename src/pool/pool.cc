@@ -252,6 +252,14 @@ namespace {
 
 // Takes the lock that says a Pool holds the file: exclusive, or shared
 // (open_shared).
+// The media layer names the file it maps "region PATH"; a user opened or
+// created a pool, so its errors reach them naming the pool instead.
+Status as_pool_error(const std::string& who, const std::string& path, const Status& s) {
+  const std::string prefix = "region " + path + ": ";
+  if (!s.is_io_error() || s.message().rfind(prefix, 0) != 0) return s;
+  return Status::IOError(who + ": " + s.message().substr(prefix.size()));
+}
+
 Status lock_file(const std::string& who, int fd, bool shared = false) {
   if (::flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) == 0) return Status::OK();
   if (errno == EWOULDBLOCK) {
@@ -298,7 +306,9 @@ Status Pool::create(const std::string& path, const CreateParams& params,
   }
 
   auto pool = std::unique_ptr<Pool>(new Pool());
-  if (Status s = media::Region::map_file(path, size, &pool->region_); !s.ok()) return s;
+  if (Status s = media::Region::map_file(path, size, &pool->region_); !s.ok()) {
+    return as_pool_error(who, path, s);
+  }
   if (Status s = format_body(*pool->region_); !s.ok()) return s;
   if (Status s = fill_header(who, params, size, &pool->header_); !s.ok()) return s;
   write_header(*pool->region_, pool->header_);
@@ -393,7 +403,7 @@ Status Pool::open_locked(const std::string& path, const std::string& engine, boo
 
   auto pool = std::unique_ptr<Pool>(new Pool());
   if (Status s = media::Region::map_file(path, h.pool_size, &pool->region_, shared); !s.ok()) {
-    return s;
+    return as_pool_error(who, path, s);
   }
   // The file could have been replaced between the checks and the mapping.
   if (std::memcmp(pool->region_->base(), &h, sizeof(h)) != 0) {

@@ -184,6 +184,13 @@ class StoreImpl final : public Store {
     return index_->for_each(fn);
   }
 
+  Status salvage(const std::function<bool(std::string_view, std::string_view)>& fn,
+                 std::uint64_t* skipped) const override {
+    *skipped = 0;
+    if (Status s = check_open(); !s.ok()) return s;
+    return index_->salvage(fn, skipped);
+  }
+
   std::uint64_t size() const override { return closed_ ? 0 : index_->size(); }
 
   Status sync() override {

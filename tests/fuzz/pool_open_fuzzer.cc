@@ -2,7 +2,10 @@
 // header and metadata are damaged.
 //
 // Property: for any damage, Store::open either returns an error and leaves
-// the file unchanged, or gives a store on which check() runs; when check()
+// the file unchanged, or gives a store on which check() runs and on which,
+// whatever check() says, stats() returns and for_each, Store::salvage and
+// get (with a value and with none) return OK, NotFound or Corruption (see
+// read_damaged()); when check()
 // passes, get, for_each, insert, update, remove, a transaction (engines that
 // have them), a snapshot read and close work, agree with each other,
 // check() still passes after them, and the pool opens again.
@@ -1403,6 +1406,48 @@ void exercise(Store& store, bool settled) {
   if (settled) expect_ok(store.check(), "check after operations on a store that passed it");
 }
 
+// What any store that opened must survive, whatever check() says of it:
+// stats() returns, and every read that follows the pool's offsets (for_each,
+// salvage, get with and without a value) returns OK, NotFound or Corruption
+// (damage is an error, never a crash). A scan that found no damage and a
+// salvage that skipped entries contradict each other; on a store that
+// passed check() (`checked`) no read finds damage at all.
+void read_damaged(Store& store, bool checked) {
+  (void)store.stats();
+  std::uint64_t visited = 0;
+  const Status f = store.for_each([&](std::string_view, std::string_view) {
+    ++visited;
+    return true;
+  });
+  if (!f.ok() && !f.is_corruption()) fail("for_each on an opened store: " + f.to_string());
+  std::uint64_t skipped = 0, salvaged = 0;
+  const Status g = store.salvage(
+      [&](std::string_view, std::string_view) {
+        ++salvaged;
+        return true;
+      },
+      &skipped);
+  if (!g.ok() && !g.is_corruption()) fail("salvage on an opened store: " + g.to_string());
+  if (f.ok() && skipped != 0) {
+    fail("for_each found no damage, but salvage skipped " + std::to_string(skipped) + " entries");
+  }
+  for (unsigned i = 0; i < 8; ++i) {
+    std::string value;
+    for (std::string* out : {&value, static_cast<std::string*>(nullptr)}) {
+      const Status r = store.get(key_of(i * 37), out);
+      if (!r.ok() && !r.is_not_found() && !r.is_corruption()) {
+        fail("get of " + key_of(i * 37) + " on an opened store: " + r.to_string());
+      }
+      if (checked && r.is_corruption()) fail("get after check() passed: " + r.to_string());
+    }
+  }
+  if (checked) {
+    expect_ok(f, "for_each after check() passed");
+    expect_ok(g, "salvage after check() passed");
+    if (skipped != 0) fail("salvage after check() passed skipped entries");
+  }
+}
+
 // Opens the pool file, which holds `image` (`base` patched), and checks the
 // property. `mode` is the input's first byte. An undamaged image (`healthy`)
 // must also open, settle and pass check().
@@ -1430,6 +1475,7 @@ void open_and_exercise(const Image& base, const std::vector<std::byte>& image, u
   const Status c = store->check();
   if (healthy && !settled) fail(base.name + " image: the background work of open does not end");
   if (healthy) expect_ok(c, base.name + " image: check");
+  read_damaged(*store, c.ok());
   if (c.ok()) {
     if (!settled && !engine.may_stay_unsettled) {
       fail(std::string(engine.name) +

@@ -4,9 +4,10 @@
 //                      [--nehash-bucket-bits 6] [--nehash-initial-dir-bits 4]
 //                      [--pmeh-zone-bits 6] [--pmeh-segment-kib 16]
 //   pmhash put POOL KEY VALUE          insert or replace
+//   pmhash put POOL KEY --value-file FILE   the value is FILE's bytes ("-": stdin)
 //   pmhash get POOL KEY                print the value and a newline
 //   pmhash del POOL KEY
-//   pmhash scan POOL                   one "key<TAB>value" line per key
+//   pmhash scan POOL [--skip-damaged]  one "key<TAB>value" line per key
 //   pmhash load POOL --records N [--threads T] [--key-size B] [--value-size B] [--seed S]
 //   pmhash info POOL [--json]
 //   pmhash check POOL                  print "ok" when Store::check() passes
@@ -39,6 +40,18 @@
 // starts with "pmhash: "; CLI11's own error output (several lines, with a
 // help hint) is never printed. `--help` prints help to stdout and exits 0.
 //
+// Damaged pools. scan stops at the first entry whose bytes fail validation
+// (Corruption, exit 1). With --skip-damaged it prints every readable pair,
+// then one line on stderr with the number of entries skipped as damaged;
+// the exit status is 1 when any was skipped, 0 when none was.
+//
+// Creating. create builds the pool in a hidden temporary file beside it
+// (".NAME.creating-PID") and renames it into place only once the pool is
+// complete and closed, so a create that is killed or fails leaves nothing
+// under the pool's name (at most the temporary file). Without --force an
+// existing file is never replaced; with --force, a pool that another
+// process holds open is not replaced either (Busy).
+//
 // Pools. Every command that opens a pool closes it again before it exits,
 // also the read-only ones, so a pool the tool has touched is marked as
 // cleanly shut down and its next open runs no recovery. The tool uses only
@@ -57,6 +70,8 @@
 // finite domains", 2002): a seeded bijection on b-bit integers, 2^b >= 10^w,
 // is applied to i until the result falls below 10^w. Because 2^b < 2 * 10^w,
 // that takes fewer than two steps on average.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -275,6 +290,9 @@ struct Args {
   std::string pmeh_run_flag;  // the first run-time --pmeh-* flag given, if any
   std::string key;
   std::string value;
+  std::string value_file;  // put --value-file ("-": stdin)
+  bool value_given = false;
+  bool skip_damaged = false;  // scan --skip-damaged
   bool json = false;
   // load
   std::uint64_t records = 0;
@@ -326,6 +344,78 @@ int open_pool(const Args& a, const std::function<int(Store&)>& body) {
 // ---------------------------------------------------------------------------
 // create, put, get, del, scan, check
 
+// create for a pool file (see the top of the file): the pool is built under
+// a temporary name in the same directory (same file system: the rename is
+// atomic) and renamed into place once it is complete and closed.
+int create_pool_file(const Args& a, pmhash::Options options) {
+  const std::string& path = a.pool;
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (name.empty()) return usage_error("POOL: '" + path + "' names a directory, not a pool file");
+  // Refused at once when the name is taken (without --force) or the pool
+  // there is open (with --force), so no pool is built for nothing. A lock
+  // on the old file is held until the rename: no open can slip in between.
+  int old_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct Closer {
+    int& fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{old_fd};
+  if (old_fd >= 0) {
+    if (!a.force) {
+      return store_error(path, Status::AlreadyExists("pool " + path +
+                                                     ": file exists (use --force to replace it)"));
+    }
+    if (::flock(old_fd, LOCK_EX | LOCK_NB) != 0) {
+      return store_error(path, Status::Busy("pool " + path +
+                                            ": in use (another process has it open); not replaced"));
+    }
+  } else if (errno != ENOENT) {
+    return store_error(path, Status::IOError("pool " + path + ": cannot open: " +
+                                             std::strerror(errno)));
+  }
+  const std::string temp = (dir == "/" ? "" : dir) + "/." + name + ".creating-" +
+                           std::to_string(::getpid());
+  options.force = true;  // a temporary file left by a killed create of this pid
+  {
+    std::unique_ptr<Store> store;
+    Status s = Store::create(temp, options, &store);
+    if (s.ok()) s = store->close();
+    if (!s.ok()) {
+      ::unlink(temp.c_str());
+      std::string text = s.message();
+      // Errors name the file the user asked for.
+      for (std::size_t at; (at = text.find(temp)) != std::string::npos;) text.replace(at, temp.size(), path);
+      return store_error(path, Status::IOError(text));
+    }
+  }
+  // Without --force the name must still be free: link() fails on a name
+  // that exists, where rename() would replace it.
+  const bool placed = a.force ? ::rename(temp.c_str(), path.c_str()) == 0
+                              : ::link(temp.c_str(), path.c_str()) == 0;
+  const int err = errno;
+  ::unlink(temp.c_str());
+  if (!placed) {
+    return store_error(path, err == EEXIST ? Status::AlreadyExists("pool " + path + ": file exists (use --force to replace it)")
+                                           : Status::IOError("pool " + path + ": cannot rename the new pool into place: " +
+                                                             std::strerror(err)));
+  }
+  // The new name is durable before create reports success.
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    const bool synced = ::fsync(dir_fd) == 0;
+    const int sync_err = errno;
+    ::close(dir_fd);
+    if (!synced) {
+      return store_error(path, Status::IOError("pool " + path + ": cannot sync directory " + dir +
+                                               ": " + std::strerror(sync_err)));
+    }
+  }
+  return kExitOk;
+}
+
 int cmd_create(const Args& a) {
   const std::string engine = !a.create_engine.empty() ? a.create_engine
                              : a.memnodes.empty()     ? pmhash::Options{}.engine
@@ -344,14 +434,56 @@ int cmd_create(const Args& a) {
   options.nehash_initial_dir_bits = a.nehash_initial_dir_bits;
   options.pmeh_zone_bits = a.pmeh_zone_bits;
   options.pmeh_segment_kib = a.pmeh_segment_kib;
+  if (a.memnodes.empty()) return create_pool_file(a, options);
   std::unique_ptr<Store> store;
   if (Status s = Store::create(a.pool, options, &store); !s.ok()) return store_error(target(a), s);
   return close_store(target(a), *store, kExitOk);
 }
 
+// Reads the value of put --value-file: the file's bytes, or stdin's for "-".
+// At most one byte more than the largest value is read, so that a larger
+// one is refused without reading it whole.
+std::optional<int> read_value_file(const std::string& file, std::string* out) {
+  FILE* f = file == "-" ? stdin : std::fopen(file.c_str(), "rb");
+  if (f == nullptr) {
+    return usage_error("--value-file: cannot open '" + file + "': " + std::strerror(errno));
+  }
+  out->clear();
+  char buf[65536];
+  bool too_large = false;
+  for (;;) {
+    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    out->append(buf, n);
+    if (out->size() > pmhash::kMaxValueSize) {
+      too_large = true;
+      break;
+    }
+    if (n < sizeof buf) break;
+  }
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  if (f != stdin) std::fclose(f);
+  const std::string shown = file == "-" ? std::string("standard input") : "'" + file + "'";
+  if (failed) return usage_error("--value-file: cannot read " + shown + ": " + std::strerror(err));
+  if (too_large) {
+    return usage_error("--value-file: " + shown + " holds more than " +
+                       std::to_string(pmhash::kMaxValueSize) +
+                       " bytes, the largest value a pool takes");
+  }
+  return std::nullopt;
+}
+
 int cmd_put(const Args& a) {
+  if (a.value_given == !a.value_file.empty()) {
+    return usage_error("put takes the value either as VALUE or with --value-file, exactly one");
+  }
+  std::string from_file;
+  if (!a.value_file.empty()) {
+    if (std::optional<int> rc = read_value_file(a.value_file, &from_file)) return *rc;
+  }
+  const std::string& value = a.value_file.empty() ? a.value : from_file;
   return open_pool(a, [&](Store& store) {
-    if (Status s = store.upsert(a.key, a.value); !s.ok()) return store_error(target(a), s);
+    if (Status s = store.upsert(a.key, value); !s.ok()) return store_error(target(a), s);
     return kExitOk;
   });
 }
@@ -380,15 +512,25 @@ int cmd_del(const Args& a) {
 int cmd_scan(const Args& a) {
   return open_pool(a, [&](Store& store) {
     std::string line;
-    Status s = store.for_each([&](std::string_view key, std::string_view value) {
+    auto print = [&](std::string_view key, std::string_view value) {
       line.assign(key);
       line.push_back('\t');
       line.append(value);
       line.push_back('\n');
       return write_out(line);  // stop at the first failed write
-    });
-    if (!s.ok()) return store_error(target(a), s);
-    return finish_output(kExitOk);
+    };
+    std::uint64_t skipped = 0;
+    Status s = a.skip_damaged ? store.salvage(print, &skipped) : store.for_each(print);
+    if (!s.ok()) {
+      finish_output(kExitOk);  // what was read before the error is kept
+      return store_error(target(a), s);
+    }
+    const int rc = finish_output(kExitOk);
+    if (rc != kExitOk || skipped == 0) return rc;
+    print_error("pool " + target(a) + ": scan skipped " + std::to_string(skipped) +
+                " damaged entr" + (skipped == 1 ? "y" : "ies") +
+                " (the pairs printed are every one that could be read)");
+    return kExitFailed;
   });
 }
 
@@ -892,7 +1034,12 @@ std::vector<Command> define_commands(CLI::App& app, Args& a) {
 
   CLI::App* put = add_command(app, "put", "insert KEY, or replace its value", a, true);
   put->add_option("KEY", a.key, "key")->required();
-  put->add_option("VALUE", a.value, "value")->required();
+  put->add_option("VALUE", a.value, "value (or --value-file)")
+      ->each([&a](const std::string&) { a.value_given = true; });
+  put->add_option("--value-file", a.value_file,
+                  "read the value from FILE, '-' for standard input (values too large for the "
+                  "command line)")
+      ->type_name("FILE");
   commands.push_back({put, cmd_put});
 
   CLI::App* get = add_command(app, "get", "print the value of KEY", a, true);
@@ -904,6 +1051,9 @@ std::vector<Command> define_commands(CLI::App& app, Args& a) {
   commands.push_back({del, cmd_del});
 
   CLI::App* scan = add_command(app, "scan", "print every key<TAB>value, one per line", a, true);
+  scan->add_flag("--skip-damaged", a.skip_damaged,
+                 "on a damaged pool, print every readable pair and count the rest on stderr "
+                 "(exit 1 when any was skipped) instead of stopping at the first damage");
   commands.push_back({scan, cmd_scan});
 
   CLI::App* load = add_command(app, "load", "insert N generated records", a, true);

@@ -17,6 +17,7 @@ ClevelIndex::ClevelIndex(const Env& env)
     : env_(env),
       region_(env.pool->region()),
       heap_(*env.heap),
+      view_(env.pool->region(), env.pool->heap_offset(), env.pool->heap_size(), env.heap),
       root_(reinterpret_cast<Root*>(env.pool->root())),
       generation_(env.pool->generation()),
       rehash_threads_(env.options.clevel_rehash_threads),
@@ -156,19 +157,30 @@ std::vector<ClevelIndex::SlotRef>& ClevelIndex::scratch() {
 }
 
 bool ClevelIndex::key_equals(std::uint64_t off, const Key& key) const {
-  const auto* item = region_.at<ItemHeader>(off);
-  return item->key_len == key.bytes.size() &&
+  const auto* item = checked_item(view_, off);
+  return item != nullptr && item->key_len == key.bytes.size() &&
          std::memcmp(item + 1, key.bytes.data(), key.bytes.size()) == 0;
 }
 
-ClevelIndex::Found ClevelIndex::find_visible(const Key& key, Ctx c) const {
+Status ClevelIndex::damaged_item(std::uint64_t off, const std::string& where) const {
+  return Status::Corruption("pool " + env_.pool->path() + ": clevel: " + where +
+                            " names an item at offset " + std::to_string(off) +
+                            " that lies outside the heap or beyond its block (damaged pool; "
+                            "'pmhash scan --skip-damaged' salvages the rest)");
+}
+
+ClevelIndex::Found ClevelIndex::find_visible(const Key& key, Ctx c, std::uint64_t* damaged) const {
   const std::uint16_t tag = key_tag(key.h1);
   Found found;
   for_candidate_slots(key, c, [&](std::atomic<std::uint64_t>& s, std::uint16_t) {
     const std::uint64_t v = s.load(std::memory_order_acquire);
     if (slot_empty(v) || pool::pptr_tag(v) != tag) return true;
     const std::uint64_t off = slot_offset(v);
-    const auto* item = region_.at<ItemHeader>(off);
+    const auto* item = checked_item(view_, off);
+    if (item == nullptr) {
+      if (damaged != nullptr) *damaged = off;
+      return true;
+    }
     const std::uint64_t st = item->state.load(std::memory_order_acquire);
     if (!state_visible(st)) {
       // A delete of this session still unlinking the item: its REMOVED state
@@ -266,11 +278,11 @@ void ClevelIndex::prefetch(const Key& key, Ctx c) const {
   });
 }
 
-std::uint64_t ClevelIndex::lookup(const Key& key, Ctx* seen) const {
+std::uint64_t ClevelIndex::lookup(const Key& key, Ctx* seen, std::uint64_t* damaged) const {
   for (;;) {
     const Ctx c = load_ctx();
     prefetch(key, c);
-    const Found f = find_visible(key, c);
+    const Found f = find_visible(key, c, damaged);
     // Nothing found: a level may have been added and our item moved into it
     // after we passed (paper §3.2.1); search again under the new context.
     if (f.off != 0 || load_ctx() == c) {
@@ -303,9 +315,10 @@ bool ClevelIndex::collect(const Key& key, Ctx c, std::uint64_t off,
 
 Status ClevelIndex::get(const Key& key, std::string* value) {
   rcu::ReadGuard guard;
-  const std::uint64_t off = lookup(key, nullptr);
-  if (off == 0) return Status::NotFound();
-  value->assign(item_value(region_.at<ItemHeader>(off)));
+  std::uint64_t damaged = 0;
+  const std::uint64_t off = lookup(key, nullptr, &damaged);
+  if (off == 0) return damaged != 0 ? damaged_item(damaged, "a slot of the key") : Status::NotFound();
+  if (value != nullptr) value->assign(item_value(region_.at<ItemHeader>(off)));
   return Status::OK();
 }
 
@@ -694,7 +707,9 @@ Status ClevelIndex::upsert(const Key& key, std::string_view value) {
 // Iteration and counting
 // ---------------------------------------------------------------------------
 
-Status ClevelIndex::for_each(const ForEachFn& fn) {
+Status ClevelIndex::for_each(const ForEachFn& fn) { return salvage(fn, nullptr); }
+
+Status ClevelIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
   // Levels are scanned in search order, bucket by bucket, each bucket inside
   // its own read-side section; the callback runs outside of it. A moving item
   // is met before or after its move, possibly twice (deduplicated by key),
@@ -727,7 +742,17 @@ Status ClevelIndex::for_each(const ForEachFn& fn) {
           for (auto& s : level_buckets(l)[b].slot) {
             const std::uint64_t v = s.load(std::memory_order_acquire);
             if (slot_empty(v)) continue;
-            const auto* item = region_.at<ItemHeader>(slot_offset(v));
+            // Each slot is checked against its whole block: a scan is what
+            // salvages a damaged pool.
+            const auto* item = checked_item(view_, slot_offset(v), /*in_block=*/true);
+            if (item == nullptr) {
+              if (skipped == nullptr) {
+                return damaged_item(slot_offset(v), ("level " + std::to_string(id) + " bucket " +
+                                                     std::to_string(b)));
+              }
+              ++*skipped;
+              continue;
+            }
             if (!state_visible(item->state.load(std::memory_order_acquire))) continue;
             std::string k(item_key(item));
             if (seen.contains(k)) continue;

@@ -11,6 +11,7 @@
 #include "engine/clevel/layout.h"
 #include "engine/clevel/tag_filter.h"
 #include "engine/index.h"
+#include "heap/checked.h"
 #include "heap/heap.h"
 #include "media/region.h"
 
@@ -35,6 +36,7 @@ class ClevelIndex final : public Index {
   Status upsert(const Key& key, std::string_view value) override;
   Status remove(const Key& key) override;
   Status for_each(const ForEachFn& fn) override;
+  Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
   Status sync() override;
   Status check() override;
@@ -82,25 +84,29 @@ class ClevelIndex final : public Index {
   // --- searching ---
   // What a search met: the first visible item with the key (0: none), in
   // search direction, whether its slot was PENDING, and an item of the key
-  // that a delete of this session marked REMOVED (0: none).
+  // that a delete of this session marked REMOVED (0: none). A candidate slot
+  // with the key's tag whose item fails checked_item() (a damaged pool) is
+  // passed over; *damaged, when given, then names it.
   struct Found {
     std::uint64_t off = 0;
     bool pending = false;
     std::uint64_t removed = 0;
   };
-  Found find_visible(const Key& key, Ctx c) const;
+  Found find_visible(const Key& key, Ctx c, std::uint64_t* damaged = nullptr) const;
   // Makes what `f` depends on durable (every slot holding f.off, its state,
   // f.removed's state), then clears PENDING on those slots (clevel.h P4/P5).
   void settle(const Key& key, Ctx c, const Found& f) const;
   void prefetch(const Key& key, Ctx c) const;
   static std::vector<SlotRef>& scratch();
-  std::uint64_t lookup(const Key& key, Ctx* seen) const;
+  std::uint64_t lookup(const Key& key, Ctx* seen, std::uint64_t* damaged = nullptr) const;
   // Every slot holding offset `off` (with or without MOVING), in search order.
   // False while a candidate slot of the level being emptied is moved out but
   // its clearing is not durable yet (move_bucket): a writer must not act on
   // the copies until it is.
   bool collect(const Key& key, Ctx c, std::uint64_t off, std::vector<SlotRef>* out) const;
   bool key_equals(std::uint64_t off, const Key& key) const;
+  // Corruption naming a slot whose item offset `off` fails checked_item().
+  Status damaged_item(std::uint64_t off, const std::string& where) const;
 
   // --- writing ---
   Attempt place(heap::ThreadCache* tc, const Key& key, std::uint64_t value, Ctx c,
@@ -151,6 +157,7 @@ class ClevelIndex final : public Index {
   Env env_;
   media::Region& region_;
   heap::Heap& heap_;
+  heap::PoolView view_;  // checked access to what slots name
   Root* root_;
   std::uint64_t generation_;
   unsigned rehash_threads_;

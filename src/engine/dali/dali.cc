@@ -23,6 +23,8 @@ DaliIndex::DaliIndex(const Env& env)
     : env_(env),
       region_(env.pool->region()),
       heap_(*env.heap),
+      view_(env.pool->region(), env.pool->heap_offset(), env.pool->heap_size(), env.heap),
+      list_limit_(env.pool->heap_size() / sizeof(RecordHeader) + 1),
       root_(reinterpret_cast<Root*>(env.pool->root())),
       lock_timeout_(env.options.dali_lock_timeout_ms),
       strict_(env.options.durability == Durability::kStrict),
@@ -116,19 +118,43 @@ bool DaliIndex::key_equals(const RecordHeader* r, const Key& key) const {
          std::memcmp(r + 1, key.bytes.data(), key.bytes.size()) == 0;
 }
 
-std::uint64_t DaliIndex::find(std::uint64_t head, const Key& key) const {
+bool DaliIndex::record_in_heap(std::uint64_t off) const {
+  const RecordHeader* h = view_.at<const RecordHeader>(off);
+  // A value rewritten in place stays within the block the record had, so
+  // the lengths read here bound what a reader copies.
+  return h != nullptr && off % 16 == 0 &&
+         view_.contains(off, record_size(h->key_len, record_value_len(h)));
+}
+
+Status DaliIndex::damaged_list(const std::string& bucket) const {
+  return Status::Corruption("pool " + env_.pool->path() + ": dali: the list of " + bucket +
+                            " leaves the heap or does not end (damaged pool; 'pmhash scan "
+                            "--skip-damaged' salvages the rest)");
+}
+
+std::uint64_t DaliIndex::find(std::uint64_t head, const Key& key, bool* damaged) const {
+  std::uint64_t steps = 0;
   for (std::uint64_t r = head; r != 0; r = rec(r)->next.load(std::memory_order_acquire)) {
+    if (!record_in_heap(r) || ++steps > list_limit_) {
+      if (damaged != nullptr) *damaged = true;
+      return 0;
+    }
     if (key_equals(rec(r), key)) return r;
   }
   return 0;
 }
 
-std::uint64_t DaliIndex::find_as_of(std::uint64_t head, const Key& key,
-                                    std::uint64_t snapshot) const {
+std::uint64_t DaliIndex::find_as_of(std::uint64_t head, const Key& key, std::uint64_t snapshot,
+                                    bool* damaged) const {
   // Versions of one key decrease along a list: the first one at or below
   // the snapshot is the newest as of it. Records above it may be rewritten
   // in place meanwhile, but only their value and meta, which we skip.
+  std::uint64_t steps = 0;
   for (std::uint64_t r = head; r != 0; r = rec(r)->next.load(std::memory_order_acquire)) {
+    if (!record_in_heap(r) || ++steps > list_limit_) {
+      if (damaged != nullptr) *damaged = true;
+      return 0;
+    }
     const RecordHeader* h = rec(r);
     if (h->version <= snapshot && key_equals(h, key)) return r;
   }
@@ -161,7 +187,7 @@ Status DaliIndex::get(const Key& key, std::string* value) {
     }
     const Probe p = probe(key);
     bool present = p.present;
-    if (present) {
+    if (present && value != nullptr) {  // null: "does it exist"
       const RecordHeader* r = rec(p.found);
       const std::uint32_t n = record_value_len(r);
       // A rewrite in place may shrink the value meanwhile; the block holds
@@ -172,6 +198,7 @@ Status DaliIndex::get(const Key& key, std::string* value) {
     // Every load above was an acquire load: this one cannot come first.
     if (((l.load(std::memory_order_relaxed) ^ w1) & ~kLocked) != 0) continue;
     epochs_->exit(t);
+    if (!present && p.damaged) return damaged_list("bucket " + std::to_string(p.index));
     return present ? Status::OK() : Status::NotFound();
   }
 }
@@ -198,14 +225,19 @@ Status DaliIndex::read_as_of(unsigned t, const Key& key, std::uint64_t snapshot,
       std::this_thread::yield();
       continue;
     }
-    const std::uint64_t r = find_as_of(valid_head(*bucket_of(key.h1, shape())), key, snapshot);
+    bool damaged = false;
+    const std::uint64_t r =
+        find_as_of(valid_head(*bucket_of(key.h1, shape())), key, snapshot, &damaged);
     const bool present = r != 0 && !record_absent(rec(r));
-    if (present) value->assign(record_value(rec(r)));
+    if (present && value != nullptr) value->assign(record_value(rec(r)));
     // Seqlock check: no split of the stripe began or ended since w1, so
     // the bucket we read was the key's for the whole read. (Other changes
     // leave the versions we read alone.)
     if (((l.load(std::memory_order_relaxed) ^ w1) & kSplitSequence) != 0) continue;
     epochs_->exit(t);
+    if (!present && damaged) {
+      return damaged_list("bucket " + std::to_string(shape().bucket_of(key.h1)));
+    }
     return present ? Status::OK() : Status::NotFound();
   }
 }
@@ -218,7 +250,7 @@ DaliIndex::Probe DaliIndex::probe(const Key& key) const {
   Probe p;
   p.index = shape().bucket_of(key.h1);
   p.bucket = bucket(p.index);
-  p.found = find(valid_head(*p.bucket), key);
+  p.found = find(valid_head(*p.bucket), key, &p.damaged);
   p.present = p.found != 0 && !record_absent(rec(p.found));
   return p;
 }
@@ -654,7 +686,9 @@ void DaliIndex::release_snapshot(std::uint64_t snapshot) {
 // Iteration and counting
 // ---------------------------------------------------------------------------
 
-Status DaliIndex::for_each(const ForEachFn& fn) {
+Status DaliIndex::for_each(const ForEachFn& fn) { return salvage(fn, nullptr); }
+
+Status DaliIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
   // Stripe by stripe under its lock; the callback runs outside it. Splits
   // move keys only within a stripe, so each key present throughout is met
   // exactly once.
@@ -663,9 +697,20 @@ Status DaliIndex::for_each(const ForEachFn& fn) {
   for (std::uint32_t stripe = 0; stripe <= stripe_mask_; ++stripe) {
     batch.clear();
     if (!lock_until(stripe, lock_timeout_)) return lock_timeout();
+    bool damaged = false;  // a list that leaves the heap or does not end
+    const std::uint64_t limit = heap_.used_bytes() / sizeof(RecordHeader) + 1;
     for_stripe_buckets(stripe, shape(), [&](const Bucket* b) {
       seen.clear();
+      // Checked against each record's whole block: a scan is what salvages
+      // a damaged pool. A damaged list is followed up to the damage; what
+      // lies beyond it cannot be reached.
+      std::uint64_t steps = 0;
       for (std::uint64_t r = valid_head(*b); r != 0; r = rec(r)->next.load(std::memory_order_relaxed)) {
+        if (!plausible_record(r, &steps, limit)) {
+          if (skipped != nullptr) ++*skipped;
+          damaged = true;
+          break;
+        }
         const RecordHeader* h = rec(r);
         const std::string_view k = record_key(h);
         if (std::find(seen.begin(), seen.end(), k) != seen.end()) continue;
@@ -674,6 +719,7 @@ Status DaliIndex::for_each(const ForEachFn& fn) {
       }
     });
     unlock(stripe);
+    if (damaged && skipped == nullptr) return damaged_list("a bucket of stripe " + std::to_string(stripe));
     for (const auto& [k, v] : batch) {
       if (!fn(k, v)) return Status::OK();
     }

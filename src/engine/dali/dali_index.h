@@ -14,6 +14,7 @@
 #include "engine/dali/epochs.h"
 #include "engine/dali/layout.h"
 #include "engine/index.h"
+#include "heap/checked.h"
 #include "heap/heap.h"
 #include "media/region.h"
 
@@ -60,6 +61,7 @@ class DaliIndex final : public Index {
   Status remove(const Key& key) override;
   Status begin(const TransactionOptions& options, std::unique_ptr<Txn>* txn) override;
   Status for_each(const ForEachFn& fn) override;
+  Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
   Status sync() override;
   Status check() override;
@@ -122,11 +124,20 @@ class DaliIndex final : public Index {
   bool failed(std::uint64_t epoch) const;
   // The head of the bucket's valid list (paper Fig. 4).
   std::uint64_t valid_head(const Bucket& b) const;
-  // The newest record of `key` on the list from `head`; 0 if none.
-  std::uint64_t find(std::uint64_t head, const Key& key) const;
+  // Whether the record at `off` lies in the heap with its key and value
+  // (heap/checked.h), 16-byte aligned; false only on a damaged pool.
+  bool record_in_heap(std::uint64_t off) const;
+  // The newest record of `key` on the list from `head`; 0 if none. A list
+  // that leaves the heap, or runs longer than the heap has records (a
+  // cycle), ends there; *damaged, when given, is then set.
+  std::uint64_t find(std::uint64_t head, const Key& key, bool* damaged = nullptr) const;
   bool key_equals(const RecordHeader* r, const Key& key) const;
   // The newest version <= `snapshot` of `key`; 0 if none (lock-free).
-  std::uint64_t find_as_of(std::uint64_t head, const Key& key, std::uint64_t snapshot) const;
+  // Damage as for find().
+  std::uint64_t find_as_of(std::uint64_t head, const Key& key, std::uint64_t snapshot,
+                           bool* damaged = nullptr) const;
+  // Corruption for a damaged list met by a read of the key's bucket.
+  Status damaged_list(const std::string& bucket) const;
   // Copies the value of `key` as of `snapshot` (kTwoEpochsBack: two epochs
   // before the one the read runs in), lock-free (dali.h "Snapshot reads").
   // NotFound when absent then.
@@ -140,6 +151,7 @@ class DaliIndex final : public Index {
     Bucket* bucket = nullptr;
     std::uint64_t found = 0;  // newest record of the key, 0 if none
     bool present = false;     // found and not absent
+    bool damaged = false;     // the list ended in damage (find())
   };
   Probe probe(const Key& key) const;
   // The answer of `op` given the probe: OK when it changes the store.
@@ -213,6 +225,9 @@ class DaliIndex final : public Index {
   Env env_;
   media::Region& region_;
   heap::Heap& heap_;
+  heap::PoolView view_;  // checked access to records
+  // Records a list walk may follow: more than the heap can hold.
+  std::uint64_t list_limit_;
   Root* root_;
   unsigned initial_log2_ = 0;
   std::uint64_t stripe_mask_ = 0;

@@ -15,6 +15,7 @@ NehashIndex::NehashIndex(const Env& env)
     : env_(env),
       region_(env.pool->region()),
       heap_(*env.heap),
+      view_(env.pool->region(), env.pool->heap_offset(), env.pool->heap_size(), env.heap),
       root_(reinterpret_cast<Root*>(env.pool->root())),
       counts_(new Stripe[kMaxThreads]) {
   Params p{};
@@ -94,14 +95,23 @@ std::uint64_t NehashIndex::slot_h1(const View& v) {
   return v.w1;
 }
 
+bool NehashIndex::readable(const View& v, bool in_block) const {
+  if (meta_is_inline(v.meta)) {
+    return meta_key_len(v.meta) <= kInlineMax && meta_value_len(v.meta) <= kInlineMax;
+  }
+  return checked_item(view_, pool::pptr_offset(v.w0), in_block) != nullptr;
+}
+
 bool NehashIndex::matches(const View& v, const Key& key) const {
   if (!meta_valid(v.meta) || meta_fp(v.meta) != fingerprint(key.h2)) return false;
   if (meta_is_inline(v.meta)) {
     return meta_key_len(v.meta) == key.bytes.size() && v.w0 == pack_word(key.bytes);
   }
   if (v.w1 != key.h1) return false;
-  // Items never change, and RCU keeps a replaced one alive for us.
-  return item_key(region_.at<ItemHeader>(pool::pptr_offset(v.w0))) == key.bytes;
+  // Items never change, and RCU keeps a replaced one alive for us. A damaged
+  // pointer matches nothing (get() reports it).
+  const auto* item = checked_item(view_, pool::pptr_offset(v.w0));
+  return item != nullptr && item_key(item) == key.bytes;
 }
 
 NehashIndex::Place NehashIndex::locate(GroupRef* g, const Key& key, const Place& home_place) const {
@@ -153,10 +163,15 @@ Status NehashIndex::get(const Key& key, std::string* value) {
     if (g == nullptr) return Status::NotFound();
     View found;
     bool hit = false;
+    std::uint64_t damaged = 0;  // a slot of the key's h1 whose item fails the check
     auto try_place = [&](const Place& p) {
       const std::uint16_t m = p.meta->load(std::memory_order_relaxed);
       if (!meta_valid(m) || meta_fp(m) != fp) return false;
       const View v = read(p);
+      if (!meta_is_inline(v.meta) && v.w1 == key.h1 && !readable(v)) {
+        damaged = pool::pptr_offset(v.w0);
+        return false;
+      }
       if (!matches(v, key)) return false;
       found = v;
       return hit = true;
@@ -171,7 +186,16 @@ Status NehashIndex::get(const Key& key, std::string* value) {
     // A split may have moved the key's half to a new group after we loaded
     // g: only an answer from a group that still covers the key counts.
     if (!g->covers(key.h1)) continue;
+    if (!hit && damaged != 0) {
+      return fail("a slot of the key names an item at offset " + std::to_string(damaged) +
+                  " that lies outside the heap (damaged pool; 'pmhash scan --skip-damaged' "
+                  "salvages the rest)");
+    }
     if (!hit) return Status::NotFound();
+    if (meta_is_inline(found.meta) && meta_value_len(found.meta) > kInlineMax) {
+      return fail("the key's inline slot claims a " + std::to_string(meta_value_len(found.meta)) +
+                  "-byte value (damaged pool)");
+    }
     if (value != nullptr) {
       if (meta_is_inline(found.meta)) {
         value->assign(unpack_word(found.w1, meta_value_len(found.meta)));
@@ -455,7 +479,9 @@ Status NehashIndex::remove(const Key& key) {
 // Iteration and counting
 // ---------------------------------------------------------------------------
 
-Status NehashIndex::for_each(const ForEachFn& fn) {
+Status NehashIndex::for_each(const ForEachFn& fn) { return salvage(fn, nullptr); }
+
+Status NehashIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
   // Walks the hash space in prefix order. x always starts a group's range
   // (ranges only subdivide), and only keys with h1 in [x, end of the range)
   // are taken, so no point of the hash space is visited twice.
@@ -469,6 +495,7 @@ Status NehashIndex::for_each(const ForEachFn& fn) {
       const Leaf leaf = dir_->find(x);
       GroupRef* g = leaf.group;
       unsigned depth = leaf.depth();
+      std::string damage;  // the first damaged slot of the group, when not skipping
       if (g != nullptr) {
         depth = g->depth.load(std::memory_order_acquire);
         if (!in_range(x, g->prefix, depth)) continue;  // split meanwhile: look again
@@ -476,6 +503,21 @@ Status NehashIndex::for_each(const ForEachFn& fn) {
           if (!meta_valid(p.meta->load(std::memory_order_relaxed))) return;
           const View v = read(p);
           if (!meta_valid(v.meta)) return;
+          // Checked against the item's whole block: a scan is what
+          // salvages a damaged pool.
+          if (!readable(v, /*in_block=*/true)) {
+            if (skipped != nullptr) {
+              ++*skipped;
+            } else if (damage.empty()) {
+              damage = "group " + std::to_string(g->bg_id) + " holds a slot that " +
+                       (meta_is_inline(v.meta) ? std::string("claims inline lengths over 8")
+                                               : "names an item at offset " +
+                                                     std::to_string(pool::pptr_offset(v.w0)) +
+                                                     " outside the heap or its block") +
+                       " (damaged pool; 'pmhash scan --skip-damaged' salvages the rest)";
+            }
+            return;
+          }
           const std::uint64_t h1 = slot_h1(v);
           if (!in_range(h1, g->prefix, depth) || h1 < x) return;
           if (meta_is_inline(v.meta)) {
@@ -497,6 +539,7 @@ Status NehashIndex::for_each(const ForEachFn& fn) {
           for (unsigned s = 0; s < kSlotsPerBucket; ++s) take(overflow_place(o, s));
         }
         if (g->depth.load(std::memory_order_acquire) != depth) continue;  // split: rescan
+        if (!damage.empty()) return fail(damage);
       }
       // The next range starts after this one (depth 0: the whole space).
       if (depth == 0) {
@@ -532,7 +575,8 @@ void NehashIndex::recount() const {
     auto count = [&](const Place& p) {
       if (!meta_valid(p.meta->load())) return;
       const View v = read(p);
-      if (meta_valid(v.meta) && in_range(slot_h1(v), g.prefix, depth)) ++n;
+      // A damaged slot (check() names it) is not counted.
+      if (meta_valid(v.meta) && readable(v) && in_range(slot_h1(v), g.prefix, depth)) ++n;
     };
     for (std::size_t k = 0; k < buckets_per_group(b_); ++k) {
       for (unsigned s = 0; s < kSlotsPerBucket; ++s) {

@@ -13,6 +13,7 @@
 #include "engine/index.h"
 #include "engine/nehash/directory.h"
 #include "engine/nehash/layout.h"
+#include "heap/checked.h"
 #include "heap/heap.h"
 #include "media/region.h"
 
@@ -39,6 +40,7 @@ class NehashIndex final : public Index {
   Status upsert(const Key& key, std::string_view value) override;
   Status remove(const Key& key) override;
   Status for_each(const ForEachFn& fn) override;
+  Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
   Status sync() override;
   Status check() override;
@@ -102,6 +104,10 @@ class NehashIndex final : public Index {
   bool matches(const View& v, const Key& key) const;
   // h1 of a VALID slot (w1, or the inline key rehashed).
   static std::uint64_t slot_h1(const View& v);
+  // Whether a VALID slot can be read without a fault (heap/checked.h): inline
+  // lengths of at most 8, or an item that lies in the heap (`in_block`:
+  // inside its own heap block). False only on a damaged pool.
+  bool readable(const View& v, bool in_block = false) const;
   // Where `key` is in g, given that the caller holds its home lock.
   Place locate(GroupRef* g, const Key& key, const Place& home_place) const;
   bool has_room(GroupRef* g, std::uint64_t h1) const;
@@ -144,6 +150,7 @@ class NehashIndex final : public Index {
   Env env_;
   media::Region& region_;
   heap::Heap& heap_;
+  heap::PoolView view_;  // checked access to the items slots name
   Root* root_;
   unsigned b_ = 0;
   unsigned g0_ = 0;

@@ -34,6 +34,7 @@ PmehIndex::PmehIndex(const Env& env)
     : env_(env),
       region_(env.pool->region()),
       heap_(*env.heap),
+      view_(env.pool->region(), env.pool->heap_offset(), env.pool->heap_size(), env.heap),
       root_(reinterpret_cast<Root*>(env.pool->root())),
       mailboxes_(new Mailbox[kMaxThreads]),
       counts_(new Stripe[kMaxThreads]) {
@@ -66,6 +67,13 @@ std::uint64_t PmehIndex::segment_of(std::uint64_t h1) const {
 // Slots
 // ---------------------------------------------------------------------------
 
+Status PmehIndex::damaged_segment(std::uint64_t h1, std::uint64_t off) const {
+  return fail("the directory entry of hash " + std::to_string(h1) + " in zone " +
+              std::to_string(zone_of(h1)) + " names offset " + std::to_string(off) +
+              ", which is no segment of the heap (damaged pool; 'pmhash scan --skip-damaged' "
+              "salvages the rest)");
+}
+
 bool PmehIndex::matches(const SlotView& v, const Key& key) const {
   if (!meta_valid(v.meta) || meta_fp(v.meta) != fingerprint(key.h2)) return false;
   if (meta_is_inline(v.meta)) {
@@ -73,7 +81,8 @@ bool PmehIndex::matches(const SlotView& v, const Key& key) const {
            v.w0 == pack_word(key.bytes);
   }
   if (v.w1 != key.h1 || pool::pptr_tag(v.w0) != pointer_tag(key.h2)) return false;
-  return item_key(region_.at<ItemHeader>(pool::pptr_offset(v.w0))) == key.bytes;
+  const auto* item = checked_item(view_, pool::pptr_offset(v.w0));
+  return item != nullptr && item_key(item) == key.bytes;
 }
 
 PmehIndex::Pos PmehIndex::find(SegmentHeader* h, const Key& key) const {
@@ -192,6 +201,7 @@ PmehIndex::Probe PmehIndex::probe(SegmentHeader* h, std::atomic<std::uint64_t>& 
   const unsigned home = home_bucket(key.h1, nb_);
   const std::uint16_t fp = fingerprint(key.h2);
   bool found = false;
+  bool damaged = false;  // a slot of the key's hash names an item outside the heap
   for (unsigned j : {home, (home + 1) % nb_}) {
     Bucket& b = sp != nullptr ? *sp->bucket(key.h1, j) : buckets[j];
     for (unsigned p = 0; p < kSlotsPerBucket && !found; ++p) {
@@ -206,7 +216,7 @@ PmehIndex::Probe PmehIndex::probe(SegmentHeader* h, std::atomic<std::uint64_t>& 
             w0 != pack_word(key.bytes) || meta_value_len(m) > kInlineMax) {
           continue;
         }
-        out->assign(unpack_word(w1, meta_value_len(m)));
+        if (out != nullptr) out->assign(unpack_word(w1, meta_value_len(m)));
         found = true;
       } else {
         if (w1 != key.h1 || pool::pptr_tag(w0) != pointer_tag(key.h2)) continue;
@@ -214,15 +224,20 @@ PmehIndex::Probe PmehIndex::probe(SegmentHeader* h, std::atomic<std::uint64_t>& 
         // state: then it is retired after this version and freed after our
         // read section.
         if (st.load(std::memory_order_acquire) != v1) return Probe::kRetry;
-        const auto* item = region_.at<ItemHeader>(pool::pptr_offset(w0));
+        const auto* item = checked_item(view_, pool::pptr_offset(w0));
+        if (item == nullptr) {
+          damaged = true;
+          continue;
+        }
         if (item_key(item) != key.bytes) continue;
-        out->assign(item_value(item));
+        if (out != nullptr) out->assign(item_value(item));  // null: "does it exist"
         found = true;
       }
     }
     if (found) break;
   }
   if (st.load(std::memory_order_acquire) != v1) return Probe::kRetry;
+  if (!found && damaged) return Probe::kDamaged;
   return found ? Probe::kFound : Probe::kNotFound;
 }
 
@@ -233,6 +248,7 @@ Status PmehIndex::get(const Key& key, std::string* value) {
       {
         rcu::ReadGuard guard;
         const std::uint64_t off = segment_of(key.h1);
+        if (!seg_in_heap(off)) return damaged_segment(key.h1, off);
         std::atomic<std::uint64_t>& st = seg_state(off);
         const std::uint64_t v1 = st.load(std::memory_order_acquire);
         // Odd: a writer is inside. DEAD: split away, the directory names
@@ -241,6 +257,9 @@ Status PmehIndex::get(const Key& key, std::string* value) {
       }
       if (r == Probe::kFound) return Status::OK();
       if (r == Probe::kNotFound) return Status::NotFound();
+      if (r == Probe::kDamaged) {
+        return fail("a slot of the key names an item that lies outside the heap (damaged pool)");
+      }
       read_retries_.fetch_add(1, std::memory_order_relaxed);
       cpu_pause();
     }
@@ -261,6 +280,7 @@ Status PmehIndex::owner_get(const Key& key, std::string* out) const {
   // can kill the segment meanwhile: only this thread splits the zone).
   for (;;) {
     const std::uint64_t off = segment_of(key.h1);
+    if (!seg_in_heap(off)) return damaged_segment(key.h1, off);
     std::atomic<std::uint64_t>& st = seg_state(off);
     const std::uint64_t v1 = st.load(std::memory_order_acquire);
     if ((v1 & 1) != 0) {
@@ -270,6 +290,9 @@ Status PmehIndex::owner_get(const Key& key, std::string* out) const {
     const Probe r = probe(seg(off), st, v1, key, out);
     if (r == Probe::kFound) return Status::OK();
     if (r == Probe::kNotFound) return Status::NotFound();
+    if (r == Probe::kDamaged) {
+      return fail("a slot of the key names an item that lies outside the heap (damaged pool)");
+    }
   }
 }
 
@@ -380,14 +403,18 @@ Status PmehIndex::execute(heap::ThreadCache* tc, Request& r) {
         // a copy validates (no split can happen meanwhile: we split).
         for (;;) {
           r.batch->clear();
-          if (copy_segment(r.scan_x, /*optimistic=*/true, r.batch, &r.scan_next, &r.scan_last)) {
+          ScanDamage damage;
+          if (copy_segment(r.scan_x, /*optimistic=*/true, r.batch, &r.scan_next, &r.scan_last,
+                           &damage)) {
+            *r.scan_damage = std::move(damage);
             break;
           }
           std::this_thread::yield();
         }
         return Status::OK();
       }
-      copy_segment(r.scan_x, /*optimistic=*/false, r.batch, &r.scan_next, &r.scan_last);
+      copy_segment(r.scan_x, /*optimistic=*/false, r.batch, &r.scan_next, &r.scan_last,
+                   r.scan_damage);
       return Status::OK();
     case Request::kDrainRetired:
       // Between two operations: no read-side section is open here.
@@ -609,9 +636,27 @@ bool PmehIndex::direct_write(heap::ThreadCache* tc, Request& r, Status* result) 
 
 bool PmehIndex::copy_segment(std::uint64_t x, bool optimistic,
                              std::vector<std::pair<std::string, std::string>>* batch,
-                             std::uint64_t* next, bool* last) const {
+                             std::uint64_t* next, bool* last, ScanDamage* damage) const {
   rcu::ReadGuard guard;
   const std::uint64_t off = segment_of(x);
+  // The segment is checked against its heap block, and its header against
+  // the entry that names it: a damaged depth or prefix would send the walk
+  // backwards (no end) or off its zone. Such a segment is passed over to
+  // the next directory entry; its slots are not counted.
+  {
+    const SegmentHeader* h = seg_in_heap(off) ? seg(off) : nullptr;
+    const unsigned g = zones_[zone_of(x)].dir.load(std::memory_order_acquire)->depth;
+    if (h == nullptr || heap_.block_size(off) != (std::size_t{1} << s_) ||
+        h->magic != kSegmentMagic || h->depth < z_ || h->depth > g || h->nb != nb_ ||
+        !in_range(x, h->prefix, h->depth)) {
+      damage->note("the directory entry of hash " + std::to_string(x) + " names offset " +
+                   std::to_string(off) + ", which is not a segment covering it");
+      const std::uint64_t top = top_bits(x, g);
+      *last = g == 0 || top == (std::uint64_t{1} << g) - 1;
+      *next = *last ? 0 : (top + 1) << (64 - g);
+      return true;
+    }
+  }
   SegmentHeader* h = seg(off);
   std::atomic<std::uint64_t>& st = seg_state(off);
   const std::uint64_t v1 = st.load(std::memory_order_acquire);
@@ -641,10 +686,20 @@ bool PmehIndex::copy_segment(std::uint64_t x, bool optimistic,
   // section.
   for (const SlotView& v : raw) {
     if (meta_is_inline(v.meta)) {
+      if (meta_key_len(v.meta) > kInlineMax || meta_value_len(v.meta) > kInlineMax) {
+        damage->note("segment " + std::to_string(off) + " holds an inline slot with lengths over 8");
+        continue;
+      }
       batch->emplace_back(unpack_word(v.w0, meta_key_len(v.meta)),
                           unpack_word(v.w1, meta_value_len(v.meta)));
     } else {
-      const auto* item = region_.at<ItemHeader>(pool::pptr_offset(v.w0));
+      // Checked against the item's whole block: scans salvage damaged pools.
+      const auto* item = checked_item(view_, pool::pptr_offset(v.w0), /*in_block=*/true);
+      if (item == nullptr) {
+        damage->note("segment " + std::to_string(off) + " names an item at offset " +
+                     std::to_string(pool::pptr_offset(v.w0)) + " outside the heap or its block");
+        continue;
+      }
       batch->emplace_back(item_key(item), item_value(item));
     }
   }
@@ -655,7 +710,9 @@ bool PmehIndex::copy_segment(std::uint64_t x, bool optimistic,
   return true;
 }
 
-Status PmehIndex::for_each(const ForEachFn& fn) {
+Status PmehIndex::for_each(const ForEachFn& fn) { return salvage(fn, nullptr); }
+
+Status PmehIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
   // Walks each zone's hash range in prefix order. x always starts a
   // segment's range (ranges only subdivide), so every point of the hash
   // space is visited once (§4.6).
@@ -667,9 +724,11 @@ Status PmehIndex::for_each(const ForEachFn& fn) {
       std::uint64_t next = 0;
       bool last = false;
       bool copied = false;
+      ScanDamage damage;
       for (unsigned attempt = 0; attempt < kScanAttempts && !copied; ++attempt) {
         batch.clear();
-        copied = copy_segment(x, /*optimistic=*/true, &batch, &next, &last);
+        damage = {};
+        copied = copy_segment(x, /*optimistic=*/true, &batch, &next, &last, &damage);
       }
       if (!copied) {
         batch.clear();
@@ -680,10 +739,19 @@ Status PmehIndex::for_each(const ForEachFn& fn) {
         req.op = Request::kScan;
         req.scan_x = x;
         req.batch = &batch;
+        damage = {};
+        req.scan_damage = &damage;
         Request result;
         if (s = delegate(tc, z, req, &result); !s.ok()) return s;
         next = result.scan_next;
         last = result.scan_last;
+      }
+      if (damage.count != 0) {
+        if (skipped == nullptr) {
+          return fail(damage.first +
+                      " (damaged pool; 'pmhash scan --skip-damaged' salvages the rest)");
+        }
+        *skipped += damage.count;
       }
       for (auto& [k, v] : batch) {
         if (!fn(k, v)) return Status::OK();
@@ -715,7 +783,12 @@ void PmehIndex::recount() const {
       std::uint64_t next = 0;
       bool last = false;
       batch.clear();
-      while (!copy_segment(x, /*optimistic=*/true, &batch, &next, &last)) batch.clear();
+      // Damaged slots (check() names them) are not counted.
+      ScanDamage damage;
+      while (!copy_segment(x, /*optimistic=*/true, &batch, &next, &last, &damage)) {
+        batch.clear();
+        damage = {};
+      }
       n += static_cast<std::int64_t>(batch.size());
       if (last || zone_of(next) != z) break;
       x = next;
@@ -752,9 +825,11 @@ void PmehIndex::fill_stats(Stats* st) const {
       const Dir* d = zones_[z].dir.load(std::memory_order_acquire);
       const std::uint64_t per_zone = std::uint64_t{1} << (d->depth - z_);
       for (std::uint64_t e = std::uint64_t{z} * per_zone; e < (z + 1) * per_zone;) {
-        const SegmentHeader* h = seg(d->entry[e].load(std::memory_order_acquire));
+        const std::uint64_t off = d->entry[e].load(std::memory_order_acquire);
+        // A damaged entry counts as a segment of its own.
+        const unsigned l = seg_in_heap(off) ? seg(off)->depth : d->depth;
         ++segments;
-        e += std::uint64_t{1} << (d->depth - std::min<unsigned>(h->depth, d->depth));
+        e += std::uint64_t{1} << (d->depth - std::min<unsigned>(l, d->depth));
       }
     }
   }

@@ -14,6 +14,7 @@
 
 #include "engine/index.h"
 #include "engine/pmeh/layout.h"
+#include "heap/checked.h"
 #include "heap/heap.h"
 #include "media/region.h"
 
@@ -103,6 +104,16 @@ struct alignas(64) Zone {
   std::atomic<int> owner_inside{0}, direct_inside{0};
 };
 
+// What a scan met that it could not read (a damaged pool): how many slots or
+// segments, and the first of them, named.
+struct ScanDamage {
+  std::uint64_t count = 0;
+  std::string first;
+  void note(std::string what) {
+    if (count++ == 0) first = std::move(what);
+  }
+};
+
 // A write (or a delegated read or scan) handed to a zone's owner. The
 // caller's key, value and output stay valid: the caller waits for `done`.
 struct Request {
@@ -116,6 +127,7 @@ struct Request {
   std::vector<std::pair<std::string, std::string>>* batch = nullptr;  // kScan
   std::uint64_t scan_next = 0;  // kScan result: the end of the segment's range
   bool scan_last = false;       // kScan result: the range ended the hash space
+  ScanDamage* scan_damage = nullptr;  // kScan: where the copy notes what it could not read
   bool published = false;       // result: the item is named by a slot now
 };
 
@@ -158,6 +170,7 @@ class PmehIndex final : public Index {
   Status upsert(const Key& key, std::string_view value) override;
   Status remove(const Key& key) override;
   Status for_each(const ForEachFn& fn) override;
+  Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
   Status sync() override;
   Status check() override;
@@ -239,6 +252,14 @@ class PmehIndex final : public Index {
   // The segment covering h1 in its zone's directory (inside a read section).
   std::uint64_t segment_of(std::uint64_t h1) const;
   SegmentHeader* seg(std::uint64_t off) const { return region_.at<SegmentHeader>(off); }
+  // Whether a directory entry names bytes a segment may occupy: 2^s bytes
+  // of the heap, 64-byte aligned. Open does not read the entries (instant
+  // recovery), so a reader checks each one before seg() or seg_state().
+  bool seg_in_heap(std::uint64_t off) const {
+    return view_.contains(off, std::uint64_t{1} << s_, 64);
+  }
+  // Corruption for a directory entry of h1 that fails seg_in_heap().
+  Status damaged_segment(std::uint64_t h1, std::uint64_t off) const;
   std::atomic<std::uint64_t>& seg_state(std::uint64_t off) const { return seg_state_[off >> s_]; }
 
   // --- slots ---
@@ -279,10 +300,15 @@ class PmehIndex final : public Index {
   Status owner_get(const Key& key, std::string* out) const;
   // Copies the VALID pairs of the segment covering x; false if a writer
   // moved its version meanwhile (optimistic: callers retry).
+  // A segment or slot that fails its check (heap/checked.h) is noted in
+  // *damage and left out of the batch; a damaged segment header ends the
+  // copy at the next directory entry.
   bool copy_segment(std::uint64_t x, bool optimistic,
                     std::vector<std::pair<std::string, std::string>>* batch, std::uint64_t* next,
-                    bool* last) const;
-  enum class Probe { kFound, kNotFound, kRetry };
+                    bool* last, ScanDamage* damage) const;
+  // kDamaged: the key's segment, or an item a slot with the key's hash
+  // names, lies outside the heap (a damaged pool).
+  enum class Probe { kFound, kNotFound, kRetry, kDamaged };
   Probe probe(SegmentHeader* h, std::atomic<std::uint64_t>& st, std::uint64_t v1, const Key& key,
               std::string* out) const;
 
@@ -342,6 +368,7 @@ class PmehIndex final : public Index {
   Env env_;
   media::Region& region_;
   heap::Heap& heap_;
+  heap::PoolView view_;  // checked access to segments and items
   Root* root_;
   unsigned z_ = 0;   // Z
   unsigned s_ = 0;   // segment_log2
