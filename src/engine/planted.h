@@ -38,6 +38,17 @@ enum Bug : unsigned {
   // nehash: a slot update's op-log record is cleared without persisting the
   // clear, so a later write of the slot can be undone by a replay.
   kNehashOpLogClearNotPersisted = 1u << 8,
+  // dali (strict): get() and an AlreadyExists/NotFound answer do not wait
+  // for the epoch of the record they saw, so they may answer from an epoch
+  // a crash then fails.
+  kDaliAnswerBeforeDurable = 1u << 12,
+  // nehash: get() reads a slot without waiting for its writer's lock (whose
+  // holder has not drained yet), and answers NotFound without checking that
+  // no writer of the key was in flight.
+  kNehashReadUnpersisted = 1u << 13,
+  // pmeh: get() reads a segment whose version is odd (a writer inside, its
+  // stores not yet drained) and answers from it.
+  kPmehReadUnpersisted = 1u << 14,
   // pmeh: the owner switching a zone from SHARED back to OWNED does not
   // wait for the direct writers announced in the zone, so its lock-free
   // writes can overlap theirs (a race, not a persist-order bug: the switch
