@@ -261,12 +261,13 @@ TEST_F(DaliTest, EpochsAdvanceOnTheirOwn) {
   const Stats before = store_->stats();
   const std::uint64_t e = before.epoch;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (store_->stats().epoch < e + 3) {
+  while (store_->stats().epoch < e + 4) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the epoch worker is stuck";
     std::this_thread::yield();
   }
-  // e+3 is published by the third advance, after the fences of e and e+1
-  // (the fence of e+2 comes after the publication).
+  // e+4 is published by the advance of e+3, after the fences of e+1 and
+  // e+2, which came after `before` was taken (the fence of an epoch comes
+  // after the next one is published).
   EXPECT_GE(store_->stats().epoch_fences, before.epoch_fences + 2);
 }
 

@@ -168,7 +168,10 @@ Status NehashIndex::get(const Key& key, std::string* value) {
       home_word = home_place.lock->load(std::memory_order_acquire);
     }
     auto try_place = [&](const Place& p) {
-      const std::uint16_t m = p.meta->load(std::memory_order_relaxed);
+      // Acquire (R2): a meta a writer stored after taking the home lock
+      // makes the final load of the home word below see that lock; and
+      // each meta load stays before that final load.
+      const std::uint16_t m = p.meta->load(std::memory_order_acquire);
       if (!meta_valid(m) || meta_fp(m) != fp) return false;
       // A hit is read under the slot's seqlock, which waits out the
       // writer's lock, so it is durable (R1).
