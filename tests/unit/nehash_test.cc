@@ -1803,7 +1803,7 @@ TEST_F(NehashEngineTest, AReaderRacingAWriteNeverAnswersWhatItsDrainsHaveNotMade
 // durable when it returns: a snapshot read sees each acknowledged insert,
 // update (every form) and remove at once, like a plain read. Enough keys to
 // split groups and use conflict slots.
-TEST(NehashStoreTest, SnapshotReadsSeeEveryAcknowledgedWrite) {
+TEST(NehashSnapshotTest, SnapshotReadsSeeEveryAcknowledgedWrite) {
   const std::string path = testing::scratch_path("pmhash-nehash-snapshot") + ".pool";
   ::unlink(path.c_str());
   Options options;
