@@ -185,8 +185,15 @@ class Store {
   // an open transaction holds the key's bucket lock longer than
   // Options::dali_lock_timeout_ms.
   virtual Status get(std::string_view key, std::string* value) const = 0;
-  // The same, reading as `options` say (ReadOptions::snapshot: lock-free,
-  // the latest durable state).
+  // The same, reading as `options` say. ReadOptions::snapshot: without
+  // locks, the latest state that is already durable, holding every write
+  // acknowledged as durable before the call. dali: the state as of two
+  // epochs before the read's (every such epoch is durable; with
+  // Durability::kStrict it holds every acknowledged write, with kEpoch it
+  // may miss writes of the last two epochs). nehash, pmeh: the same as a
+  // plain get, whose every answer is already durable (their headers,
+  // "Durable linearizability"). An engine that cannot promise this
+  // returns NotSupported.
   virtual Status get(std::string_view key, std::string* value,
                      const ReadOptions& options) const = 0;
 

@@ -46,6 +46,17 @@ enum Bug : unsigned {
   // without draining the retire entry and the unpublished slots first.
   kClevelLoserClearBeforeDrain = 1u << 10,
   // (bit 11: reserved for clevel)
+  // dali (strict): get() and an AlreadyExists/NotFound answer do not wait
+  // for the epoch of the record they saw, so they may answer from an epoch
+  // a crash then fails.
+  kDaliAnswerBeforeDurable = 1u << 12,
+  // nehash: get() reads a slot without waiting for its writer's lock (whose
+  // holder has not drained yet), and answers NotFound without checking that
+  // no writer of the key was in flight.
+  kNehashReadUnpersisted = 1u << 13,
+  // pmeh: get() reads a segment whose version is odd (a writer inside, its
+  // stores not yet drained) and answers from it.
+  kPmehReadUnpersisted = 1u << 14,
   // pmeh: the owner switching a zone from SHARED back to OWNED does not
   // wait for the direct writers announced in the zone, so its lock-free
   // writes can overlap theirs (a race, not a persist-order bug: the switch

@@ -165,6 +165,9 @@ unsigned plant_mask(const std::string& name) {
   if (name == "clevel-loser-clear-before-drain") return kClevelLoserClearBeforeDrain;
   if (name == "dali-only-one-epoch-fails") return kDaliOnlyOneEpochFails;
   if (name == "dali-bucket-not-fenced") return kDaliBucketNotFenced;
+  if (name == "dali-answer-before-durable") return kDaliAnswerBeforeDurable;
+  if (name == "nehash-read-unpersisted") return kNehashReadUnpersisted;
+  if (name == "pmeh-read-unpersisted") return kPmehReadUnpersisted;
   if (name == "nehash-meta-before-slot-durable") return kNehashMetaBeforeSlotDurable;
   if (name == "nehash-table-before-group-durable") return kNehashTableBeforeGroupDurable;
   if (name == "nehash-split-not-finished") return kNehashSplitNotFinished;
@@ -176,7 +179,8 @@ unsigned plant_mask(const std::string& name) {
   usage("unknown --plant '" + name +
         "' (slot-before-item, no-fence-before-context-swap, progress-not-persisted, "
         "clevel-read-unpersisted, clevel-loser-clear-before-drain, "
-        "dali-only-one-epoch-fails, dali-bucket-not-fenced, nehash-meta-before-slot-durable, "
+        "dali-only-one-epoch-fails, dali-bucket-not-fenced, dali-answer-before-durable, "
+        "nehash-read-unpersisted, pmeh-read-unpersisted, nehash-meta-before-slot-durable, "
         "nehash-table-before-group-durable, nehash-split-not-finished, nehash-op-log-clear-not-persisted, "
         "pmeh-meta-before-slot-durable, pmeh-zone-filled-before-entries-durable, "
         "pmeh-dir-slot-not-persisted-before-fill, pmeh-split-record-ignored)");

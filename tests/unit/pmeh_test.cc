@@ -10,6 +10,8 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <deque>
+#include <functional>
 #include <random>
 #include <filesystem>
 #include <fstream>
@@ -1562,6 +1564,89 @@ TEST_F(PmehCrashTest, RecoverOldDirectoryRetirement) {
   EXPECT_GE(drains, 3u) << "fill entries, fill bit, retire entries, the cleared word";
   EXPECT_GT(images, 10u);
   EXPECT_GE(freed_by_open, 1u) << "a crash after the fill, before the word was cleared";
+  expect_check();
+}
+
+// A reader racing a write never answers what the write's drains have not
+// made durable yet. At each drain of the write (a crash point, before the
+// drain takes effect: the media hold the state before the write), a reader
+// thread is started and given a bounded time to answer; an answer given
+// there must be that state. (A reader that waits for the drain gives none
+// there; the bound only limits how hard the test looks.) Inline pairs: the
+// insert, the update of the value word and the remove each become durable
+// at their last drain.
+TEST_F(PmehCrashTest, AReaderRacingAWriteNeverAnswersWhatItsDrainsHaveNotMadeDurable) {
+  create();
+  pool_->region().persist_all();
+  testing::PersistenceSim sim(pool_->region());
+  struct Answer {
+    std::atomic<bool> done{false};
+    std::string value;
+  };
+  auto race = [&](const std::string& k, const std::function<Status()>& op,
+                  const std::string& durable) {
+    std::deque<Answer> answers;
+    std::vector<std::thread> readers;
+    int drains = 0;
+    std::vector<std::string> wrong;
+    sim.set_crash_point_hook([&](const testing::PersistenceSim&) {
+      ++drains;
+      Answer& a = answers.emplace_back();
+      readers.emplace_back([&a, &k, this] {
+        a.value = get(k);
+        a.done.store(true, std::memory_order_release);
+      });
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+      while (!a.done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+        std::this_thread::yield();
+      }
+      if (a.done.load(std::memory_order_acquire) && a.value != durable) wrong.push_back(a.value);
+    });
+    const Status s = op();
+    sim.set_crash_point_hook(nullptr);
+    for (std::thread& t : readers) t.join();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    EXPECT_GT(drains, 0);
+    EXPECT_TRUE(wrong.empty()) << "a reader answered '" << (wrong.empty() ? "" : wrong[0])
+                               << "' while the media held '" << durable << "'";
+  };
+  const std::string absent = "<" + Status::NotFound().to_string() + ">";
+  for (int i = 0; i < 4; ++i) {
+    const std::string k = "k" + std::to_string(i);
+    const engine::Key key = engine::make_key(k);
+    race(k, [&] { return index_->insert(key, "v1"); }, absent);
+    race(k, [&] { return index_->update(key, "v2"); }, "v1");
+    race(k, [&] { return index_->remove(key); }, "v2");
+  }
+}
+
+// ReadOptions::snapshot reads the latest durable state, and every write is
+// durable when it returns: a snapshot read sees each acknowledged insert,
+// update (every form) and remove at once, like a plain read.
+TEST_F(PmehStoreTest, SnapshotReadsSeeEveryAcknowledgedWrite) {
+  create();
+  const ReadOptions snapshot{.snapshot = true};
+  auto both = [&](const std::string& k) {
+    std::string a, b;
+    const Status sa = store_->get(k, &a);
+    const Status sb = store_->get(k, &b, snapshot);
+    EXPECT_EQ(sa.to_string(), sb.to_string()) << k;
+    return sb.ok() ? b : "<" + sb.to_string() + ">";
+  };
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(store_->insert(key(i), value(i)).ok()) << i;
+    EXPECT_EQ(both(key(i)), value(i));
+  }
+  for (int i = 0; i < 300; ++i) {
+    // Inline to item, item to item, item to inline, inline to inline.
+    const std::string fresh = value(i + 1);
+    ASSERT_TRUE(store_->update(key(i), fresh).ok()) << i;
+    EXPECT_EQ(both(key(i)), fresh);
+  }
+  for (int i = 0; i < 300; i += 2) {
+    ASSERT_TRUE(store_->remove(key(i)).ok()) << i;
+    EXPECT_EQ(both(key(i)), "<" + Status::NotFound().to_string() + ">");
+  }
   expect_check();
 }
 

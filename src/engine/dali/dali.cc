@@ -70,6 +70,12 @@ void DaliIndex::begin_write(std::uint32_t stripe) {
   l.store(l.load(std::memory_order_relaxed) | kWriting, std::memory_order_relaxed);
 }
 
+void DaliIndex::end_write(std::uint32_t stripe) {
+  std::atomic<LockWord>& l = locks_[stripe];
+  const LockWord w = l.load(std::memory_order_relaxed);
+  l.store((w + kWriteGeneration) & ~kWriting, std::memory_order_release);
+}
+
 void DaliIndex::end_write_and_unlock(std::uint32_t stripe) {
   std::atomic<LockWord>& l = locks_[stripe];
   const LockWord w = l.load(std::memory_order_relaxed);
@@ -187,6 +193,11 @@ Status DaliIndex::get(const Key& key, std::string* value) {
     }
     const Probe p = probe(key);
     bool present = p.present;
+    // The answer (a value, or NotFound from an "absent" record) depends on
+    // the newest record of the key, which was written in its version's
+    // epoch (split copies keep it; a failed split leaves the original).
+    // Records never change version, so this plain read does not race.
+    const std::uint64_t depends_on = p.found != 0 ? rec(p.found)->version : 0;
     if (present && value != nullptr) {  // null: "does it exist"
       const RecordHeader* r = rec(p.found);
       const std::uint32_t n = record_value_len(r);
@@ -199,6 +210,12 @@ Status DaliIndex::get(const Key& key, std::string* value) {
     if (((l.load(std::memory_order_relaxed) ^ w1) & ~kLocked) != 0) continue;
     epochs_->exit(t);
     if (!present && p.damaged) return damaged_list("bucket " + std::to_string(p.index));
+    // Strict: never answer from an epoch a crash could still fail (dali.h,
+    // "Durable linearizability"). Outside the epoch: waiting inside it
+    // would hold up the very advance we wait for.
+    if (strict_ && depends_on != 0 && !planted::active(planted::kDaliAnswerBeforeDurable)) {
+      epochs_->wait_durable(depends_on);
+    }
     return present ? Status::OK() : Status::NotFound();
   }
 }
@@ -207,8 +224,10 @@ Status DaliIndex::snapshot_get(const Key& key, std::string* value) {
   Status s;
   heap::ThreadCache* tc = heap_.thread(&s);
   if (tc == nullptr) return s;
-  // With kStrict every acknowledged write is durable, so the state two
-  // epochs back holds all of them.
+  // The latest durable state: as of two epochs before the one the read
+  // runs in, every epoch of which is durable (epochs.h). It holds every
+  // write acknowledged as durable before the call (a strict write of epoch
+  // e returns once e+2 is current).
   return read_as_of(tc->slot(), key, kTwoEpochsBack, value);
 }
 
@@ -278,9 +297,11 @@ Status DaliIndex::allocate_record(heap::ThreadCache* tc, unsigned t, std::size_t
   return Status::OK();
 }
 
-void DaliIndex::make_room(heap::ThreadCache* tc, unsigned t) {
-  // (Outside any epoch and lock.) One thread at a time; the others wait
-  // here and then retry their allocation.
+void DaliIndex::make_room(heap::ThreadCache* tc, unsigned t,
+                          const std::unordered_set<std::uint32_t>* held) {
+  // (Outside any epoch; no lock held but the stripes in `held`, a
+  // committing transaction's.) One thread at a time; the others wait here
+  // and then retry their allocation.
   std::lock_guard guard(room_mu_);
   // 1. Three epochs on: every write so far is durable and at or below the
   //    horizon, so garbage collection may drop whatever it supersedes.
@@ -288,13 +309,21 @@ void DaliIndex::make_room(heap::ThreadCache* tc, unsigned t) {
   // 2. Garbage collection of every bucket (paper §3.4 runs it occasionally;
   //    a full pool runs it everywhere). A stripe a transaction holds past
   //    the lock timeout is left alone.
+  //    The caller's own stripes are collected under the locks it holds
+  //    (waiting for them would only time out); collection changes no
+  //    key's value, so its reads stay valid.
   for (std::uint32_t stripe = 0; stripe <= stripe_mask_; ++stripe) {
-    if (!lock_until(stripe, lock_timeout_)) continue;
+    const bool own = held != nullptr && held->contains(stripe);
+    if (!own && !lock_until(stripe, lock_timeout_)) continue;
     begin_write(stripe);
     const std::uint64_t e = epochs_->enter(t);
     for_stripe_buckets(stripe, shape(), [&](Bucket* b) { collect_garbage(t, e, stripe, b); });
     epochs_->exit(t);
-    end_write_and_unlock(stripe);
+    if (own) {
+      end_write(stripe);
+    } else {
+      end_write_and_unlock(stripe);
+    }
   }
   // 3. Two more fences, then everything retired is freed.
   reclaim_all(tc, t);
@@ -373,6 +402,7 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
   const bool absent = op == Op::kRemove;
   const std::size_t n = record_size(key.bytes.size(), value.size());
   for (int attempt = 0;; ++attempt) {
+    std::uint64_t depends_on = 0;  // the epoch of what an AlreadyExists/NotFound saw
     // Lock before the epoch: a thread waiting for a lock must not hold up
     // the end of an epoch (the worker waits for every thread inside one),
     // and a bucket's updates then run in non-decreasing epochs.
@@ -382,6 +412,7 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
     reclaim(tc, t);
     const Probe p = probe(key);
     s = judge(op, p);
+    if (!s.ok() && p.found != 0) depends_on = rec(p.found)->version;
     if (s.ok()) {
       if (fits_in_place(p.found, e, key.bytes.size(), value.size())) {
         write_in_place(t, e, p.found, value, absent);
@@ -411,8 +442,13 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
     end_write_and_unlock(stripe);
     if (retired_[t].gc_queued == kGcBatch) collect_queued(t);
     if (s.is_no_space() && attempt == 0) {
-      make_room(tc, t);
+      make_room(tc, t, nullptr);
       continue;
+    }
+    // Strict: an AlreadyExists or NotFound is an answer too; it waits for
+    // the epoch of the record it saw, like get().
+    if (strict_ && depends_on != 0 && !planted::active(planted::kDaliAnswerBeforeDurable)) {
+      epochs_->wait_durable(depends_on);
     }
     if (!s.ok()) return s;
     if (!p.present && !absent) maybe_grow(tc, t);
@@ -644,8 +680,10 @@ void DaliIndex::free_due(heap::ThreadCache* tc, unsigned t, RetireList& list, st
 }
 
 void DaliIndex::reclaim_all(heap::ThreadCache* tc, unsigned t) {
-  // Two fences: every unlink so far is durable and everyone has moved on.
-  epochs_->wait_durable(epochs_->current());
+  // Every unlink so far (epoch <= c, the current one) is durable and
+  // everyone has moved on: quiescent() >= c+1, so advance(c+1) has ended,
+  // which wait_durable(c+1) ensures (it returns once c+3 is current).
+  epochs_->wait_durable(epochs_->current() + 1);
   epochs_->enter(t);
   const std::uint64_t q = epochs_->quiescent();
   for (unsigned i = 0; i < kMaxThreads; ++i) {

@@ -76,10 +76,49 @@
 // The counter is persisted before an epoch begins, which is then published
 // under a sequence lock; a worker ends the epoch every Options::epoch_ms
 // (default 10), waits for the threads still in it, then fences it. An update of epoch e is durable once
-// the persisted counter is e+2. With Durability::kEpoch a call returns at
+// the persisted counter is e+2 (its fence ran in the advance before: no
+// need to wait for the fence of e+1; epochs.h). With Durability::kEpoch a call returns at
 // once and sync() waits for that; with kStrict every mutating call waits
 // for it (the worker is asked to move on at once, so concurrent callers
 // share one fence).
+//
+// ---------------------------------------------------------------------------
+// Durable linearizability (kStrict)
+// ---------------------------------------------------------------------------
+// No call returns an answer that a crash at that moment could take back.
+// Every answer depends on at most one record: the newest record of the key
+// on its bucket's valid list (a value, or an "absent" record), or none. A
+// record of version v is found again after every crash once the epoch v
+// survives (epochs.h): its own write is then durable, and so is each later
+// write of the valid list that could hide it only if it too survived. The
+// orders, per answer:
+//   D1  write OK (insert, update, upsert, remove; a commit): its records
+//       are written in epoch e; it returns after wait_durable(e). What it
+//       decided on (the key's previous newest record) has a version <= e,
+//       so it is durable too.
+//   D2  get() value or NotFound from an "absent" record of version v: read
+//       inside an epoch, then, outside it, wait_durable(v) before the
+//       answer. Split copies keep the version of the record they copy, and
+//       a failed split leaves the original on the valid list.
+//   D3  insert AlreadyExists, update/remove NotFound: the same, for the
+//       record the probe saw under the lock (read before unlocking, since
+//       garbage collection may free it after).
+//   D4  NotFound with no record of the key on the list: depends on no
+//       write that a crash can undo. Garbage collection drops a key's last
+//       record (an "absent" anchor) only once the unlinks of its older
+//       records are durable (below), and a write never removes records.
+//   D5  transactions: a read or refused write under the locks waits like
+//       D2/D3 (locks held, no epoch entered), the commit like D1; a
+//       read-only transaction reads as of E-2, already durable (D6).
+//   D6  snapshot reads (ReadOptions::snapshot): as of E-2 for a reader in
+//       epoch E, durable since E is current (epochs.h), and holding every
+//       strict write acknowledged before the read began (D1 returns only
+//       once e+2 is current).
+// wait_durable(v) costs one load when v is already durable (v <= current -
+// 2), so reads of keys not written in the last two epochs never wait; a
+// read of a fresh write waits for at most two epoch advances (the worker
+// is asked to move on at once). With Durability::kEpoch nothing waits:
+// that mode is linearizable but answers from epochs a crash may lose.
 //
 // ---------------------------------------------------------------------------
 // Locks (paper §3: a mutex per bucket)
@@ -169,8 +208,9 @@
 // lock until it commits or aborts; a lock wait longer than its timeout
 // aborts it (deadlock detection by timeout). Writes are buffered in DRAM; at
 // commit the records are allocated (the one step that can fail: NoSpace
-// then frees them and applies nothing), and every write is applied as above
-// inside one epoch. DEPARTURE: the paper runs the whole transaction in one
+// then frees them and applies nothing, makes room once -- collecting its
+// own stripes under the locks it holds, the others under theirs -- and
+// tries again), and every write is applied as above inside one epoch. DEPARTURE: the paper runs the whole transaction in one
 // epoch; here only the commit is, so that a transaction waiting on its
 // caller cannot hold up the global fence. Reads before commit are made
 // under the locks, which keep what they read unchanged until commit.

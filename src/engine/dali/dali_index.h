@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/dali/epochs.h"
@@ -102,6 +103,7 @@ class DaliIndex final : public Index {
   // is done: a new write generation, unlocked.
   void begin_write(std::uint32_t stripe);
   void end_write_and_unlock(std::uint32_t stripe);
+  void end_write(std::uint32_t stripe);  // the holder keeps the lock
   Status lock_timeout() const;
 
   // --- table (dali.h "Growth") ---
@@ -163,7 +165,10 @@ class DaliIndex final : public Index {
                          std::uint64_t* off);
   // NoSpace: collects every bucket after three epochs and frees what is
   // retired (outside any epoch and lock).
-  void make_room(heap::ThreadCache* tc, unsigned t);
+  // A committing transaction passes the stripes it holds, which are
+  // collected under its locks.
+  void make_room(heap::ThreadCache* tc, unsigned t,
+                 const std::unordered_set<std::uint32_t>* held);
   // Frees a record no durable state reaches (its bitmap word is recorded).
   void free_record(heap::ThreadCache* tc, unsigned t, std::uint64_t off);
   // True when the newest record of the key can be rewritten in place.

@@ -27,7 +27,6 @@ Epochs::Epochs(media::Region& region, std::atomic<std::uint64_t>* counter,
   const std::uint64_t e = counter_->load(std::memory_order_acquire);
   current_.store(e);
   quiescent_.store(e - 1);
-  persisted_ = e;
 }
 
 Epochs::~Epochs() {
@@ -112,19 +111,15 @@ void Epochs::dirty(unsigned t, const void* p, std::size_t n) {
   list.push_back({off, n});
 }
 
-std::uint64_t Epochs::durable_through() const {
-  std::lock_guard lock(mu_);
-  return persisted_ >= 2 ? persisted_ - 2 : 0;
-}
-
 void Epochs::wait_durable(std::uint64_t e) {
+  // Lock-free when already durable (a strict read of an old record).
+  if (current() >= e + 2) return;
   std::unique_lock lock(mu_);
-  if (persisted_ >= e + 2) return;
   if (!stop_ && thread_.joinable()) {
     wanted_ = std::max(wanted_, e + 2);
     wake_.notify_all();
-    advanced_.wait(lock, [&] { return persisted_ >= e + 2 || stop_; });
-    if (persisted_ >= e + 2) return;
+    advanced_.wait(lock, [&] { return current() >= e + 2 || stop_; });
+    if (current() >= e + 2) return;
   }
   // No worker (stopping, or it never started): advance in this thread.
   lock.unlock();
@@ -142,7 +137,7 @@ void Epochs::worker() {
   std::unique_lock lock(mu_);
   for (;;) {
     // The interval bounds the work a crash can lose; a waiter cuts it short.
-    wake_.wait_for(lock, interval_, [&] { return stop_ || wanted_ > persisted_; });
+    wake_.wait_for(lock, interval_, [&] { return stop_ || wanted_ > current(); });
     if (stop_) return;
     lock.unlock();
     advance_now();
@@ -161,6 +156,12 @@ void Epochs::advance() {
   seq_.fetch_add(1, std::memory_order_seq_cst);
   current_.store(e + 1, std::memory_order_release);
   seq_.fetch_add(1, std::memory_order_seq_cst);
+  // Epoch e-1 is durable now (epochs.h, "When an epoch's writes are
+  // durable": its fence ran in the previous advance, and the counter e+1 is
+  // on media): its waiters go. The lock orders the store above before a
+  // waiter's check of its predicate, so no wake-up is lost.
+  { std::lock_guard lock(mu_); }
+  advanced_.notify_all();
   // 2. Wait for the threads still in e (or in an earlier epoch: a thread
   //    announces the value it read, which may be older than e only if it
   //    read it before the last advance, whose wait covered it).
@@ -172,13 +173,10 @@ void Epochs::advance() {
     }
   }
   quiescent_.store(e, std::memory_order_release);
-  // 3. Everything written in e reaches media.
+  // 3. Everything written in e reaches media, before the next advance can
+  //    persist the counter e+2 (advance_mu_): from then on recovery trusts
+  //    e's writes.
   fence(e);
-  {
-    std::lock_guard lock(mu_);
-    persisted_ = e + 1;
-  }
-  advanced_.notify_all();
 }
 
 void Epochs::fence(std::uint64_t e) {

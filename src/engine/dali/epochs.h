@@ -33,12 +33,29 @@
 //        byte        a drain
 //        none        nothing
 //
-// The fence of E completes before the counter can reach E+2. Recovery marks
-// the counter's value F and F-1 as failed, so an operation of epoch e
-// survives every crash once the persisted counter is >= e+2:
-// durable_through() = counter - 2. wait_durable(e) asks the worker to move
-// on at once and waits for that (group commit: one fence serves every
-// waiter).
+// When an epoch's writes are durable. Recovery after a crash with the
+// counter F on media fails F and F-1 (dali_recovery.cc, append_failures),
+// nothing else of the run that crashed. So a write of epoch e survives a
+// crash exactly when, at that crash, (i) the counter on media is >= e+2 (e
+// is then below F-1) and (ii) everything e wrote is on media. The orders:
+//   P1  fence(e) runs in advance(e), after the wait of its step 2 and
+//       before advance(e) returns;
+//   P2  advances run one at a time (advance_mu_), so advance(e) has
+//       returned before advance(e+1) begins;
+//   P3  advance(e+1) persists the counter e+2 (its step 1) before it
+//       publishes e+2 as current().
+// Hence once current() >= e+2, the counter e+2 is on media (P3) and
+// fence(e) ended before it was persisted (P1, P2): both conditions hold.
+// durable_through() = current() - 2, and wait_durable(e) returns as soon as
+// advance(e+1) has published e+2, without waiting for the threads still in
+// e+1 nor for fence(e+1). (An earlier version waited for advance(e+1) to
+// end, one quiescence wait and one fence longer than recovery needs.) Not
+// any sooner: with the counter e+1 on media, recovery fails e. The signal
+// is the publication, not the persist just before it, so that every
+// operation that starts after a strict write returned runs in an epoch >=
+// e+2 and a snapshot read (as of its epoch - 2) sees the write.
+// wait_durable(e) asks the worker to move on at once and waits for that
+// (group commit: one fence serves every waiter).
 //
 // Reclamation: a block unlinked in epoch u may be freed once quiescent() >=
 // u+1. Then the counter u+2 is durable (the unlink survives every crash),
@@ -99,8 +116,12 @@ class Epochs {
   std::uint64_t current() const { return current_.load(std::memory_order_acquire); }
   // No thread works in this epoch or an earlier one any more.
   std::uint64_t quiescent() const { return quiescent_.load(std::memory_order_acquire); }
-  // Every operation of an epoch <= this survives any crash.
-  std::uint64_t durable_through() const;
+  // Every operation of an epoch <= this survives any crash (current() - 2;
+  // see "When an epoch's writes are durable" above). Lock-free.
+  std::uint64_t durable_through() const {
+    const std::uint64_t c = current();
+    return c >= 2 ? c - 2 : 0;
+  }
   // Returns once every operation of epoch e survives any crash. The caller
   // must not be inside an epoch.
   void wait_durable(std::uint64_t e);
@@ -141,8 +162,7 @@ class Epochs {
   mutable std::mutex mu_;  // the fields below
   std::condition_variable wake_;      // the worker: stop or a waiter
   std::condition_variable advanced_;  // waiters: the counter moved
-  std::uint64_t persisted_ = 0;       // durable counter value whose fence ran
-  std::uint64_t wanted_ = 0;          // a waiter needs persisted_ >= wanted_
+  std::uint64_t wanted_ = 0;          // a waiter needs current_ >= wanted_
   bool stop_ = false;
   std::thread thread_;
 };

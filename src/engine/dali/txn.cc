@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "engine/dali/dali_index.h"
+#include "engine/planted.h"
 
 namespace pmhash::engine::dali {
 
@@ -35,7 +36,9 @@ class DaliTxn final : public Txn {
       return ix_.read_as_of(tc->slot(), key, snapshot_, value);
     }
     bool present = false;
-    if (Status s = look(key, &present, value); !s.ok()) return s;
+    std::uint64_t depends_on = 0;
+    if (Status s = look(key, &present, value, &depends_on); !s.ok()) return s;
+    answer_durable(depends_on);
     return present ? Status::OK() : Status::NotFound();
   }
 
@@ -90,7 +93,10 @@ class DaliTxn final : public Txn {
 
   // The key as this transaction sees it: its own write, else the store
   // (read under the lock, which stays held until the end).
-  Status look(const Key& key, bool* present, std::string* value) {
+  // *depends_on: the epoch of the record read from the store (0: none, or
+  // the transaction's own write).
+  Status look(const Key& key, bool* present, std::string* value, std::uint64_t* depends_on) {
+    *depends_on = 0;
     if (Status s = acquire(key); !s.ok()) return s;
     if (auto it = writes_.find(std::string(key.bytes)); it != writes_.end()) {
       *present = !it->second.absent;
@@ -99,17 +105,32 @@ class DaliTxn final : public Txn {
     }
     const DaliIndex::Probe p = ix_.probe(key);
     *present = p.present;
+    if (p.found != 0) *depends_on = ix_.rec(p.found)->version;
     if (p.present && value != nullptr) value->assign(record_value(ix_.rec(p.found)));
     return Status::OK();
+  }
+
+  // Strict: an answer taken from the store waits until the record it came
+  // from is durable (dali.h, "Durable linearizability"). The locks stay
+  // held; the wait is outside any epoch, so it cannot hold up the advance.
+  void answer_durable(std::uint64_t depends_on) {
+    if (ix_.strict_ && depends_on != 0 && !planted::active(planted::kDaliAnswerBeforeDurable)) {
+      ix_.epochs_->wait_durable(depends_on);
+    }
   }
 
   Status write(DaliIndex::Op op, const Key& key, std::string_view value) {
     if (Status s = usable(); !s.ok()) return s;
     if (read_only_) return Status::InvalidArgument("a read-only transaction cannot write");
     bool present = false;
-    if (Status s = look(key, &present, nullptr); !s.ok()) return s;
-    if (op == DaliIndex::Op::kInsert && present) return Status::AlreadyExists("key exists");
+    std::uint64_t depends_on = 0;
+    if (Status s = look(key, &present, nullptr, &depends_on); !s.ok()) return s;
+    if (op == DaliIndex::Op::kInsert && present) {
+      answer_durable(depends_on);
+      return Status::AlreadyExists("key exists");
+    }
     if ((op == DaliIndex::Op::kUpdate || op == DaliIndex::Op::kRemove) && !present) {
+      answer_durable(depends_on);
       return Status::NotFound();
     }
     Write& w = writes_[std::string(key.bytes)];
@@ -185,7 +206,9 @@ Status DaliTxn::commit() {
     }
     ix_.epochs_->exit(t);
     if (attempt == 0) {
-      ix_.make_room(tc, t);
+      // Our stripes are collected under the locks we hold (else
+      // make_room would wait the lock timeout on each).
+      ix_.make_room(tc, t, &held_);
       continue;
     }
     const std::size_t n = writes_.size();

@@ -164,10 +164,32 @@ Status NehashIndex::get(const Key& key, std::string* value) {
     View found;
     bool hit = false;
     std::uint64_t damaged = 0;  // a slot of the key's h1 whose item fails the check
+    const bool unpersisted = planted::active(planted::kNehashReadUnpersisted);
+    // Every writer of the key holds its home slot's lock from before its
+    // first store until its last drain (quiescent unlock). A NotFound is
+    // answered only if that lock was free at the start of the scan and its
+    // word did not move until the end (nehash.h, "Durable
+    // linearizability", R2): no writer of the key was in flight meanwhile,
+    // so every write of the key the scan could see is durable.
+    const Place home_place = home(g, key.h1);
+    std::uint64_t home_word = home_place.lock->load(std::memory_order_acquire);
+    const std::uint64_t home_bit = std::uint64_t{1} << home_place.bit;
+    for (unsigned spins = 0; (home_word & home_bit) != 0 && !unpersisted; ++spins) {
+      if (spins > 64) std::this_thread::yield();
+      home_word = home_place.lock->load(std::memory_order_acquire);
+    }
     auto try_place = [&](const Place& p) {
-      const std::uint16_t m = p.meta->load(std::memory_order_relaxed);
+      // Acquire (R2): a meta a writer stored after taking the home lock
+      // makes the final load of the home word below see that lock; and
+      // each meta load stays before that final load.
+      const std::uint16_t m = p.meta->load(std::memory_order_acquire);
       if (!meta_valid(m) || meta_fp(m) != fp) return false;
-      const View v = read(p);
+      // A hit is read under the slot's seqlock, which waits out the
+      // writer's lock, so it is durable (R1).
+      const View v = unpersisted ? View{p.meta->load(std::memory_order_acquire),
+                                        p.slot->w0.load(std::memory_order_acquire),
+                                        p.slot->w1.load(std::memory_order_acquire)}
+                                 : read(p);
       if (!meta_is_inline(v.meta) && v.w1 == key.h1 && !readable(v)) {
         damaged = pool::pptr_offset(v.w0);
         return false;
@@ -176,12 +198,20 @@ Status NehashIndex::get(const Key& key, std::string* value) {
       found = v;
       return hit = true;
     };
-    if (!try_place(home(g, key.h1))) {
+    if (!try_place(home_place)) {
       for (unsigned s = 0; s < kSlotsPerBucket && !hit; ++s) try_place(conflict(g, s));
       for (OverflowRef* o = g->overflow.load(std::memory_order_acquire); o != nullptr && !hit;
            o = o->next.load(std::memory_order_acquire)) {
         for (unsigned s = 0; s < kSlotsPerBucket && !hit; ++s) try_place(overflow_place(o, s));
       }
+    }
+    // R2: a writer of the key locked its home slot during the scan (also a
+    // split, which locks every slot it cleans): scan again. Acquire, and
+    // before the covers() check below, so that a split seen here is seen
+    // there too.
+    if (!hit && !unpersisted &&
+        home_place.lock->load(std::memory_order_acquire) != home_word) {
+      continue;
     }
     // A split may have moved the key's half to a new group after we loaded
     // g: only an answer from a group that still covers the key counts.

@@ -147,6 +147,48 @@
 //   blocks 1. Nothing is allocated unlogged: no background sweep.
 //
 // ---------------------------------------------------------------------------
+// Durable linearizability (docs/design/nehash.md §4.5)
+// ---------------------------------------------------------------------------
+// Every write is durable when it returns; no call answers from a store a
+// crash could still take back. The publishes and the drains that make them
+// durable, all under the slot's lock (the writer also holds the key's home
+// lock throughout):
+//   P1  insert: meta VALID -> drain #2 -> unlock
+//   P2  update a/b: w1 or w0 -> persist -> unlock; c: slot and meta ->
+//       drain #3 (the op-log record already commits it) -> unlock
+//   P3  remove: meta VALID cleared -> persist -> unlock
+//   P4  split: g1 and both table words durable (drain #2) before the DRAM
+//       directory names g1 (step 9); g's stale slots cleared under their
+//       locks, drained (#3) before unlock. Recovery of a committed split
+//       clears them again.
+//   P5  group creation: table word persisted before the entry is published.
+// So a slot lock is released only once every store made under it is
+// durable (quiescent unlock), and the lock word (DRAM) is the "not yet
+// durable" mark: while a slot's bit is set, its meta and words may hold a
+// store a crash can lose. The answers:
+//   R1  get hit: the slot is read under its seqlock, which waits while the
+//       bit is set and retries if the version moved, so the copy is one
+//       that was durable before its writer unlocked (P1-P3); an item a
+//       pointer slot names was drained before the slot (insert drain #1).
+//   R2  get NotFound: the home lock word is loaded (acquire) with its bit
+//       clear before the scan, and loaded again after it: unchanged, no
+//       writer of the key (each holds the home lock, P1-P3) nor a split
+//       cleaning its bucket (P4) ran meanwhile, so the metas the scan
+//       skipped were durable. Else the scan runs again. (Other slots of the
+//       same bucket bump the word too: a spurious retry, never a wrong
+//       answer.)
+//   R3  insert AlreadyExists, update/remove NotFound: decided under the
+//       key's home lock, after every earlier writer of the key unlocked, so
+//       on durable slots; a conflict or overflow slot is read under its
+//       seqlock (R1).
+//   R4  a group reached through the directory is durable (P4, P5); a
+//       reader of a group a split left keeps an answer only if the group
+//       still covers the key.
+// ReadOptions::snapshot is get(): the latest durable state (every answer
+// is durable, R1-R4). Costs: none on a hit; a NotFound loads the home lock
+// word twice (a DRAM line it reads anyway).
+//
+// ---------------------------------------------------------------------------
 // Split (§4.2; DEPARTURE: in place, the paper gives no procedure)
 // ---------------------------------------------------------------------------
 //   g keeps the lower half (prefix P); g1 gets P | 1 << (63 - d). A home key

@@ -223,7 +223,10 @@ PmehIndex::Probe PmehIndex::probe(SegmentHeader* h, std::atomic<std::uint64_t>& 
         // The item may be read only if the slot named it in a consistent
         // state: then it is retired after this version and freed after our
         // read section.
-        if (st.load(std::memory_order_acquire) != v1) return Probe::kRetry;
+        if (st.load(std::memory_order_acquire) != v1 &&
+            !planted::active(planted::kPmehReadUnpersisted)) {
+          return Probe::kRetry;
+        }
         const auto* item = checked_item(view_, pool::pptr_offset(w0));
         if (item == nullptr) {
           damaged = true;
@@ -236,7 +239,13 @@ PmehIndex::Probe PmehIndex::probe(SegmentHeader* h, std::atomic<std::uint64_t>& 
     }
     if (found) break;
   }
-  if (st.load(std::memory_order_acquire) != v1) return Probe::kRetry;
+  // The version is even again only once the writer's stores are durable
+  // (write_slot; pmeh.h, "Durable linearizability" R1): an unchanged even
+  // version means that what we read was durable.
+  if (st.load(std::memory_order_acquire) != v1 &&
+      !(found && planted::active(planted::kPmehReadUnpersisted))) {
+    return Probe::kRetry;
+  }
   if (!found && damaged) return Probe::kDamaged;
   return found ? Probe::kFound : Probe::kNotFound;
 }
@@ -253,7 +262,10 @@ Status PmehIndex::get(const Key& key, std::string* value) {
         const std::uint64_t v1 = st.load(std::memory_order_acquire);
         // Odd: a writer is inside. DEAD: split away, the directory names
         // its children now.
-        if ((v1 & (1 | kSegDead)) == 0) r = probe(seg(off), st, v1, key, value);
+        if ((v1 & kSegDead) == 0 &&
+            ((v1 & 1) == 0 || planted::active(planted::kPmehReadUnpersisted))) {
+          r = probe(seg(off), st, v1, key, value);
+        }
       }
       if (r == Probe::kFound) return Status::OK();
       if (r == Probe::kNotFound) return Status::NotFound();

@@ -86,6 +86,41 @@
 //   A segment's version becomes even only after its stores are durable.
 //
 // ---------------------------------------------------------------------------
+// Durable linearizability (§8.3)
+// ---------------------------------------------------------------------------
+// No call answers from a store a crash at that moment could take back. The
+// segment's DRAM version is the "not yet durable" mark: odd from before a
+// writer's first store until after its last drain. Publishes and drains:
+//   P1  insert: meta VALID -> drain #2 -> version even
+//   P2  update a/b: the word, persisted -> even; c: slot and meta -> drain
+//       #3 (the op-log record committed it already) -> even
+//   P3  remove: VALID cleared, persisted -> even
+//   P4  move batch (under S's version): child buckets -> drain #1; moved
+//       bits (DRAM and S.moved) -> persist #2 -> even
+//   P5  split completion (under S's version): record COMPLETING persisted
+//       before any entry names a child; the children's versions are even
+//       from then on, their buckets durable (P4); entries -> drain -> S
+//       even and DEAD. An entry a reader follows before that drain is
+//       redone by recovery from the COMPLETING record.
+//   P6  directory: dir_array[id] persisted before a zone fills; a zone's
+//       entries, then its zone_filled bit, persisted before the zone's
+//       DRAM directory pointer moves.
+// The answers:
+//   R1  get (any thread): reads only under an even version and keeps the
+//       answer (hit or NotFound) only if the version did not move: every
+//       store it saw was drained before the version became even (P1-P4);
+//       the segment it reached is durably named (P5, P6). An item was
+//       drained by the caller before its slot was written.
+//   R2  AlreadyExists, NotFound of update/remove, owner_get: OWNED, the
+//       owner is the zone's only writer and runs one write at a time, each
+//       durable before it returns; SHARED, decided under the version taken
+//       by CAS (even, so durable); the hand-over waits out direct writers.
+// No change was needed for this; the planted bug pmeh-read-unpersisted
+// (get reads under an odd version and keeps a hit whose version moved)
+// shows what R1 prevents. ReadOptions::snapshot is get(): every answer is
+// already durable.
+//
+// ---------------------------------------------------------------------------
 // Open (§9): O(threads + in-flight splits)
 // ---------------------------------------------------------------------------
 //   V: root, op logs, the run of directories (contiguous ids, G growing),
