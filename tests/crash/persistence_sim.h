@@ -42,6 +42,12 @@
 // flushes and drains wait for it; their plain stores do not (multi-threaded
 // exploration must quiesce writers itself).
 //
+// Turns. A second hook, set_pre_drain_hook(), runs at the start of every
+// drain, before the crash point and without the lock: a scheduler may park
+// the draining thread there and let other threads run first, so that they
+// see what the drain is about to make durable (a read of a write that a
+// crash at this drain would lose).
+//
 // Only file-backed regions (granularity byte, cache_line or page) can be
 // simulated; an anonymous region has nothing to persist.
 #pragma once
@@ -112,6 +118,11 @@ class PersistenceSim final : public media::Region::Observer {
     hook_ = std::move(hook);
   }
 
+  // Runs at the start of every drain, in the draining thread, before the
+  // crash point and without the simulator's lock (it may block). Set it
+  // before any thread drains and leave it while threads may drain.
+  void set_pre_drain_hook(std::function<void()> hook) { pre_drain_ = std::move(hook); }
+
   // Drains seen so far (each one a crash point), counting the one whose
   // hook is running. Callable from the hook.
   std::uint64_t crash_points() const { return crash_points_.load(std::memory_order_relaxed); }
@@ -135,6 +146,7 @@ class PersistenceSim final : public media::Region::Observer {
   }
 
   void on_drain() override {
+    if (pre_drain_) pre_drain_();
     std::lock_guard<std::mutex> lock(mu_);
     crash_points_.fetch_add(1, std::memory_order_relaxed);
     if (hook_) hook_(*this);
@@ -256,6 +268,7 @@ class PersistenceSim final : public media::Region::Observer {
   std::vector<std::byte> durable_;
   std::map<std::thread::id, std::set<std::uint64_t>> pending_;  // cache_line
   Hook hook_;
+  std::function<void()> pre_drain_;
   std::atomic<std::uint64_t> crash_points_{0};
   bool attached_ = true;
 };
