@@ -14,6 +14,10 @@
 # node a crash point (race on subtables of 2 groups, so that it splits
 # often: a crash inside a split is recovered by a takeover, race.h "Dead
 # splitters").
+# Then the shared-key exploration (durable linearizability: threads on
+# common keys, taking turns inside drains, every crash image checked against
+# every answer a call gave) for every pool engine and durability, each seed,
+# two and three threads on CRASH_SHARED_KEYS keys.
 # Everything is appended to CRASH_SUMMARY (JSON lines), and a per-engine
 # table (the one in the README) is printed at the end. Reproducers of any
 # violation go to CRASH_REPRODUCERS. Exits non-zero on any violation.
@@ -30,6 +34,10 @@
 #   CRASH_MEMNODE_ENGINES=all      engines on memory nodes to explore
 #   CRASH_MEMNODE_OPS=3000         operations per thread, one-thread runs
 #                                  (two-thread runs: half, per thread)
+#   CRASH_SHARED_ENGINES="clevel dali nehash pmeh"
+#                                  engines for the shared-key exploration
+#   CRASH_SHARED_OPS=600           operations per thread there
+#   CRASH_SHARED_KEYS=16           shared keys
 #   CRASH_SUMMARY=crash-long.jsonl
 #   CRASH_REPRODUCERS=crash-reproducers
 set -euo pipefail
@@ -50,6 +58,9 @@ samples=${CRASH_SAMPLES:-8}
 kills=${CRASH_KILLS:-1000}
 memnode_engines=${CRASH_MEMNODE_ENGINES:-$("$memnode_explore" --list-engines)}
 memnode_ops=${CRASH_MEMNODE_OPS:-3000}
+shared_engines=${CRASH_SHARED_ENGINES:-clevel dali nehash pmeh}
+shared_ops=${CRASH_SHARED_OPS:-600}
+shared_keys=${CRASH_SHARED_KEYS:-16}
 summary=${CRASH_SUMMARY:-crash-long.jsonl}
 reproducers=${CRASH_REPRODUCERS:-crash-reproducers}
 
@@ -69,6 +80,22 @@ for engine in $engines; do
             status=1
           fi
         done
+      done
+    done
+  done
+done
+
+for engine in $shared_engines; do
+  for durability in $("$explore" --durabilities "$engine"); do
+    for seed in $seeds; do
+      for threads in 2 3; do
+        echo "=== shared keys: $engine $durability seed $seed, $threads threads, $shared_ops ops each, $shared_keys keys ==="
+        if ! "$explore" --engine "$engine" --durability "$durability" --shared-keys \
+             --seed "$seed" --threads "$threads" --ops "$shared_ops" --keys "$shared_keys" \
+             --exhaustive "$exhaustive" --samples "$samples" \
+             --summary "$summary" --reproducers "$reproducers"; then
+          status=1
+        fi
       done
     done
   done
@@ -105,6 +132,8 @@ rows = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
     name = r["engine"] + " (" + r.get("durability", "strict") + ")"
+    if r.get("shared"):
+        name = r["engine"] + " (" + r.get("durability", "strict") + ", shared keys)"
     if "nodes" in r:
         name = r["engine"] + " (memory nodes)"
     e = rows.setdefault(name, {"images": 0, "recovery_images": 0, "points": 0, "kills": 0, "violations": 0})

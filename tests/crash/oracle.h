@@ -27,6 +27,11 @@
 // dangling-pointer and leak accounting), and the store keeps working: a
 // short further workload of inserts, updates and removes behaves like a
 // model and check() passes again.
+//
+// The second half of this file, SharedOracle, checks the shared-key workload
+// (threads on common keys), where a thread's keys are no longer a prefix
+// of its own operations: it holds the recovered store to every answer a
+// call gave (durable linearizability; its rules are stated there).
 #pragma once
 
 #include <algorithm>
@@ -756,6 +761,20 @@ class SharedOracle {
           shared_op_at(w_, c->thread, c->index).kind == Op::kGet) {
         out += "; " + name(*c) + " (seq " + std::to_string(c->start) + "-" + std::to_string(c->end) +
                ") returned " + write_name(crash, c->observed);
+      }
+    }
+    // NotFound and AlreadyExists answered after a write of the key in flight
+    // at the crash began: the answer may rest on it.
+    static constexpr const char* kAnswerNames[] = {"OK", "NotFound", "AlreadyExists", "failed"};
+    for (const Call* c : on_key) {
+      const bool absent_or_present = c->answer == Call::kNotFound || c->answer == Call::kAlreadyExists;
+      if (!(c->end < crash.point) || !absent_or_present) continue;
+      for (const Call* f : on_key) {
+        const Op fop = shared_op_at(w_, f->thread, f->index);
+        if (f->end < crash.point || f->start > c->start || fop.kind == Op::kGet) continue;
+        out += "; " + name(*c) + " answered " + kAnswerNames[c->answer] + " (seq " + std::to_string(c->start) + "-" +
+               std::to_string(c->end) + ") while " + name(*f) + " was in flight (seq " + std::to_string(f->start) +
+               "-)";
       }
     }
     out += "; crash at seq " + std::to_string(crash.point) + "; calls on the key (last 12):";

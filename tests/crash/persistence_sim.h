@@ -42,11 +42,11 @@
 // flushes and drains wait for it; their plain stores do not (multi-threaded
 // exploration must quiesce writers itself).
 //
-// Turns. A second hook, set_pre_drain_hook(), runs at the start of every
-// drain, before the crash point and without the lock: a scheduler may park
-// the draining thread there and let other threads run first, so that they
-// see what the drain is about to make durable (a read of a write that a
-// crash at this drain would lose).
+// Turns. Two more hooks, set_pre_drain_hook() and set_pre_flush_hook(), run
+// at the start of every drain (before the crash point) and every flush,
+// without the lock: a scheduler may park the thread there and let other
+// threads run first, so that they see what the drain is about to make
+// durable (a read of a write that a crash at this drain would lose).
 //
 // Only file-backed regions (granularity byte, cache_line or page) can be
 // simulated; an anonymous region has nothing to persist.
@@ -122,6 +122,9 @@ class PersistenceSim final : public media::Region::Observer {
   // crash point and without the simulator's lock (it may block). Set it
   // before any thread drains and leave it while threads may drain.
   void set_pre_drain_hook(std::function<void()> hook) { pre_drain_ = std::move(hook); }
+  // The same at the start of every flush (a scheduler may switch threads
+  // there too: between a store that publishes and its drain).
+  void set_pre_flush_hook(std::function<void()> hook) { pre_flush_ = std::move(hook); }
 
   // Drains seen so far (each one a crash point), counting the one whose
   // hook is running. Callable from the hook.
@@ -129,6 +132,7 @@ class PersistenceSim final : public media::Region::Observer {
 
   void on_flush(std::uint64_t off, std::size_t n) override {
     if (n == 0) return;
+    if (pre_flush_) pre_flush_();
     std::lock_guard<std::mutex> lock(mu_);
     switch (granularity_) {
       case media::Granularity::kCacheLine:
@@ -268,7 +272,7 @@ class PersistenceSim final : public media::Region::Observer {
   std::vector<std::byte> durable_;
   std::map<std::thread::id, std::set<std::uint64_t>> pending_;  // cache_line
   Hook hook_;
-  std::function<void()> pre_drain_;
+  std::function<void()> pre_drain_, pre_flush_;
   std::atomic<std::uint64_t> crash_points_{0};
   bool attached_ = true;
 };

@@ -96,6 +96,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "crash/explore_io.h"
@@ -475,13 +476,20 @@ int verify_server(const Config& c) {
 //     becomes durable), with probability 1/2 the turn passes to another
 //     thread, which runs until its own next drain or operation start
 //     decides to pass it on; the drainer waits for the turn to come back;
+//   - at each flush of the running thread, the same with probability 1/4
+//     (between a publishing store and its drain: a rival writer of the
+//     key meets the write half done, e.g. an insert not yet claimed);
 //   - at each operation start, with probability 1/4 the turn passes on;
 //   - at each drain of a thread that is not a workload thread (pmeh's
 //     owners, which write for the callers; dali's epoch worker, whose
 //     fence makes strict writes durable; clevel's rehash thread), with
-//     probability 1/2 a thread waiting before a get runs that get as a
-//     guest, while the drainer waits: the get runs while the writer whose
-//     write the drain is about to make durable is still waiting for it.
+//     probability 1/2 a thread waiting before a get of a key that a
+//     running thread is writing (else, with probability 1/4, before any
+//     get) runs that get as a guest, while the drainer waits: the get runs
+//     while the writer whose write the drain is about to make durable is
+//     still waiting for it.
+// With --every N, the crash point that follows a change of hands inside a
+// drain is explored whatever its number.
 // Choices come from a generator seeded by the workload seed, so with a
 // one-threaded engine the interleaving is a function of the seed; threads of
 // the engine's own (owners, the epoch worker, rehash) add their timing.
@@ -500,12 +508,17 @@ class Turns {
  public:
   static constexpr std::chrono::milliseconds kStall{20};
 
-  Turns(unsigned threads, std::uint64_t seed) : state_(threads, kWaitingAtStart), rng_(seed * 0x2545f4914f6cdd1dull + 11) {}
+  Turns(unsigned threads, std::uint64_t seed)
+      : state_(threads, kWaitingAtStart), key_(threads, 0), writing_(threads, false),
+        rng_(seed * 0x2545f4914f6cdd1dull + 11) {}
 
-  // Workload thread t is about to start an operation (a get: `read`).
-  void at_op_start(unsigned t, bool read) {
+  // Workload thread t is about to start an operation on `key` (a get:
+  // `read`; a sync: key ~0).
+  void at_op_start(unsigned t, bool read, std::uint64_t key) {
     std::unique_lock lock(mu_);
     ++progress_;
+    key_[t] = key;
+    writing_[t] = false;
     if (guest_ == static_cast<int>(t)) {
       guest_ = -1;
       cv_.notify_all();
@@ -515,6 +528,14 @@ class Turns {
     state_[t] = read ? kWaitingBeforeRead : kWaitingAtStart;
     wait_for_turn(lock, t);
     state_[t] = kRunning;
+    writing_[t] = !read;
+  }
+
+  // Whether the turn changed hands inside a drain (a pass or a guest read)
+  // since the last call: the next crash point is worth exploring.
+  bool take_interesting() {
+    std::lock_guard lock(mu_);
+    return std::exchange(interesting_, false);
   }
 
   // Workload thread t is done.
@@ -527,15 +548,18 @@ class Turns {
     cv_.notify_all();
   }
 
-  // The pre-drain hook: any thread, before its drain takes effect.
-  void at_drain() {
+  // The pre-drain hook (and, with `flush`, the pre-flush hook): any thread,
+  // before its drain (flush) takes effect.
+  void at_drain(bool flush = false) {
     std::unique_lock lock(mu_);
     ++progress_;
     const int t = t_workload;
+    if (flush && t < 0) return;
     if (t >= 0) {
       if (guest_ == t) return;  // a guest's get drains (a reader persisting what it saw): go on
       if (holder_ == t) {
-        if (rng_() % 2 != 0 || !pass_on(static_cast<unsigned>(t))) return;
+        if (rng_() % (flush ? 4 : 2) != 0 || !pass_on(static_cast<unsigned>(t))) return;
+        interesting_ = true;
       }
       // Not ours (any more): wait for the turn inside the drain.
       state_[t] = kWaitingInDrain;
@@ -543,15 +567,23 @@ class Turns {
       state_[t] = kRunning;
       return;
     }
-    if (guest_ >= 0 || rng_() % 2 != 0) return;
-    std::vector<unsigned> readers;
+    if (guest_ >= 0) return;
+    // Readers of a key a running thread is writing first (the write this
+    // drain may be about to make durable), any reader one time in four.
+    std::vector<unsigned> readers, of_written;
     for (unsigned u = 0; u < state_.size(); ++u) {
-      if (state_[u] == kWaitingBeforeRead && holder_ != static_cast<int>(u)) readers.push_back(u);
+      if (state_[u] != kWaitingBeforeRead || holder_ == static_cast<int>(u)) continue;
+      readers.push_back(u);
+      for (unsigned w = 0; w < state_.size(); ++w) {
+        if (w != u && state_[w] == kRunning && writing_[w] && key_[w] == key_[u]) of_written.push_back(u);
+      }
     }
-    if (readers.empty()) return;
-    const int guest = static_cast<int>(readers[rng_() % readers.size()]);
+    const std::vector<unsigned>& pick = of_written.empty() ? readers : of_written;
+    if (pick.empty() || rng_() % (of_written.empty() ? 4 : 2) != 0) return;
+    const int guest = static_cast<int>(pick[rng_() % pick.size()]);
     guest_ = guest;
     ++guests_;
+    interesting_ = true;
     cv_.notify_all();
     stalled_wait(lock, [&] { return guest_ != guest; });
     if (guest_ == guest) guest_ = -1;  // it stalled: it runs on alongside
@@ -614,6 +646,9 @@ class Turns {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<State> state_;
+  std::vector<std::uint64_t> key_;  // the key of each thread's current or next operation
+  std::vector<bool> writing_;       // running a write (or a sync)
+  bool interesting_ = false;
   int holder_ = 0;
   int guest_ = -1;
   bool busy_ = false;
@@ -729,6 +764,7 @@ class Explorer {
   std::atomic<bool> workload_failed_{false};
   std::unique_ptr<Turns> turns_;  // shared-key workload
   CallLog log_;
+  std::uint64_t last_explored_seq_ = ~std::uint64_t{0};
 
   std::uint64_t points_explored_ = 0;
   std::uint64_t images_ = 0;
@@ -890,11 +926,25 @@ void Explorer::dispatch(Child* v, bool crash_recovery) {
 
 void Explorer::at_crash_point(const PersistenceSim& sim) {
   const std::uint64_t point = sim.crash_points();
-  if (point % c_.every != 0 || point < c_.first_point || point > c_.last_point || stopping()) return;
+  // Shared-key workload: a crash point right after the turn changed hands
+  // inside a drain is always explored (a read may just have seen what this
+  // drain makes durable).
+  // Otherwise a crash point at which no call began or returned since the
+  // last one explored (an engine thread's drains while the workload waits:
+  // dali's epoch worker drains every epoch) is skipped: its image differs
+  // only by what the engine's own threads did, which the explorations
+  // without --shared-keys cover.
+  const bool turned = turns_ && turns_->take_interesting();
+  const std::uint64_t crash_seq = log_.seq();  // calls that returned before it completed
+  const bool idle = turns_ && crash_seq == last_explored_seq_;
+  if (((point % c_.every != 0 || idle) && !turned) || point < c_.first_point || point > c_.last_point ||
+      stopping()) {
+    return;
+  }
+  last_explored_seq_ = crash_seq;
   ++points_explored_;
   // Everything waits for this crash point: no turn is stalled meanwhile.
   if (turns_) turns_->set_busy(true);
-  const std::uint64_t crash_seq = log_.seq();  // calls that returned before it completed
   // The epoch now bounds the counter any crash image of this point holds.
   const std::uint64_t epoch_now = epoch_mode() ? store_testing::epoch(*store_) : 0;
   std::vector<Window> windows(c_.w.threads);
@@ -1093,7 +1143,7 @@ bool Explorer::shared_workload(unsigned t) {
   bool ok = true;
   for (std::uint64_t i = 0; i < c_.w.ops && !stopping(); ++i) {
     const Op op = shared_op_at(c_.w, t, i);
-    turns_->at_op_start(t, op.kind == Op::kGet);
+    turns_->at_op_start(t, op.kind == Op::kGet, op.kind == Op::kSync ? ~std::uint64_t{0} : op.key);
     g_operations.fetch_add(1, std::memory_order_relaxed);
     acks.running.store(i + 1, std::memory_order_release);
     const std::size_t at = log_.begin(t, i);
@@ -1212,7 +1262,10 @@ int Explorer::run() {
     // before the first crash point.
     if (Status s = store_->sync(); !s.ok()) usage("sync after create: " + s.to_string());
     sim.set_crash_point_hook([this](const PersistenceSim& s) { at_crash_point(s); });
-    if (turns_) sim.set_pre_drain_hook([this] { turns_->at_drain(); });
+    if (turns_) {
+      sim.set_pre_drain_hook([this] { turns_->at_drain(); });
+      sim.set_pre_flush_hook([this] { turns_->at_drain(/*flush=*/true); });
+    }
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < c_.w.threads; ++t) {
       threads.emplace_back([this, t] { c_.shared ? shared_workload(t) : workload(t); });
