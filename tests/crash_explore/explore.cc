@@ -531,6 +531,23 @@ class Turns {
     writing_[t] = !read;
   }
 
+  // Thread t, between operations, is about to wait for something only the
+  // engine's own threads do (the end of an epoch): a thread waiting for the
+  // turn inside a drain (maybe inside that epoch) gets it.
+  void release(unsigned t) {
+    std::lock_guard lock(mu_);
+    ++progress_;
+    if (holder_ != static_cast<int>(t)) return;
+    for (unsigned u = 0; u < state_.size(); ++u) {
+      if (state_[u] == kWaitingInDrain) {
+        holder_ = static_cast<int>(u);
+        ++passes_;
+        cv_.notify_all();
+        return;
+      }
+    }
+  }
+
   // Whether the turn changed hands inside a drain (a pass or a guest read)
   // since the last call: the next crash point is worth exploring.
   bool take_interesting() {
@@ -552,10 +569,10 @@ class Turns {
   // before its drain (flush) takes effect.
   void at_drain(bool flush = false) {
     std::unique_lock lock(mu_);
-    ++progress_;
     const int t = t_workload;
     if (flush && t < 0) return;
     if (t >= 0) {
+      ++progress_;
       if (guest_ == t) return;  // a guest's get drains (a reader persisting what it saw): go on
       if (holder_ == t) {
         if (rng_() % (flush ? 4 : 2) != 0 || !pass_on(static_cast<unsigned>(t))) return;
@@ -1185,7 +1202,9 @@ bool Explorer::shared_workload(unsigned t) {
       acks.count = i + 1;
     }
     if (epoch_mode() && (i + 1) % c_.ops_per_epoch == 0) {
-      // A pace, as in workload().
+      // A pace, as in workload(); a thread parked in a drain inside the
+      // epoch would hold its end up.
+      turns_->release(t);
       const std::uint64_t e = store_testing::epoch(*store_);
       while (store_testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
     }
