@@ -285,9 +285,9 @@ INSTANTIATE_TEST_SUITE_P(EveryEngine, PlantedBug,
                                                kSharedRaces},
                                            Bug{"dali", "dali-answer-before-durable", "strict", "8", "200",
                                                kSharedReads},
-                                           Bug{"nehash", "nehash-read-unpersisted", "strict", "8", "300",
+                                           Bug{"nehash", "nehash-read-unpersisted", "strict", "8", "200",
                                                kSharedReads},
-                                           Bug{"pmeh", "pmeh-read-unpersisted", "strict", "8", "300",
+                                           Bug{"pmeh", "pmeh-read-unpersisted", "strict", "8", "200",
                                                kSharedReadsPmeh}),
                          [](const auto& info) {
                            std::string name = info.param.name;
