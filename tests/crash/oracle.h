@@ -669,7 +669,11 @@ class SharedOracle {
       static const std::vector<durable::Event> kNoEvents;
       const auto e = by_key.find(k);
       const std::vector<durable::Event>& events = e == by_key.end() ? kNoEvents : e->second;
-      if (!durable::explainable(events, recovered)) return explain(crash, k, recovered, live);
+      try {
+        if (!durable::explainable(events, recovered)) return explain(crash, k, recovered, live);
+      } catch (const std::length_error& e) {
+        return "key " + shared_key_name(k) + ": the oracle cannot check it: " + e.what();
+      }
     }
     return "";
   }
@@ -738,6 +742,8 @@ class SharedOracle {
     return "the value of t" + std::to_string(t) + "#" + std::to_string(i) + " (not begun by the crash)";
   }
 
+  static constexpr const char* kAnswers[] = {"OK", "NotFound", "AlreadyExists", "failed"};
+
   // Why key k is not explainable: the calls on it, and any completed call
   // that saw a write still in flight at the crash.
   std::string explain(const SharedCrash& crash, std::uint64_t k, std::int64_t recovered, bool live) const {
@@ -765,20 +771,18 @@ class SharedOracle {
     }
     // NotFound and AlreadyExists answered after a write of the key in flight
     // at the crash began: the answer may rest on it.
-    static constexpr const char* kAnswerNames[] = {"OK", "NotFound", "AlreadyExists", "failed"};
     for (const Call* c : on_key) {
       const bool absent_or_present = c->answer == Call::kNotFound || c->answer == Call::kAlreadyExists;
       if (!(c->end < crash.point) || !absent_or_present) continue;
       for (const Call* f : on_key) {
         const Op fop = shared_op_at(w_, f->thread, f->index);
         if (f->end < crash.point || f->start > c->start || fop.kind == Op::kGet) continue;
-        out += "; " + name(*c) + " answered " + kAnswerNames[c->answer] + " (seq " + std::to_string(c->start) + "-" +
+        out += "; " + name(*c) + " answered " + kAnswers[c->answer] + " (seq " + std::to_string(c->start) + "-" +
                std::to_string(c->end) + ") while " + name(*f) + " was in flight (seq " + std::to_string(f->start) +
                "-)";
       }
     }
     out += "; crash at seq " + std::to_string(crash.point) + "; calls on the key (last 12):";
-    static constexpr const char* kAnswers[] = {"OK", "NotFound", "AlreadyExists", "failed"};
     for (std::size_t i = on_key.size() > 12 ? on_key.size() - 12 : 0; i < on_key.size(); ++i) {
       const Call& c = *on_key[i];
       out += " [" + name(c) + " seq " + std::to_string(c.start) + "-" +
