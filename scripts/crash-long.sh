@@ -19,6 +19,10 @@
 # flipped bytes, each run through check, info, scan and get (15 seeds: 360
 # trials); a signal death, a hang or a refused open that changed the file
 # fails it.
+# Then the shared-key exploration (durable linearizability: threads on
+# common keys, taking turns inside drains, every crash image checked against
+# every answer a call gave) for every pool engine and durability, each seed,
+# two and three threads on CRASH_SHARED_KEYS keys.
 # Everything is appended to CRASH_SUMMARY (JSON lines), and a per-engine
 # table (the one in the README) is printed at the end. Reproducers of any
 # violation go to CRASH_REPRODUCERS. Exits non-zero on any violation.
@@ -36,6 +40,10 @@
 #   CRASH_MEMNODE_ENGINES=all      engines on memory nodes to explore
 #   CRASH_MEMNODE_OPS=3000         operations per thread, one-thread runs
 #                                  (two-thread runs: half, per thread)
+#   CRASH_SHARED_ENGINES="clevel dali nehash pmeh"
+#                                  engines for the shared-key exploration
+#   CRASH_SHARED_OPS=600           operations per thread there
+#   CRASH_SHARED_KEYS=16           shared keys
 #   CRASH_SUMMARY=crash-long.jsonl
 #   CRASH_REPRODUCERS=crash-reproducers
 set -euo pipefail
@@ -57,6 +65,9 @@ kills=${CRASH_KILLS:-1000}
 flip_seeds=${CRASH_FLIP_SEEDS:-15}
 memnode_engines=${CRASH_MEMNODE_ENGINES:-$("$memnode_explore" --list-engines)}
 memnode_ops=${CRASH_MEMNODE_OPS:-3000}
+shared_engines=${CRASH_SHARED_ENGINES:-clevel dali nehash pmeh}
+shared_ops=${CRASH_SHARED_OPS:-600}
+shared_keys=${CRASH_SHARED_KEYS:-16}
 summary=${CRASH_SUMMARY:-crash-long.jsonl}
 reproducers=${CRASH_REPRODUCERS:-crash-reproducers}
 
@@ -76,6 +87,22 @@ for engine in $engines; do
             status=1
           fi
         done
+      done
+    done
+  done
+done
+
+for engine in $shared_engines; do
+  for durability in $("$explore" --durabilities "$engine"); do
+    for seed in $seeds; do
+      for threads in 2 3; do
+        echo "=== shared keys: $engine $durability seed $seed, $threads threads, $shared_ops ops each, $shared_keys keys ==="
+        if ! "$explore" --engine "$engine" --durability "$durability" --shared-keys \
+             --seed "$seed" --threads "$threads" --ops "$shared_ops" --keys "$shared_keys" \
+             --exhaustive "$exhaustive" --samples "$samples" \
+             --summary "$summary" --reproducers "$reproducers"; then
+          status=1
+        fi
       done
     done
   done
@@ -117,6 +144,8 @@ rows = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
     name = r["engine"] + " (" + r.get("durability", "strict") + ")"
+    if r.get("shared"):
+        name = r["engine"] + " (" + r.get("durability", "strict") + ", shared keys)"
     if "nodes" in r:
         name = r["engine"] + " (memory nodes)"
     e = rows.setdefault(name, {"images": 0, "recovery_images": 0, "points": 0, "kills": 0, "violations": 0})

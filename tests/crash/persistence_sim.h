@@ -42,6 +42,12 @@
 // flushes and drains wait for it; their plain stores do not (multi-threaded
 // exploration must quiesce writers itself).
 //
+// Turns. Two more hooks, set_pre_drain_hook() and set_pre_flush_hook(), run
+// at the start of every drain (before the crash point) and every flush,
+// without the lock: a scheduler may park the thread there and let other
+// threads run first, so that they see what the drain is about to make
+// durable (a read of a write that a crash at this drain would lose).
+//
 // Only file-backed regions (granularity byte, cache_line or page) can be
 // simulated; an anonymous region has nothing to persist.
 #pragma once
@@ -53,6 +59,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
@@ -112,12 +119,22 @@ class PersistenceSim final : public media::Region::Observer {
     hook_ = std::move(hook);
   }
 
+  // Runs at the start of every drain, in the draining thread, before the
+  // crash point and without the simulator's lock (it may block). Set it at
+  // most once (engine threads may drain meanwhile: it is published with one
+  // atomic store) and keep what it uses alive while the region is watched.
+  void set_pre_drain_hook(std::function<void()> hook) { publish(&pre_drain_store_, &pre_drain_, std::move(hook)); }
+  // The same at the start of every flush (a scheduler may switch threads
+  // there too: between a store that publishes and its drain).
+  void set_pre_flush_hook(std::function<void()> hook) { publish(&pre_flush_store_, &pre_flush_, std::move(hook)); }
+
   // Drains seen so far (each one a crash point), counting the one whose
   // hook is running. Callable from the hook.
   std::uint64_t crash_points() const { return crash_points_.load(std::memory_order_relaxed); }
 
   void on_flush(std::uint64_t off, std::size_t n) override {
     if (n == 0) return;
+    if (const auto* hook = pre_flush_.load(std::memory_order_acquire)) (*hook)();
     std::lock_guard<std::mutex> lock(mu_);
     switch (granularity_) {
       case media::Granularity::kCacheLine:
@@ -135,6 +152,7 @@ class PersistenceSim final : public media::Region::Observer {
   }
 
   void on_drain() override {
+    if (const auto* hook = pre_drain_.load(std::memory_order_acquire)) (*hook)();
     std::lock_guard<std::mutex> lock(mu_);
     crash_points_.fetch_add(1, std::memory_order_relaxed);
     if (hook_) hook_(*this);
@@ -243,6 +261,13 @@ class PersistenceSim final : public media::Region::Observer {
     }
   }
 
+  static void publish(std::unique_ptr<std::function<void()>>* store, std::atomic<const std::function<void()>*>* slot,
+                      std::function<void()> hook) {
+    if (*store) throw std::logic_error("a pre-drain or pre-flush hook is set at most once");
+    *store = std::make_unique<std::function<void()>>(std::move(hook));
+    slot->store(store->get(), std::memory_order_release);
+  }
+
   void make_durable(std::uint64_t off, std::size_t n) {
     if (off >= durable_.size()) return;
     n = std::min<std::size_t>(n, durable_.size() - off);
@@ -256,6 +281,8 @@ class PersistenceSim final : public media::Region::Observer {
   std::vector<std::byte> durable_;
   std::map<std::thread::id, std::set<std::uint64_t>> pending_;  // cache_line
   Hook hook_;
+  std::unique_ptr<std::function<void()>> pre_drain_store_, pre_flush_store_;
+  std::atomic<const std::function<void()>*> pre_drain_{nullptr}, pre_flush_{nullptr};
   std::atomic<std::uint64_t> crash_points_{0};
   bool attached_ = true;
 };

@@ -278,6 +278,82 @@ inline std::string run_checked(Store& store, unsigned thread, const Op& op, Thre
   return "";
 }
 
+// ---------------------------------------------------------------------------
+// The shared-key workload: every thread works on one common set of keys
+// ("s<index>", WorkloadSpec::keys of them in all), so that a thread reads,
+// overwrites and removes what the others wrote. Every write writes a value
+// of its own (it names the thread and the operation), so the value a read
+// returns names the write it saw. No transactions (a thread's calls are
+// single-key operations and syncs); a get reads with ReadOptions::snapshot
+// one time in four. What each call answered is recorded by the runner
+// (crash/oracle.h, Call), since it depends on the interleaving; the oracle
+// there checks a recovered store against those answers.
+// ---------------------------------------------------------------------------
+
+inline std::string shared_key_name(std::uint64_t key) { return "s" + std::to_string(key); }
+
+// Parses "s<index>"; nullopt for any other key.
+inline std::optional<std::uint64_t> parse_shared_key(const std::string& name) {
+  if (name.size() < 2 || name[0] != 's') return std::nullopt;
+  for (std::size_t i = 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+  }
+  if (name.size() > 20) return std::nullopt;
+  const std::uint64_t key = std::stoull(name.substr(1));
+  if (shared_key_name(key) != name) return std::nullopt;  // no leading zeros
+  return key;
+}
+
+// Operation i of thread t in the shared-key workload. The phases of op_at
+// (grow, churn, empty) with more reads, so that threads often read a key
+// another thread has just written. Op::key indexes the shared keys; a get
+// with Op::value "snapshot" reads with ReadOptions::snapshot. Values: one in
+// eight of at most 8 bytes, one in four spanning cache lines, all unique to
+// (seed, thread, i).
+inline Op shared_op_at(const WorkloadSpec& w, unsigned thread, std::uint64_t i) {
+  std::mt19937_64 rng(w.seed * 0xc2b2ae3d27d4eb4full + thread * 0x100000001b3ull + i * 0x9e3779b1ull + 7);
+  const std::uint64_t permille = w.period != 0 ? i % w.period * 1000 / w.period
+                                : w.ops == 0     ? 0
+                                                 : i * 1000 / w.ops;
+  const unsigned phase = permille < 450 ? 0 : permille < 700 ? 1 : 2;
+  static constexpr unsigned kShares[3][4] = {
+      // insert, update, upsert, remove (the rest, 30 %: get)
+      {45, 10, 10, 5},
+      {20, 15, 15, 20},
+      {5, 10, 5, 50},
+  };
+  Op op;
+  const unsigned r = static_cast<unsigned>(rng() % 100);
+  if (r < 2) {
+    op.kind = Op::kSync;
+    return op;
+  }
+  const unsigned* s = kShares[phase];
+  const unsigned k = static_cast<unsigned>(rng() % 100);
+  op.kind = k < s[0] ? Op::kInsert
+          : k < s[0] + s[1] ? Op::kUpdate
+          : k < s[0] + s[1] + s[2] ? Op::kUpsert
+          : k < s[0] + s[1] + s[2] + s[3] ? Op::kRemove
+          : Op::kGet;
+  op.key = w.keys == 0 ? 0 : rng() % w.keys;
+  if (op.kind == Op::kGet) {
+    if (rng() % 4 == 0) op.value = "snapshot";
+    return op;
+  }
+  if (op.kind == Op::kRemove) return op;
+  const std::size_t pad = rng() % 4 == 0 ? 100 + 100 * (rng() % 2) : rng() % 24;
+  // A short value: '#' and (i * 16 + thread) in base 62 (threads <= 16).
+  if (pad < 4) op.value = detail::short_value(i * 16 + thread, 0, 5 + pad);
+  if (op.value.empty()) {
+    op.value.append("w").append(std::to_string(w.seed)).append(".").append(std::to_string(thread));
+    op.value.append(".").append(std::to_string(i)).append(".");
+    op.value.append(pad, static_cast<char>('a' + i % 26));
+  }
+  return op;
+}
+
+inline bool is_snapshot_get(const Op& op) { return op.kind == Op::kGet && op.value == "snapshot"; }
+
 // The engine accepts Durability::kEpoch (it persists by epochs).
 inline bool accepts_epoch_durability(const std::string& engine) {
   Options o;

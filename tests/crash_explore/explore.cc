@@ -11,6 +11,7 @@
 //                        [--exhaustive N] [--samples N] [--every N]
 //                        [--verifiers N] [--recovery-crash-every N]
 //                        [--plant BUG] [--reproducers DIR] [--summary FILE]
+//                        [--shared-keys]
 //   pmhash-crash-explore --replay FILE [--attempts N]
 //   pmhash-crash-explore --list-engines     (the engines NAME may be)
 //   pmhash-crash-explore --durabilities ENGINE
@@ -52,6 +53,18 @@
 // name, e.g. pmeh-owner-1) and the workload operations in flight then, one
 // of which the owner was running.
 //
+// With --shared-keys the threads run the shared-key workload instead
+// (crash/workload.h, shared_op_at: --keys keys in all, read and written by
+// every thread, every write's value its own, no transactions): every call's
+// answer is recorded with its place in one sequence of call starts and
+// returns, the threads take turns (Turns, below: the turn changes hands
+// inside drains, so that a thread reads what another has published but not
+// yet made durable), and each crash image is checked for durable
+// linearizability against the recorded answers (crash/oracle.h,
+// SharedOracle: rules R1-R2 for strict durability, E1-E4 for epoch). At the
+// end of the run the whole history must be linearizable against the store's
+// contents (else exit status 3).
+//
 // A violation prints the seed, the crash point, the lines written, dropped
 // and torn, and saves a reproducer (crash/reproducer.h) with a one-line
 // replay command. Exit status: 0 no violation, 1 violations, 2 usage or
@@ -68,6 +81,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -80,6 +96,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "crash/explore_io.h"
@@ -137,6 +154,9 @@ struct Config {
   std::string replay;
   unsigned attempts = 20;  // --replay: verifications of the image
   bool verify_server = false;
+  // The shared-key workload (crash/workload.h, shared_op_at) under Turns,
+  // checked by crash/oracle.h's SharedOracle.
+  bool shared = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -236,6 +256,7 @@ Config parse(int argc, char** argv) {
     else if (flag == "--replay") c.replay = value();
     else if (flag == "--attempts") c.attempts = static_cast<unsigned>(number(flag, value()));
     else if (flag == "--verify-server") c.verify_server = true;
+    else if (flag == "--shared-keys") c.shared = true;
     else if (flag == "--list-engines") {
       for (const std::string& e : Store::engines()) std::printf("%s\n", e.c_str());
       std::exit(0);
@@ -260,6 +281,7 @@ Config parse(int argc, char** argv) {
   if (c.epoch_ms == 0 || c.epoch_ms > 60000) usage("--epoch-ms must be 1..60000");
   if (c.ops_per_epoch == 0) usage("--ops-per-epoch must be positive");
   (void)plant_mask(c.plant);
+  if (c.shared && c.w.transactions) usage("--shared-keys runs no transactions");
   return c;
 }
 
@@ -321,13 +343,14 @@ void watch_recovery(media::Region& region) {
 
 class Verifier {
  public:
-  explicit Verifier(const WorkloadSpec& w) : oracle_(w) {}
+  using Check = std::function<std::string(Store&)>;
 
-  // Recovers the pool at `path` and checks it; with `crash_recovery`, also
-  // crashes that recovery and checks the second image. "" when all holds.
-  // *recovery_images counts second images verified; *failed_image gets the
-  // unrecovered second image when it is the one that failed.
-  std::string verify(const std::string& path, const std::vector<Window>& windows, bool crash_recovery,
+  // Recovers the pool at `path` and checks it with `check` (an oracle's
+  // verify); with `crash_recovery`, also crashes that recovery and checks
+  // the second image. "" when all holds. *recovery_images counts second
+  // images verified; *failed_image gets the unrecovered second image when
+  // it is the one that failed.
+  std::string verify(const std::string& path, const Check& check, bool crash_recovery,
                      std::uint64_t* recovery_images, std::vector<std::byte>* failed_image) {
     RecoveryCrash rc;
     rc.rng.seed(++requests_);
@@ -346,7 +369,7 @@ class Verifier {
       if (!s.ok()) {
         result = "open (recovery) failed: " + s.to_string();
       } else {
-        result = oracle_.verify(*store, windows);
+        result = check(*store);
         if (Status c = store->close(); !c.ok() && result.empty()) result = "close failed: " + c.to_string();
       }
     }
@@ -361,7 +384,7 @@ class Verifier {
     if (!s.ok()) {
       result = "open failed: " + s.to_string();
     } else {
-      result = oracle_.verify(*store, windows);
+      result = check(*store);
       (void)store->close();
     }
     ::unlink(second.c_str());
@@ -374,16 +397,20 @@ class Verifier {
   }
 
  private:
-  Oracle oracle_;
   std::uint64_t requests_ = 0;
 };
 
-// Request: "<image path> <windows> <crash recovery 0|1>\n".
+// Request: "<image path> <windows> <crash recovery 0|1>\n"; for the
+// shared-key workload <windows> is "shared:<crash seq>:<calls file>" (the
+// calls begun by the time the image was complete, crash/oracle.h
+// calls_text).
 // Response: "ok <recovery images>\n" or
 //           "violation <recovery images> <0|1: in the second image> <text>\n";
 // a failed second image is left at "<image path>-failed".
 int verify_server(const Config& c) {
-  Verifier verifier(c.w);
+  Verifier verifier;
+  Oracle oracle(c.w);
+  SharedOracle shared(c.w);
   char line[4096];
   while (std::fgets(line, sizeof line, stdin) != nullptr) {
     std::istringstream in(line);
@@ -392,7 +419,27 @@ int verify_server(const Config& c) {
     in >> path >> windows >> crash_recovery;
     std::uint64_t rc_images = 0;
     std::vector<std::byte> failed;
-    std::string result = verifier.verify(path, parse_windows(windows), crash_recovery != 0, &rc_images, &failed);
+    std::string result;
+    if (windows.rfind("shared:", 0) == 0) {
+      SharedCrash crash;
+      crash.epoch = c.durability == "epoch";
+      const std::size_t colon = windows.find(':', 7);
+      std::ifstream in_calls(colon == std::string::npos ? "" : windows.substr(colon + 1));
+      std::string text;
+      std::getline(in_calls, text);
+      if (colon == std::string::npos || !parse_calls(text, &crash.calls)) {
+        result = "verifier: bad request " + windows;
+      } else {
+        crash.point = std::stoull(windows.substr(7, colon - 7));
+        result = verifier.verify(
+            path, [&](Store& store) { return shared.verify(store, crash); }, crash_recovery != 0, &rc_images,
+            &failed);
+      }
+    } else {
+      const std::vector<Window> ws = parse_windows(windows);
+      result = verifier.verify(
+          path, [&](Store& store) { return oracle.verify(store, ws); }, crash_recovery != 0, &rc_images, &failed);
+    }
     for (char& ch : result) {
       if (ch == '\n') ch = ' ';
     }
@@ -409,6 +456,258 @@ int verify_server(const Config& c) {
 }
 
 // ---------------------------------------------------------------------------
+// Turns: the interleaving of the shared-key workload.
+// ---------------------------------------------------------------------------
+//
+// A read sees a write that a crash can still take back only if it runs
+// between the write's publication and the drain that makes it durable. Left
+// to the OS scheduler that window is a few hundred nanoseconds wide and is
+// met by luck; so in the shared-key workload the workload threads take
+// turns, and a turn changes hands exactly at the points where the window is
+// open:
+//
+//   - one workload thread holds the turn and runs; the others wait, either
+//     before their next operation or inside a drain of their own;
+//   - at each drain of the running thread (the persistence simulator's
+//     pre-drain hook, before the drain's crash point and before anything
+//     becomes durable), with probability 1/2 the turn passes to another
+//     thread, which runs until its own next drain or operation start
+//     decides to pass it on; the drainer waits for the turn to come back;
+//   - at each flush of the running thread, the same with probability 1/4
+//     (between a publishing store and its drain: a rival writer of the
+//     key meets the write half done, e.g. an insert not yet claimed);
+//   - at each operation start, with probability 1/4 the turn passes on;
+//   - at each drain of a thread that is not a workload thread (pmeh's
+//     owners, which write for the callers; dali's epoch worker, whose
+//     fence makes strict writes durable; clevel's rehash thread), with
+//     probability 1/2 a thread waiting before a get of a key that a
+//     running thread is writing (else, with probability 1/4, before any
+//     get) runs that get as a guest, while the drainer waits: the get runs
+//     while the writer whose write the drain is about to make durable is
+//     still waiting for it.
+// With --every N, the crash point that follows a change of hands inside a
+// drain is explored whatever its number.
+// Choices come from a generator seeded by the workload seed, so with a
+// one-threaded engine the interleaving is a function of the seed; threads of
+// the engine's own (owners, the epoch worker, rehash) add their timing.
+//
+// A thread that waits for the turn while the one holding it is blocked on
+// it (a lock or item it holds while parked in a drain; a strict dali write
+// waiting for a fence that waits for a parked thread's epoch) would wait
+// forever: so a waiter that sees no progress for kStall (no operation start
+// or drain of a workload thread; crash points, which stop everything, do
+// not count) stops waiting and runs alongside. That only adds interleavings
+// (the oracle treats every call the same however it interleaved); it is not
+// a timing assumption of any check.
+thread_local int t_workload = -1;  // the workload thread's index, -1 for others
+
+class Turns {
+ public:
+  static constexpr std::chrono::milliseconds kStall{20};
+
+  Turns(unsigned threads, std::uint64_t seed)
+      : state_(threads, kWaitingAtStart), key_(threads, 0), writing_(threads, false),
+        rng_(seed * 0x2545f4914f6cdd1dull + 11) {}
+
+  // Workload thread t is about to start an operation on `key` (a get:
+  // `read`; a sync: key ~0).
+  void at_op_start(unsigned t, bool read, std::uint64_t key) {
+    std::unique_lock lock(mu_);
+    ++progress_;
+    key_[t] = key;
+    writing_[t] = false;
+    if (guest_ == static_cast<int>(t)) {
+      guest_ = -1;
+      cv_.notify_all();
+    } else if (holder_ == static_cast<int>(t) && rng_() % 4 == 0) {
+      pass_on(t);
+    }
+    state_[t] = read ? kWaitingBeforeRead : kWaitingAtStart;
+    wait_for_turn(lock, t);
+    state_[t] = kRunning;
+    writing_[t] = !read;
+  }
+
+  // Thread t, between operations, is about to wait for something only the
+  // engine's own threads do (the end of an epoch): a thread waiting for the
+  // turn inside a drain (maybe inside that epoch) gets it.
+  void release(unsigned t) {
+    std::lock_guard lock(mu_);
+    ++progress_;
+    if (holder_ != static_cast<int>(t)) return;
+    for (unsigned u = 0; u < state_.size(); ++u) {
+      if (state_[u] == kWaitingInDrain) {
+        holder_ = static_cast<int>(u);
+        ++passes_;
+        cv_.notify_all();
+        return;
+      }
+    }
+  }
+
+  // Whether the turn changed hands inside a drain (a pass or a guest read)
+  // since the last call: the next crash point is worth exploring.
+  bool take_interesting() {
+    std::lock_guard lock(mu_);
+    return std::exchange(interesting_, false);
+  }
+
+  // Workload thread t is done.
+  void finish(unsigned t) {
+    std::lock_guard lock(mu_);
+    ++progress_;
+    state_[t] = kDone;
+    if (guest_ == static_cast<int>(t)) guest_ = -1;
+    if (holder_ == static_cast<int>(t)) pass_on(t);
+    cv_.notify_all();
+  }
+
+  // The pre-drain hook (and, with `flush`, the pre-flush hook): any thread,
+  // before its drain (flush) takes effect.
+  void at_drain(bool flush = false) {
+    std::unique_lock lock(mu_);
+    const int t = t_workload;
+    if (flush && t < 0) return;
+    if (t >= 0) {
+      ++progress_;
+      if (guest_ == t) return;  // a guest's get drains (a reader persisting what it saw): go on
+      if (holder_ == t) {
+        if (rng_() % (flush ? 4 : 2) != 0 || !pass_on(static_cast<unsigned>(t))) return;
+        interesting_ = true;
+      }
+      // Not ours (any more): wait for the turn inside the drain.
+      state_[t] = kWaitingInDrain;
+      wait_for_turn(lock, static_cast<unsigned>(t));
+      state_[t] = kRunning;
+      return;
+    }
+    if (guest_ >= 0) return;
+    // Readers of a key a running thread is writing first (the write this
+    // drain may be about to make durable), any reader one time in four.
+    std::vector<unsigned> readers, of_written;
+    for (unsigned u = 0; u < state_.size(); ++u) {
+      if (state_[u] != kWaitingBeforeRead || holder_ == static_cast<int>(u)) continue;
+      readers.push_back(u);
+      for (unsigned w = 0; w < state_.size(); ++w) {
+        if (w != u && state_[w] == kRunning && writing_[w] && key_[w] == key_[u]) of_written.push_back(u);
+      }
+    }
+    const std::vector<unsigned>& pick = of_written.empty() ? readers : of_written;
+    if (pick.empty() || rng_() % (of_written.empty() ? 4 : 2) != 0) return;
+    const int guest = static_cast<int>(pick[rng_() % pick.size()]);
+    guest_ = guest;
+    ++guests_;
+    interesting_ = true;
+    cv_.notify_all();
+    stalled_wait(lock, [&] { return guest_ != guest; });
+    if (guest_ == guest) guest_ = -1;  // it stalled: it runs on alongside
+  }
+
+  // A crash point is being explored (everything waits for it): no stall.
+  void set_busy(bool busy) {
+    std::lock_guard lock(mu_);
+    busy_ = busy;
+    ++progress_;
+  }
+
+  std::uint64_t passes() const { std::lock_guard lock(mu_); return passes_; }
+  std::uint64_t guests() const { std::lock_guard lock(mu_); return guests_; }
+  std::uint64_t stalls() const { std::lock_guard lock(mu_); return stalls_; }
+
+ private:
+  enum State { kRunning, kWaitingAtStart, kWaitingBeforeRead, kWaitingInDrain, kDone };
+
+  // Hands the turn from t to another thread that is not done; false when
+  // there is none.
+  bool pass_on(unsigned t) {
+    std::vector<unsigned> others;
+    for (unsigned u = 0; u < state_.size(); ++u) {
+      if (u != t && state_[u] != kDone) others.push_back(u);
+    }
+    if (others.empty()) return false;
+    holder_ = static_cast<int>(others[rng_() % others.size()]);
+    ++passes_;
+    cv_.notify_all();
+    return true;
+  }
+
+  void wait_for_turn(std::unique_lock<std::mutex>& lock, unsigned t) {
+    const int me = static_cast<int>(t);
+    if (holder_ >= 0 && state_[holder_] == kDone) holder_ = me;
+    stalled_wait(lock, [&] { return holder_ == me || guest_ == me; });
+    if (holder_ != me && guest_ != me) holder_ = me;  // stalled: take the turn
+  }
+
+  // Waits until done(), or until nothing progressed for kStall (false).
+  template <typename Done>
+  bool stalled_wait(std::unique_lock<std::mutex>& lock, Done done) {
+    std::uint64_t seen = progress_;
+    auto since = std::chrono::steady_clock::now();
+    while (!done()) {
+      cv_.wait_for(lock, std::chrono::milliseconds(2));
+      const auto now = std::chrono::steady_clock::now();
+      if (progress_ != seen || busy_) {
+        seen = progress_;
+        since = now;
+      } else if (now - since > kStall) {
+        ++stalls_;
+        return false;
+      }
+    }
+    return true;
+  }
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<State> state_;
+  std::vector<std::uint64_t> key_;  // the key of each thread's current or next operation
+  std::vector<bool> writing_;       // running a write (or a sync)
+  bool interesting_ = false;
+  int holder_ = 0;
+  int guest_ = -1;
+  bool busy_ = false;
+  std::uint64_t progress_ = 0;
+  std::uint64_t passes_ = 0, guests_ = 0, stalls_ = 0;
+  std::mt19937_64 rng_;
+};
+
+// The calls of the shared-key workload, numbered in one sequence (every
+// start and every return takes the next number).
+class CallLog {
+ public:
+  std::size_t begin(unsigned t, std::uint64_t i) {
+    std::lock_guard lock(mu_);
+    Call c;
+    c.thread = t;
+    c.index = i;
+    c.start = seq_++;
+    calls_.push_back(c);
+    return calls_.size() - 1;
+  }
+  void end(std::size_t at, Call::Answer answer, std::int64_t observed, std::uint64_t epoch) {
+    std::lock_guard lock(mu_);
+    Call& c = calls_[at];
+    c.end = seq_++;
+    c.answer = answer;
+    c.observed = observed;
+    c.epoch = epoch;
+  }
+  std::uint64_t seq() const {
+    std::lock_guard lock(mu_);
+    return seq_;
+  }
+  std::vector<Call> calls() const {
+    std::lock_guard lock(mu_);
+    return calls_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::uint64_t seq_ = 0;
+  std::vector<Call> calls_;
+};
+
+// ---------------------------------------------------------------------------
 // Explorer side.
 // ---------------------------------------------------------------------------
 
@@ -418,6 +717,10 @@ struct Pending {
   CrashChoice choice;
   std::vector<std::uint64_t> dirty;
   std::vector<Window> windows;
+  // Shared-key workload: the crash's sequence number and the calls begun by
+  // the time the image was complete (calls_text).
+  std::uint64_t crash_seq = 0;
+  std::string calls;
   std::vector<std::byte> image;
 };
 
@@ -447,6 +750,8 @@ class Explorer {
   void report(const Pending& p, const std::string& what, const std::vector<std::byte>* image);
   std::string rerun_command(std::uint64_t point) const;
   bool workload(unsigned t);
+  bool shared_workload(unsigned t);
+  std::string check_live_history();
   bool stopping() const { return c_.stop_after != 0 && violations_ >= c_.stop_after; }
 
   // What a thread has acknowledged, read by the crash points (another
@@ -471,6 +776,9 @@ class Explorer {
   std::vector<Child> verifiers_;
   std::mt19937_64 rng_;
   std::atomic<bool> workload_failed_{false};
+  std::unique_ptr<Turns> turns_;  // shared-key workload
+  CallLog log_;
+  std::uint64_t last_explored_seq_ = ~std::uint64_t{0};
 
   std::uint64_t points_explored_ = 0;
   std::uint64_t images_ = 0;
@@ -493,7 +801,9 @@ void Explorer::spawn(Child* v, unsigned index) {
                                    "--ops", std::to_string(c_.w.ops),
                                    "--keys", std::to_string(c_.w.keys),
                                    "--transactions", c_.w.transactions ? "1" : "0",
-                                   "--granularity", c_.granularity};
+                                   "--granularity", c_.granularity,
+                                   "--durability", c_.durability};
+  if (c_.shared) args.push_back("--shared-keys");
   // A bug planted in recovery must be there when the verifier recovers.
   if (!c_.plant.empty()) {
     args.push_back("--plant");
@@ -536,6 +846,7 @@ void Explorer::stop(Child* v) {
   ::unlink(v->file.c_str());
   ::unlink((v->file + "-recovery").c_str());
   ::unlink((v->file + "-failed").c_str());
+  ::unlink((v->file + ".calls").c_str());
 }
 
 void Explorer::collect(Child* v) {
@@ -614,16 +925,40 @@ void Explorer::dispatch(Child* v, bool crash_recovery) {
     const std::size_t n = std::min(kPage, image.size() - off);
     if (std::memcmp(v->map + off, image.data() + off, n) != 0) std::memcpy(v->map + off, image.data() + off, n);
   }
-  std::fprintf(v->to, "%s %s %d\n", v->file.c_str(), windows_text(v->pending.windows).c_str(),
-               crash_recovery ? 1 : 0);
+  std::string windows = windows_text(v->pending.windows);
+  if (c_.shared) {
+    const std::string calls = v->file + ".calls";
+    if (!write_file(calls, reinterpret_cast<const std::byte*>(v->pending.calls.data()), v->pending.calls.size())) {
+      usage("cannot write " + calls);
+    }
+    windows = "shared:" + std::to_string(v->pending.crash_seq) + ":" + calls;
+  }
+  std::fprintf(v->to, "%s %s %d\n", v->file.c_str(), windows.c_str(), crash_recovery ? 1 : 0);
   std::fflush(v->to);
   v->busy = true;
 }
 
 void Explorer::at_crash_point(const PersistenceSim& sim) {
   const std::uint64_t point = sim.crash_points();
-  if (point % c_.every != 0 || point < c_.first_point || point > c_.last_point || stopping()) return;
+  // Shared-key workload: a crash point right after the turn changed hands
+  // inside a drain is always explored (a read may just have seen what this
+  // drain makes durable).
+  // Otherwise a crash point at which no call began or returned since the
+  // last one explored (an engine thread's drains while the workload waits:
+  // dali's epoch worker drains every epoch) is skipped: its image differs
+  // only by what the engine's own threads did, which the explorations
+  // without --shared-keys cover.
+  const bool turned = turns_ && turns_->take_interesting();
+  const std::uint64_t crash_seq = log_.seq();  // calls that returned before it completed
+  const bool idle = turns_ && crash_seq == last_explored_seq_;
+  if (((point % c_.every != 0 || idle) && !turned) || point < c_.first_point || point > c_.last_point ||
+      stopping()) {
+    return;
+  }
+  last_explored_seq_ = crash_seq;
   ++points_explored_;
+  // Everything waits for this crash point: no turn is stalled meanwhile.
+  if (turns_) turns_->set_busy(true);
   // The epoch now bounds the counter any crash image of this point holds.
   const std::uint64_t epoch_now = epoch_mode() ? store_testing::epoch(*store_) : 0;
   std::vector<Window> windows(c_.w.threads);
@@ -660,11 +995,16 @@ void Explorer::at_crash_point(const PersistenceSim& sim) {
       std::lock_guard lock(acked_[t]->mu);
       p.windows[t].seen = acked_[t]->count;
     }
+    if (c_.shared) {
+      p.crash_seq = crash_seq;
+      p.calls = calls_text(log_.calls());
+    }
     p.choice = std::move(choice);
     p.dirty = dirty;
     const bool crash_recovery = c_.recovery_crash_every != 0 && rng_() % c_.recovery_crash_every == 0;
     dispatch(v, crash_recovery);
   }
+  if (turns_) turns_->set_busy(false);
 }
 
 // The exploration that found a crash point, narrowed to it (the point's
@@ -687,6 +1027,7 @@ std::string Explorer::rerun_command(std::uint64_t point) const {
                     std::to_string(c_.singles) + " --points " +
                     std::to_string(from) + "-" + std::to_string(point + 20);
   if (!c_.plant.empty()) cmd += " --plant " + c_.plant;
+  if (c_.shared) cmd += " --shared-keys";
   return cmd;
 }
 
@@ -721,6 +1062,11 @@ void Explorer::report(const Pending& p, const std::string& what, const std::vect
   r.fields["dropped"] = dropped.empty() ? "-" : dropped;
   r.fields["planted"] = c_.plant.empty() ? "-" : c_.plant;
   r.fields["violation"] = what;
+  if (c_.shared) {
+    r.fields["shared"] = "1";
+    r.fields["crash_seq"] = std::to_string(p.crash_seq);
+    r.fields["calls"] = p.calls;
+  }
   r.image = *image;
   const bool saved = write_reproducer(file, r);
   std::printf(
@@ -733,7 +1079,8 @@ void Explorer::report(const Pending& p, const std::string& what, const std::vect
       c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
       static_cast<unsigned long long>(c_.w.ops), c_.durability.c_str(),
       c_.plant.empty() ? "" : (" planted " + c_.plant).c_str(),
-      static_cast<unsigned long long>(p.crash_point), p.thread.c_str(), windows_text(p.windows).c_str(),
+      static_cast<unsigned long long>(p.crash_point), p.thread.c_str(),
+      (windows_text(p.windows) + (c_.shared ? "; crash at call seq " + std::to_string(p.crash_seq) : "")).c_str(),
       p.choice.describe().c_str(), dropped.empty() ? "-" : dropped.c_str(), what.c_str(), self_.c_str(),
       file.c_str(), saved ? "" : " (COULD NOT SAVE)", rerun_command(p.crash_point).c_str());
   std::fflush(stdout);
@@ -801,6 +1148,89 @@ bool Explorer::workload(unsigned t) {
   return true;
 }
 
+// The shared-key workload of thread t: every call recorded in log_, turns
+// taken as Turns says.
+bool Explorer::shared_workload(unsigned t) {
+  t_workload = static_cast<int>(t);
+  Acks& acks = *acked_[t];
+  pthread_setname_np(pthread_self(), ("workload-" + std::to_string(t)).c_str());
+  bool ok = true;
+  for (std::uint64_t i = 0; i < c_.w.ops && !stopping(); ++i) {
+    const Op op = shared_op_at(c_.w, t, i);
+    turns_->at_op_start(t, op.kind == Op::kGet, op.kind == Op::kSync ? ~std::uint64_t{0} : op.key);
+    g_operations.fetch_add(1, std::memory_order_relaxed);
+    acks.running.store(i + 1, std::memory_order_release);
+    const std::size_t at = log_.begin(t, i);
+    const std::string key = shared_key_name(op.key);
+    std::string got;
+    Status s;
+    switch (op.kind) {
+      case Op::kInsert: s = store_->insert(key, op.value); break;
+      case Op::kUpdate: s = store_->update(key, op.value); break;
+      case Op::kUpsert: s = store_->upsert(key, op.value); break;
+      case Op::kRemove: s = store_->remove(key); break;
+      case Op::kGet: s = store_->get(key, &got, ReadOptions{.snapshot = is_snapshot_get(op)}); break;
+      case Op::kSync: s = store_->sync(); break;
+      case Op::kTxn: s = Status::InvalidArgument("no transactions in the shared-key workload"); break;
+    }
+    const Call::Answer answer = s.ok() ? Call::kOk
+                              : s.is_not_found() ? Call::kNotFound
+                              : s.is_already_exists() ? Call::kAlreadyExists
+                                                      : Call::kOther;
+    const std::int64_t observed = op.kind == Op::kGet && s.ok() ? shared_write_of(c_.w, got) : durable::kAbsent;
+    log_.end(at, answer, observed, epoch_mode() ? store_testing::epoch(*store_) : 0);
+    acks.running.store(0, std::memory_order_release);
+    // The answers a model cannot predict here (they depend on the other
+    // threads) are checked by the oracle; these are wrong whatever ran.
+    const bool legal = op.kind == Op::kInsert ? s.ok() || s.is_already_exists()
+                     : op.kind == Op::kUpdate || op.kind == Op::kRemove || op.kind == Op::kGet
+                         ? s.ok() || s.is_not_found()
+                         : s.ok();
+    if (!legal || observed == -2) {
+      std::fprintf(stderr, "workload: thread %u op %llu on %s answered %s%s\n", t,
+                   static_cast<unsigned long long>(i), key.c_str(), s.to_string().c_str(),
+                   observed == -2 ? " with a value no write wrote" : "");
+      workload_failed_ = true;
+      ok = false;
+      break;
+    }
+    {
+      std::lock_guard lock(acks.mu);
+      acks.count = i + 1;
+    }
+    if (epoch_mode() && (i + 1) % c_.ops_per_epoch == 0) {
+      // A pace, as in workload(); a thread parked in a drain inside the
+      // epoch would hold its end up.
+      turns_->release(t);
+      const std::uint64_t e = store_testing::epoch(*store_);
+      while (store_testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
+    }
+  }
+  turns_->finish(t);
+  return ok;
+}
+
+// The whole history of a run, every call returned, against the store's
+// contents at its end: linearizable (crash/oracle.h, R1-R2 with nothing in
+// flight). "" when it is.
+std::string Explorer::check_live_history() {
+  SharedCrash all;
+  all.point = durable::kInFlight;
+  all.calls = log_.calls();
+  all.epoch = epoch_mode();
+  std::map<std::uint64_t, std::string> found;
+  std::string bad;
+  const Status s = store_->for_each([&](std::string_view k, std::string_view v) {
+    const auto key = parse_shared_key(std::string(k));
+    if (!key) bad = std::string(k);
+    else found.emplace(*key, std::string(v));
+    return true;
+  });
+  if (!s.ok()) return "for_each at the end of the run: " + s.to_string();
+  if (!bad.empty()) return "key " + bad + " at the end of the run was never written";
+  return SharedOracle(c_.w).check(all, found, ~std::uint64_t{0}, /*live=*/true);
+}
+
 int Explorer::run() {
   ::setenv("PMEM2_FORCE_GRANULARITY", c_.granularity.c_str(), 1);
   engine::nehash::testing::set_clock(&operation_clock);
@@ -829,7 +1259,8 @@ int Explorer::run() {
   o.durability = epoch_mode() ? Durability::kEpoch : Durability::kStrict;
   o.epoch_ms = c_.epoch_ms;
   if (Status s = Store::create(pool, o, &store_); !s.ok()) usage("cannot create " + pool + ": " + s.to_string());
-  c_.w.transactions = has_transactions(*store_);
+  c_.w.transactions = !c_.shared && has_transactions(*store_);
+  if (c_.shared) turns_ = std::make_unique<Turns>(c_.w.threads, c_.w.seed);
 
   verifiers_.resize(c_.verifiers);
   for (unsigned i = 0; i < c_.verifiers; ++i) spawn(&verifiers_[i], i);
@@ -847,9 +1278,21 @@ int Explorer::run() {
     // before the first crash point.
     if (Status s = store_->sync(); !s.ok()) usage("sync after create: " + s.to_string());
     sim.set_crash_point_hook([this](const PersistenceSim& s) { at_crash_point(s); });
+    if (turns_) {
+      sim.set_pre_drain_hook([this] { turns_->at_drain(); });
+      sim.set_pre_flush_hook([this] { turns_->at_drain(/*flush=*/true); });
+    }
     std::vector<std::thread> threads;
-    for (unsigned t = 0; t < c_.w.threads; ++t) threads.emplace_back([this, t] { workload(t); });
+    for (unsigned t = 0; t < c_.w.threads; ++t) {
+      threads.emplace_back([this, t] { c_.shared ? shared_workload(t) : workload(t); });
+    }
     for (std::thread& th : threads) th.join();
+    if (c_.shared && !workload_failed_ && !stopping()) {
+      if (std::string e = check_live_history(); !e.empty()) {
+        std::fprintf(stderr, "workload: the run's answers are not linearizable: %s\n", e.c_str());
+        workload_failed_ = true;
+      }
+    }
     // Crashes during the last resize and during close are crash points too.
     while (!workload_failed_ && !stopping() && store_->stats().resizing) std::this_thread::yield();
     shape = store_->stats();
@@ -868,27 +1311,35 @@ int Explorer::run() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::printf(
-      "engine %s seed %llu threads %u ops %llu granularity %s durability %s%s: %llu crash points, %llu explored, "
+      "engine %s seed %llu threads %u ops %llu granularity %s durability %s%s%s: %llu crash points, %llu explored, "
       "%llu crash images, %llu crashes during recovery, %llu violations, largest dirty set %llu, %llu expansions%s, "
       "%.1f s\n",
       c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
       static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.durability.c_str(),
-      c_.plant.empty() ? "" : (" planted " + c_.plant).c_str(), static_cast<unsigned long long>(crash_points),
-      static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
+      c_.plant.empty() ? "" : (" planted " + c_.plant).c_str(), c_.shared ? " shared-keys" : "",
+      static_cast<unsigned long long>(crash_points), static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
       static_cast<unsigned long long>(recovery_images_), static_cast<unsigned long long>(violations_.load()),
       static_cast<unsigned long long>(largest_dirty_), static_cast<unsigned long long>(shape.expansions),
       engine_shape(shape).c_str(), seconds);
+  if (turns_) {
+    std::printf("turns: %llu passed at drains and operation starts, %llu guest reads at other threads' drains, "
+                "%llu stalled waits, %zu calls\n",
+                static_cast<unsigned long long>(turns_->passes()), static_cast<unsigned long long>(turns_->guests()),
+                static_cast<unsigned long long>(turns_->stalls()), log_.calls().size());
+  }
   if (!c_.summary.empty()) {
     if (FILE* f = std::fopen(c_.summary.c_str(), "a")) {
       std::fprintf(f,
                    "{\"engine\":\"%s\",\"seed\":%llu,\"threads\":%u,\"ops\":%llu,\"granularity\":\"%s\","
-                   "\"durability\":\"%s\","
+                   "\"durability\":\"%s\",\"shared\":%s,\"turn_passes\":%llu,\"guest_reads\":%llu,\"stalls\":%llu,"
                    "\"planted\":\"%s\",\"crash_points\":%llu,\"explored\":%llu,\"images\":%llu,"
                    "\"recovery_images\":%llu,\"violations\":%llu,\"expansions\":%llu,\"splits\":%llu,"
                    "\"full_expansions\":%llu,\"segments\":%llu,\"directories\":%llu,\"seconds\":%.1f}\n",
                    c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
                    static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.durability.c_str(),
-                   c_.plant.c_str(),
+                   c_.shared ? "true" : "false", static_cast<unsigned long long>(turns_ ? turns_->passes() : 0),
+                   static_cast<unsigned long long>(turns_ ? turns_->guests() : 0),
+                   static_cast<unsigned long long>(turns_ ? turns_->stalls() : 0), c_.plant.c_str(),
                    static_cast<unsigned long long>(crash_points),
                    static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
                    static_cast<unsigned long long>(recovery_images_),
@@ -930,11 +1381,19 @@ int replay(const Config& c) {
     if (!write_file(path, r.image)) usage("cannot write " + path);
     std::string result;
     {
-      Oracle oracle(w);
       std::unique_ptr<Store> store;
       const Status s = Store::open(path, Options{.engine = ""}, &store);
-      result = s.ok() ? oracle.verify(*store, parse_windows(r.field("windows")))
-                      : "open (recovery) failed: " + s.to_string();
+      if (!s.ok()) {
+        result = "open (recovery) failed: " + s.to_string();
+      } else if (r.field("shared") == "1") {
+        SharedCrash crash;
+        crash.epoch = r.field("durability") == "epoch";
+        crash.point = std::stoull(r.field("crash_seq"));
+        if (!parse_calls(r.field("calls"), &crash.calls)) usage(c.replay + ": bad calls field");
+        result = SharedOracle(w).verify(*store, crash);
+      } else {
+        result = Oracle(w).verify(*store, parse_windows(r.field("windows")));
+      }
     }
     if (!result.empty()) {
       ++violations;
