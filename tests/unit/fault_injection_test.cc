@@ -470,12 +470,16 @@ TEST_P(PoolFullTest, NoSpaceWhileGrowingKeepsEveryAcknowledgedWrite) {
   for (std::uint64_t i = 0; i < kMaxSteps; ++i) {
     s = writer.step(i);
     if (!s.ok()) break;
-    // A crash image at the first quiescent point after 4^5, 4^6, ...
-    // acknowledged writes.
+    // A crash image after 4^5, 4^6, ... acknowledged writes, once the
+    // resize they may have started has ended (waited for: on a loaded
+    // machine the rehash threads can lag the writer until the pool fills).
     ++acknowledged;
     want_image |= acknowledged >= 1024 && std::has_single_bit(acknowledged) &&
                   std::countr_zero(acknowledged) % 2 == 0;
     CrashImage image;
+    if (want_image) {
+      ASSERT_NO_FATAL_FAILURE(wait_until_no_resize());
+    }
     if (want_image && try_crash_image(writer.model(), &image)) {
       ++images;
       want_image = false;
