@@ -280,7 +280,7 @@ INSTANTIATE_TEST_SUITE_P(EveryEngine, PlantedBug,
                                            Bug{"pmeh", "pmeh-split-record-ignored", "strict", "400", "1000",
                                                kPmehOneZone},
                                            // Readers that answer from what a crash can take back:
-                                           // two threads on eight shared keys.
+                                           // two threads on few shared keys.
                                            Bug{"clevel", "clevel-read-unpersisted", "strict", "8", "300",
                                                kSharedReads},
                                            // One key, seed 2: the race whose loser's cleared intent
@@ -288,12 +288,12 @@ INSTANTIATE_TEST_SUITE_P(EveryEngine, PlantedBug,
                                            // calls in (with four keys and seed 1 most runs met none).
                                            Bug{"clevel", "clevel-loser-clear-before-drain", "strict", "1", "200",
                                                kSharedRaces, "2"},
-                                           // One key: every get the guest turn runs is of the key
-                                           // the writer in flight writes (with eight keys, one
-                                           // get in eight is, and the runs that met none missed).
+                                           // One key: every get that runs while a write is in
+                                           // flight reads the key it writes (with eight keys, one
+                                           // get in eight did, and the runs that met none missed).
                                            Bug{"dali", "dali-answer-before-durable", "strict", "1", "200",
                                                kSharedReads},
-                                           Bug{"nehash", "nehash-read-unpersisted", "strict", "8", "200",
+                                           Bug{"nehash", "nehash-read-unpersisted", "strict", "1", "200",
                                                kSharedReads},
                                            Bug{"pmeh", "pmeh-read-unpersisted", "strict", "1", "200",
                                                kSharedReadsPmeh}),
