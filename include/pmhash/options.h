@@ -23,11 +23,12 @@ enum class Durability : unsigned char {
 // How Store::get reads.
 struct ReadOptions {
   // Read the latest state that is already durable, without taking locks:
-  // what the store would recover to after a crash now. For dali with
-  // Durability::kEpoch that is the state as of two epochs ago (a write
-  // acknowledged in the last ~2 epochs may not be seen yet; serializable,
-  // not strictly); engines whose writes are durable when they return read
-  // the latest state either way.
+  // what the store would recover to after a crash now. dali reads the
+  // state as of two epochs ago (with Durability::kEpoch a write acknowledged
+  // in the last ~2 epochs may not be seen yet; serializable, not strictly).
+  // With Durability::kStrict every engine's plain get already answers only
+  // from durable state (Store::get), so a snapshot read also sees every
+  // write acknowledged before it.
   bool snapshot = false;
 };
 

@@ -190,10 +190,10 @@ class Store {
   // acknowledged as durable before the call. dali: the state as of two
   // epochs before the read's (every such epoch is durable; with
   // Durability::kStrict it holds every acknowledged write, with kEpoch it
-  // may miss writes of the last two epochs). nehash, pmeh: the same as a
-  // plain get, whose every answer is already durable (their headers,
-  // "Durable linearizability"). An engine that cannot promise this
-  // returns NotSupported.
+  // may miss writes of the last two epochs). clevel, nehash, pmeh: the
+  // same as a plain get, whose every answer is already durable (their
+  // headers: clevel.h P4-P7, "Durable linearizability" in the others). An
+  // engine that cannot promise this returns NotSupported.
   virtual Status get(std::string_view key, std::string* value,
                      const ReadOptions& options) const = 0;
 

@@ -209,7 +209,9 @@ struct Bug {
   const char* keys = "150";
   const char* ops = "700";
   std::vector<std::string> extra = {};  // engine options
-  const char* seed = "1";
+  // Seeds tried in turn until one run reports the bug (a run's thread
+  // interleaving also depends on how the machine schedules a stalled turn).
+  std::vector<std::string> seeds = {"1"};
 };
 
 // pmeh's split and directory bugs show once the first segment splits: one
@@ -237,14 +239,20 @@ class PlantedBug : public ::testing::TestWithParam<Bug> {
 
 TEST_P(PlantedBug, IsReportedWithAReproducerThatReplaysIt) {
   const Bug& bug = GetParam();
-  std::vector<std::string> args = {"--engine", bug.engine, "--seed", bug.seed, "--threads", "1", "--ops", bug.ops,
-                                   "--keys", bug.keys, "--durability", bug.durability, "--plant", bug.name,
-                                   "--stop-after", "1", "--max-reports", "1", "--reproducers",
-                                   reproducers_};
-  args.insert(args.end(), bug.extra.begin(), bug.extra.end());
-  const SpawnResult r = run_program(kExplorer, args);
-  ASSERT_EQ(r.exit_code, 1) << "the explorer missed the planted bug\n" << describe(r);
-  ASSERT_NE(r.out.find(std::string("VIOLATION engine ") + bug.engine + " seed " + bug.seed + " "),
+  SpawnResult r;
+  std::string seed;
+  for (const std::string& s : bug.seeds) {
+    seed = s;
+    std::vector<std::string> args = {"--engine", bug.engine, "--seed", seed, "--threads", "1", "--ops", bug.ops,
+                                     "--keys", bug.keys, "--durability", bug.durability, "--plant", bug.name,
+                                     "--stop-after", "1", "--max-reports", "1", "--reproducers",
+                                     reproducers_};
+    args.insert(args.end(), bug.extra.begin(), bug.extra.end());
+    r = run_program(kExplorer, args);
+    if (r.exit_code == 1) break;
+  }
+  ASSERT_EQ(r.exit_code, 1) << "the explorer missed the planted bug with every seed\n" << describe(r);
+  ASSERT_NE(r.out.find(std::string("VIOLATION engine ") + bug.engine + " seed " + seed + " "),
             std::string::npos)
       << describe(r);
   EXPECT_NE(r.out.find("crash point "), std::string::npos) << describe(r);
@@ -286,8 +294,11 @@ INSTANTIATE_TEST_SUITE_P(EveryEngine, PlantedBug,
                                            // One key, seed 2: the race whose loser's cleared intent
                                            // reaches media without its slot clear comes about 90
                                            // calls in (with four keys and seed 1 most runs met none).
+                                           // One run in six missed it on a loaded machine (a turn
+                                           // stalled on an inserter's spin and ran anyway); seeds
+                                           // 1 and 4 also reach it.
                                            Bug{"clevel", "clevel-loser-clear-before-drain", "strict", "1", "200",
-                                               kSharedRaces, "2"},
+                                               kSharedRaces, {"2", "1", "4"}},
                                            // One key: every get that runs while a write is in
                                            // flight reads the key it writes (with eight keys, one
                                            // get in eight did, and the runs that met none missed).
