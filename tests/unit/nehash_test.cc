@@ -508,6 +508,52 @@ TEST_F(NehashEngineTest, SplitKeepsLowerHalfInPlaceAndCopiesUpperHalf) {
   expect_check();
 }
 
+// The conflict counts in the home lock words (nehash.h, "Conflict counts"):
+// one per VALID conflict slot of the bucket, through inserts, removes, a
+// split (both halves) and an open.
+TEST_F(NehashEngineTest, ConflictCountsFollowTheConflictBucket) {
+  create();
+  const unsigned b = 1;
+  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 9);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 8);
+  const auto other = find_keys(at(0b10, 2, b, 1, 5), 1);
+  auto count = [&](nh::GroupRef* g, unsigned k) { return nh::conflict_count(g->lock[k].load()); };
+  for (const auto& k : lower) ASSERT_TRUE(put(k, "v-" + k).ok());
+  ASSERT_TRUE(put(other[0], "v-" + other[0]).ok());
+  nh::GroupRef* g = group_of(lower[0]);
+  EXPECT_EQ(count(g, 0), 8u) << "lower[0] at home, eight in the conflict bucket";
+  EXPECT_EQ(count(g, 1), 0u);
+  ASSERT_TRUE(del(lower[8]).ok());
+  EXPECT_EQ(count(g, 0), 7u);
+  ASSERT_TRUE(put(lower[8], "v-" + lower[8]).ok());
+  for (const auto& k : upper) ASSERT_TRUE(put(k, "v-" + k).ok());
+  EXPECT_EQ(count(g, 0), 16u);
+  const auto trigger = find_keys(at(0b10, 2, b, 0, 0), 1);
+  ASSERT_TRUE(put(trigger[0], "v-" + trigger[0]).ok());
+  ASSERT_EQ(stats().splits, 1u);
+  nh::GroupRef* g1 = group_of(upper[0]);
+  ASSERT_NE(g1, g);
+  EXPECT_EQ(count(g, 0), 9u) << "eight lower conflict keys and the trigger";
+  EXPECT_EQ(count(g1, 0), 7u) << "upper[0] went home in the new group, seven did not";
+  EXPECT_EQ(count(g1, 1), 0u);
+  // A miss in a bucket with no conflict keys, and one in a bucket with some.
+  const auto absent_home = find_keys(at(0b10, 2, b, 0, 0), 1);
+  const auto absent_other = find_keys(at(0b10, 2, b, 1, 5), 1);
+  EXPECT_TRUE(index_->get(engine::make_key(absent_home[0]), nullptr).is_not_found());
+  EXPECT_TRUE(index_->get(engine::make_key(absent_other[0]), nullptr).is_not_found());
+  ASSERT_TRUE(reopen().ok());
+  g = group_of(lower[0]);
+  g1 = group_of(upper[0]);
+  EXPECT_EQ(count(g, 0), 9u) << "rebuilt at open";
+  EXPECT_EQ(count(g1, 0), 7u);
+  EXPECT_EQ(count(g, 1), 0u);
+  expect_all_found(lower);
+  expect_all_found(upper);
+  expect_all_found(other);
+  expect_all_found(trigger);
+  expect_check();
+}
+
 TEST_F(NehashEngineTest, SplitClearsStaleSlots) {
   create();
   const unsigned b = 1;

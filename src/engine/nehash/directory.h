@@ -40,10 +40,23 @@ void set_max_main_bits(unsigned bits);
 std::int64_t now_ns();
 
 // --- groups in DRAM -------------------------------------------------------------
-// Lock word of one bucket: bits 0..15 the slot locks (writers only), bits
-// 16..63 a version bumped by every unlock (readers' seqlock).
+// Lock word of one bucket:
+//   bits 0..15   the slot locks (writers only)
+//   bits 16..20  conflict count (home buckets only): how many VALID slots of
+//                the group's conflict bucket hold a key whose home bucket
+//                this is, 0..16. Changed only by a writer holding the home
+//                lock of such a key, or by a split under SPLITTING; rebuilt
+//                at open (nehash.h, "Conflict counts").
+//   bits 21..63  a version bumped by every unlock (readers' seqlock)
 inline constexpr std::uint64_t kSlotLockMask = 0xFFFF;
-inline constexpr std::uint64_t kVersionOne = std::uint64_t{1} << 16;
+inline constexpr unsigned kConflictShift = 16;
+inline constexpr std::uint64_t kConflictOne = std::uint64_t{1} << kConflictShift;
+inline constexpr std::uint64_t kConflictMask = std::uint64_t{0x1F} << kConflictShift;
+inline constexpr unsigned kVersionShift = 21;
+inline constexpr std::uint64_t kVersionOne = std::uint64_t{1} << kVersionShift;
+constexpr unsigned conflict_count(std::uint64_t lock_word) {
+  return static_cast<unsigned>((lock_word & kConflictMask) >> kConflictShift);
+}
 
 // GroupRef::state: a split of the group runs; its writers wait.
 inline constexpr std::uint32_t kSplitting = 1;

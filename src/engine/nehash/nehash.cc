@@ -41,6 +41,28 @@ NehashIndex::Place NehashIndex::conflict(GroupRef* g, unsigned s) const {
   return {&g->lock[k], &group_metas(g->hdr)[k].meta[s], &group_buckets(g->hdr, b_)[k].slot[s], s};
 }
 
+std::atomic<std::uint64_t>* NehashIndex::conflict_lock(GroupRef* g) const {
+  return &g->lock[std::size_t{1} << b_];
+}
+
+void NehashIndex::count_conflicts(GroupRef* g) const {
+  const std::size_t k = std::size_t{1} << b_;
+  for (std::size_t i = 0; i < k; ++i) {
+    g->lock[i].fetch_and(~kConflictMask, std::memory_order_relaxed);
+  }
+  for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+    const Place c = conflict(g, s);
+    const View v{c.meta->load(std::memory_order_relaxed), c.slot->w0.load(std::memory_order_relaxed),
+                 c.slot->w1.load(std::memory_order_relaxed)};
+    // Every VALID conflict slot counts, in range or not: clean_stale()
+    // uncounts each one it clears. A damaged slot counts for the bucket its
+    // w1 names (readers then scan; check() reports the slot).
+    if (!meta_valid(v.meta)) continue;
+    const std::uint64_t h1 = readable(v) ? slot_h1(v) : v.w1;
+    g->lock[home_bucket(h1, b_)].fetch_add(kConflictOne, std::memory_order_relaxed);
+  }
+}
+
 NehashIndex::Place NehashIndex::overflow_place(OverflowRef* o, unsigned s) {
   return {&o->lock, &o->block->meta.meta[s], &o->block->bucket.slot[s], s};
 }
@@ -157,6 +179,7 @@ bool NehashIndex::has_room(GroupRef* g, std::uint64_t h1) const {
 Status NehashIndex::get(const Key& key, std::string* value) {
   rcu::ReadGuard guard;
   const std::uint16_t fp = fingerprint(key.h2);
+  const bool unpersisted = planted::active(planted::kNehashReadUnpersisted);
   for (;;) {
     const Leaf leaf = dir_->find(key.h1);
     GroupRef* g = leaf.group;
@@ -164,7 +187,6 @@ Status NehashIndex::get(const Key& key, std::string* value) {
     View found;
     bool hit = false;
     std::uint64_t damaged = 0;  // a slot of the key's h1 whose item fails the check
-    const bool unpersisted = planted::active(planted::kNehashReadUnpersisted);
     // Every writer of the key holds its home slot's lock from before its
     // first store until its last drain (quiescent unlock). A NotFound is
     // answered only if that lock was free at the start of the scan and its
@@ -172,6 +194,11 @@ Status NehashIndex::get(const Key& key, std::string* value) {
     // linearizability", R2): no writer of the key was in flight meanwhile,
     // so every write of the key the scan could see is durable.
     const Place home_place = home(g, key.h1);
+    // The lock word, the home meta and the home slot are three lines whose
+    // addresses depend only on g: start the two pool lines before the
+    // lock word's load, so that the three misses overlap.
+    __builtin_prefetch(home_place.meta);
+    __builtin_prefetch(home_place.slot);
     std::uint64_t home_word = home_place.lock->load(std::memory_order_acquire);
     const std::uint64_t home_bit = std::uint64_t{1} << home_place.bit;
     for (unsigned spins = 0; (home_word & home_bit) != 0 && !unpersisted; ++spins) {
@@ -198,9 +225,15 @@ Status NehashIndex::get(const Key& key, std::string* value) {
       found = v;
       return hit = true;
     };
-    if (!try_place(home_place)) {
+    // The conflict bucket and the overflow chain are scanned only if the
+    // home word counts a conflict slot of this home bucket, or the group
+    // has overflow blocks (nehash.h, "Conflict counts", R2'): a writer that
+    // puts the key there holds its home lock, so it changes the word this
+    // scan compares at its end.
+    OverflowRef* chain = g->overflow.load(std::memory_order_acquire);
+    if (!try_place(home_place) && (conflict_count(home_word) != 0 || chain != nullptr)) {
       for (unsigned s = 0; s < kSlotsPerBucket && !hit; ++s) try_place(conflict(g, s));
-      for (OverflowRef* o = g->overflow.load(std::memory_order_acquire); o != nullptr && !hit;
+      for (OverflowRef* o = chain; o != nullptr && !hit;
            o = o->next.load(std::memory_order_acquire)) {
         for (unsigned s = 0; s < kSlotsPerBucket && !hit; ++s) try_place(overflow_place(o, s));
       }
@@ -402,6 +435,9 @@ NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key
     a.depth = d;
     return a;
   }
+  // A key that goes to the conflict bucket is counted in its home word
+  // while the home lock is held (nehash.h, "Conflict counts").
+  if (target.lock == conflict_lock(g)) h.lock->fetch_add(kConflictOne, std::memory_order_relaxed);
   store_new(target, new_view(key, value, item));
   *published = item != 0;
   add_count(tc, 1);
@@ -495,6 +531,7 @@ Status NehashIndex::remove(const Key& key) {
         at.meta->store(static_cast<std::uint16_t>(m & ~kMetaValid), std::memory_order_release);
         // The removal is durable before it is acknowledged.
         region_.persist(at.meta, sizeof(std::uint16_t));
+        if (at.lock == conflict_lock(g)) h.lock->fetch_sub(kConflictOne, std::memory_order_relaxed);
         add_count(tc, -1);
         if (other) unlock(at);
         unlock(h);

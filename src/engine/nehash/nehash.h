@@ -188,6 +188,48 @@
 // is durable, R1-R4). Costs: none on a hit; a NotFound loads the home lock
 // word twice (a DRAM line it reads anyway).
 //
+// Conflict counts (GAP; DRAM only). Bits 16..20 of a home bucket's lock
+// word count the VALID slots of the group's conflict bucket whose key has
+// this home bucket (directory.h). get() scans the conflict bucket and the
+// overflow chain only if that count is not 0 or the group has overflow
+// blocks, so a miss on an uncontended bucket reads the lock word, the home
+// meta and nothing else of the pool.
+//   C1  an insert into a conflict slot adds one to its home word while it
+//       holds the key's home lock, before it stores the slot; a remove of a
+//       conflict slot subtracts one, also under the home lock, after it
+//       clears VALID. Overflow slots are not counted.
+//   C2  a split counts its new group's conflict bucket before the directory
+//       names the group; its step 10 subtracts one for each conflict slot
+//       it clears, after the clear.
+//   C3  open counts every group's conflict bucket after the replays and
+//       the cleaning of W1, before serving. A count is never lower than
+//       the number of VALID conflict slots of its bucket that the group
+//       covers (C1-C3 add before a store and subtract after a clear).
+//   R2' a NotFound that skipped the conflict bucket: the home word, count
+//       included, was the same at the start and at the end of the scan
+//       (R2), so no writer of the key ran in between, and any conflict slot
+//       of the key durable before the scan would have been counted (C1-C3).
+//       A split that lowered the count moved the key out of the group, and
+//       the covering check that follows sends the get to the new group.
+//
+// Cache lines of a get (8-byte pair, b = 6; measured in
+// docs/results/nehash/): the directory entry (1 to 3 node lines, the main
+// node mostly cached), the GroupRef, then three independent lines fetched
+// together: the home lock word, the bucket's metas and the home slot (the
+// two pool lines are prefetched before the lock word is loaded). A miss
+// with a zero conflict count stops there; a key in the conflict bucket adds
+// the conflict metas and its slot. One hash per call (the store's Key).
+//
+// Drains per write of an 8-byte pair, and why none can go (a slot is 16
+// bytes and its meta lies in another line; the crash model keeps only
+// 8-byte stores whole and orders nothing within a line):
+//   insert   2: the words before the VALID meta (else a crash publishes a
+//            torn pair), the meta before the answer (durability).
+//   update   1: w1 is one 8-byte store, persisted before the answer.
+//   remove   1: VALID cleared, persisted before the answer.
+// A split adds its own (three drains per split, amortised over the keys
+// that fill a group).
+//
 // ---------------------------------------------------------------------------
 // Split (§4.2; DEPARTURE: in place, the paper gives no procedure)
 // ---------------------------------------------------------------------------

@@ -96,6 +96,10 @@ class NehashIndex final : public Index {
   Place home(GroupRef* g, std::uint64_t h1) const;
   Place conflict(GroupRef* g, unsigned s) const;
   static Place overflow_place(OverflowRef* o, unsigned s);
+  std::atomic<std::uint64_t>* conflict_lock(GroupRef* g) const;
+  // Sets the conflict counts of g's home lock words from its conflict
+  // bucket (open, and a split's new group before it is published).
+  void count_conflicts(GroupRef* g) const;
   static void lock(const Place& p);
   static bool try_lock(const Place& p);
   static void unlock(const Place& p);

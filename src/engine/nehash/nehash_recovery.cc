@@ -378,6 +378,9 @@ Status NehashIndex::recover() {
   // Cleared records are durable before heap recovery decides on the blocks
   // they name, and before we serve.
   region_.drain();
+  // The conflict counts (DRAM), from the conflict buckets as replayed and
+  // cleaned above.
+  for (GroupRef* g : refs) count_conflicts(g);
 
   // W2. Heap recovery: a block named by a log is kept if the index reaches it.
   heap_.recover([&](std::uint64_t off) {

@@ -169,10 +169,22 @@ bool NehashIndex::clean_stale(GroupRef* g, bool lock_buckets) {
     if (lock_buckets) {
       for (unsigned s = 0; s < kSlotsPerBucket; ++s) lock(Place{&g->lock[k], nullptr, nullptr, s});
     }
+    const bool conflict_bucket = k == (std::size_t{1} << b_);
     for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
       if (stale(s)) {
         const std::uint16_t m = metas.meta[s].load(std::memory_order_relaxed);
+        // Its home word stops counting a cleared conflict slot, after the
+        // clear: a reader that saw the old count scans, one that sees the
+        // new one misses only a key g no longer covers. (At open the
+        // counts are made after the cleaning: count_conflicts().)
+        const std::uint64_t h1 = conflict_bucket && lock_buckets
+                                     ? slot_h1({m, bucket.slot[s].w0.load(std::memory_order_relaxed),
+                                                bucket.slot[s].w1.load(std::memory_order_relaxed)})
+                                     : 0;
         metas.meta[s].store(static_cast<std::uint16_t>(m & ~kMetaValid), std::memory_order_release);
+        if (conflict_bucket && lock_buckets) {
+          g->lock[home_bucket(h1, b_)].fetch_sub(kConflictOne, std::memory_order_relaxed);
+        }
       }
     }
     region_.flush(&metas, sizeof(BucketMeta));
@@ -329,6 +341,7 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
   //    upper-half key fails the covering check and looks again; then the
   //    directory.
   GroupRef* g1 = dir_->add_group(off1, hdr1, d + 1);
+  count_conflicts(g1);  // before the directory names g1
   g->depth.store(static_cast<std::uint8_t>(d + 1), std::memory_order_seq_cst);
   dir_->apply_split(plan, g, g1, lower_keys, upper_keys);
   run_split_hook();
