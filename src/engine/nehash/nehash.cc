@@ -143,7 +143,11 @@ NehashIndex::Place NehashIndex::locate(GroupRef* g, const Key& key, const Place&
          home_place.slot->w1.load(std::memory_order_relaxed)};
   if (matches(h, key)) return home_place;
   const std::uint16_t fp = fingerprint(key.h2);
-  for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+  // A count of 0 means no conflict slot holds a key of this bucket: the
+  // count is never below them (C1-C3), and only a writer holding the key's
+  // home lock, which we hold, could add the key there.
+  const bool none = conflict_count(home_place.lock->load(std::memory_order_relaxed)) == 0;
+  for (unsigned s = 0; s < kSlotsPerBucket && !none; ++s) {
     const Place c = conflict(g, s);
     const std::uint16_t m = c.meta->load(std::memory_order_relaxed);
     if (meta_valid(m) && meta_fp(m) == fp && matches(read(c), key)) return c;

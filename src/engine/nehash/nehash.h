@@ -203,8 +203,11 @@
 //       it clears, after the clear.
 //   C3  open counts every group's conflict bucket after the replays and
 //       the cleaning of W1, before serving. A count is never lower than
-//       the number of VALID conflict slots of its bucket that the group
-//       covers (C1-C3 add before a store and subtract after a clear).
+//       the number of VALID conflict slots whose key has its bucket as
+//       home (C1-C3 add before a store and subtract after a clear).
+//   A writer's lookup under the key's home lock (insert, update, remove)
+//   skips the conflict bucket on a count of 0 as well: only a writer
+//   holding that lock could have put the key there.
 //   R2' a NotFound that skipped the conflict bucket: the home word, count
 //       included, was the same at the start and at the end of the scan
 //       (R2), so no writer of the key ran in between, and any conflict slot
