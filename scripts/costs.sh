@@ -211,6 +211,23 @@ else:
     lines.append("")
 
 
+def short(sym):
+    """The symbol without its parameter lists: "f(int, char) const" -> "f() const"."""
+    out, depth = [], 0
+    for ch in sym:
+        if ch == "(":
+            if depth == 0:
+                out.append("(")
+            depth += 1
+        elif ch == ")" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                out.append(")")
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).replace("pmhash::engine::", "").replace("pmhash::", "")
+
+
 def samples_of(path):
     """(time in ns, function) of every sample perf script printed."""
     out = []
@@ -229,7 +246,7 @@ def samples_of(path):
         sym, _, dso = rest.rpartition(" (")
         sym = sym.strip() or "[unknown]"
         dso = os.path.basename(dso.rstrip(")")) if dso else "?"
-        out.append((ns, f"{sym.split('+0x')[0]} ({dso})"))
+        out.append((ns, f"{short(sym.split('+0x')[0])} ({dso})"))
     out.sort()
     return out
 
@@ -241,7 +258,8 @@ lines += [
     "(Mops/s) x 1000. Flushes and fences per operation: the engine's Stats over the phase. "
     "B/key and load factor: the store after the phase. Top 5: the functions with the most "
     "cpu-clock samples (self) of the whole process during the phase, as a share of the "
-    "phase's samples.",
+    "phase's samples. Names are shortened: parameter lists and the pmhash:: and "
+    "pmhash::engine:: prefixes left out.",
     "",
 ]
 for e in engines:
