@@ -41,6 +41,22 @@
 #                    200000)
 #   make figures     regenerate every figure in docs/results from its JSON
 #   make bench       pmhash-microbench, pmhash against libcuckoo, repeated
+#   make costs       the cost account, into docs/results/costs.md: the
+#                    ceilings (incl. 8- and 16-byte non-temporal store +
+#                    fence, and the page size), then per engine (clevel,
+#                    nehash, pmeh strict; dali strict and epoch) and per
+#                    phase of pmhash-bench --preset peers-8b: Mops/s, ns/op
+#                    per thread, flushes and fences per op, bytes per key,
+#                    the top 5 functions of a perf record (cpu-clock) of
+#                    the phase, hardware counters where perf stat has them
+#                    (about 10 minutes; COSTS_RECORDS (default 1000000),
+#                    SHM_DIR, COSTS_HUGE_DIR (a huge=advise tmpfs: adds
+#                    huge pages against /dev/shm): scripts/costs.sh).
+#                    Installs linux-perf (scripts/bootstrap.sh costs).
+#                    The peers' shape by hand: pmhash-bench --preset
+#                    peers-8b (flags after it override it, e.g. --records
+#                    1000000; --sequence runs the workloads one after
+#                    another on one store)
 # Fuzzing (README, "Fuzzing"):
 #   make fuzz        every fuzz target for FUZZ_SECONDS each (default 600;
 #                    clang, ASan + UBSan, build/fuzz): Store::open on damaged
@@ -52,6 +68,7 @@
 
 .PHONY: run test bootstrap bootstrap-plot build-release build-asan build-tsan \
         build-fuzz bench bench-full bench-dali bench-nehash bench-pmeh bench-sephash results figures crash-long \
+        costs \
         fuzz clean
 
 bootstrap:
@@ -103,6 +120,14 @@ bench-nehash: build-release bootstrap-plot
 
 bench-pmeh: build-release bootstrap-plot
 	./scripts/bench.sh pmeh build/release
+
+# The release build of the library and the bench only: the cost account
+# needs neither the tests nor the other programs.
+costs: bootstrap
+	./scripts/bootstrap.sh costs
+	cmake --preset release >/dev/null
+	cmake --build --preset release --target pmhash-bench
+	./scripts/costs.sh build/release
 
 SEPHASH_RECORDS ?= 200000
 bench-sephash: build-release bootstrap-plot

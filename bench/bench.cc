@@ -53,6 +53,19 @@
 // nehash's bucket groups and the heap bytes per key go to the table, the
 // JSON and the CSV. The run phase then runs on the reopened store.
 //
+// Sequence. --sequence makes one store per engine and thread count instead
+// of one per workload: the load phase, then the run phase of every
+// --workload in the order given, each on what the phases before it left
+// (as the native peers' drivers measure: load, read, negative read, update,
+// delete). Each phase is one row (its name in the first column) and one
+// RunResult with sequence_step 0 (the load), 1, 2, ...; flushes, fences,
+// bytes per key and the load factor are the store's after that phase. The
+// store is sized for the inserts of all phases together. Stores are checked
+// after every phase, with the number of keys the phases so far leave.
+//
+// Presets. --preset NAME stands for a set of flags (preset.h); peers-8b is
+// the shape of the native peers' runs. Explicit flags win over the preset's.
+//
 // The txn workload (ycsb.h) runs only on tables with transactions
 // (Table::transactions_supported); any other engine is skipped for it, with
 // a row saying why in the table and an entry in the JSON's "skipped".
@@ -76,6 +89,7 @@
 #include "ceilings.h"
 #include "phase.h"
 #include "pmhash/options.h"
+#include "preset.h"
 #include "pmhash/store.h"
 #include "pmhash_table.h"
 #include "report.h"
@@ -126,6 +140,10 @@ struct Config {
   std::optional<unsigned> pmeh_zone_bits;
   bool reopen = false;
   bool list_engines = false;
+  // One store per engine and thread count: the load, then every workload's
+  // run phase in the order given (see "Sequence" at the head of the file).
+  bool sequence = false;
+  std::string preset;  // only for --help: presets are expanded before parsing
 };
 
 // Where the files of one run go: the pool file, and the peers' directories.
@@ -358,6 +376,36 @@ std::vector<EngineSpec> resolve_engines(const std::vector<std::string>& requeste
   return unique;
 }
 
+// --sequence runs every workload's run phase on the same store, so each
+// phase must find what the ones before it left: at most one workload
+// inserts (a second would insert the same new records again), a workload
+// that deletes comes last (later ones read or update loaded records), and
+// neither "load" (the load is the sequence's first phase) nor "txn" (a
+// store made for transactions) belongs in it.
+void validate_sequence(const Config& config) {
+  unsigned inserting = 0;
+  for (std::size_t i = 0; i < config.workloads.size(); ++i) {
+    const std::string& name = config.workloads[i];
+    std::string error;
+    const std::optional<WorkloadSpec> spec = parse_workload(name, &error);
+    if (!spec) throw Failure("--workload: " + error);
+    if (!spec->run_phase || spec->mix.has(OpType::kTxn)) {
+      throw Failure("--sequence: workload " + name +
+                    " cannot be part of a sequence (the load is its first phase; txn needs a "
+                    "store of its own): leave it out or drop --sequence");
+    }
+    if (spec->mix.has(OpType::kInsert) && ++inserting > 1) {
+      throw Failure("--sequence: workload " + name +
+                    " is the second that inserts new records; only one may (the records it "
+                    "would insert already exist)");
+    }
+    if (spec->mix.has(OpType::kDelete) && i + 1 != config.workloads.size()) {
+      throw Failure("--sequence: workload " + name +
+                    " deletes records the workloads after it use; put it last");
+    }
+  }
+}
+
 void validate(const Config& config) {
   if (config.records == 0) throw Failure("--records must be at least 1");
   if (config.records > UINT32_MAX) {
@@ -386,6 +434,7 @@ void validate(const Config& config) {
   if (config.distribution && !parse_distribution(*config.distribution)) {
     throw Failure("--distribution must be zipfian, uniform or latest");
   }
+  if (config.sequence) validate_sequence(config);
   if (contains(config.workloads, "txn") && config.records < kTxnKeys) {
     throw Failure("--workload txn: each transaction touches " + std::to_string(kTxnKeys) +
                   " distinct records; --records must be at least " + std::to_string(kTxnKeys));
@@ -424,6 +473,10 @@ class Driver {
   }
 
   void run_all() {
+    if (config_.sequence) {
+      run_sequences();
+      return;
+    }
     LoadKeys load_keys(space_, config_.records);
     for (const WorkloadSpec& spec : specs_) {
       print_workload_header(std::cout, spec, describe_params(spec));
@@ -449,6 +502,102 @@ class Driver {
         }
       }
       print_legend(spec);
+    }
+  }
+
+  // --sequence: per thread count and engine, one store: the load, then the
+  // run phase of every workload in order. One row (and one RunResult) per
+  // phase, the load's first; every row of the store carries the same load.
+  void run_sequences() {
+    LoadKeys load_keys(space_, config_.records);
+    std::string names = "load";
+    for (const WorkloadSpec& spec : specs_) names += ", " + spec.name;
+    WorkloadSpec load_spec;
+    std::string error;
+    load_spec = *parse_workload("load", &error);
+    print_workload_header(std::cout, load_spec,
+                          "one store per engine: " + names + "\n   " + describe_params(specs_.front()));
+    for (unsigned threads : config_.threads) {
+      std::vector<std::vector<OpStream>> streams;
+      for (const WorkloadSpec& spec : specs_) {
+        StreamParams params;
+        params.records = config_.records;
+        params.ops = config_.ops.value_or(config_.records);
+        params.threads = threads;
+        params.distribution = spec.distribution;
+        params.zipf = config_.zipf;
+        params.seed = config_.seed;
+        streams.push_back(generate_streams(spec, space_, params));
+      }
+      for (const EngineSpec& engine : engines_) {
+        print_sequence_header(std::cout, engine.label() + " t=" + std::to_string(threads));
+        run_sequence(engine, threads, load_spec, load_keys, streams);
+      }
+    }
+    print_legend(load_spec);
+  }
+
+  void run_sequence(const EngineSpec& engine, unsigned threads, const WorkloadSpec& load_spec,
+                    const LoadKeys& load_keys, const std::vector<std::vector<OpStream>>& streams) {
+    const std::string label = engine.label() + " t=" + std::to_string(threads);
+    const std::uint64_t dram_before = malloc_in_use();
+    std::unique_ptr<Table> table = make_table(engine, threads, false, run_inserts(specs_));
+    RunResult base;
+    base.engine = engine.name;
+    base.series = engine.series();
+    if (auto* store = dynamic_cast<PmhashTable*>(table.get()); store && engine.name == kNehash) {
+      base.nehash_bucket_bits = store->options().nehash_bucket_bits;
+      base.nehash_initial_dir_bits = store->options().nehash_initial_dir_bits;
+    }
+    if (auto* store = dynamic_cast<PmhashTable*>(table.get()); store && engine.name == kPmeh) {
+      base.pmeh_options = store->options();
+    }
+    base.kind = table->kind();
+    base.durability = table->durability();
+    base.threads = threads;
+    base.ceilings = ceilings_for(threads);
+    const auto timeout = std::chrono::seconds(config_.quiesce_timeout_s);
+
+    PhaseWork load;
+    load.load = &load_keys;
+    load.space = &space_;
+    load.progress_label = label + " load";
+    base.load = run_phase(*table, load, threads, timeout);
+    base.dram_after_load = dram_used(*table, dram_before);
+    verify(*table, base.load, config_.records, label + " load");
+    if (config_.reopen) {
+      if (auto* store = dynamic_cast<PmhashTable*>(table.get())) base.reopen = reopen(*store, label);
+    }
+    RunResult first = base;
+    first.workload = load_spec;
+    first.distribution = load_spec.distribution;
+    first.sequence_step = 0;
+    runs_.push_back(std::move(first));
+    print_row(std::cout, runs_.back(), "load");
+    std::cout.flush();
+    base.reopen.reset();
+
+    std::uint64_t expected = config_.records;  // keys in the store; 0: unknown
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+      const WorkloadSpec& spec = specs_[i];
+      PhaseWork run;
+      run.streams = &streams[i];
+      run.space = &space_;
+      run.negative_reads = spec.negative_reads;
+      run.progress_label = label + " " + spec.name;
+      if (config_.duration_s) run.duration = std::chrono::duration<double>(*config_.duration_s);
+      run.replay = !spec.mix.has(OpType::kInsert) && !spec.mix.has(OpType::kDelete);
+      RunResult r = base;
+      r.workload = spec;
+      r.distribution = spec.distribution;
+      r.sequence_step = static_cast<unsigned>(i + 1);
+      r.run = run_phase(*table, run, threads, timeout);
+      r.dram_after_run = dram_used(*table, dram_before);
+      expected = expected == 0 ? 0 : expected_items_after(spec, *r.run, expected);
+      verify(*table, *r.run, expected, label + " " + spec.name);
+      runs_.push_back(std::move(r));
+      print_row(std::cout, runs_.back(), spec.name);
+      std::cout.flush();
     }
   }
 
@@ -514,9 +663,25 @@ class Driver {
     std::cout << "\n";
   }
 
+  // Inserts the run phases of `workloads` make, at most (the run phase of
+  // each, one after another on the same store).
+  double run_inserts(const std::vector<WorkloadSpec>& workloads) const {
+    double inserts = 0;
+    for (const WorkloadSpec& w : workloads) {
+      if (w.run_phase) {
+        inserts += w.mix[OpType::kInsert] * static_cast<double>(config_.ops.value_or(config_.records));
+      }
+    }
+    return inserts;
+  }
+
   std::unique_ptr<Table> make_table(const EngineSpec& spec, unsigned threads,
                                     const WorkloadSpec& workload) const {
-    const bool transactions = workload.mix.has(OpType::kTxn);
+    return make_table(spec, threads, workload.mix.has(OpType::kTxn), run_inserts({workload}));
+  }
+
+  std::unique_ptr<Table> make_table(const EngineSpec& spec, unsigned threads, bool transactions,
+                                    double inserts) const {
     const std::string& engine = spec.name;
     TableConfig tc;
     tc.pool_path = paths_.pool_file;
@@ -533,11 +698,7 @@ class Driver {
     tc.lock_timeout_ms = config_.lock_timeout_ms;
     tc.capacity_hint = config_.records + config_.ops.value_or(config_.records);
     tc.max_keys = config_.records;
-    if (workload.run_phase) {
-      const double inserts = workload.mix[OpType::kInsert] *
-                             static_cast<double>(config_.ops.value_or(config_.records));
-      tc.max_keys += static_cast<std::uint64_t>(std::ceil(inserts * 1.05)) + 1000;
-    }
+    if (inserts > 0) tc.max_keys += static_cast<std::uint64_t>(std::ceil(inserts * 1.05)) + 1000;
     tc.key_size = config_.key_size;
     tc.value_size = config_.value_size;
     tc.threads = threads;
@@ -676,17 +837,23 @@ class Driver {
   // Keys expected in a pmhash store after the run phase, 0 when it depends
   // on the interleaving (mixed inserts and deletes).
   std::uint64_t expected_items_after_run(const WorkloadSpec& spec, const PhaseOutcome& run) const {
+    return expected_items_after(spec, run, config_.records);
+  }
+
+  // The same for a run phase on a store that held `before` keys.
+  static std::uint64_t expected_items_after(const WorkloadSpec& spec, const PhaseOutcome& run,
+                                            std::uint64_t before) {
     const bool inserts = spec.mix.has(OpType::kInsert);
     const bool deletes = spec.mix.has(OpType::kDelete);
     if (inserts && deletes) return 0;
     const std::uint64_t changed =
         run.by_type[static_cast<int>(inserts ? OpType::kInsert : OpType::kDelete)].count();
-    if (inserts) return config_.records + changed;
+    if (inserts) return before + changed;
     if (deletes) {
       const std::uint64_t removed = spec.distinct_deletes ? changed : run.ok;
-      return removed >= config_.records ? 0 : config_.records - removed;
+      return removed >= before ? 0 : before - removed;
     }
-    return config_.records;
+    return before;
   }
 
   static std::optional<std::uint64_t> dram_used(const Table& table, std::uint64_t before) {
@@ -892,6 +1059,16 @@ void add_options(CLI::App& app, Config& config) {
                  "pmeh: zone bits Z of each store, 0 to 8 (2^Z zones and first segments; "
                  "default: the library's, 6)")
       ->check(CLI::Range(0u, 8u));
+  app.add_option("--preset", config.preset,
+                 "a named set of flags, expanded where it stands; flags given explicitly win "
+                 "(bench/preset.h). peers-8b: the native peers' shape (every strict pmhash "
+                 "engine and dali:epoch; 8-byte keys and values; 4M records loaded by 2 threads, "
+                 "then on the same store 4M uniform reads, negative reads, updates, inserts of "
+                 "new keys and the delete of every loaded record; /dev/shm, cache_line)");
+  app.add_flag("--sequence", config.sequence,
+               "one store per engine and thread count: the load, then every workload's run "
+               "phase in the order given, one row each (at most one workload inserting, a "
+               "deleting one last; not load or txn)");
   app.add_flag("--reopen", config.reopen,
                "after the load phase, close each pmhash store and open it again, and open a crash "
                "image of it (a copy of the quiescent open pool); reports each open's time "
@@ -905,8 +1082,18 @@ int run(int argc, char** argv) {
   CLI::App app{"pmhash-bench: YCSB and micro-benchmarks, pmhash engines against peers"};
   Config config;
   add_options(app, config);
+  // Presets are expanded before parsing (preset.h).
+  std::vector<std::string> args;
   try {
-    app.parse(argc, argv);
+    args = expand_presets(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const Failure& e) {
+    std::cerr << "pmhash-bench: " << e.what() << "\n";
+    return 2;
+  }
+  std::vector<char*> expanded{argv[0]};
+  for (std::string& a : args) expanded.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(expanded.size()), expanded.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {

@@ -5,7 +5,8 @@
 // ("pmhash-limits-<pid>-<n>.tmp"), unlinked as soon as it is open (so even a
 // killed benchmark leaves nothing behind; the mapping keeps the blocks),
 // sized with posix_fallocate (ftruncate where the file system cannot
-// allocate) and mapped by libpmem2 exactly as media::Region maps a pool:
+// allocate; on tmpfs ftruncate, then every page allocated through the
+// advised mapping with MADV_POPULATE_WRITE, as a pool is) and mapped by libpmem2 exactly as media::Region maps a pool:
 // page granularity required, PMEM2_FORCE_GRANULARITY set to the requested
 // granularity while the mapping is made. Persists and the sequential writes
 // go through the functions libpmem2 hands back for that mapping (clwb/
@@ -28,7 +29,13 @@
 //
 // Tests, in this order (the chase must run before anything overwrites the
 // ring): dependent reads, independent reads, sequential read, persists,
-// sequential write. Each runs on config.threads threads released together
+// non-temporal 8-byte and 16-byte persists (byte and cache_line only),
+// sequential write.
+//
+// Huge pages: a file region gets madvise(MADV_HUGEPAGE) as a pool does
+// (media/region.h); the share mapped with huge pages is the sum of the
+// ShmemPmdMapped, FilePmdMapped and AnonHugePages lines of the region's
+// entry in /proc/self/smaps, read after the set-up touched every page. Each runs on config.threads threads released together
 // by a latch; each thread stops on its own once seconds_per_test have
 // passed since the release (TimeBox), and the rate is the operations of all
 // threads divided by the wall time from the release to the last join.
@@ -45,8 +52,13 @@
 
 #include <fcntl.h>
 #include <libpmem2.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,7 +69,9 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <latch>
+#include <sstream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -243,6 +257,7 @@ class Region {
 
   std::string path_;
   int fd_ = -1;
+  bool populate_ = false;  // tmpfs: allocate the pages through the mapping
   pmem2_source* source_ = nullptr;
   pmem2_config* config_ = nullptr;
   pmem2_map* map_ = nullptr;
@@ -304,6 +319,16 @@ void Region::open_file(const std::string& dir) {
 }
 
 void Region::size_file(const std::string& dir, std::uint64_t bytes) {
+  // tmpfs: as a pool (pool.cc), sized sparse and allocated through the
+  // advised mapping (map_file), so that huge=advise gives huge pages.
+  struct statfs fs {};
+  if (::fstatfs(fd_, &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+    if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) {
+      fail("cannot size to " + mib(bytes) + ": " + errno_text(errno));
+    }
+    populate_ = true;
+    return;
+  }
   int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
   if (err == EOPNOTSUPP || err == EINVAL) {
     // A file system that cannot allocate ahead: a sparse file will do; the
@@ -336,6 +361,26 @@ void Region::map_file(const std::string& granularity) {
   }
   base_ = static_cast<std::byte*>(pmem2_map_get_address(map_));
   size_ = pmem2_map_get_size(map_);
+  // As a pool's mapping (media/region.cc): huge pages where the file system
+  // allows them. Advice only; a refusal changes nothing measured here
+  // except the page size, which the result reports.
+  (void)::madvise(base_, size_, MADV_HUGEPAGE);
+  if (populate_) {
+#ifndef MADV_POPULATE_WRITE
+    constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14 and later
+#endif
+    if (::madvise(base_, size_, MADV_POPULATE_WRITE) != 0) {
+      const int err = errno;
+      if (err != EINVAL) {
+        fail("cannot allocate " + mib(size_) + ": " + errno_text(err) +
+             " (the file system is full? pass a smaller region or another directory)");
+      }
+      // An older kernel: allocate ahead as on any other file system.
+      if (const int e = ::posix_fallocate(fd_, 0, static_cast<off_t>(size_)); e != 0) {
+        fail("cannot allocate " + mib(size_) + ": " + errno_text(e));
+      }
+    }
+  }
   granularity_ = granularity_name(pmem2_map_get_store_granularity(map_));
   description_ = "file " + path_;
   persist_ = pmem2_get_persist_fn(map_);
@@ -387,6 +432,44 @@ std::vector<std::uint64_t> prepare(const Region& region, unsigned threads) {
   // the tests that follow.
   if (region.durable()) region.persist_fn()(region.base(), region.size());
   return starts;
+}
+
+// The share of [base, base + size) mapped with huge pages, from the
+// mapping's entry in /proc/self/smaps (0 when it cannot be read).
+double huge_page_fraction(const std::byte* base, std::uint64_t size) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto start = reinterpret_cast<std::uintptr_t>(base);
+  std::string line;
+  bool ours = false;
+  std::uint64_t huge_kib = 0;
+  while (std::getline(smaps, line)) {
+    // A mapping's header: "7f12...-7f13... rw-s 00000000 00:1a 123 /path".
+    const std::size_t dash = line.find('-');
+    if (dash != std::string::npos && dash > 0 &&
+        line.find_first_not_of("0123456789abcdef") == dash) {
+      if (ours) break;  // the next mapping: ours has been read
+      ours = std::stoull(line.substr(0, dash), nullptr, 16) == start;
+      continue;
+    }
+    if (!ours) continue;
+    for (const char* field : {"ShmemPmdMapped:", "FilePmdMapped:", "AnonHugePages:"}) {
+      if (line.rfind(field, 0) == 0) {
+        std::istringstream value(line.substr(std::strlen(field)));
+        std::uint64_t kib = 0;
+        value >> kib;
+        huge_kib += kib;
+      }
+    }
+  }
+  if (size == 0) return 0;
+  return std::min(1.0, static_cast<double>(huge_kib) * 1024 / static_cast<double>(size));
+}
+
+std::string page_size_text(double huge_fraction) {
+  if (huge_fraction >= 0.995) return "2 MiB";
+  if (huge_fraction <= 0.005) return "4 KiB";
+  return "2 MiB on " + std::to_string(static_cast<int>(huge_fraction * 100 + 0.5)) +
+         "% of the region, else 4 KiB";
 }
 
 // ---------------------------------------------------------------------------
@@ -540,6 +623,33 @@ std::uint64_t persists(const Region& region, Slice slice, unsigned t, TimeBox& b
   return done;
 }
 
+// Non-temporal stores: 8 bytes (movnti) or 16 (movntdq) at a random aligned
+// place of the slice, each followed by sfence, which returns once the store
+// has left the core's write-combining buffer for the memory controller (on
+// ADR persistent memory: durable). Returns the stores made.
+#if defined(__x86_64__)
+template <unsigned kBytes>
+std::uint64_t nt_persists(const Region& region, Slice slice, unsigned t, TimeBox& box) {
+  static_assert(kBytes == 8 || kBytes == 16);
+  std::byte* base = region.base() + slice.begin;
+  const std::uint64_t units = (slice.end - slice.begin) / kBytes;
+  Random rng(kSeed + 2000 + t);
+  std::uint64_t done = 0;
+  do {
+    std::byte* p = base + rng.below(units) * kBytes;
+    if constexpr (kBytes == 8) {
+      _mm_stream_si64(reinterpret_cast<long long*>(p), static_cast<long long>(done));
+    } else {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(p),
+                       _mm_set_epi64x(static_cast<long long>(done), static_cast<long long>(t)));
+    }
+    _mm_sfence();
+    ++done;
+  } while (!box.done());
+  return done;
+}
+#endif
+
 // `write` writes [p, p+n) and makes it durable (or just writes, for DRAM).
 template <typename Write>
 std::uint64_t sequential_write(const Region& region, Slice slice, TimeBox& box, Write write) {
@@ -562,7 +672,7 @@ std::uint64_t sequential_write(const Region& region, Slice slice, TimeBox& box, 
 }
 
 // ---------------------------------------------------------------------------
-// The five measurements over one prepared region.
+// The seven measurements over one prepared region.
 
 void measure_reads(const Region& region, const std::vector<std::uint64_t>& starts, unsigned threads,
                    double seconds, Ceilings* out) {
@@ -586,6 +696,18 @@ void measure_writes(const Region& region, unsigned threads, double seconds, Ceil
     if (!durable) return persists(region, slice, t, box, [](const void*, std::size_t) {});
     return persists(region, slice, t, box, persist_fn);
   });
+#if defined(__x86_64__)
+  // A non-temporal store is durable after the fence only where the cache is
+  // the last volatile stage: byte and cache_line granularity.
+  if (region.granularity() == "byte" || region.granularity() == "cache_line") {
+    out->nt_persists_per_s = rate_on_threads(threads, seconds, [&](unsigned t, TimeBox& box) {
+      return nt_persists<8>(region, slice_of(region, t, threads), t, box);
+    });
+    out->nt16_persists_per_s = rate_on_threads(threads, seconds, [&](unsigned t, TimeBox& box) {
+      return nt_persists<16>(region, slice_of(region, t, threads), t, box);
+    });
+  }
+#endif
   out->seq_write_bytes_per_s = rate_on_threads(threads, seconds, [&](unsigned t, TimeBox& box) {
     const Slice slice = slice_of(region, t, threads);
     if (!durable) {
@@ -612,6 +734,8 @@ Ceilings measure_ceilings(const CeilingConfig& config) {
   c.granularity = region->granularity();
   c.region = region->description();
   c.region_bytes = region->size();
+  c.huge_page_fraction = huge_page_fraction(region->base(), region->size());
+  c.page_size = page_size_text(c.huge_page_fraction);
   measure_reads(*region, starts, config.threads, config.seconds_per_test, &c);
   measure_writes(*region, config.threads, config.seconds_per_test, &c);
   return c;

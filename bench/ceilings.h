@@ -4,7 +4,7 @@
 //
 // measure_ceilings() maps a region exactly as an index pool is mapped (a
 // file through libpmem2 with the granularity forced, or anonymous DRAM),
-// touches every page, then runs five time-boxed tests on `threads` threads
+// touches every page, then runs seven time-boxed tests on `threads` threads
 // that start together. Each rate is operations (or bytes) summed over the
 // threads, divided by the wall time of that test:
 //
@@ -22,6 +22,19 @@
 //                            libpmem2's persist (flush + fence; an msync on
 //                            page granularity): the most durable small
 //                            writes the region takes.
+//   nt_persists_per_s        a random 8-byte non-temporal store (movnti)
+//                            followed by a fence (sfence): the way an index
+//                            can make one word durable without a flush,
+//                            since a non-temporal store bypasses the cache
+//                            and the fence waits until it has reached the
+//                            memory controller (durable under ADR).
+//   nt16_persists_per_s      the same with a 16-byte non-temporal store
+//                            (movntdq, 16-byte aligned) + sfence: a small
+//                            key-value pair in one store.
+//                            Both only on byte and cache_line granularity
+//                            (0 elsewhere: on an ordinary file a
+//                            non-temporal store is not durable, and DRAM
+//                            has nothing to persist).
 //   seq_read_bytes_per_s     each thread summing its own slice: bandwidth.
 //   seq_write_bytes_per_s    each thread writing its own slice in 1 MiB
 //                            chunks with libpmem2's memset, which also
@@ -39,6 +52,14 @@
 // nothing there is durable, so a "persist" is just the store (no flush, no
 // fence) and the sequential write is a plain memset. Those ceilings belong
 // to the volatile peers and to indexes run with granularity none.
+//
+// Page size. A file region is mapped the way media::Region maps a pool,
+// huge-page advice included (MADV_HUGEPAGE: 2 MiB pages where the file
+// system allows them, a tmpfs mounted huge=advise or huge=always; none on
+// one mounted huge=never, the default of /dev/shm). After the set-up has
+// touched every page, the share of the region the kernel maps with huge
+// pages is read from /proc/self/smaps, so every result says which page
+// size it ran on.
 //
 // The region's file is created under `dir` with a name unique to the
 // process and unlinked as soon as it is open: it is gone when
@@ -68,13 +89,17 @@ struct Ceilings {
   double dependent_reads_per_s = 0;    // random 64-byte line reads, each address depending on the previous (pointer chase), summed over threads
   double independent_reads_per_s = 0;  // random 64-byte line reads with independent addresses (memory-level parallelism), summed over threads
   double persists_per_s = 0;           // random 8-byte store + flush + fence (libpmem2 persist), summed over threads
+  double nt_persists_per_s = 0;        // random 8-byte non-temporal store + sfence, summed over threads (0: not measured)
+  double nt16_persists_per_s = 0;      // random 16-byte non-temporal store + sfence, summed over threads (0: not measured)
   double seq_read_bytes_per_s = 0;     // sequential read bandwidth, summed over threads
   double seq_write_bytes_per_s = 0;    // sequential write bandwidth including making the bytes durable, summed over threads
+  double huge_page_fraction = 0;       // share of the region mapped with 2 MiB pages (smaps), 0 to 1
+  std::string page_size;               // "4 KiB", "2 MiB" or "2 MiB on 37% of the region, else 4 KiB"
 };
 
-// Maps the region `config` describes, measures the five ceilings above and
+// Maps the region `config` describes, measures the seven ceilings above and
 // releases the region (unmaps, closes and unlinks its file). Takes about
-// 5 x seconds_per_test plus the time to fill the region once. Sets
+// 7 x seconds_per_test plus the time to fill the region once. Sets
 // PMEM2_FORCE_GRANULARITY to config.granularity while mapping a file and
 // restores its previous value afterwards, so do not call it while another
 // thread maps a pool.

@@ -8,6 +8,19 @@
 // std::string. libcuckoo starts with the slots of a new clevel table, oneTBB
 // and std empty; none is reserved from capacity_hint, so the measured
 // inserts include the maps' resizing, as pmhash's include its own.
+//
+// Bytes. The driver counts a volatile peer's bytes as what glibc's malloc
+// has handed out while the table existed (mallinfo2). oneTBB's map does not
+// allocate through malloc: its default allocator, tbb::tbb_allocator, takes
+// its nodes and bucket segments from libtbbmalloc (scalable_malloc, its own
+// mmap-ed pools), which mallinfo2 never sees, so with keys and values short
+// enough to live inside std::string (8 bytes) the map appeared to use 0
+// bytes. TbbPeer therefore hands the map a tbb_allocator that counts the
+// bytes it holds (CountingAllocator) and reports them plus the malloc bytes
+// of longer strings (which std::string takes from malloc) as its own.
+#include <malloc.h>
+
+#include <atomic>
 #include <functional>
 #include <libcuckoo/cuckoohash_map.hh>
 #include <mutex>
@@ -83,8 +96,67 @@ class CuckooPeer final : public Table {
 
 // --- oneTBB ------------------------------------------------------------------
 
+// Bytes allocated and not yet freed through a CountingAllocator, in 64
+// stripes picked by thread so that two threads rarely share a counter's
+// line; a stripe may go negative (one thread frees what another took), the
+// sum may not.
+struct alignas(64) ByteStripe {
+  std::atomic<std::int64_t> bytes{0};
+};
+struct ByteCount {
+  ByteStripe stripes[64];
+
+  void add(std::int64_t n) {
+    static std::atomic<unsigned> next{0};
+    thread_local const unsigned mine = next.fetch_add(1, std::memory_order_relaxed) % 64;
+    stripes[mine].bytes.fetch_add(n, std::memory_order_relaxed);
+  }
+  std::uint64_t total() const {
+    std::int64_t sum = 0;
+    for (const ByteStripe& s : stripes) sum += s.bytes.load(std::memory_order_relaxed);
+    return sum > 0 ? static_cast<std::uint64_t>(sum) : 0;
+  }
+};
+
+// tbb::tbb_allocator (the map's default, libtbbmalloc) that counts the bytes
+// it holds in a ByteCount shared by every copy and rebinding.
+template <typename T>
+class CountingAllocator {
+ public:
+  using value_type = T;
+  explicit CountingAllocator(ByteCount* count) noexcept : count_(count) {}
+  template <typename U>
+  CountingAllocator(const CountingAllocator<U>& other) noexcept : count_(other.count()) {}
+
+  T* allocate(std::size_t n) {
+    T* p = tbb::tbb_allocator<T>().allocate(n);
+    count_->add(static_cast<std::int64_t>(n * sizeof(T)));
+    return p;
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    tbb::tbb_allocator<T>().deallocate(p, n);
+    count_->add(-static_cast<std::int64_t>(n * sizeof(T)));
+  }
+  ByteCount* count() const noexcept { return count_; }
+
+  template <typename U>
+  bool operator==(const CountingAllocator<U>& other) const noexcept {
+    return count_ == other.count();
+  }
+
+ private:
+  ByteCount* count_;
+};
+
+std::uint64_t malloc_in_use() {
+  const struct mallinfo2 m = ::mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
 class TbbPeer final : public Table {
  public:
+  TbbPeer() : malloc_before_(malloc_in_use()), map_(Map::allocator_type(&count_)) {}
+
   std::string name() const override { return "tbb"; }
   std::string kind() const override { return "peer"; }
   std::string durability() const override { return kVolatile; }
@@ -118,11 +190,20 @@ class TbbPeer final : public Table {
     stats.items = map_.size();
     // Chained buckets: items per bucket, which may exceed 1.
     stats.load_factor = static_cast<double>(map_.size()) / static_cast<double>(map_.bucket_count());
+    // The map's nodes and buckets (libtbbmalloc), plus what the strings
+    // took from malloc (and whatever else the process allocated meanwhile,
+    // as for the other volatile peers).
+    const std::uint64_t in_use = malloc_in_use();
+    stats.bytes = count_.total() + (in_use > malloc_before_ ? in_use - malloc_before_ : 0);
+    stats.bytes_kind = "dram";
     return stats;
   }
 
  private:
-  using Map = tbb::concurrent_hash_map<std::string, std::string, ViewHashCompare>;
+  using Map = tbb::concurrent_hash_map<std::string, std::string, ViewHashCompare,
+                                       CountingAllocator<std::pair<const std::string, std::string>>>;
+  ByteCount count_;
+  std::uint64_t malloc_before_;
   Map map_;
 };
 

@@ -64,6 +64,11 @@ struct PhaseOutcome {
   std::string name;  // "load" or "run"
   std::uint64_t ops = 0;
   double seconds = 0;
+  // The phase's first start and last end on steady_clock (CLOCK_MONOTONIC
+  // on Linux), ns: what a profile recorded with that clock (perf record
+  // -k CLOCK_MONOTONIC) is split by, to charge each sample to its phase.
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
   Histogram all;
   Histogram by_type[kOpTypes];
   std::uint64_t ok = 0;
@@ -372,6 +377,8 @@ inline PhaseOutcome run_phase(Table& table, const PhaseWork& work, unsigned thre
   }
   out.ops = out.all.count();
   out.seconds = std::chrono::duration<double>(last_end - first_start).count();
+  out.start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(first_start.time_since_epoch()).count();
+  out.end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(last_end.time_since_epoch()).count();
 
   const auto quiesce_start = clock::now();
   if (!table.quiesce(quiesce_timeout)) {

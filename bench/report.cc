@@ -110,6 +110,7 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
   return {
       {"ops", p.ops},
       {"seconds", p.seconds},
+      {"monotonic_ns", {{"start", p.start_ns}, {"end", p.end_ns}}},
       {"ops_per_s", p.ops_per_s()},
       {"ceiling_ops_per_s", ceiling > 0 ? json(ceiling) : json(nullptr)},
       {"ceiling_fraction", ceiling > 0 ? json(p.ops_per_s() / ceiling) : json(nullptr)},
@@ -125,6 +126,7 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
       {"fences_per_op", optional_json(per_op(p.before.fences, p.after.fences, p.ops))},
       {"bytes_per_key", optional_json(bpk)},
       {"bytes_kind", kind.empty() ? json(nullptr) : json(kind)},
+      {"load_factor_after", optional_json(p.after.load_factor)},
       {"expansions", optional_json(expansions)},
       {"items_moved", optional_json(moved)},
       {"items_moved_per_resize", optional_json(moved_per_resize)},
@@ -302,8 +304,13 @@ nlohmann::json ceilings_json(const Ceilings& c) {
           {"dependent_reads_per_s", c.dependent_reads_per_s},
           {"independent_reads_per_s", c.independent_reads_per_s},
           {"persists_per_s", c.persists_per_s},
+          {"nt_persists_per_s", c.nt_persists_per_s > 0 ? json(c.nt_persists_per_s) : json(nullptr)},
+          {"nt16_persists_per_s",
+           c.nt16_persists_per_s > 0 ? json(c.nt16_persists_per_s) : json(nullptr)},
           {"seq_read_bytes_per_s", c.seq_read_bytes_per_s},
-          {"seq_write_bytes_per_s", c.seq_write_bytes_per_s}};
+          {"seq_write_bytes_per_s", c.seq_write_bytes_per_s},
+          {"huge_page_fraction", c.huge_page_fraction},
+          {"page_size", c.page_size}};
 }
 
 nlohmann::json run_json(const RunResult& r) {
@@ -326,6 +333,7 @@ nlohmann::json run_json(const RunResult& r) {
           {"series", r.series.empty() ? r.engine : r.series},
           {"options", std::move(options)},
           {"reopen", r.reopen ? reopen_json(*r.reopen) : json(nullptr)},
+          {"sequence_step", optional_json(r.sequence_step)},
           {"kind", r.kind},
           {"durability", r.durability},
           {"durability_mode", durability_word(r.durability)},
@@ -349,17 +357,25 @@ void print_workload_header(std::ostream& out, const WorkloadSpec& spec, const st
 }
 
 namespace {
-constexpr const char* kRowFormat = "%-12s %3s %9s %9s %8s %8s %8s %8s %8s %6s %6s %7s  %s\n";
+constexpr const char* kRowFormat = "%-12s %3s %9s %9s %8s %8s %8s %8s %8s %6s %6s %7s %5s  %s\n";
 }
 
 void print_row_header(std::ostream& out) {
   char line[256];
   std::snprintf(line, sizeof(line), kRowFormat, "engine", "thr", "load M/s", "run M/s", "ceiling",
-                "p50", "p99", "p99.9", "max", "flush", "fence", "B/key", "durability");
+                "p50", "p99", "p99.9", "max", "flush", "fence", "B/key", "lf", "durability");
   out << line;
 }
 
 void print_row(std::ostream& out, const RunResult& r) {
+  print_row(out, r, r.series.empty() ? r.engine : r.series);
+}
+
+void print_sequence_header(std::ostream& out, const std::string& label) {
+  out << "-- " << label << "\n";
+}
+
+void print_row(std::ostream& out, const RunResult& r, const std::string& name) {
   const PhaseOutcome& m = r.measured();
   const Mix mix = phase_mix(r, m);
   const std::optional<double> ceiling =
@@ -369,7 +385,6 @@ void print_row(std::ostream& out, const RunResult& r) {
   std::string kind;
   const auto bpk = bytes_per_key(m, r.run ? r.dram_after_run : r.dram_after_load, &kind);
   char line[512];
-  const std::string& name = r.series.empty() ? r.engine : r.series;
   std::snprintf(line, sizeof(line), kRowFormat, name.c_str(),
                 std::to_string(r.threads).c_str(), fixed(r.load.ops_per_s() / 1e6, 3).c_str(),
                 r.run ? fixed(r.run->ops_per_s() / 1e6, 3).c_str() : "-",
@@ -377,7 +392,9 @@ void print_row(std::ostream& out, const RunResult& r) {
                 compact_ns(m.all.percentile(0.5)).c_str(), compact_ns(m.all.percentile(0.99)).c_str(),
                 compact_ns(m.all.percentile(0.999)).c_str(), compact_ns(m.all.max()).c_str(),
                 flush ? fixed(*flush, 2).c_str() : "-", fence ? fixed(*fence, 2).c_str() : "-",
-                bpk ? fixed(*bpk, 0).c_str() : "-", durability_text(r, m).c_str());
+                bpk ? fixed(*bpk, 0).c_str() : "-",
+                m.after.load_factor ? fixed(*m.after.load_factor, 2).c_str() : "-",
+                durability_text(r, m).c_str());
   out << line;
   if (m.after.segments) print_pmeh_line(out, m);  // pmeh only
   if (r.reopen) print_reopen(out, *r.reopen);
@@ -433,17 +450,21 @@ void print_skipped_row(std::ostream& out, const SkippedRun& s) {
 void print_ceilings(std::ostream& out, const std::vector<Ceilings>& ceilings) {
   if (ceilings.empty()) return;
   out << "\n== ceilings of this machine (" << ceilings.front().region << ", granularity "
-      << ceilings.front().granularity << ")\n";
+      << ceilings.front().granularity << ", pages " << ceilings.front().page_size << ")\n"
+      << "   persists/s: 8-byte store + flush + fence; nt8, nt16: 8- or 16-byte non-temporal "
+         "store + sfence\n";
   char line[256];
-  constexpr const char* kFormat = "%3s %14s %14s %14s %12s %12s\n";
+  constexpr const char* kFormat = "%3s %14s %14s %14s %12s %12s %12s %12s\n";
   std::snprintf(line, sizeof(line), kFormat, "thr", "dep reads/s", "indep reads/s", "persists/s",
-                "seq rd GB/s", "seq wr GB/s");
+                "nt8/s", "nt16/s", "seq rd GB/s", "seq wr GB/s");
   out << line;
+  const auto rate = [](double v) { return v > 0 ? fixed(v / 1e6, 3).append("M") : std::string("-"); };
   for (const Ceilings& c : ceilings) {
     std::snprintf(line, sizeof(line), kFormat, std::to_string(c.threads).c_str(),
                   fixed(c.dependent_reads_per_s / 1e6, 2).append("M").c_str(),
                   fixed(c.independent_reads_per_s / 1e6, 2).append("M").c_str(),
                   fixed(c.persists_per_s / 1e6, 3).append("M").c_str(),
+                  rate(c.nt_persists_per_s).c_str(), rate(c.nt16_persists_per_s).c_str(),
                   fixed(c.seq_read_bytes_per_s / 1e9, 2).c_str(),
                   fixed(c.seq_write_bytes_per_s / 1e9, 2).c_str());
     out << line;
@@ -459,7 +480,7 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
          "crash_open_ns,crash_recovery_ns,reopen_bytes_per_key,bytes_moved,items_moved,"
          "bytes_moved_per_insert,splits,segments,delegated_ops,read_retries,pmeh_split_bits,"
          "pmeh_split_step,pmeh_opportunistic,reopen_segments,zone_switches,direct_ops,"
-         "eager_split_completions\n";
+         "eager_split_completions,load_factor_after,sequence_step\n";
   for (const RunResult& r : runs) {
     const json j = run_json(r);
     const json& m = r.run ? j["run"] : j["load"];
@@ -509,6 +530,7 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
     out << ',' << (r.reopen && pmeh ? std::to_string(r.reopen->clean.segments) : "");
     out << ',' << num(m["zone_switches"]) << ',' << num(m["direct_ops"]) << ','
         << num(m["eager_split_completions"]);
+    out << ',' << num(m["load_factor_after"]) << ',' << csv_optional(r.sequence_step);
     out << '\n';
   }
 }

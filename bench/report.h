@@ -10,8 +10,10 @@
 //                  seed, threads, engines },
 //     "ceilings": [ { threads, granularity, region, region_bytes,
 //                     dependent_reads_per_s, independent_reads_per_s,
-//                     persists_per_s, seq_read_bytes_per_s,
-//                     seq_write_bytes_per_s } ],
+//                     persists_per_s, nt_persists_per_s and
+//                     nt16_persists_per_s (null where not measured),
+//                     seq_read_bytes_per_s, seq_write_bytes_per_s,
+//                     huge_page_fraction, page_size } ],
 //     "runs": [ { engine, series (the engine, or "nehash b=N" in a
 //                 --nehash-bucket-bits sweep), kind, durability,
 //                 durability_mode (strict, epoch or none), threads, workload,
@@ -22,12 +24,16 @@
 //                 pmeh_delegate_reads}; else null; a sweep's series is
 //                 "pmeh k=2", "pmeh B=4", "pmeh switch=off" or a
 //                 combination),
-//                 load: PHASE, run: PHASE or null, reopen: REOPEN or null } ],
+//                 load: PHASE, run: PHASE or null, reopen: REOPEN or null,
+//                 sequence_step (--sequence: 0 for the load, then 1, 2, ...
+//                 for the run phases on the same store, in order; every
+//                 run of a store repeats its load; else null) } ],
 //     "skipped": [ { engine, kind, threads, workload, reason } ] }
 //                 (runs not made: an engine without transactions under the
 //                 txn workload; reason is the table's one-line note)
 //
-//   PHASE: ops, seconds, ops_per_s, ceiling_ops_per_s, ceiling_fraction,
+//   PHASE: ops, seconds, monotonic_ns {start, end} (steady_clock, to split
+//     a profile by phase), ops_per_s, ceiling_ops_per_s, ceiling_fraction,
 //     mix {read, update, insert, delete, rmw, txn}, outcomes {ok, not_found,
 //     already_exists}, transactions (txn workload's run phase, else null:
 //     {committed, aborts: attempts aborted and retried, retried: transactions
@@ -36,7 +42,8 @@
 //     p99, p999, max, histogram: [[upper bound ns, count]...]}},
 //     timeseries {interval_s, t_s: [end of each interval, s], ops_per_s: [...]}
 //     (the last interval may be shorter), load_factor [[ops, lf]...],
-//     flushes_per_op, fences_per_op, bytes_per_key, bytes_kind, slots and
+//     flushes_per_op, fences_per_op, bytes_per_key, bytes_kind,
+//     load_factor_after (the table's load factor after the phase), slots and
 //     groups after the phase (pmhash; groups: nehash's bucket groups), expansions,
 //     items_moved, items_moved_per_resize, and for pmeh (else null, all
 //     counted in the phase): bytes_moved (split moves' slot and meta
@@ -100,6 +107,10 @@ struct RunResult {
   std::optional<Ceilings> ceilings;
   // --reopen: the opens between the load and the run phase (pmhash only).
   std::optional<ReopenOutcome> reopen;
+  // --sequence: the phase's place in its store's sequence, 0 for the load
+  // (whose RunResult has no run phase); every RunResult of one store holds
+  // the same load. Unset for a store of its own per workload.
+  std::optional<unsigned> sequence_step;
 
   const PhaseOutcome& measured() const { return run ? *run : load; }
 };
@@ -131,6 +142,10 @@ nlohmann::json skipped_json(const SkippedRun& s);
 void print_workload_header(std::ostream& out, const WorkloadSpec& spec, const std::string& params);
 void print_row_header(std::ostream& out);
 void print_row(std::ostream& out, const RunResult& r);
+// A row named `name` instead of the series: a phase of a --sequence.
+void print_row(std::ostream& out, const RunResult& r, const std::string& name);
+// The line above the rows of one --sequence store: its engine and threads.
+void print_sequence_header(std::ostream& out, const std::string& label);
 void print_skipped_row(std::ostream& out, const SkippedRun& s);
 // The line under a row with --reopen: open times, keys, groups, bytes/key.
 void print_reopen(std::ostream& out, const ReopenOutcome& r);

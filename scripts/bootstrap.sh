@@ -2,6 +2,9 @@
 # Installs the Debian packages pmhash needs to build, test and benchmark.
 # Idempotent: only packages that are missing are installed, so a second run
 # costs one dpkg query.
+#
+#   scripts/bootstrap.sh         what make run and make test need
+#   scripts/bootstrap.sh costs   that, and perf (linux-perf) for make costs
 set -euo pipefail
 
 packages=(
@@ -19,6 +22,10 @@ packages=(
   # -fsanitize=fuzzer,address,undefined, which clang only recommends.
   clang libclang-rt-14-dev
 )
+if [ "${1:-}" = costs ]; then
+  # make costs (scripts/costs.sh): perf record and perf stat.
+  packages+=(linux-perf)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -263,6 +263,12 @@ Status Region::map_file(const std::string& path, std::size_t size,
   r->path_ = path;
   r->flush_fn_ = pmem2_get_flush_fn(impl->map);
   r->drain_fn_ = pmem2_get_drain_fn(impl->map);
+  if (r->granularity_ != Granularity::kPage || shared) {
+    // Huge pages where the file system gives them (region.h, "Page size").
+    // Advice: where it does not apply the kernel ignores it or says EINVAL,
+    // and the mapping works as before with 4 KiB pages.
+    (void)::madvise(r->base_, r->size_, MADV_HUGEPAGE);
+  }
   if (r->granularity_ == Granularity::kPage && !shared) {
     // An ordinary file: map it privately and write back with pwrite (see
     // the head of this file). libpmem2's shared mapping only told us the
@@ -284,6 +290,31 @@ Status Region::map_file(const std::string& path, std::size_t size,
   if (MapHook hook = map_hook.load()) hook(*r);
   *out = std::move(r);
   return Status::OK();
+}
+
+Status Region::populate() {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14 and later
+#endif
+  const std::string what = "region " + path_ + ": cannot allocate its " + std::to_string(size_) +
+                           " bytes: ";
+  if (impl_ == nullptr || impl_->map == nullptr) {
+    // Anonymous, or the private copy of page granularity: write faults
+    // there would copy pages, not allocate the file's.
+    return Status::NotSupported(what + "not a shared file mapping");
+  }
+  if (::madvise(base_, size_, MADV_POPULATE_WRITE) == 0) return Status::OK();
+  const int err = errno;
+  if (err == EINVAL) {
+    return Status::NotSupported(what + "the kernel has no MADV_POPULATE_WRITE (Linux 5.14+)");
+  }
+  // A page that cannot be allocated would be a SIGBUS on access (EFAULT),
+  // or the memory behind tmpfs is exhausted (ENOMEM).
+  if (err == EFAULT || err == ENOMEM || err == ENOSPC) {
+    return Status::IOError(what + errno_text(ENOSPC) + " (" + errno_text(err) +
+                           " while allocating: free space or use a smaller pool)");
+  }
+  return Status::IOError(what + errno_text(err));
 }
 
 Status Region::anonymous(std::size_t size, std::unique_ptr<Region>* out) {

@@ -24,6 +24,35 @@
 //
 // Counters: every flush and drain is counted in per-thread counters that are
 // summed by counters(); benchmarks report flushes and fences per operation.
+//
+// Page size. An index lookup touches a few random lines of a pool of
+// gigabytes, so with 4 KiB pages nearly every lookup also misses the TLB
+// and walks the page table (more dependent memory reads). A file region
+// therefore asks for 2 MiB pages: map_file() advises the shared mapping
+// with madvise(MADV_HUGEPAGE). What that gives depends on the file system:
+//   tmpfs huge=advise   2 MiB pages (the advice is what this mount waits for)
+//   tmpfs huge=always   2 MiB pages with or without the advice
+//   tmpfs huge=never    4 KiB pages (the default mount, /dev/shm on most
+//                       systems; shmem_enabled=force overrides it)
+//   DAX (fsdax, devdax) the advice does not matter: a DAX fault maps 2 MiB
+//                       at once when the file's extent under that 2 MiB of
+//                       the mapping is one 2 MiB-aligned physical extent
+//                       (ext4/xfs with -o dax on a namespace of 2 MiB
+//                       alignment, files allocated in 2 MiB extents, as
+//                       posix_fallocate of a 2 MiB multiple usually gives)
+//                       and the mapping address is 2 MiB aligned (libpmem2
+//                       aligns it); not measurable without such a device.
+// On huge=advise the kernel picks the page size when a page is first
+// allocated, and only a fault through an advised mapping asks for 2 MiB:
+// pages that posix_fallocate allocated beforehand stay 4 KiB. So a pool
+// created on tmpfs is sized with ftruncate, mapped, advised and then
+// populate()d, which allocates every page through the mapping (and, like
+// fallocate, reports a full file system as an error instead of a SIGBUS at
+// the first store; pool.cc).
+// The advice changes neither the bytes nor the persistence: flush and
+// drain work on cache lines whatever the page size. The private mapping of
+// an ordinary file (kPage) is not advised: it is written back by page and
+// would copy 2 MiB on a first store. Measurements: docs/results/costs.md.
 #pragma once
 
 #include <cstddef>
@@ -85,6 +114,18 @@ class Region {
     flush(p, n);
     drain();
   }
+  // Allocates every page of the file behind the region by write-faulting it
+  // through the (advised) mapping, without changing a byte: madvise
+  // MADV_POPULATE_WRITE. For a new file on tmpfs (see "Page size").
+  // Errors: IOError saying "No space left on device" when the file system
+  // has no room for the pages (the message names the path and the size);
+  // NotSupported when the kernel
+  // lacks MADV_POPULATE_WRITE (before Linux 5.14: allocate with
+  // posix_fallocate instead), also for a region that is not a shared file
+  // mapping (anonymous, or page granularity's private copy); IOError
+  // otherwise.
+  Status populate();
+
   // Makes every byte of the region durable (on page granularity: every page
   // stored to since the mapping was made is written back, then fdatasync; a
   // fence otherwise, after flushing everything on cache_line granularity).

@@ -17,9 +17,12 @@
 #include "pool/pool.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -298,16 +301,46 @@ Status Pool::create(const std::string& path, const CreateParams& params,
     return Status::IOError(who + ": cannot truncate: " + errno_text(errno));
   }
 
-  int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
-  if (err == EOPNOTSUPP) err = ::ftruncate(fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
-  if (err != 0) {
+  // On tmpfs the pages are allocated after the mapping is made and advised
+  // to use huge pages, through it (media/region.h, "Page size"); elsewhere
+  // (DAX, disk files) by posix_fallocate before it, as ever. Either way
+  // every page exists before create returns, so a full file system is an
+  // error here, never a SIGBUS later.
+  struct statfs fs {};
+  const bool tmpfs = ::fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+  const auto allocate = [&]() -> Status {
+    int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+    if (err == EOPNOTSUPP) err = ::ftruncate(fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
+    if (err == 0) return Status::OK();
     return Status::IOError(who + ": cannot size the file to " + std::to_string(size) +
                            " bytes: " + errno_text(err));
+  };
+  if (!tmpfs) {
+    if (Status s = allocate(); !s.ok()) return s;
+  } else {
+    // What fallocate would say at once: no room for the whole pool.
+    struct statvfs room {};
+    int err = 0;
+    if (::fstatvfs(fd, &room) == 0 &&
+        static_cast<std::uint64_t>(room.f_bavail) * room.f_frsize < size) {
+      err = ENOSPC;
+    } else if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      err = errno;
+    }
+    if (err != 0) {
+      return Status::IOError(who + ": cannot size the file to " + std::to_string(size) +
+                             " bytes: " + errno_text(err));
+    }
   }
 
   auto pool = std::unique_ptr<Pool>(new Pool());
   if (Status s = media::Region::map_file(path, size, &pool->region_); !s.ok()) {
     return as_pool_error(who, path, s);
+  }
+  if (tmpfs) {
+    Status s = pool->region_->populate();
+    if (s.is_not_supported()) s = allocate();
+    if (!s.ok()) return as_pool_error(who, path, s);
   }
   if (Status s = format_body(*pool->region_); !s.ok()) return s;
   if (Status s = fill_header(who, params, size, &pool->header_); !s.ok()) return s;

@@ -291,6 +291,65 @@ TEST_F(BenchSmoke, LimitsMeasuresTheCeilingsOfEachThreadCount) {
             1);  // out.json
 }
 
+// --preset peers-8b at a tiny size (explicit --records and --pool win over
+// the preset's): one store per engine, the load and then read, read-neg,
+// update, insert and delete on it, one run each with its sequence step; each
+// phase's outcomes are the ones the phases before it make certain, and the
+// store's keys, flushes and fences are reported per phase.
+TEST_F(BenchSmoke, PresetPeers8bRunsEveryPhaseOnOneStore) {
+  constexpr std::uint64_t kRecords = 3000;
+  const std::string json_path = dir_ + "/out.json";
+  const std::string csv_path = dir_ + "/out.csv";
+  const SpawnResult r = bench({"--preset", "peers-8b", "--records", std::to_string(kRecords),
+                               "--pool", dir_, "--no-ceilings", "--json", json_path, "--csv",
+                               csv_path});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const json doc = read_json(json_path);
+  EXPECT_EQ(doc["config"]["records"].get<std::uint64_t>(), kRecords);
+  EXPECT_EQ(doc["config"]["key_size"].get<std::uint64_t>(), 8u);
+  EXPECT_EQ(doc["config"]["value_size"].get<std::uint64_t>(), 8u);
+  const std::vector<std::string> phases = {"load", "read", "read-neg", "update", "insert", "delete"};
+  const std::vector<std::string> engines = {"clevel:strict", "nehash:strict", "pmeh:strict",
+                                            "dali:strict", "dali:epoch"};
+  EXPECT_EQ(doc["config"]["engines"].get<std::vector<std::string>>(), engines);
+  ASSERT_EQ(doc["runs"].size(), engines.size() * phases.size());
+  for (std::size_t e = 0; e < engines.size(); ++e) {
+    const json& load = doc["runs"][e * phases.size()]["load"];
+    for (std::size_t p = 0; p < phases.size(); ++p) {
+      const json& run = doc["runs"][e * phases.size() + p];
+      const std::string where = engines[e] + " " + phases[p];
+      EXPECT_EQ(run["workload"], phases[p]) << where;
+      EXPECT_EQ(run["sequence_step"].get<unsigned>(), p) << where;
+      EXPECT_EQ(run["threads"].get<unsigned>(), 2u) << where;
+      // One load per store, repeated in every run of it.
+      EXPECT_EQ(run["load"]["seconds"], load["seconds"]) << where;
+      if (p == 0) {
+        EXPECT_TRUE(run["run"].is_null()) << where;
+        continue;
+      }
+      const json& m = run["run"];
+      ASSERT_TRUE(m.is_object()) << where;
+      EXPECT_EQ(m["ops"].get<std::uint64_t>(), kRecords) << where;
+      const json& outcomes = m["outcomes"];
+      EXPECT_EQ(outcomes[phases[p] == "read-neg" ? "not_found" : "ok"].get<std::uint64_t>(),
+                kRecords)
+          << where;
+      EXPECT_TRUE(m["flushes_per_op"].is_number()) << where;
+      EXPECT_TRUE(m["fences_per_op"].is_number()) << where;
+      EXPECT_TRUE(m["bytes_per_key"].is_number() || phases[p] == "delete") << where;
+      const bool strict = engines[e].ends_with(":strict");
+      if (strict && (phases[p] == "update" || phases[p] == "insert")) {
+        EXPECT_GT(m["flushes_per_op"].get<double>(), 0) << where;
+      }
+    }
+  }
+  std::ifstream csv(csv_path);
+  std::size_t lines = 0;
+  for (std::string line; std::getline(csv, line);) ++lines;
+  EXPECT_EQ(lines, 1 + doc["runs"].size());
+  EXPECT_NE(r.out.find("-- pmeh:strict t=2"), std::string::npos) << r.out;
+}
+
 TEST_F(BenchSmoke, BadFlagsGiveOneLineErrorsAndANonZeroExit) {
   const std::vector<std::vector<std::string>> cases = {
       {"--engine", "nosuch"},
@@ -308,6 +367,11 @@ TEST_F(BenchSmoke, BadFlagsGiveOneLineErrorsAndANonZeroExit) {
       {"--distribution", "normal"},
       {"--records", "many"},
       {"--no-such-flag"},
+      {"--preset", "nosuch"},
+      {"--sequence", "--workload", "delete,read"},
+      {"--sequence", "--workload", "insert,nehash-a"},
+      {"--sequence", "--workload", "load,read"},
+      {"--sequence", "--workload", "txn"},
   };
   for (const auto& args : cases) {
     std::vector<std::string> full = args;

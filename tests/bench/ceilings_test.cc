@@ -137,6 +137,24 @@ TEST_P(CeilingsOnSmallRegion, EveryCeilingIsPositiveAndTheFileIsGoneAfterwards) 
   EXPECT_EQ(c.threads, param.threads);
   EXPECT_EQ(c.region_bytes, kSmallRegion);
   EXPECT_EQ(c.granularity, granularity);
+  // The non-temporal store + fence figures exist where such a store is a
+  // persist (byte, cache_line), and only there.
+  const bool nt = granularity == "cache_line" || granularity == "byte";
+  for (const double rate : {c.nt_persists_per_s, c.nt16_persists_per_s}) {
+    if (nt) {
+      EXPECT_TRUE(std::isfinite(rate) && rate > 0) << rate;
+    } else {
+      EXPECT_EQ(rate, 0);
+    }
+  }
+  // The page size is always said, and agrees with the huge-page share.
+  EXPECT_GE(c.huge_page_fraction, 0);
+  EXPECT_LE(c.huge_page_fraction, 1);
+  if (c.huge_page_fraction == 0) {
+    EXPECT_EQ(c.page_size, "4 KiB");
+  } else {
+    EXPECT_NE(c.page_size.find("2 MiB"), std::string::npos) << c.page_size;
+  }
   if (file_backed) {
     const std::string prefix = "file " + dir + "/pmhash-limits-";
     EXPECT_EQ(c.region.rfind(prefix, 0), 0u) << c.region;

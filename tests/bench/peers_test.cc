@@ -405,6 +405,33 @@ TEST(LmdbPeerTest, OverlongKeyIsInvalidArgument) {
   EXPECT_TRUE(table->insert(std::string(4096, 'k'), "v").is_invalid_argument());
 }
 
+// oneTBB's map takes its memory from libtbbmalloc, which malloc's counters
+// never see; with 8-byte keys and values (inside std::string, no malloc)
+// the table must still report the bytes it holds, which grow with the keys
+// and shrink when they go.
+TEST(TbbPeerTest, ReportsTheBytesItsMapHoldsWithShortKeys) {
+  auto table = make_peer("tbb", TableConfig{});
+  const TableStats empty = table->stats();
+  ASSERT_TRUE(empty.bytes.has_value());
+  EXPECT_EQ(empty.bytes_kind, "dram");
+  constexpr std::uint64_t kKeys = 20000;
+  for (std::uint64_t i = 0; i < kKeys; ++i) {
+    const std::string key(reinterpret_cast<const char*>(&i), sizeof(i));
+    ASSERT_TRUE(table->insert(key, key).ok());
+  }
+  const TableStats full = table->stats();
+  ASSERT_TRUE(full.bytes.has_value());
+  // At least the two 8-byte halves of each pair.
+  EXPECT_GE(*full.bytes, *empty.bytes + kKeys * 16);
+  for (std::uint64_t i = 0; i < kKeys; ++i) {
+    const std::string key(reinterpret_cast<const char*>(&i), sizeof(i));
+    ASSERT_TRUE(table->remove(key).ok());
+  }
+  const TableStats after = table->stats();
+  ASSERT_TRUE(after.bytes.has_value());
+  EXPECT_LT(*after.bytes, *full.bytes);
+}
+
 // --- the registry --------------------------------------------------------------
 
 TEST(PeerRegistryTest, NamesTheFivePeersInOrder) {
