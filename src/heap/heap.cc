@@ -922,11 +922,17 @@ void CacheImpl::reserve_retire(unsigned n) {
 }
 
 void CacheImpl::retire(std::uint64_t off) {
-  std::lock_guard lock(log_mu_);
+  std::unique_lock lock(log_mu_);
   const std::uint64_t n = load(log_->retired_count, std::memory_order_relaxed);
   if (n >= kRetireLogCapacity) contract_violation("retire without room (call reserve_retire first)");
   ref(log_->retired[n]).store(off, std::memory_order_relaxed);
   ref(log_->retired_count).store(n + 1, std::memory_order_release);
+  // Flushed after the unlock (below), not under the lock: the unlock is a
+  // locked instruction, which would wait for these write-backs to complete,
+  // and the caller drains right after anyway. A concurrent drain_all that
+  // zeroes the count meanwhile flushes the line itself; flushing it again
+  // writes back whatever it holds then, which is never older.
+  lock.unlock();
   flush_words(heap_->region(), &log_->retired[n], &log_->retired_count);
 }
 
@@ -949,7 +955,21 @@ void HeapImpl::free_retired(CacheImpl* c, std::uint64_t gen, std::uint64_t n, Ca
   std::lock_guard lock(c->log_mu_);
   ThreadLog* log = c->log_;
   if (c->log_gen_ != gen || load(log->retired_count) != n) return;
-  for (std::uint64_t j = 0; j < n; ++j) free_block(load(log->retired[j]), owner, true);
+  // Every bit is cleared first and the changed words flushed after: a free
+  // is a locked RMW, which would wait for the previous free's write-back
+  // were the flushes interleaved (one write-back latency per block, the
+  // tail latency of the write that drains the log). A word may meanwhile be
+  // set again by an allocation; flushing it then writes back that newer
+  // content, which its allocator flushes as well.
+  const void* words[kRetireLogCapacity];
+  std::uint64_t dirty = 0;
+  for (std::uint64_t j = 0; j < n && j < kRetireLogCapacity; ++j) {
+    if (const void* w = free_block(load(log->retired[j]), owner, false)) words[dirty++] = w;
+  }
+  for (std::uint64_t j = 0; j < dirty; ++j) {
+    if (j > 0 && words[j] == words[j - 1]) continue;
+    region_.flush(words[j], sizeof(std::uint64_t));
+  }
   // The frees are durable before the log forgets the blocks: else a crash in
   // between leaks them.
   region_.drain();

@@ -156,10 +156,26 @@ std::vector<ClevelIndex::SlotRef>& ClevelIndex::scratch() {
   return refs;
 }
 
+namespace {
+
+// Equal n bytes; 8..16 bytes (the usual key) as two overlapping 8-byte
+// words, without a call. Never reads outside [a, a + n) or [b, b + n).
+inline bool bytes_equal(const void* a, const void* b, std::size_t n) {
+  if (n < 8 || n > 16) return std::memcmp(a, b, n) == 0;
+  std::uint64_t a0, a1, b0, b1;
+  std::memcpy(&a0, a, 8);
+  std::memcpy(&b0, b, 8);
+  std::memcpy(&a1, static_cast<const char*>(a) + n - 8, 8);
+  std::memcpy(&b1, static_cast<const char*>(b) + n - 8, 8);
+  return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+}
+
+}  // namespace
+
 bool ClevelIndex::key_equals(std::uint64_t off, const Key& key) const {
   const auto* item = checked_item(view_, off);
   return item != nullptr && item->key_len == key.bytes.size() &&
-         std::memcmp(item + 1, key.bytes.data(), key.bytes.size()) == 0;
+         bytes_equal(item + 1, key.bytes.data(), key.bytes.size());
 }
 
 Status ClevelIndex::damaged_item(std::uint64_t off, const std::string& where) const {
@@ -238,6 +254,16 @@ void ClevelIndex::clear_pending(const Key& key, std::uint64_t off) {
     if ((r.value & (kPending | kMoving)) != kPending) continue;
     std::uint64_t e = r.value;
     r.slot->compare_exchange_strong(e, r.value & ~kPending);
+  }
+}
+
+void ClevelIndex::clear_pending_at(std::atomic<std::uint64_t>* const* slots, unsigned n,
+                                   std::uint64_t value) {
+  // After the writer's drain, as clear_pending; a CAS that fails found the
+  // slot frozen or moved out by a rehash thread, or replaced by an owner.
+  for (unsigned i = 0; i < n; ++i) {
+    std::uint64_t e = value;
+    slots[i]->compare_exchange_strong(e, value & ~kPending);
   }
 }
 
@@ -348,7 +374,8 @@ bool ClevelIndex::safe_level(Ctx c, std::uint16_t id) const {
 
 ClevelIndex::Attempt ClevelIndex::place(heap::ThreadCache* tc, const Key& key,
                                         std::uint64_t value, Ctx c, bool rehasher,
-                                        std::uint16_t* level_out, Status* status) {
+                                        std::uint16_t* level_out, Status* status,
+                                        std::atomic<std::uint64_t>** slot_out) {
   bool placed = false;
   // Top-down: the first level holds two thirds of the slots, and items
   // there never move during an expansion.
@@ -384,6 +411,7 @@ ClevelIndex::Attempt ClevelIndex::place(heap::ThreadCache* tc, const Key& key,
           if (adding) filter->end_add(bi);
           region_.flush(&s, sizeof(s));
           *level_out = id;
+          if (slot_out != nullptr) *slot_out = &s;
           placed = true;
           return false;
         }
@@ -466,22 +494,36 @@ ClevelIndex::Attempt ClevelIndex::publish(heap::ThreadCache* tc, const Key& key,
   // pointer before our drain #2 makes it durable itself (P4).
   const std::uint64_t value = pool::pptr_make(off, key_tag(key.h1)) | kPending;
   auto& state = region_.at<ItemHeader>(off)->state;
+  // Slots remembered from an earlier read-side section may have been freed.
+  p->stored_here = false;
+  p->n_stored = 0;
+  const auto remember = [&](std::atomic<std::uint64_t>* s) {
+    if (p->n_stored < Publishing::kMaxStored) {
+      p->stored[p->n_stored] = s;
+    }
+    ++p->n_stored;
+  };
   if (p->stage == Publishing::kSearch) {
     Ctx c;
     if (lookup(key, &c) != 0) {
       *status = Status::AlreadyExists("key exists");
       return Attempt::kDone;
     }
-    if (Attempt a = place(tc, key, value, c, /*rehasher=*/false, &p->level, status); a != Attempt::kDone) return a;
+    std::atomic<std::uint64_t>* slot = nullptr;
+    if (Attempt a = place(tc, key, value, c, /*rehasher=*/false, &p->level, status, &slot); a != Attempt::kDone) return a;
     if (!status->ok()) return Attempt::kDone;
     p->stage = Publishing::kSafe;
+    p->stored_here = true;
+    remember(slot);
   }
   if (p->stage == Publishing::kSafe) {
     // Context-aware insert (paper §3.2.2): if the level we used is being
     // emptied, or was dropped, since we chose it, a rehash thread may already
     // have passed our bucket. Put the same pointer somewhere safe as well.
     for (Ctx now = load_ctx(); !safe_level(now, p->level); now = load_ctx()) {
-      const Attempt a = place(tc, key, value, now, /*rehasher=*/false, &p->level, status);
+      std::atomic<std::uint64_t>* slot = nullptr;
+      const Attempt a = place(tc, key, value, now, /*rehasher=*/false, &p->level, status, &slot);
+      if (slot != nullptr) remember(slot);
       if (!status->ok()) {
         unpublish(key, off);  // nothing was acknowledged; undo
         p->stage = Publishing::kRetired;
@@ -518,7 +560,14 @@ ClevelIndex::Attempt ClevelIndex::publish(heap::ThreadCache* tc, const Key& key,
     region_.flush(&state, sizeof(std::uint64_t));
     // The slot(s) and the LIVE state are durable before we acknowledge.
     region_.drain();
-    clear_pending(key, off);
+    // Every slot we stored into, known when this section stored them all
+    // (the common case: no wait for a rival or a rehash thread), else by a
+    // search.
+    if (p->stored_here && p->n_stored <= Publishing::kMaxStored) {
+      clear_pending_at(p->stored, p->n_stored, value);
+    } else {
+      clear_pending(key, off);
+    }
     p->stage = Publishing::kLive;
   }
   return Attempt::kDone;
@@ -589,11 +638,13 @@ void ClevelIndex::release(std::uint64_t off) {
                                            std::memory_order_release);
 }
 
-void ClevelIndex::replace_all(const Key& key, std::uint64_t off, std::uint64_t replacement) {
+std::atomic<std::uint64_t>* ClevelIndex::replace_all(const Key& key, std::uint64_t off,
+                                                     std::uint64_t replacement) {
   // We own the item, so besides us only a rehash thread touches slots that
   // hold it, and it only copies from a slot it has frozen with MOVING.
   std::vector<SlotRef>& refs = scratch();
   bool replaced = false;
+  std::atomic<std::uint64_t>* stored_at = nullptr;
   for (;;) {
     const Ctx c = load_ctx();
     // A slot being moved is waited for: one item copy, then the slot is ours
@@ -606,7 +657,7 @@ void ClevelIndex::replace_all(const Key& key, std::uint64_t off, std::uint64_t r
       continue;
     }
     if (refs.empty()) {
-      if (replaced && load_ctx() == c) return;
+      if (replaced && load_ctx() == c) return replacement != 0 ? stored_at : nullptr;
       continue;  // moved under a new context; scan again
     }
     // Content-conscious find (paper §3.2.3): keep the copy a search meets
@@ -629,6 +680,7 @@ void ClevelIndex::replace_all(const Key& key, std::uint64_t off, std::uint64_t r
     const std::uint64_t stored = replaced ? 0 : replacement;
     if (!refs.back().slot->compare_exchange_strong(e, stored)) continue;
     // (replaced already: a stale extra copy surfaced after we replaced)
+    if (!replaced) stored_at = refs.back().slot;
     replaced = true;
     region_.flush(refs.back().slot, sizeof(std::uint64_t));
     if (stored == 0) shed(refs.back());
@@ -654,10 +706,12 @@ Status ClevelIndex::update(const Key& key, std::string_view value) {
       region_.drain();
       // PENDING until our drain below: a reader that meets the new pointer
       // first makes it durable itself (P6).
-      replace_all(key, old, pool::pptr_make(fresh, key_tag(key.h1)) | kPending);
+      const std::uint64_t replacement = pool::pptr_make(fresh, key_tag(key.h1)) | kPending;
+      std::atomic<std::uint64_t>* slot = replace_all(key, old, replacement);
       // The replaced slots are durable before we acknowledge.
       region_.drain();
-      clear_pending(key, fresh);
+      // Still in the section replace_all stored in: its slot is live memory.
+      clear_pending_at(&slot, slot != nullptr ? 1 : 0, replacement);
     }
   }
   if (!s.ok()) tc->free_unpublished(fresh);

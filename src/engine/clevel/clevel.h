@@ -147,7 +147,8 @@
 //      racer that was killed unpublishes itself and answers AlreadyExists
 //      only once it has seen a visible item (else it starts over).
 //   6. flush the LIVE state                                     -> drain #2
-//   7. clear PENDING in the slots holding the item (CAS)
+//   7. clear PENDING (CAS) in the slots step 3-4 stored, when they were
+//      stored in the current read-side section (else a search finds them)
 //   A crash before drain #2 completes leaves the item TENTATIVE or
 //   unreachable: not visible, reclaimed by recovery.
 //   Losing paths (killed, or lost to a visible item): unpublish (slots CASed
@@ -178,7 +179,44 @@
 //      covers only our own flushes, and were the copy's new value durable
 //      before the source's clearing, a crash would keep the old pointer.
 //   4. flush the slots                                       -> drain #2
-//   5. update: clear PENDING in the slots holding the new item (CAS)
+//   5. update: clear PENDING (CAS) in the slot step 3 stored; a copy a
+//      rehash thread made meanwhile keeps its bit until a reader settles it
+//
+// ---------------------------------------------------------------------------
+// Persist budget: the fewest drains the crash argument allows, and met
+// ---------------------------------------------------------------------------
+// A drain is needed wherever one write must be durable before another may
+// reach media, and before a write is acknowledged. Per operation of one
+// small item (no resize, no race; flushes counted in cache lines):
+//   insert  3 drains: the heap's intent before its bitmap bit (heap/heap.h:
+//           else a crash leaks an allocated block no log names); item + bit
+//           before the slot (drain #1: else a durable slot names garbage);
+//           slot + LIVE state before the answer (drain #2).
+//           Flushes: intent, bit, item (1, or 2 when it spans two lines),
+//           slot, state: 5-6.
+//   update  3 drains: the heap's intent drain; item + bit + retire entry
+//           before the slot (drain #1: the entry, else a crash after the
+//           swap leaks the old item); slot before the answer (drain #2).
+//           Flushes: intent, bit, item, retire entry (entry and count, 1-2),
+//           slot: 5-7.
+//   delete  2 drains: retire entry + REMOVED before the slot is cleared
+//           (drain #1: else a crash after the unlink leaks the item, and a
+//           reader that saw the slot empty relied on a delete a crash takes
+//           back); the cleared slot before the answer (drain #2).
+//           Flushes: retire entry (1-2), state, slot: 3-4.
+//   get     0 drains, 0 flushes (a PENDING slot or a REMOVED item of this
+//           session costs the reader one drain, P4/P5 below).
+// Amortised on top: each thread's retire log (125 entries) is freed after a
+// grace period, one bitmap flush per block and one drain per log.
+//   Nothing here can merge two of these drains: each orders writes that
+//   recovery reads independently (a slot and the item it names; a slot and
+//   the log that frees what it no longer names). Clearing PENDING after
+//   drain #2 is a CAS with no flush (a PENDING bit on media costs a reader
+//   one drain, never an answer). So the operations above meet their budget;
+//   what remains is how long each drain waits, and a locked instruction
+//   (CAS, a mutex) after a flush waits for that flush like a drain: the
+//   writers clear PENDING on the very slots they stored (no second search),
+//   and the heap flushes its retire entries after releasing the log's lock.
 //
 // ---------------------------------------------------------------------------
 // Durable linearizability (strict durability, link-and-persist)

@@ -109,14 +109,23 @@ class ClevelIndex final : public Index {
   Status damaged_item(std::uint64_t off, const std::string& where) const;
 
   // --- writing ---
+  // `slot_out` (optional): the slot the value was stored into.
   Attempt place(heap::ThreadCache* tc, const Key& key, std::uint64_t value, Ctx c,
-                bool rehasher, std::uint16_t* level_out, Status* status);
+                bool rehasher, std::uint16_t* level_out, Status* status,
+                std::atomic<std::uint64_t>** slot_out = nullptr);
   bool safe_level(Ctx c, std::uint16_t id) const;
   // Where an insert stands; it resumes there after waiting outside the
   // read-side section.
   struct Publishing {
     enum Stage { kSearch, kSafe, kRace, kLive, kRetired, kKilled } stage = kSearch;
     std::uint16_t level = 0;
+    // The slots this insert stored its PENDING pointer into, valid only
+    // inside the read-side section they were stored in (a level may be
+    // freed after it): `stored_here` says they were stored in this one.
+    static constexpr unsigned kMaxStored = 4;
+    std::atomic<std::uint64_t>* stored[kMaxStored] = {};
+    unsigned n_stored = 0;
+    bool stored_here = false;
   };
   Attempt publish(heap::ThreadCache* tc, const Key& key, std::uint64_t off, Publishing* p,
                   Status* status);
@@ -125,11 +134,19 @@ class ClevelIndex final : public Index {
   Race same_key_race(const Key& key, std::uint64_t off, Found* rival) const;
   // After the writer's drain: clears PENDING on the slots holding `off`.
   void clear_pending(const Key& key, std::uint64_t off);
+  // The same when the writer knows the slots it stored `value` (with
+  // PENDING) into during the current read-side section: a CAS on each, no
+  // search. A copy a rehash thread made meanwhile keeps its bit until a
+  // reader settles it (P4).
+  static void clear_pending_at(std::atomic<std::uint64_t>* const* slots, unsigned n,
+                               std::uint64_t value);
   void unpublish(const Key& key, std::uint64_t off);
   // Owns the visible item with `key`: 0 when absent.
   std::uint64_t own(const Key& key);
   void release(std::uint64_t off);
-  void replace_all(const Key& key, std::uint64_t off, std::uint64_t replacement);
+  // Returns the slot the replacement was stored into (nullptr for a delete).
+  std::atomic<std::uint64_t>* replace_all(const Key& key, std::uint64_t off,
+                                          std::uint64_t replacement);
   Status write_item(heap::ThreadCache* tc, const Key& key, std::string_view value, Kind kind,
                     std::uint64_t* off);
 
