@@ -65,6 +65,14 @@ void Epochs::stop() {
 
 std::uint64_t Epochs::enter(unsigned t) {
   Slot& s = slots_[t];
+  // A slot above the ones in use joins the advances' scans before it first
+  // announces an epoch (seq_cst, before the announcement below: an advance
+  // that must see the announcement sees the raised count).
+  if (t >= slots_used_.load(std::memory_order_relaxed)) {
+    unsigned used = slots_used_.load(std::memory_order_seq_cst);
+    while (used <= t && !slots_used_.compare_exchange_weak(used, t + 1, std::memory_order_seq_cst)) {
+    }
+  }
   for (;;) {
     const std::uint64_t seq = seq_.load(std::memory_order_seq_cst);
     if (seq & 1) {  // the next epoch is being published
@@ -182,7 +190,10 @@ void Epochs::finish_pending() {
   // Wait for the threads still in e (or in an earlier epoch: a thread
   // announces the value it read, which may be older than e only if it read
   // it before the last advance, whose wait covered it).
-  for (unsigned t = 0; t < kMaxThreads; ++t) {
+  // Only the slots ever used (enter()): the scan touches one line per
+  // thread, not one per possible thread.
+  const unsigned used = slots_used_.load(std::memory_order_seq_cst);
+  for (unsigned t = 0; t < used; ++t) {
     for (;;) {
       const std::uint64_t a = slots_[t].active.load(std::memory_order_seq_cst);
       if (a == 0 || a > e) break;
@@ -232,7 +243,9 @@ void Epochs::fence(std::uint64_t e) {
     }
     case media::Granularity::kCacheLine: {
       bool flushed = false;
-      for (unsigned t = 0; t < kMaxThreads; ++t) {
+      // Only slots that entered an epoch have dirtied lines.
+      const unsigned used = slots_used_.load(std::memory_order_acquire);
+      for (unsigned t = 0; t < used; ++t) {
         std::vector<Range>& list = slots_[t].dirty[e & 1];
         for (const Range& r : list) region_.flush(region_.at(r.off), r.len);
         flushed = flushed || !list.empty();

@@ -176,6 +176,9 @@ class Epochs {
   std::size_t page_words_ = 0;
   std::unique_ptr<std::atomic<std::uint64_t>[]> pages_[2];
   std::atomic<std::uint64_t> seq_{0};  // odd while a new epoch is published
+  // 1 + the highest slot that ever entered an epoch; only grows. The
+  // advances scan slots [0, slots_used_).
+  std::atomic<unsigned> slots_used_{0};
   std::atomic<std::uint64_t> current_{0};
   std::atomic<std::uint64_t> quiescent_{0};
   std::atomic<std::uint64_t> fences_{0};
