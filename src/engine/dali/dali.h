@@ -136,7 +136,9 @@
 // wait_durable(v) costs one load when v is already durable (v <= current -
 // 2), so reads of keys not written in the last two epochs never wait; a
 // read of a fresh write waits for at most two epoch advances, which it
-// runs itself (helping). With Durability::kEpoch nothing waits:
+// runs itself (helping): at most the 3 drains of S1-S3 above for the
+// record's epoch v, none once v+2 is current. A strict read adds no drain
+// of its own (it writes nothing). With Durability::kEpoch nothing waits:
 // that mode is linearizable but answers from epochs a crash may lose.
 //
 // ---------------------------------------------------------------------------
