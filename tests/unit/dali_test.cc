@@ -3,10 +3,12 @@
 // recovery after a process crash (a child that exits without closing).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <set>
@@ -362,6 +364,83 @@ TEST_F(DaliTest, StrictCallsAreDurableWhenTheyReturn) {
     EXPECT_EQ(store_->get(key(i), &v).ok(), i != 7) << key(i);
   }
   EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+// Two threads write at once, so that a write often returns because the
+// other thread's advances made its epoch durable (helping, group commit):
+// every write a thread was told is done survives a crash at any moment
+// after. The child records each acknowledgement in memory it shares with
+// the parent and is killed while both threads still write.
+TEST_F(DaliTest, ConcurrentStrictWritesAreDurableWhenEitherThreadEndsTheirEpoch) {
+  options_.durability = Durability::kStrict;
+  options_.epoch_ms = 60000;  // only the writers end epochs
+  create();
+  ASSERT_TRUE(store_->close().ok());
+  constexpr int kThreads = 2;
+  constexpr int kWrites = 3000;  // per thread; the kill comes after half
+  void* shared = ::mmap(nullptr, sizeof(std::atomic<int>) * kThreads, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  auto* acked = new (shared) std::atomic<int>[kThreads]();
+  // Thread t writes key(t*kWrites + i), first inserts, then from i = kWrites/2
+  // on updates of the first half (version 1), so that both new records and
+  // rewrites of records of earlier epochs are acknowledged.
+  auto key_of = [&](int t, int i) { return key(t * kWrites + (i < kWrites / 2 ? i : i - kWrites / 2)); };
+  crash_after([&](Store& s) {
+    std::atomic<bool> failed{false};
+    std::vector<std::thread> writers;
+    for (int t = 0; t < kThreads; ++t) {
+      writers.emplace_back([&, t] {
+        for (int i = 0; i < kWrites && !failed; ++i) {
+          const int id = t * kWrites + (i < kWrites / 2 ? i : i - kWrites / 2);
+          const Status st = i < kWrites / 2 ? s.insert(key_of(t, i), value(id))
+                                             : s.update(key_of(t, i), value(id, 1));
+          if (!st.ok()) {
+            failed = true;
+            return;
+          }
+          acked[t].store(i + 1, std::memory_order_release);
+        }
+      });
+    }
+    for (int t = 0; t < kThreads; ++t) {
+      while (acked[t].load(std::memory_order_acquire) < kWrites * 3 / 4 && !failed) {
+        std::this_thread::yield();
+      }
+    }
+    if (failed) {
+      for (auto& w : writers) w.join();
+      return false;
+    }
+    // The crash, here, while both threads still write (so never joined).
+    ::kill(::getpid(), SIGKILL);
+    return true;
+  });
+  reopen();
+  std::string v;
+  for (int t = 0; t < kThreads; ++t) {
+    const int n = acked[t].load(std::memory_order_acquire);
+    EXPECT_GE(n, kWrites * 3 / 4);
+    for (int i = 0; i < kWrites / 2; ++i) {
+      const int id = t * kWrites + i;
+      const Status s = store_->get(key(id), &v);
+      if (i >= n) {  // not acknowledged: there or not
+        if (s.ok()) {
+          EXPECT_TRUE(v == value(id) || v == value(id, 1)) << key(id) << ": " << v;
+        }
+        continue;
+      }
+      ASSERT_TRUE(s.ok()) << "thread " << t << ": acknowledged insert of " << key(id)
+                          << " lost: " << s.to_string();
+      if (i + kWrites / 2 < n) {
+        EXPECT_EQ(v, value(id, 1)) << "thread " << t << ": acknowledged update of " << key(id) << " lost";
+      } else {
+        EXPECT_TRUE(v == value(id) || v == value(id, 1)) << key(id) << ": " << v;
+      }
+    }
+  }
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  ::munmap(shared, sizeof(std::atomic<int>) * kThreads);
 }
 
 TEST_F(DaliTest, RepeatedCrashesKeepTheFailureListSortedAndTheDataIntact) {

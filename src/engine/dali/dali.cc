@@ -681,8 +681,8 @@ void DaliIndex::free_due(heap::ThreadCache* tc, unsigned t, RetireList& list, st
 
 void DaliIndex::reclaim_all(heap::ThreadCache* tc, unsigned t) {
   // Every unlink so far (epoch <= c, the current one) is durable and
-  // everyone has moved on: quiescent() >= c+1, so advance(c+1) has ended,
-  // which wait_durable(c+1) ensures (it returns once c+3 is current).
+  // everyone has moved on: quiescent() >= c+1, set by advance(c+2) before it
+  // published c+3, which wait_durable(c+1) waits for.
   epochs_->wait_durable(epochs_->current() + 1);
   epochs_->enter(t);
   const std::uint64_t q = epochs_->quiescent();

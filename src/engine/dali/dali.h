@@ -74,13 +74,32 @@
 // Epochs and durability (epochs.h)
 // ---------------------------------------------------------------------------
 // The counter is persisted before an epoch begins, which is then published
-// under a sequence lock; a worker ends the epoch every Options::epoch_ms
-// (default 10), waits for the threads still in it, then fences it. An update of epoch e is durable once
-// the persisted counter is e+2 (its fence ran in the advance before: no
-// need to wait for the fence of e+1; epochs.h). With Durability::kEpoch a call returns at
-// once and sync() waits for that; with kStrict every mutating call waits
-// for it (the worker is asked to move on at once, so concurrent callers
-// share one fence).
+// under a sequence lock; an advance ends the epoch: it waits for the
+// threads still in it, then fences it. A worker thread advances every
+// Options::epoch_ms (default 10). An update of epoch e is durable once the
+// persisted counter is e+2 (its fence ran in the advance before: no need to
+// wait for the fence of e+1; epochs.h). With Durability::kEpoch a call
+// returns at once and sync() waits for that; with kStrict every mutating
+// call waits for it, running the advances itself (epochs.h, "Who ends an
+// epoch": helping; concurrent callers share each advance).
+//
+// Persist order of a strict write in epoch e (insert, update, upsert,
+// remove; a commit), after its plain stores (epochs.h numbers the steps):
+//   S1  advance(e), step 2: counter e+1 stored, flushed, drained (drain 1;
+//       its step 1 fences e-1, a drain only if e-1 dirtied a line); e+1
+//       published;
+//   S2  advance(e+1), step 1: the threads still in e leave; every line
+//       dirtied in e flushed, drained (drain 2);
+//   S3  advance(e+1), step 2: counter e+2 stored, flushed, drained (drain
+//       3); e+2 published: the write returns.
+// So a strict write waits for at least 3 drains (2 when an advance before
+// it had already moved the counter to e+1), and fewer never make it
+// durable under this recovery, which fails the counter's epoch and the one
+// before. The caller runs the advances it needs itself (epochs.h, "Who
+// ends an epoch"), and returns without a drain when another caller's
+// advances already published e+2. An advance serves every write of its
+// epoch: writers that keep coming meet at about one advance (2 drains)
+// per write, and fewer per write the more of them share an epoch.
 //
 // ---------------------------------------------------------------------------
 // Durable linearizability (kStrict)
@@ -116,8 +135,10 @@
 //       once e+2 is current).
 // wait_durable(v) costs one load when v is already durable (v <= current -
 // 2), so reads of keys not written in the last two epochs never wait; a
-// read of a fresh write waits for at most two epoch advances (the worker
-// is asked to move on at once). With Durability::kEpoch nothing waits:
+// read of a fresh write waits for at most two epoch advances, which it
+// runs itself (helping): at most the 3 drains of S1-S3 above for the
+// record's epoch v, none once v+2 is current. A strict read adds no drain
+// of its own (it writes nothing). With Durability::kEpoch nothing waits:
 // that mode is linearizable but answers from epochs a crash may lose.
 //
 // ---------------------------------------------------------------------------

@@ -54,14 +54,25 @@ void Epochs::stop() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  // The current epoch's fence, then the next one's: the counter then says
-  // that every operation so far survives a crash.
-  advance_now();
-  advance_now();
+  // Two advances: the counter then says that every operation so far
+  // survives a crash. Then the fence of the epoch the second one left open,
+  // in which nothing ran: the pool is left with no epoch half done.
+  std::lock_guard lock(advance_mu_);
+  advance();
+  advance();
+  finish_pending();
 }
 
 std::uint64_t Epochs::enter(unsigned t) {
   Slot& s = slots_[t];
+  // A slot above the ones in use joins the advances' scans before it first
+  // announces an epoch (seq_cst, before the announcement below: an advance
+  // that must see the announcement sees the raised count).
+  if (t >= slots_used_.load(std::memory_order_relaxed)) {
+    unsigned used = slots_used_.load(std::memory_order_seq_cst);
+    while (used <= t && !slots_used_.compare_exchange_weak(used, t + 1, std::memory_order_seq_cst)) {
+    }
+  }
   for (;;) {
     const std::uint64_t seq = seq_.load(std::memory_order_seq_cst);
     if (seq & 1) {  // the next epoch is being published
@@ -114,16 +125,18 @@ void Epochs::dirty(unsigned t, const void* p, std::size_t n) {
 void Epochs::wait_durable(std::uint64_t e) {
   // Lock-free when already durable (a strict read of an old record).
   if (current() >= e + 2) return;
-  std::unique_lock lock(mu_);
-  if (!stop_ && thread_.joinable()) {
-    wanted_ = std::max(wanted_, e + 2);
-    wake_.notify_all();
-    advanced_.wait(lock, [&] { return current() >= e + 2 || stop_; });
-    if (current() >= e + 2) return;
+  // Helping (epochs.h, "Who ends an epoch"): the caller runs the advances
+  // itself. One advance at a time: a caller that finds another advancing
+  // waits for it to publish, and then needs one advance fewer, or none
+  // (group commit: one advance serves every caller waiting on it).
+  while (current() < e + 2) {
+    std::unique_lock lock(advance_mu_, std::try_to_lock);
+    if (lock.owns_lock()) {
+      if (current() < e + 2) advance();
+      continue;
+    }
+    std::this_thread::yield();
   }
-  // No worker (stopping, or it never started): advance in this thread.
-  lock.unlock();
-  while (durable_through() < e) advance_now();
 }
 
 void Epochs::advance_now() {
@@ -136,9 +149,13 @@ void Epochs::worker() {
   pthread_setname_np(pthread_self(), "pmhash-epochs");
   std::unique_lock lock(mu_);
   for (;;) {
-    // The interval bounds the work a crash can lose; a waiter cuts it short.
-    wake_.wait_for(lock, interval_, [&] { return stop_ || wanted_ > current(); });
+    // The interval bounds the work a crash can lose. Callers that wait for
+    // durability end epochs themselves (wait_durable).
+    const std::uint64_t seen = current();
+    wake_.wait_for(lock, interval_, [&] { return stop_; });
     if (stop_) return;
+    // An epoch a helper ended meanwhile restarts the interval.
+    if (current() != seen) continue;
     lock.unlock();
     advance_now();
     lock.lock();
@@ -147,7 +164,11 @@ void Epochs::worker() {
 
 void Epochs::advance() {
   const std::uint64_t e = current_.load(std::memory_order_relaxed);
-  // 1. The new counter is durable before anything runs in it: a crash in
+  // 1. Epoch e-1, published by the advance before, ends: its quiescence
+  //    wait and its fence, before the counter e+1 can reach media (from
+  //    then on recovery trusts e-1's writes).
+  finish_pending();
+  // 2. The new counter is durable before anything runs in it: a crash in
   //    e+1 must find e+1 on media, or recovery would trust e+1's writes (and
   //    e's, whose fence has not run). Then, under the sequence lock, e+1 is
   //    published.
@@ -157,15 +178,22 @@ void Epochs::advance() {
   current_.store(e + 1, std::memory_order_release);
   seq_.fetch_add(1, std::memory_order_seq_cst);
   // Epoch e-1 is durable now (epochs.h, "When an epoch's writes are
-  // durable": its fence ran in the previous advance, and the counter e+1 is
-  // on media): its waiters go. The lock orders the store above before a
-  // waiter's check of its predicate, so no wake-up is lost.
-  { std::lock_guard lock(mu_); }
-  advanced_.notify_all();
-  // 2. Wait for the threads still in e (or in an earlier epoch: a thread
-  //    announces the value it read, which may be older than e only if it
-  //    read it before the last advance, whose wait covered it).
-  for (unsigned t = 0; t < kMaxThreads; ++t) {
+  // durable": its fence ran in step 1, and the counter e+1 is on media):
+  // its waiters, who poll current(), go. Epoch e ends in the next advance.
+  pending_ = e;
+}
+
+void Epochs::finish_pending() {
+  const std::uint64_t e = pending_;
+  if (e == 0) return;
+  pending_ = 0;
+  // Wait for the threads still in e (or in an earlier epoch: a thread
+  // announces the value it read, which may be older than e only if it read
+  // it before the last advance, whose wait covered it).
+  // Only the slots ever used (enter()): the scan touches one line per
+  // thread, not one per possible thread.
+  const unsigned used = slots_used_.load(std::memory_order_seq_cst);
+  for (unsigned t = 0; t < used; ++t) {
     for (;;) {
       const std::uint64_t a = slots_[t].active.load(std::memory_order_seq_cst);
       if (a == 0 || a > e) break;
@@ -173,9 +201,8 @@ void Epochs::advance() {
     }
   }
   quiescent_.store(e, std::memory_order_release);
-  // 3. Everything written in e reaches media, before the next advance can
-  //    persist the counter e+2 (advance_mu_): from then on recovery trusts
-  //    e's writes.
+  // Everything written in e reaches media, before the counter e+2 can
+  // (advance_mu_ is held from here to the persist of the next counter).
   fence(e);
 }
 
@@ -214,14 +241,22 @@ void Epochs::fence(std::uint64_t e) {
       region_.drain();
       return;
     }
-    case media::Granularity::kCacheLine:
-      for (unsigned t = 0; t < kMaxThreads; ++t) {
+    case media::Granularity::kCacheLine: {
+      bool flushed = false;
+      // Only slots that entered an epoch have dirtied lines.
+      const unsigned used = slots_used_.load(std::memory_order_acquire);
+      for (unsigned t = 0; t < used; ++t) {
         std::vector<Range>& list = slots_[t].dirty[e & 1];
         for (const Range& r : list) region_.flush(region_.at(r.off), r.len);
+        flushed = flushed || !list.empty();
         list.clear();
       }
-      region_.drain();
+      // E's lines are on media before the counter can reach E+2. An epoch
+      // that dirtied nothing has nothing to drain: every flush before it
+      // was drained by an earlier fence or counter persist.
+      if (flushed) region_.drain();
       return;
+    }
     case media::Granularity::kByte:
       region_.drain();
       return;
