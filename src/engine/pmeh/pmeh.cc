@@ -22,20 +22,6 @@ constexpr unsigned kReadAttempts = 16;
 // copies the segment for it (§4.6).
 constexpr unsigned kScanAttempts = 4;
 
-// Starts the loads of a key's window at once: the home bucket's four lines
-// (metas with slots 0-1, then slots 2-13) and the next bucket's metas. The
-// probe reads them in that order, each a miss on a large index; issued
-// together they overlap instead of following one another (read only, no
-// effect on what is read or when it is valid).
-inline void prefetch_window(const Bucket* home, const Bucket* next) {
-  const char* h = reinterpret_cast<const char*>(home);
-  __builtin_prefetch(h);
-  __builtin_prefetch(h + 64);
-  __builtin_prefetch(h + 128);
-  __builtin_prefetch(h + 192);
-  __builtin_prefetch(next);
-}
-
 inline void cpu_pause() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -103,7 +89,6 @@ bool PmehIndex::matches(const SlotView& v, const Key& key) const {
 PmehIndex::Pos PmehIndex::find(SegmentHeader* h, const Key& key) const {
   Bucket* buckets = segment_buckets(h);
   const unsigned home = home_bucket(key.h1, nb_);
-  prefetch_window(&buckets[home], &buckets[(home + 1) % nb_]);
   for (unsigned j : {home, (home + 1) % nb_}) {
     Bucket& b = buckets[j];
     for (unsigned p = 0; p < kSlotsPerBucket; ++p) {
@@ -215,15 +200,11 @@ PmehIndex::Probe PmehIndex::probe(SegmentHeader* h, std::atomic<std::uint64_t>& 
   const SplitState* sp = zones_[zone_of(key.h1)].split.load(std::memory_order_acquire);
   if (sp != nullptr && sp->s != h) sp = nullptr;
   const unsigned home = home_bucket(key.h1, nb_);
-  const unsigned next = (home + 1) % nb_;
-  Bucket* window[2] = {sp != nullptr ? sp->bucket(key.h1, home) : &buckets[home],
-                       sp != nullptr ? sp->bucket(key.h1, next) : &buckets[next]};
-  prefetch_window(window[0], window[1]);
   const std::uint16_t fp = fingerprint(key.h2);
   bool found = false;
   bool damaged = false;  // a slot of the key's hash names an item outside the heap
-  for (Bucket* wb : window) {
-    Bucket& b = *wb;
+  for (unsigned j : {home, (home + 1) % nb_}) {
+    Bucket& b = sp != nullptr ? *sp->bucket(key.h1, j) : buckets[j];
     for (unsigned p = 0; p < kSlotsPerBucket && !found; ++p) {
       // Acquire loads: a word written inside a write section orders the
       // version re-read below after that section's odd bump.
