@@ -101,8 +101,8 @@ struct Options {
   // Off: no zone switches by itself (write mode 0 then always delegates).
   bool pmeh_opportunistic = true;
   // How writes reach a zone: 0 = chosen by the store (delegated to the
-  // owners until owners plus calling threads outnumber the hardware
-  // threads, then every zone is written by its callers under per-segment
+  // owners while owners plus calling threads leave a hardware thread
+  // spare, then every zone is written by its callers under per-segment
   // locks; src/engine/pmeh/pmeh.h, "Write mode"); 1 = delegated (hot zones
   // may still switch, see pmeh_opportunistic); 2 = direct from the start.
   unsigned pmeh_write_mode = 0;

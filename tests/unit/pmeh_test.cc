@@ -404,15 +404,15 @@ TEST_F(PmehStoreTest, MoreCallersThanOwnersAllComplete) {
 }
 
 // Write mode auto (pmeh.h, "Write mode"): the writes stay delegated while
-// the owners and the callers fit on the hardware threads, and every zone
-// goes direct for good once they outnumber them. W = the hardware threads
-// and one caller always outnumber them; W = 1 with one caller does on a
-// machine of one hardware thread only.
-TEST_F(PmehStoreTest, AutoWriteModeGoesDirectWhenOwnersAndCallersOutnumberTheCores) {
+// the owners and the callers leave a hardware thread spare, and every zone
+// goes direct for good once they do not. W = the hardware threads and one
+// caller never leave one; W = 1 with one caller does from 3 hardware
+// threads on.
+TEST_F(PmehStoreTest, AutoWriteModeGoesDirectWhenOwnersAndCallersFillTheCores) {
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   for (const unsigned workers : {std::min(hw, pm::kMaxWorkers), 1u}) {
     SCOPED_TRACE("workers " + std::to_string(workers));
-    const bool direct = workers + 1 > hw;
+    const bool direct = workers + 1 >= hw;
     options_.pmeh_workers = workers;
     create();
     // The first write counts this thread; with direct due, it asks every

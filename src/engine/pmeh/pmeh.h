@@ -176,15 +176,18 @@
 //   A delegated write is a hand-off: the caller's mailbox and doorbell move
 //   to the owner's core and the result moves back. That is cheap only while
 //   the owner runs on a hardware thread of its own; when owners and callers
-//   outnumber the hardware threads, every hand-off waits for the scheduler
+//   fill the hardware threads, every hand-off waits for the scheduler
 //   to run the other side (the callers' time goes to sched_yield and the
 //   owner's queue, §16), and the writes of all callers run on the W owners'
 //   share of the cores. Callers that write their zone's slots themselves
 //   (the SHARED regime of §7: per-segment version taken by CAS) pay one CAS
 //   instead and use every core.
 //   Rule, mode 0 (auto): writes are delegated (the monitor of §7 may still
-//   switch hot zones) until W + C > T, C the calling threads seen so far,
-//   T the hardware threads; from the first write that makes it so, every
+//   switch hot zones) while W + C < T, C the calling threads seen so far,
+//   T the hardware threads: every owner and caller has a hardware thread
+//   and one is left for the rest of the machine. From the first write that
+//   makes W + C >= T (measured: at T = 2, W = 1, one caller, direct writes
+//   win by an order of magnitude on a shared machine, §16), every
 //   zone is asked to go SHARED and stays SHARED; the monitor stops. Its
 //   owner keeps the structural work: splits, their steps and directory
 //   fills (a direct writer that meets one hands the write over, §7.3), so
@@ -225,8 +228,8 @@
 //   SHARED zone a direct writer whose segment has a split in flight hands
 //   its write to the owner instead of stepping the split itself, so splits
 //   are only ever moved by owners. W = max(1, cores / 2) owners by default;
-//   writes are delegated until owners and callers outnumber the hardware
-//   threads, then direct ("Write mode" above).
+//   writes are delegated while owners and callers leave a hardware thread
+//   spare, then direct ("Write mode" above).
 #pragma once
 
 #include "engine/index.h"

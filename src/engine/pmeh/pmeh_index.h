@@ -227,7 +227,7 @@ class PmehIndex final : public Index {
   std::uint64_t regime_overlaps() const { return overlaps_.load(); }
   std::uint64_t direct_ops() const;
   // Every zone is SHARED for good and the monitor is off (write mode direct,
-  // or auto once owners plus callers outnumber the hardware threads).
+  // or auto once owners plus callers leave no hardware thread spare).
   bool all_direct() const { return all_direct_.load(); }
   std::uint64_t zone_switches() const { return zone_switches_.load(); }
   // Whether zone z has a split in flight, and its moved bitmap (words of
@@ -367,7 +367,7 @@ class PmehIndex final : public Index {
                                        const std::vector<double>& backlog);
   void post_request(unsigned z, ZoneRequest r);
   // Write mode auto: counts the calling thread once, and switches every
-  // zone to SHARED when owners plus callers outnumber the hardware threads.
+  // zone to SHARED when owners plus callers leave no hardware thread spare.
   void note_caller(Mailbox& m);
   // Asks every owner to switch its zones to SHARED for good; stops the
   // monitor.

@@ -262,9 +262,10 @@ void PmehIndex::note_caller(Mailbox& m) {
   const unsigned callers = callers_.fetch_add(1, std::memory_order_relaxed) + 1;
   // The rule (pmeh.h, "Write mode"): delegation pays a hand-off per write,
   // cheap only while every owner and every caller has a hardware thread of
-  // its own; once they outnumber them, each hand-off waits for a context
-  // switch, and callers writing their segments themselves win.
-  if (write_mode_ == kWriteAuto && opportunistic_ && callers + workers() > hw_threads_ &&
+  // its own and one is left for the rest of the machine; without that
+  // headroom a hand-off waits for a context switch, and callers writing
+  // their segments themselves win.
+  if (write_mode_ == kWriteAuto && opportunistic_ && callers + workers() >= hw_threads_ &&
       !all_direct_.load(std::memory_order_relaxed)) {
     go_direct();
   }
