@@ -30,6 +30,9 @@ class PmehHarness {
     options.pmeh_zone_bits = 4;
     options.pmeh_segment_kib = 4;
     options.pmeh_workers = 2;
+    // Delegated, whatever the machine: the tests drive the zone modes
+    // themselves (write mode auto would switch every zone on few cores).
+    options.pmeh_write_mode = engine::pmeh::kWriteDelegated;
   }
   ~PmehHarness() {
     shut();

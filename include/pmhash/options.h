@@ -98,7 +98,14 @@ struct Options {
   // turn it off so that only operations move buckets).
   bool pmeh_idle_steps = true;
   // Hot zones switch to per-segment locks so that any thread writes them.
+  // Off: no zone switches by itself (write mode 0 then always delegates).
   bool pmeh_opportunistic = true;
+  // How writes reach a zone: 0 = chosen by the store (delegated to the
+  // owners while owners plus calling threads leave a hardware thread
+  // spare, then every zone is written by its callers under per-segment
+  // locks; src/engine/pmeh/pmeh.h, "Write mode"); 1 = delegated (hot zones
+  // may still switch, see pmeh_opportunistic); 2 = direct from the start.
+  unsigned pmeh_write_mode = 0;
   // Reads go to the zone's owner too (to measure against optimistic reads).
   bool pmeh_delegate_reads = false;
 

@@ -142,6 +142,9 @@ TEST_F(PmehStoreTest, BadOptionsAreRefusedWithClearErrors) {
   o.pmeh_split_step = 256;
   refused(o, "split step");
   o = options_;
+  o.pmeh_write_mode = 3;
+  refused(o, "write mode");
+  o = options_;
   o.durability = Durability::kEpoch;
   refused(o, "durability strict");
   EXPECT_NE(::access(path_.c_str(), F_OK), 0) << "no file left behind";
@@ -341,6 +344,7 @@ TEST_F(PmehStoreTest, SplitThatCannotAllocateReturnsNoSpaceAndKeepsEverything) {
 }
 
 TEST_F(PmehStoreTest, WritesAreDelegatedAndReadsRunOnTheCaller) {
+  options_.pmeh_write_mode = pm::kWriteDelegated;
   create();
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
   for (int i = 0; i < 100; ++i) ASSERT_EQ(get(key(i)), value(i));
@@ -396,6 +400,118 @@ TEST_F(PmehStoreTest, MoreCallersThanOwnersAllComplete) {
   const int per = 12;
   run_callers(store_.get(), callers, per);
   EXPECT_EQ(store_->size(), callers * static_cast<std::uint64_t>(per - (per + 2) / 3));
+  expect_check();
+}
+
+// Write mode auto (pmeh.h, "Write mode"): the writes stay delegated while
+// the owners and the callers leave a hardware thread spare, and every zone
+// goes direct for good once they do not. W = the hardware threads and one
+// caller never leave one; W = 1 with one caller does from 3 hardware
+// threads on.
+TEST_F(PmehStoreTest, AutoWriteModeGoesDirectWhenOwnersAndCallersFillTheCores) {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  for (const unsigned workers : {std::min(hw, pm::kMaxWorkers), 1u}) {
+    SCOPED_TRACE("workers " + std::to_string(workers));
+    const bool direct = workers + 1 >= hw;
+    options_.pmeh_workers = workers;
+    create();
+    // The first write counts this thread; with direct due, it asks every
+    // owner to switch its zones, and is itself delegated or direct
+    // depending on whether its zone's owner switched first.
+    ASSERT_TRUE(store_->insert(key(0), value(0)).ok());
+    if (direct) {
+      // Polls the owners' switch (no timing: each owner applies its
+      // requests at its next loop round).
+      while (store_->stats().shared_zones < 16) std::this_thread::yield();
+    }
+    const Stats before = store_->stats();
+    for (int i = 1; i < 200; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+    const Stats after = store_->stats();
+    EXPECT_EQ(after.shared_zones, direct ? 16u : 0u);
+    // No split at 200 keys in 16 segments of 16 KiB: with every zone
+    // SHARED, no write needs an owner.
+    EXPECT_EQ(after.splits, 0u);
+    EXPECT_EQ(after.direct_ops - before.direct_ops, direct ? 199u : 0u);
+    EXPECT_EQ(after.delegated_ops - before.delegated_ops, direct ? 0u : 199u);
+    for (int i = 0; i < 200; ++i) ASSERT_EQ(get(key(i)), value(i)) << i;
+    expect_check();
+    store_.reset();
+    ::unlink(path_.c_str());
+  }
+  // Forced: delegated stays delegated, direct starts direct.
+  options_.pmeh_workers = std::min(hw, pm::kMaxWorkers);
+  options_.pmeh_write_mode = pm::kWriteDelegated;
+  create();
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  EXPECT_EQ(store_->stats().direct_ops, 0u);
+  EXPECT_EQ(store_->stats().shared_zones, 0u);
+  store_.reset();
+  ::unlink(path_.c_str());
+  options_.pmeh_workers = 1;
+  options_.pmeh_write_mode = pm::kWriteDirect;
+  create();
+  EXPECT_EQ(store_->stats().shared_zones, 16u);
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  EXPECT_EQ(store_->stats().direct_ops, 50u);
+  EXPECT_EQ(store_->stats().delegated_ops, 0u);
+  expect_check();
+}
+
+// Direct writes (every zone SHARED from the start) by several callers into
+// one zone of 4 KiB segments: they race on the segments' versions, for the
+// same keys too, while the owner splits the segments under them (gradual
+// splits, directory growth). Every answer and the end state match a model.
+TEST_F(PmehStoreTest, DirectWritersToOneZoneDuringSplitsKeepEveryKey) {
+  options_.pmeh_zone_bits = 0;
+  options_.pmeh_segment_kib = 4;
+  options_.pmeh_workers = 1;
+  options_.pmeh_write_mode = pm::kWriteDirect;
+  create();
+  const unsigned writers = 3;
+  const int per = 1200;
+  std::atomic<unsigned> wrong{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < writers; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < per; ++i) {
+        // Own keys: insert, update to the other form, remove every third.
+        const std::string k = "d" + std::to_string(t) + "-" + std::to_string(i);
+        if (!store_->insert(k, value(i)).ok()) ++wrong;
+        if (!store_->update(k, value(i + 1)).ok()) ++wrong;
+        std::string got;
+        if (!store_->get(k, &got).ok() || got != value(i + 1)) ++wrong;
+        if (i % 3 == 0 && !store_->remove(k).ok()) ++wrong;
+        // Shared keys: every writer upserts the same 64 keys, in both forms.
+        const std::string s = "shared-" + std::to_string(i % 64);
+        if (!store_->upsert(s, i % 2 == 0 ? "v" : "a value that needs an item").ok()) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  const Stats st = store_->stats();
+  EXPECT_GT(st.splits, 0u) << "the zone split while its callers wrote directly";
+  EXPECT_GT(st.direct_ops, 0u);
+  EXPECT_EQ(st.shared_zones, 1u);
+  for (unsigned t = 0; t < writers; ++t) {
+    for (int i = 0; i < per; ++i) {
+      const std::string k = "d" + std::to_string(t) + "-" + std::to_string(i);
+      std::string v;
+      if (i % 3 == 0) {
+        ASSERT_TRUE(store_->get(k, &v).is_not_found()) << k;
+      } else {
+        ASSERT_EQ(get(k), value(i + 1)) << k;
+      }
+    }
+  }
+  for (int i = 0; i < 64; ++i) {
+    const std::string v = get("shared-" + std::to_string(i));
+    EXPECT_TRUE(v == "v" || v == "a value that needs an item") << i << " " << v;
+  }
+  EXPECT_EQ(store_->size(), writers * static_cast<std::uint64_t>(per - (per + 2) / 3) + 64);
+  expect_check();
+  reopen();
+  EXPECT_EQ(store_->size(), writers * static_cast<std::uint64_t>(per - (per + 2) / 3) + 64);
   expect_check();
 }
 

@@ -46,6 +46,7 @@ PmehIndex::PmehIndex(const Env& env)
   delegate_reads_ = env.options.pmeh_delegate_reads;
   split_bits_ = env.options.pmeh_split_bits;
   opportunistic_ = env.options.pmeh_opportunistic;
+  write_mode_ = env.options.pmeh_write_mode;
   split_step_ = env.options.pmeh_split_step;
   idle_steps_ = env.options.pmeh_idle_steps;
 }
@@ -343,12 +344,13 @@ Status PmehIndex::write(Request::Op op, const Key& key, std::string_view value) 
   Request result = req;
   const unsigned z = zone_of(key.h1);
   Zone& zone = zones_[z];
+  Mailbox& m = mailboxes_[tc->slot()];
+  if (!m.counted) note_caller(m);
   bool direct = false;
   if (zone.mode.load(std::memory_order_relaxed) == kShared) {
     // A direct op (§7.3): announce, then read the mode (Dekker with the
     // owner's switch back to OWNED, which stores TO_OWNED, then reads
     // every announcement).
-    Mailbox& m = mailboxes_[tc->slot()];
     m.announce.store(z, std::memory_order_seq_cst);
     if (zone.mode.load(std::memory_order_seq_cst) == kShared) {
       const bool probe_on = check_regimes_.load(std::memory_order_relaxed);
@@ -366,8 +368,12 @@ Status PmehIndex::write(Request::Op op, const Key& key, std::string_view value) 
     m.announce.store(kNoZone, std::memory_order_release);
   }
   if (direct) {
-    direct_ops_.fetch_add(1, std::memory_order_relaxed);
-    zone.ops.fetch_add(1, std::memory_order_relaxed);
+    counts_[tc->slot()].direct.fetch_add(1, std::memory_order_relaxed);
+    // The monitor's counts; with every zone direct for good it is off, and
+    // a shared counter per zone would only move lines between the cores.
+    if (!all_direct_.load(std::memory_order_relaxed)) {
+      zone.ops.fetch_add(1, std::memory_order_relaxed);
+    }
   } else {
     // Not SHARED, or the op needs the owner (a split or a directory fill).
     result = req;
@@ -775,6 +781,12 @@ Status PmehIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
   return Status::OK();
 }
 
+std::uint64_t PmehIndex::direct_ops() const {
+  std::uint64_t n = 0;
+  for (unsigned i = 0; i < kMaxThreads; ++i) n += counts_[i].direct.load(std::memory_order_relaxed);
+  return n;
+}
+
 void PmehIndex::add_count(heap::ThreadCache* tc, std::int64_t delta) {
   counts_[tc->slot()].v.fetch_add(delta, std::memory_order_relaxed);
 }
@@ -849,7 +861,7 @@ void PmehIndex::fill_stats(Stats* st) const {
   st->delegated_ops = delegated_.load(std::memory_order_relaxed);
   st->read_retries = read_retries_.load(std::memory_order_relaxed);
   st->zone_switches = zone_switches_.load(std::memory_order_relaxed);
-  st->direct_ops = direct_ops_.load(std::memory_order_relaxed);
+  st->direct_ops = direct_ops();
   for (unsigned z = 0; z < (1u << z_); ++z) {
     if (zones_[z].mode.load(std::memory_order_relaxed) != kOwned) ++st->shared_zones;
   }

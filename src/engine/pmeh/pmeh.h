@@ -33,7 +33,8 @@
 // ---------------------------------------------------------------------------
 //   W owner threads (pmeh_workers; default half the cores) start with the
 //   store; zone z belongs to owner z mod W, which alone writes the zone's
-//   segments. A caller prepares an item if the pair is not inline
+//   segments while the zone is OWNED (SHARED zones: §7 below, and "Write
+//   mode", which makes every zone SHARED on few cores). A caller prepares an item if the pair is not inline
 //   (allocate with intent 0, write, flush, drain), fills its mailbox (one
 //   per heap slot), rings its bit in the owner's doorbell, and waits
 //   (spins 4 us, yielding, then parks). The owner serves every rung bit,
@@ -170,6 +171,55 @@
 //   of the zone to clear, then stores OWNED.
 //
 // ---------------------------------------------------------------------------
+// Write mode (Options::pmeh_write_mode; measurements in pmeh.md §16)
+// ---------------------------------------------------------------------------
+//   A delegated write is a hand-off: the caller's mailbox and doorbell move
+//   to the owner's core and the result moves back. That is cheap only while
+//   the owner runs on a hardware thread of its own; when owners and callers
+//   fill the hardware threads, every hand-off waits for the scheduler
+//   to run the other side (the callers' time goes to sched_yield and the
+//   owner's queue, §16), and the writes of all callers run on the W owners'
+//   share of the cores. Callers that write their zone's slots themselves
+//   (the SHARED regime of §7: per-segment version taken by CAS) pay one CAS
+//   instead and use every core.
+//   Rule, mode 0 (auto): writes are delegated (the monitor of §7 may still
+//   switch hot zones) while W + C < T, C the calling threads seen so far,
+//   T the hardware threads: every owner and caller has a hardware thread
+//   and one is left for the rest of the machine. From the first write that
+//   makes W + C >= T (measured: at T = 2, W = 1, one caller, direct writes
+//   win by an order of magnitude on a shared machine, §16), every
+//   zone is asked to go SHARED and stays SHARED; the monitor stops. Its
+//   owner keeps the structural work: splits, their steps and directory
+//   fills (a direct writer that meets one hands the write over, §7.3), so
+//   the paper's split and directory design is unchanged. Mode 1 forces
+//   delegation, mode 2 starts every zone SHARED. pmeh_opportunistic = false
+//   turns the automatic switch off too (mode 0 then always delegates).
+//
+// ---------------------------------------------------------------------------
+// Drains per operation (the minimum the crash argument allows, and met)
+// ---------------------------------------------------------------------------
+//   The crash model keeps 8-byte stores whole, nothing more (a line may
+//   tear between its words), and a call returns only once durable. With
+//   inline pairs (key and value <= 8 bytes):
+//     insert   2 drains: the slot's two words must be durable before the
+//              meta that makes them VALID (else a crash leaves a VALID slot
+//              with a torn key or value: #1), and the meta before the
+//              answer (#2). No fewer: VALID cannot be in the same 8-byte
+//              store as a 16-byte slot.
+//     update   1: the value word is one 8-byte store, persisted before the
+//              answer (update (a); the meta and key stay).
+//     remove   1: the meta with VALID cleared, persisted before the answer.
+//   A pointer pair adds the caller's item drain (insert, update (b)) and a
+//   drain for the retire entry of the item it drops (update (b), remove):
+//   the item must be durable before a slot names it, the retire entry
+//   before the slot stops naming the old item (else it leaks). An update
+//   that changes the slot's form (c) pays the op log's 3 drains and a
+//   persist. A split or directory fill adds its own drains (§8.1) to the
+//   write that triggers it, amortised over the keys it makes room for.
+//   Nothing else drains: the segment version, the zone mode, the
+//   announcement and the counters are DRAM.
+//
+// ---------------------------------------------------------------------------
 // Choices a user should know about (docs/design/pmeh.md §10, §12.23, §13.4)
 // ---------------------------------------------------------------------------
 //   check() keeps Store::check's contract (a quiescent store): it pauses the
@@ -177,10 +227,9 @@
 //   but not their request loops, which are idle when no caller is. In a
 //   SHARED zone a direct writer whose segment has a split in flight hands
 //   its write to the owner instead of stepping the split itself, so splits
-//   are only ever moved by owners. Writes are delegated by default (W =
-//   max(1, cores / 2) owners); on 2 cores the per-segment-lock path (every
-//   zone SHARED) is faster for uniform writes, as the results in
-//   docs/results/pmeh show.
+//   are only ever moved by owners. W = max(1, cores / 2) owners by default;
+//   writes are delegated while owners and callers leave a hardware thread
+//   spare, then direct ("Write mode" above).
 #pragma once
 
 #include "engine/index.h"

@@ -55,6 +55,8 @@ struct Dir {
 // Zone modes (§7.1) and the requests that switch them.
 enum ZoneMode : std::uint8_t { kOwned = 0, kShared = 1, kToOwned = 2 };
 enum ZoneRequest : std::uint8_t { kNoRequest = 0, kRequestShared = 1, kRequestOwned = 2 };
+// Options::pmeh_write_mode (pmeh.h, "Write mode").
+enum WriteMode : unsigned { kWriteAuto = 0, kWriteDelegated = 1, kWriteDirect = 2 };
 // Mailbox::announce when no direct op is in progress.
 inline constexpr std::uint32_t kNoZone = ~std::uint32_t{0};
 // A zone's split in flight (§5.3): S, its children and the moved bitmap.
@@ -138,6 +140,9 @@ struct alignas(128) Mailbox {
   std::atomic<std::uint32_t> parked{0};
   // The zone of this thread's direct (SHARED) op in progress, or kNoZone (§7.3).
   std::atomic<std::uint32_t> announce{kNoZone};
+  // The slot's thread has been counted as a caller (write mode auto); only
+  // the thread that holds the slot touches it.
+  bool counted = false;
 };
 
 struct Owner {
@@ -220,7 +225,10 @@ class PmehIndex final : public Index {
   // lock-free owner ops and direct ops seen inside one zone together.
   void check_regimes(bool on) { check_regimes_.store(on); }
   std::uint64_t regime_overlaps() const { return overlaps_.load(); }
-  std::uint64_t direct_ops() const { return direct_ops_.load(); }
+  std::uint64_t direct_ops() const;
+  // Every zone is SHARED for good and the monitor is off (write mode direct,
+  // or auto once owners plus callers leave no hardware thread spare).
+  bool all_direct() const { return all_direct_.load(); }
   std::uint64_t zone_switches() const { return zone_switches_.load(); }
   // Whether zone z has a split in flight, and its moved bitmap (words of
   // 64 buckets; all 0 when none). Owner state: call while writes are quiet.
@@ -358,6 +366,12 @@ class PmehIndex final : public Index {
   std::vector<unsigned> monitor_window(const std::vector<std::uint64_t>& delta,
                                        const std::vector<double>& backlog);
   void post_request(unsigned z, ZoneRequest r);
+  // Write mode auto: counts the calling thread once, and switches every
+  // zone to SHARED when owners plus callers leave no hardware thread spare.
+  void note_caller(Mailbox& m);
+  // Asks every owner to switch its zones to SHARED for good; stops the
+  // monitor.
+  void go_direct();
 
   // --- recovery and accounting (pmeh_recovery.cc) ---
   Status map_seg_state();
@@ -410,10 +424,19 @@ class PmehIndex final : public Index {
   std::atomic<bool> check_regimes_{false};
   std::atomic<std::uint64_t> overlaps_{0};
   std::atomic<std::uint64_t> zone_switches_{0};
-  std::atomic<std::uint64_t> direct_ops_{0};
+  // The write mode (Options::pmeh_write_mode), the hardware threads it is
+  // weighed against, the calling threads seen, and whether every zone went
+  // SHARED for good.
+  unsigned write_mode_ = kWriteAuto;
+  unsigned hw_threads_ = 1;
+  std::atomic<unsigned> callers_{0};
+  std::atomic<bool> all_direct_{false};
 
+  // Per heap slot: the item count's share, and direct ops (one counter per
+  // thread: a shared one would move its line between the cores per write).
   struct alignas(64) Stripe {
     std::atomic<std::int64_t> v{0};
+    std::atomic<std::uint64_t> direct{0};
   };
   std::unique_ptr<Stripe[]> counts_;
   mutable std::atomic<std::int64_t> count_base_{0};

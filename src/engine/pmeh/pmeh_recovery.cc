@@ -46,6 +46,10 @@ Status check_run_options(const Options& o) {
     return Status::InvalidArgument("pmeh: split bits must be 1.." + std::to_string(kMaxSplitBits) +
                                    ", got " + std::to_string(o.pmeh_split_bits));
   }
+  if (o.pmeh_write_mode > kWriteDirect) {
+    return Status::InvalidArgument("pmeh: write mode must be 0 (auto), 1 (delegated) or 2 (direct), got " +
+                                   std::to_string(o.pmeh_write_mode));
+  }
   if (o.pmeh_split_step > 255) {
     return Status::InvalidArgument("pmeh: split step must be 0..255 buckets, got " +
                                    std::to_string(o.pmeh_split_step));

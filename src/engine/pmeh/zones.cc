@@ -51,6 +51,13 @@ Status PmehIndex::start_owners() {
   if (w == 0) w = std::max(1u, std::thread::hardware_concurrency() / 2);
   w = std::min(w, kMaxWorkers);
   for (unsigned z = 0; z < (1u << z_); ++z) zones_[z].owner = z % w;
+  hw_threads_ = std::max(1u, std::thread::hardware_concurrency());
+  if (write_mode_ == kWriteDirect) {
+    // No owner runs yet and no caller has come: the zones start SHARED
+    // without a hand-over.
+    for (unsigned z = 0; z < (1u << z_); ++z) zones_[z].mode.store(kShared);
+    all_direct_.store(true);
+  }
   stop_.store(false);
   // No monitor window before every owner runs.
   next_window_ns_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
@@ -243,8 +250,33 @@ void PmehIndex::apply_requests(unsigned i) {
       zone.mode.store(kOwned, std::memory_order_release);
       zone_switches_.fetch_add(1, std::memory_order_relaxed);
     }
-    zone.request.store(kNoRequest, std::memory_order_release);
+    // Cleared only if no newer request came meanwhile (go_direct may
+    // overwrite a pending one; its control bit brings us back for it).
+    std::uint8_t expected = r;
+    zone.request.compare_exchange_strong(expected, kNoRequest, std::memory_order_acq_rel);
   }
+}
+
+void PmehIndex::note_caller(Mailbox& m) {
+  m.counted = true;
+  const unsigned callers = callers_.fetch_add(1, std::memory_order_relaxed) + 1;
+  // The rule (pmeh.h, "Write mode"): delegation pays a hand-off per write,
+  // cheap only while every owner and every caller has a hardware thread of
+  // its own and one is left for the rest of the machine; without that
+  // headroom a hand-off waits for a context switch, and callers writing
+  // their segments themselves win.
+  if (write_mode_ == kWriteAuto && opportunistic_ && callers + workers() >= hw_threads_ &&
+      !all_direct_.load(std::memory_order_relaxed)) {
+    go_direct();
+  }
+}
+
+void PmehIndex::go_direct() {
+  // Under the monitor's mutex: no window runs meanwhile, and none after
+  // (maybe_monitor checks all_direct_ under it).
+  std::lock_guard lock(monitor_mutex_);
+  if (all_direct_.exchange(true, std::memory_order_acq_rel)) return;
+  for (unsigned z = 0; z < (1u << z_); ++z) post_request(z, kRequestShared);
 }
 
 void PmehIndex::force_mode(unsigned z, bool shared) {
@@ -258,12 +290,18 @@ void PmehIndex::force_mode(unsigned z, bool shared) {
 }
 
 void PmehIndex::maybe_monitor() {
-  if (!opportunistic_ || !monitor_on_.load(std::memory_order_relaxed)) return;
+  if (!opportunistic_ || !monitor_on_.load(std::memory_order_relaxed) ||
+      all_direct_.load(std::memory_order_relaxed)) {
+    return;
+  }
   const std::int64_t now = now_ns();
   if (now < next_window_ns_.load(std::memory_order_acquire)) return;
   // Any owner may close a window; one at a time.
   std::unique_lock lock(monitor_mutex_, std::try_to_lock);
-  if (!lock.owns_lock() || !monitor_on_.load(std::memory_order_relaxed)) return;
+  if (!lock.owns_lock() || !monitor_on_.load(std::memory_order_relaxed) ||
+      all_direct_.load(std::memory_order_relaxed)) {
+    return;
+  }
   const unsigned zn = 1u << z_;
   std::vector<std::uint64_t> delta(zn);
   std::uint64_t total = 0;
