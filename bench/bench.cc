@@ -542,20 +542,7 @@ class Driver {
     const std::string label = engine.label() + " t=" + std::to_string(threads);
     const std::uint64_t dram_before = malloc_in_use();
     std::unique_ptr<Table> table = make_table(engine, threads, false, run_inserts(specs_));
-    RunResult base;
-    base.engine = engine.name;
-    base.series = engine.series();
-    if (auto* store = dynamic_cast<PmhashTable*>(table.get()); store && engine.name == kNehash) {
-      base.nehash_bucket_bits = store->options().nehash_bucket_bits;
-      base.nehash_initial_dir_bits = store->options().nehash_initial_dir_bits;
-    }
-    if (auto* store = dynamic_cast<PmhashTable*>(table.get()); store && engine.name == kPmeh) {
-      base.pmeh_options = store->options();
-    }
-    base.kind = table->kind();
-    base.durability = table->durability();
-    base.threads = threads;
-    base.ceilings = ceilings_for(threads);
+    RunResult base = describe(engine, *table, threads);
     const auto timeout = std::chrono::seconds(config_.quiesce_timeout_s);
 
     PhaseWork load;
@@ -725,6 +712,26 @@ class Driver {
     }
   }
 
+  // A result row's description of the table it measures: engine, series,
+  // the engine options it reports, kind, durability, threads, ceilings.
+  RunResult describe(const EngineSpec& engine, Table& table, unsigned threads) const {
+    RunResult r;
+    r.engine = engine.name;
+    r.series = engine.series();
+    if (auto* store = dynamic_cast<PmhashTable*>(&table); store && engine.name == kNehash) {
+      r.nehash_bucket_bits = store->options().nehash_bucket_bits;
+      r.nehash_initial_dir_bits = store->options().nehash_initial_dir_bits;
+    }
+    if (auto* store = dynamic_cast<PmhashTable*>(&table); store && engine.name == kPmeh) {
+      r.pmeh_options = store->options();
+    }
+    r.kind = table.kind();
+    r.durability = table.durability();
+    r.threads = threads;
+    r.ceilings = ceilings_for(threads);
+    return r;
+  }
+
   std::optional<Ceilings> ceilings_for(unsigned threads) const {
     for (const Ceilings& c : ceilings_) {
       if (c.threads == threads) return c;
@@ -767,22 +774,9 @@ class Driver {
         return std::nullopt;
       }
     }
-    RunResult r;
-    r.engine = engine.name;
-    r.series = engine.series();
-    if (auto* store = dynamic_cast<PmhashTable*>(table.get()); store && engine.name == kNehash) {
-      r.nehash_bucket_bits = store->options().nehash_bucket_bits;
-      r.nehash_initial_dir_bits = store->options().nehash_initial_dir_bits;
-    }
-    if (auto* store = dynamic_cast<PmhashTable*>(table.get()); store && engine.name == kPmeh) {
-      r.pmeh_options = store->options();
-    }
-    r.kind = table->kind();
-    r.durability = table->durability();
-    r.threads = threads;
+    RunResult r = describe(engine, *table, threads);
     r.workload = spec;
     r.distribution = spec.distribution;
-    r.ceilings = ceilings_for(threads);
     const auto timeout = std::chrono::seconds(config_.quiesce_timeout_s);
 
     PhaseWork load;
