@@ -545,16 +545,7 @@ class Driver {
     RunResult base = describe(engine, *table, threads);
     const auto timeout = std::chrono::seconds(config_.quiesce_timeout_s);
 
-    PhaseWork load;
-    load.load = &load_keys;
-    load.space = &space_;
-    load.progress_label = label + " load";
-    base.load = run_phase(*table, load, threads, timeout);
-    base.dram_after_load = dram_used(*table, dram_before);
-    verify(*table, base.load, config_.records, label + " load");
-    if (config_.reopen) {
-      if (auto* store = dynamic_cast<PmhashTable*>(table.get())) base.reopen = reopen(*store, label);
-    }
+    load_phase(*table, load_keys, threads, timeout, dram_before, label, &base);
     RunResult first = base;
     first.workload = load_spec;
     first.distribution = load_spec.distribution;
@@ -712,6 +703,23 @@ class Driver {
     }
   }
 
+  // The load phase into `r`: records inserted, DRAM used after it, the table
+  // verified, and (--reopen) the store closed and opened again.
+  void load_phase(Table& table, const LoadKeys& load_keys, unsigned threads,
+                  std::chrono::seconds timeout, std::uint64_t dram_before, const std::string& label,
+                  RunResult* r) {
+    PhaseWork load;
+    load.load = &load_keys;
+    load.space = &space_;
+    load.progress_label = label + " load";
+    r->load = run_phase(table, load, threads, timeout);
+    r->dram_after_load = dram_used(table, dram_before);
+    verify(table, r->load, config_.records, label + " load");
+    if (config_.reopen) {
+      if (auto* store = dynamic_cast<PmhashTable*>(&table)) r->reopen = reopen(*store, label);
+    }
+  }
+
   // A result row's description of the table it measures: engine, series,
   // the engine options it reports, kind, durability, threads, ceilings.
   RunResult describe(const EngineSpec& engine, Table& table, unsigned threads) const {
@@ -779,18 +787,7 @@ class Driver {
     r.distribution = spec.distribution;
     const auto timeout = std::chrono::seconds(config_.quiesce_timeout_s);
 
-    PhaseWork load;
-    load.load = &load_keys;
-    load.space = &space_;
-    load.progress_label = label + " load";
-    r.load = run_phase(*table, load, threads, timeout);
-    r.dram_after_load = dram_used(*table, dram_before);
-    verify(*table, r.load, config_.records, label + " load");
-    if (config_.reopen) {
-      if (auto* store = dynamic_cast<PmhashTable*>(table.get())) {
-        r.reopen = reopen(*store, label);
-      }
-    }
+    load_phase(*table, load_keys, threads, timeout, dram_before, label, &r);
 
     if (spec.run_phase) {
       PhaseWork run;
