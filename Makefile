@@ -1,13 +1,16 @@
 # The two set-up commands of the README. Both install missing Debian packages
 # first (scripts/bootstrap.sh), so they work on a fresh Debian 12 machine.
+# No other target installs anything: on a fresh machine run `make bootstrap`
+# (Debian packages) once before them; the benchmark targets that plot also
+# need `make bootstrap-plot` (matplotlib in .venv, from PyPI), which they call.
 #   make run         build release and run the main job: a 2-minute benchmark
 #                    profile (every pmhash engine, libcuckoo and LMDB on
 #                    Load/A/B/C), its figures, and a load/reopen/read-back check
 #   make test        build release, asan and tsan, run every test in each;
 #                    build the fuzz target and fuzz it for a minute
-# Benchmarks (results and figures: see README, "Benchmarks"):
+# Benchmarks (docs/benchmarks.md):
 #   make bench-full  the paper-sized profile, every engine and peer
-#   make results     the profile behind the README's tables, into docs/results
+#   make results     the profile behind docs/results/README.md, into docs/results
 #   make bench-dali  dali (epochs) against LMDB and RocksDB on a disk file
 #                    (page granularity) and against clevel in /dev/shm, YCSB
 #                    load/A/B/C and transactions (3 reads + 1 update), into
@@ -52,17 +55,17 @@
 #                    (about 10 minutes; COSTS_RECORDS (default 1000000),
 #                    SHM_DIR, COSTS_HUGE_DIR (a huge=advise tmpfs: adds
 #                    huge pages against /dev/shm): scripts/costs.sh).
-#                    Installs linux-perf (scripts/bootstrap.sh costs).
+#                    Needs linux-perf: scripts/bootstrap.sh costs.
 #                    The peers' shape by hand: pmhash-bench --preset
 #                    peers-8b (flags after it override it, e.g. --records
 #                    1000000; --sequence runs the workloads one after
 #                    another on one store)
-# Fuzzing (README, "Fuzzing"):
+# Fuzzing (docs/fuzzing.md):
 #   make fuzz        every fuzz target for FUZZ_SECONDS each (default 600;
 #                    clang, ASan + UBSan, build/fuzz): Store::open on damaged
 #                    pools, a memory node's request handling, the tcp
 #                    client's reply parsing (scripts/fuzz.sh)
-# Crash checking (README, "Crash consistency"):
+# Crash checking (docs/crash-consistency.md):
 #   make crash-long  the crash checker at length for every engine (hours;
 #                    knobs in scripts/crash-long.sh)
 
@@ -74,29 +77,31 @@
 bootstrap:
 	./scripts/bootstrap.sh
 
-bootstrap-plot: bootstrap
+bootstrap-plot:
 	./scripts/bootstrap-plot.sh
 
-build-release: bootstrap
+build-release:
 	cmake --preset release >/dev/null
 	cmake --build --preset release
 
-build-asan: bootstrap
+build-asan:
 	cmake --preset asan >/dev/null
 	cmake --build --preset asan
 
-build-tsan: bootstrap
+build-tsan:
 	cmake --preset tsan >/dev/null
 	cmake --build --preset tsan
 
-build-fuzz: bootstrap
+build-fuzz:
 	cmake --preset fuzz >/dev/null
 	cmake --build --preset fuzz
 
-run: build-release bootstrap-plot
+run: bootstrap
+	$(MAKE) build-release bootstrap-plot
 	./scripts/run.sh build/release
 
-test: build-release build-asan build-tsan build-fuzz
+test: bootstrap
+	$(MAKE) build-release build-asan build-tsan build-fuzz
 	./scripts/test.sh
 
 FUZZ_SECONDS ?= 600
@@ -123,8 +128,8 @@ bench-pmeh: build-release bootstrap-plot
 
 # The release build of the library and the bench only: the cost account
 # needs neither the tests nor the other programs.
-costs: bootstrap
-	./scripts/bootstrap.sh costs
+costs:
+	@command -v perf >/dev/null || { echo "make costs: perf is missing; run scripts/bootstrap.sh costs" >&2; exit 2; }
 	cmake --preset release >/dev/null
 	cmake --build --preset release --target pmhash-bench
 	./scripts/costs.sh build/release

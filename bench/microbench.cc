@@ -527,7 +527,7 @@ void write_json(const Config& config, const std::deque<RunRecord>& runs) {
 
 int run(const Config& config) {
   if (config.granularity != "auto") {
-    // libpmem2 reads this when the pool is mapped (README, "Persistence").
+    // libpmem2 reads this when the pool is mapped (docs/persistence.md).
     ::setenv("PMEM2_FORCE_GRANULARITY", config.granularity.c_str(), 1);
   }
   std::cerr << "generating " << 2 * config.records << " keys and " << 2 * config.records

@@ -1199,7 +1199,7 @@ ON_REQUEST = {"op_latency_cdf"}
 
 
 # --------------------------------------------------------------------------
-# --markdown: the README's tables, from the same files.
+# --markdown: the tables of docs/results/README.md, from the same files.
 # --------------------------------------------------------------------------
 
 def ceiling_fraction_by_key(runs):
@@ -1487,7 +1487,7 @@ def parse_args(argv):
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
                         help=f"directory for the PNGs (default {DEFAULT_OUT})")
     parser.add_argument("--markdown", action="store_true",
-                        help="print the README's tables (throughput per "
+                        help="print docs/results/README.md's tables (throughput per "
                              "workload and engine, ceilings) instead of "
                              "writing figures")
     parser.add_argument("--figures", metavar="NAME,...",

@@ -2,7 +2,7 @@
 # Benchmark profiles of pmhash-bench, each one command (see the Makefile):
 #
 #   scripts/bench.sh quick   BUILD_DIR   (make run)       about 2 minutes
-#   scripts/bench.sh results BUILD_DIR   (make results)   the README's tables
+#   scripts/bench.sh results BUILD_DIR   (make results)   docs/results/README.md's tables
 #   scripts/bench.sh full    BUILD_DIR   (make bench-full) paper-sized
 #   scripts/bench.sh dali    BUILD_DIR   (make bench-dali) dali against its
 #                                        peers, about 14 minutes
@@ -30,7 +30,7 @@
 # reads + 1 update, uniform keys as in the paper) at 1 and 2 threads:
 #
 #   disk  a pool file on the normal disk, page granularity (pwrite +
-#         fdatasync, README "Persistence"): dali with epoch durability
+#         fdatasync, docs/persistence.md): dali with epoch durability
 #         against LMDB and RocksDB with the same loss window, 10 ms (their
 #         epoch modes, MDB_NOSYNC + mdb_env_sync and unsynced WAL +
 #         SyncWAL, every 10 ms; dali epochs of 5 ms, as a crash may lose
@@ -112,7 +112,7 @@
 # to an owner thread; callers and owners share the 2 cores), so the
 # defaults take about 9 minutes; 10M keys take pmeh about half a minute
 # each, so adding 10000000 to PMEH_OPEN_RECORDS and PMEH_MOVE_RECORDS (four
-# loads) adds about 5 minutes (the README's results have both).
+# loads) adds about 5 minutes (docs/results/README.md has both).
 set -euo pipefail
 
 if [ $# -lt 2 ]; then

@@ -24,7 +24,7 @@
 # every answer a call gave) for every pool engine and durability, each seed,
 # two and three threads on CRASH_SHARED_KEYS keys.
 # Everything is appended to CRASH_SUMMARY (JSON lines), and a per-engine
-# table (the one in the README) is printed at the end. Reproducers of any
+# table (the one in docs/crash-consistency.md) is printed at the end. Reproducers of any
 # violation go to CRASH_REPRODUCERS. Exits non-zero on any violation.
 #
 # Knobs (environment), with their defaults:

@@ -1,4 +1,4 @@
-// engine/hash.h - the one hash of pmhash (DESIGN.md, "Hashing and keys").
+// engine/hash.h - the one hash of pmhash (docs/architecture.md, "Keys and hashing").
 //
 // Every key is hashed once, by the store, with XXH3-128. `h1` is the 64-bit
 // hash engines use first; engines that need a second independent hash (two

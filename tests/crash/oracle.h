@@ -7,7 +7,7 @@
 // done_t..seen_t may have been in flight (seen_t is how many the thread had
 // acknowledged by the time the crash image was complete), each wholly
 // present or wholly absent, in order. What was promised depends on the
-// durability (DESIGN.md, "Durability contract"):
+// durability (docs/architecture.md, "Durability contract"):
 //   strict   every acknowledged operation: done_t = acknowledged;
 //   epoch    every operation that ran before the first epoch this crash
 //            failed: the window carries, for the epochs around the crash,
@@ -278,7 +278,7 @@ class Oracle {
 // A crash point P is a sequence number too: the calls that returned before
 // it completed before the crash; the others that had begun are in flight.
 //
-// Strict durability promises durable linearizability (DESIGN.md, "Durability
+// Strict durability promises durable linearizability (docs/architecture.md, "Durability
 // contract"): the history with the crash removed, in which each call in
 // flight either took effect (with some answer) or never happened, is
 // linearizable, followed by the recovered state. Linearizability is local
