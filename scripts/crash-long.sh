@@ -40,8 +40,7 @@
 #   CRASH_MEMNODE_ENGINES=all      engines on memory nodes to explore
 #   CRASH_MEMNODE_OPS=3000         operations per thread, one-thread runs
 #                                  (two-thread runs: half, per thread)
-#   CRASH_SHARED_ENGINES="clevel dali nehash pmeh"
-#                                  engines for the shared-key exploration
+#   CRASH_SHARED_ENGINES=all       engines for the shared-key exploration
 #   CRASH_SHARED_OPS=600           operations per thread there
 #   CRASH_SHARED_KEYS=16           shared keys
 #   CRASH_SUMMARY=crash-long.jsonl
@@ -65,7 +64,7 @@ kills=${CRASH_KILLS:-1000}
 flip_seeds=${CRASH_FLIP_SEEDS:-15}
 memnode_engines=${CRASH_MEMNODE_ENGINES:-$("$memnode_explore" --list-engines)}
 memnode_ops=${CRASH_MEMNODE_OPS:-3000}
-shared_engines=${CRASH_SHARED_ENGINES:-clevel dali nehash pmeh}
+shared_engines=${CRASH_SHARED_ENGINES:-$engines}
 shared_ops=${CRASH_SHARED_OPS:-600}
 shared_keys=${CRASH_SHARED_KEYS:-16}
 summary=${CRASH_SUMMARY:-crash-long.jsonl}
@@ -73,19 +72,25 @@ reproducers=${CRASH_REPRODUCERS:-crash-reproducers}
 
 : > "$summary"
 status=0
+# run TITLE COMMAND...: prints the title, runs the command, and marks the
+# whole run failed when it fails (the other runs still go on).
+run() {
+  echo "=== $1 ==="
+  shift
+  if ! "$@"; then status=1; fi
+}
+# Where every exploration records its summary and reproducers.
+record=(--exhaustive "$exhaustive" --samples "$samples" --summary "$summary" --reproducers "$reproducers")
+
 for engine in $engines; do
   for durability in $("$explore" --durabilities "$engine"); do
     for granularity in $granularities; do
       for seed in $seeds; do
         for threads in 1 2; do
           per_thread=$(( threads == 1 ? ops : ops / 2 ))
-          echo "=== explore: $engine $durability $granularity seed $seed, $threads thread(s), $per_thread ops each ==="
-          if ! "$explore" --engine "$engine" --durability "$durability" --granularity "$granularity" \
-               --seed "$seed" --threads "$threads" --ops "$per_thread" --keys 300 \
-               --exhaustive "$exhaustive" --samples "$samples" \
-               --summary "$summary" --reproducers "$reproducers"; then
-            status=1
-          fi
+          run "explore: $engine $durability $granularity seed $seed, $threads thread(s), $per_thread ops each" \
+            "$explore" --engine "$engine" --durability "$durability" --granularity "$granularity" \
+            --seed "$seed" --threads "$threads" --ops "$per_thread" --keys 300 "${record[@]}"
         done
       done
     done
@@ -96,13 +101,9 @@ for engine in $shared_engines; do
   for durability in $("$explore" --durabilities "$engine"); do
     for seed in $seeds; do
       for threads in 2 3; do
-        echo "=== shared keys: $engine $durability seed $seed, $threads threads, $shared_ops ops each, $shared_keys keys ==="
-        if ! "$explore" --engine "$engine" --durability "$durability" --shared-keys \
-             --seed "$seed" --threads "$threads" --ops "$shared_ops" --keys "$shared_keys" \
-             --exhaustive "$exhaustive" --samples "$samples" \
-             --summary "$summary" --reproducers "$reproducers"; then
-          status=1
-        fi
+        run "shared keys: $engine $durability seed $seed, $threads threads, $shared_ops ops each, $shared_keys keys" \
+          "$explore" --engine "$engine" --durability "$durability" --shared-keys \
+          --seed "$seed" --threads "$threads" --ops "$shared_ops" --keys "$shared_keys" "${record[@]}"
       done
     done
   done
@@ -110,29 +111,21 @@ done
 
 kill_filter=""
 for engine in $engines; do kill_filter="$kill_filter${kill_filter:+:}*KillTest*/${engine}_*"; done
-echo "=== process kills: $kills per engine on /dev/shm, $(( kills / 5 )) on disk ==="
-if ! PMHASH_KILLS=$kills PMHASH_CRASH_SUMMARY=$(realpath "$summary") \
-     "$build/tests/pmhash-crash-tests" --gtest_filter="$kill_filter"; then
-  status=1
-fi
+run "process kills: $kills per engine on /dev/shm, $(( kills / 5 )) on disk" \
+  env PMHASH_KILLS="$kills" PMHASH_CRASH_SUMMARY="$(realpath "$summary")" \
+  "$build/tests/pmhash-crash-tests" --gtest_filter="$kill_filter"
 
-echo "=== byte flips: $flip_seeds seeds per engine, pool state and flip count ==="
-if ! PMHASH_FLIP_SEEDS=$flip_seeds "$build/tests/pmhash-crash-tests" --gtest_filter='*ByteFlipTest*'; then
-  status=1
-fi
+run "byte flips: $flip_seeds seeds per engine, pool state and flip count" \
+  env PMHASH_FLIP_SEEDS="$flip_seeds" "$build/tests/pmhash-crash-tests" --gtest_filter='*ByteFlipTest*'
 
 for engine in $memnode_engines; do
   for nodes in 2 3; do
     for seed in $seeds; do
       for threads in 1 2; do
         per_thread=$(( threads == 1 ? memnode_ops : memnode_ops / 2 ))
-        echo "=== memory nodes: $engine on $nodes nodes, seed $seed, $threads thread(s), $per_thread ops each ==="
-        if ! "$memnode_explore" --engine "$engine" --nodes "$nodes" --seed "$seed" --threads "$threads" \
-             --ops "$per_thread" --keys $(( per_thread / 3 + 100 )) --race-groups 2 \
-             --exhaustive "$exhaustive" --samples "$samples" \
-             --summary "$summary" --reproducers "$reproducers"; then
-          status=1
-        fi
+        run "memory nodes: $engine on $nodes nodes, seed $seed, $threads thread(s), $per_thread ops each" \
+          "$memnode_explore" --engine "$engine" --nodes "$nodes" --seed "$seed" --threads "$threads" \
+          --ops "$per_thread" --keys $(( per_thread / 3 + 100 )) --race-groups 2 "${record[@]}"
       done
     done
   done

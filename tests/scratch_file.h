@@ -1,7 +1,8 @@
 // tests/scratch_file.h - what tests need around a pool-like file: a path
 // under /dev/shm unique to the process and the running test, a scratch
-// directory removed afterwards, a zero-filled file of a given size, and
-// PMEM2_FORCE_GRANULARITY restored after a test that forces it.
+// directory removed afterwards, a zero-filled file of a given size, a
+// file's bytes read and written whole, and PMEM2_FORCE_GRANULARITY restored
+// after a test that forces it.
 #pragma once
 
 #include <fcntl.h>
@@ -12,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -88,5 +91,19 @@ class GranularityGuard {
   static constexpr const char* kVariable = "PMEM2_FORCE_GRANULARITY";
   std::optional<std::string> saved_;
 };
+
+// Every byte of the file at `path` (empty when it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Replaces the file at `path` with `bytes`; a fatal test failure when the
+// write does not complete (call it under ASSERT_NO_FATAL_FAILURE).
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << "could not write " << path;
+}
 
 }  // namespace pmhash::testing

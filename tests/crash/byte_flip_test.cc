@@ -72,16 +72,8 @@ Options pool_options(const std::string& engine) {
   return o;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
+using pmhash::testing::read_file;
+using pmhash::testing::write_file;
 
 // FNV-1a: enough to see whether any byte changed.
 std::uint64_t hash_bytes(const std::string& bytes) {

@@ -123,6 +123,19 @@ inline std::string keeps_working(Store& store, std::map<std::string, std::string
   return "";
 }
 
+// Every pair for_each lists, into `seen`: "" when it listed each key once,
+// else what went wrong.
+inline std::string list_once(Store& store, std::map<std::string, std::string>* seen) {
+  std::string dup;
+  const Status it = store.for_each([&](std::string_view k, std::string_view v) {
+    if (!seen->emplace(std::string(k), std::string(v)).second && dup.empty()) dup = std::string(k);
+    return true;
+  });
+  if (!it.ok()) return "for_each failed: " + it.to_string();
+  if (!dup.empty()) return "key " + dup + " is visible twice";
+  return "";
+}
+
 // Waits (bounded) for an engine that sweeps leaked blocks in the background
 // after a crash to end its sweep: it reports leaks only then.
 inline std::string await_sweep(Store& store) {
@@ -160,13 +173,7 @@ class Oracle {
       if (failed.empty() && !st.clean_shutdown) return "recovery after a crash failed no epoch";
     }
     std::map<std::string, std::string> seen;
-    std::string dup;
-    const Status it = store.for_each([&](std::string_view k, std::string_view v) {
-      if (!seen.emplace(std::string(k), std::string(v)).second && dup.empty()) dup = std::string(k);
-      return true;
-    });
-    if (!it.ok()) return "for_each failed: " + it.to_string();
-    if (!dup.empty()) return "key " + dup + " is visible twice";
+    if (std::string e = detail::list_once(store, &seen); !e.empty()) return e;
 
     std::vector<std::map<std::uint64_t, std::string>> found(w_.threads);
     for (const auto& [k, v] : seen) {
@@ -689,13 +696,7 @@ class SharedOracle {
       if (!st.failed_epochs.empty()) cut = *std::min_element(st.failed_epochs.begin(), st.failed_epochs.end());
     }
     std::map<std::string, std::string> seen;
-    std::string dup;
-    const Status it = store.for_each([&](std::string_view k, std::string_view v) {
-      if (!seen.emplace(std::string(k), std::string(v)).second && dup.empty()) dup = std::string(k);
-      return true;
-    });
-    if (!it.ok()) return "for_each failed: " + it.to_string();
-    if (!dup.empty()) return "key " + dup + " is visible twice";
+    if (std::string e = detail::list_once(store, &seen); !e.empty()) return e;
     std::map<std::uint64_t, std::string> found;
     for (const auto& [k, v] : seen) {
       const auto key = parse_shared_key(k);

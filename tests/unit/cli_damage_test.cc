@@ -67,16 +67,8 @@ std::string describe(const std::vector<std::string>& args, const Result& r) {
          "\n  stderr: " + r.err;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
+using pmhash::testing::read_file;
+using pmhash::testing::write_file;
 
 bool one_error_line(const std::string& err) {
   return err.rfind("pmhash: ", 0) == 0 && err.find('\n') == err.size() - 1;
