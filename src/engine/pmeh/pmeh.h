@@ -66,10 +66,46 @@
 //   one batch (child buckets -> S.moved bits); the split completes when
 //   every bucket is moved, or early when another split is needed in the
 //   zone or a child's window is full; idle owners step too; B = 0 splits
-//   at once. While S splits the directory still names it; readers read
-//   bucket j from S until bit j is moved, then from the child; writes on S
-//   go to the child, under S's version. Readers holding S see its version
-//   odd, then DEAD, and restart from their zone's directory.
+//   at once, and so do SHARED zones (below). While S splits the directory
+//   still names it; readers read bucket j from S until bit j is moved,
+//   then from the child; writes on S go to the child, under S's version.
+//   Readers holding S see its version odd, then DEAD, and restart from
+//   their zone's directory.
+//   k (default 1): children start at half the fill S had at its split,
+//   not at 1/2^k of it, so the space per pair stays near that of a
+//   half-full table whatever the key count; k = 3 swings between 1/8 and
+//   full, as segments split in waves. k = 1 copies every pair once per
+//   doubling of the table, k = 3 once per eightfold growth, and the
+//   directory grows one level at a time: more moves and splits, which the
+//   rules of "Writes during a split" keep out of the callers' way. k = 2
+//   and 3 stay options (fewer, larger splits, more space).
+//
+// ---------------------------------------------------------------------------
+// Writes during a split (SHARED zones)
+// ---------------------------------------------------------------------------
+//   Rule 1: in a SHARED zone a split moves S whole at its start (as B = 0
+//   does), and a split in flight there (found MOVING by open, or started
+//   while the zone was OWNED) completes at the owner's next step of it.
+//   Gradual steps bound how long an OWNED zone's queue waits behind one
+//   split; in a SHARED zone the callers do not queue at the owner, only the
+//   writers of S wait for its version, for one copy of S, while a gradual
+//   split would hand each of S's writes with an unmoved bucket to the owner
+//   until the split ends (a hand-off per write, §16). The persist order is
+//   B = 0's: record -> children -> MOVING, one batch (child buckets ->
+//   drain -> S.moved -> persist), completion (§8.1 "split").
+//   Rule 2: a direct writer that takes S's version by CAS while S splits
+//   writes the key itself when both buckets of its window are moved: it
+//   probes and writes the window of the key's child (the only place the
+//   key can be), with the insert's persist order (slot words -> drain ->
+//   meta VALID -> persist), and releases S's version. That is the owner's
+//   write on S, done by another thread under the same lock: moves, steps
+//   and completion take S's version the same way, so no batch runs while
+//   it writes. The moved bits it relies on were persisted (P4 #2) before
+//   the version it took was released, so a crash cannot turn the bucket
+//   back into S's, and recovery resumes a MOVING split with the child
+//   bucket as it is. A window with an unmoved bucket, or a full child
+//   window, goes to the owner (it completes the split first, rule 1): S is
+//   never written, and splits are moved by owners only.
 //
 // ---------------------------------------------------------------------------
 // Persist order (§8.1); every write is durable when it returns
@@ -225,9 +261,10 @@
 //   check() keeps Store::check's contract (a quiescent store): it pauses the
 //   owners' idle split steps, which run with no caller operation in flight,
 //   but not their request loops, which are idle when no caller is. In a
-//   SHARED zone a direct writer whose segment has a split in flight hands
-//   its write to the owner instead of stepping the split itself, so splits
-//   are only ever moved by owners. W = max(1, cores / 2) owners by default;
+//   SHARED zone a direct writer whose segment has a split in flight writes
+//   the child itself only when its window is moved, else hands its write
+//   to the owner instead of stepping the split itself, so splits are only
+//   ever moved by owners. W = max(1, cores / 2) owners by default;
 //   writes are delegated while owners and callers leave a hardware thread
 //   spare, then direct ("Write mode" above).
 #pragma once

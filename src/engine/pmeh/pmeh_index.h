@@ -226,6 +226,8 @@ class PmehIndex final : public Index {
   void check_regimes(bool on) { check_regimes_.store(on); }
   std::uint64_t regime_overlaps() const { return overlaps_.load(); }
   std::uint64_t direct_ops() const;
+  // Direct writes that went into a moved window of a split in flight.
+  std::uint64_t direct_split_writes() const;
   // Every zone is SHARED for good and the monitor is off (write mode direct,
   // or auto once owners plus callers leave no hardware thread spare).
   bool all_direct() const { return all_direct_.load(); }
@@ -331,6 +333,12 @@ class PmehIndex final : public Index {
   // one move batch; completes the split once every bucket is moved.
   // Outside any read section, with room for one retire.
   void split_step(heap::ThreadCache* tc, unsigned z, bool on_s, std::uint64_t h1);
+  // Whether zone z's splits move S whole at their start (and a split in
+  // flight completes at its next step): B = 0, or the zone is SHARED
+  // (pmeh.h, "Writes during a split"). Owner of z only.
+  bool splits_at_once(unsigned z) const {
+    return split_step_ == 0 || zones_[z].mode.load(std::memory_order_relaxed) == kShared;
+  }
   // Moves everything left and completes zone z's split (§5.5).
   void finish_split(heap::ThreadCache* tc, unsigned z);
   // Copies buckets `m` (a 256-bit set) of S to the children and marks them
@@ -437,6 +445,7 @@ class PmehIndex final : public Index {
   struct alignas(64) Stripe {
     std::atomic<std::int64_t> v{0};
     std::atomic<std::uint64_t> direct{0};
+    std::atomic<std::uint64_t> split_direct{0};  // of them, into a child of a split in flight
   };
   std::unique_ptr<Stripe[]> counts_;
   mutable std::atomic<std::int64_t> count_base_{0};

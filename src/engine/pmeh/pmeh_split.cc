@@ -146,12 +146,13 @@ Status PmehIndex::split(heap::ThreadCache* tc, unsigned z, std::uint64_t off, st
   region_.persist(&h->split, sizeof(std::uint64_t));
   tc->clear_intent(kBlockIntent);
 
-  // 4. Published, then the caller's window moved (all of S with B = 0).
+  // 4. Published, then the caller's window moved (all of S with B = 0 or
+  // in a SHARED zone: pmeh.h, "Writes during a split").
   SplitState* raw = sp.release();
   zones_[z].split.store(raw, std::memory_order_release);
   std::uint64_t m[4] = {};
   const unsigned home = home_bucket(h1, nb_);
-  if (split_step_ == 0) {
+  if (splits_at_once(z)) {
     for (unsigned j = 0; j < nb_; ++j) add_bit(m, j);
   } else {
     add_bit(m, home);
@@ -166,8 +167,9 @@ Status PmehIndex::split(heap::ThreadCache* tc, unsigned z, std::uint64_t off, st
 void PmehIndex::split_step(heap::ThreadCache* tc, unsigned z, bool on_s, std::uint64_t h1) {
   SplitState* sp = zones_[z].split.load(std::memory_order_relaxed);
   if (sp == nullptr) return;
-  // B = 0 (a split found by open, or the option changed): all at once.
-  if (split_step_ == 0) return finish_split(tc, z);
+  // B = 0, or a SHARED zone (a split found by open, or started before the
+  // zone went SHARED): the rest at once.
+  if (splits_at_once(z)) return finish_split(tc, z);
   InSplit in_split;
   std::uint64_t m[4] = {};
   unsigned count = 0;
