@@ -66,11 +66,11 @@
 //   one batch (child buckets -> S.moved bits); the split completes when
 //   every bucket is moved, or early when another split is needed in the
 //   zone or a child's window is full; idle owners step too; B = 0 splits
-//   at once, and so do SHARED zones (below). While S splits the directory
-//   still names it; readers read bucket j from S until bit j is moved,
-//   then from the child; writes on S go to the child, under S's version.
-//   Readers holding S see its version odd, then DEAD, and restart from
-//   their zone's directory.
+//   at once; SHARED zones finish a split right after its start (below).
+//   While S splits the directory still names it; readers read bucket j
+//   from S until bit j is moved, then from the child; writes on S go to
+//   the child, under S's version. Readers holding S see its version odd,
+//   then DEAD, and restart from their zone's directory.
 //   k (default 1): children start at half the fill S had at its split,
 //   not at 1/2^k of it, so the space per pair stays near that of a
 //   half-full table whatever the key count; k = 3 swings between 1/8 and
@@ -83,16 +83,21 @@
 // ---------------------------------------------------------------------------
 // Writes during a split (SHARED zones)
 // ---------------------------------------------------------------------------
-//   Rule 1: in a SHARED zone a split moves S whole at its start (as B = 0
-//   does), and a split in flight there (found MOVING by open, or started
-//   while the zone was OWNED) completes at the owner's next step of it.
-//   Gradual steps bound how long an OWNED zone's queue waits behind one
-//   split; in a SHARED zone the callers do not queue at the owner, only the
-//   writers of S wait for its version, for one copy of S, while a gradual
-//   split would hand each of S's writes with an unmoved bucket to the owner
-//   until the split ends (a hand-off per write, §16). The persist order is
-//   B = 0's: record -> children -> MOVING, one batch (child buckets ->
-//   drain -> S.moved -> persist), completion (§8.1 "split").
+//   Rule 1: in a SHARED zone the owner moves a split whole as soon as the
+//   write that started it is answered: the start moves that write's window
+//   (as with any B), the owner answers its round of requests, then moves
+//   the rest of S and completes the split in one batch, before it serves
+//   another round; a split in flight there that it did not start (found
+//   MOVING by open, or started while the zone was OWNED) completes at its
+//   next step, delegated or idle. Gradual steps bound how long an OWNED
+//   zone's queue waits behind one split; in a SHARED zone the callers do
+//   not queue at the owner: only the writers of S wait, for one copy of S,
+//   while a gradual split would hand each of S's writes with an unmoved
+//   bucket to the owner until it ends (a hand-off per write, §16, where a
+//   write on 2 cores waits for the scheduler). The persist order is the
+//   gradual split's with two batches: record -> children -> MOVING; the
+//   window's batch and the rest's (child buckets -> drain -> S.moved ->
+//   persist, each); completion (§8.1 "split").
 //   Rule 2: a direct writer that takes S's version by CAS while S splits
 //   writes the key itself when both buckets of its window are moved: it
 //   probes and writes the window of the key's child (the only place the

@@ -153,6 +153,9 @@ struct Owner {
   // Rung bits served and loop rounds that served any, for the monitor's backlog.
   std::atomic<std::uint64_t> served{0}, busy_rounds{0};
   std::uint64_t seen_served = 0, seen_rounds = 0;  // the monitor's, at the last window
+  // A split started in a SHARED zone this round: completed once the round's
+  // callers have their answers. The owner thread's only.
+  bool finish_pending = false;
   std::atomic<int> started{0};  // 1: running, -1: could not take a heap slot
   Status start_error;           // written before started = -1
 };
@@ -333,12 +336,15 @@ class PmehIndex final : public Index {
   // one move batch; completes the split once every bucket is moved.
   // Outside any read section, with room for one retire.
   void split_step(heap::ThreadCache* tc, unsigned z, bool on_s, std::uint64_t h1);
-  // Whether zone z's splits move S whole at their start (and a split in
-  // flight completes at its next step): B = 0, or the zone is SHARED
-  // (pmeh.h, "Writes during a split"). Owner of z only.
+  // Whether a step of zone z's split in flight moves all that is left:
+  // B = 0, or the zone is SHARED (pmeh.h, "Writes during a split"). Owner
+  // of z only.
   bool splits_at_once(unsigned z) const {
     return split_step_ == 0 || zones_[z].mode.load(std::memory_order_relaxed) == kShared;
   }
+  // Owner i after a round of requests: completes the splits its SHARED
+  // zones started in that round (rule 1 of "Writes during a split").
+  void finish_shared_splits(heap::ThreadCache* tc, unsigned i);
   // Moves everything left and completes zone z's split (§5.5).
   void finish_split(heap::ThreadCache* tc, unsigned z);
   // Copies buckets `m` (a 256-bit set) of S to the children and marks them

@@ -146,13 +146,12 @@ Status PmehIndex::split(heap::ThreadCache* tc, unsigned z, std::uint64_t off, st
   region_.persist(&h->split, sizeof(std::uint64_t));
   tc->clear_intent(kBlockIntent);
 
-  // 4. Published, then the caller's window moved (all of S with B = 0 or
-  // in a SHARED zone: pmeh.h, "Writes during a split").
+  // 4. Published, then the caller's window moved (all of S with B = 0).
   SplitState* raw = sp.release();
   zones_[z].split.store(raw, std::memory_order_release);
   std::uint64_t m[4] = {};
   const unsigned home = home_bucket(h1, nb_);
-  if (splits_at_once(z)) {
+  if (split_step_ == 0) {
     for (unsigned j = 0; j < nb_; ++j) add_bit(m, j);
   } else {
     add_bit(m, home);
@@ -160,7 +159,12 @@ Status PmehIndex::split(heap::ThreadCache* tc, unsigned z, std::uint64_t off, st
   }
   move_batch(raw, m);
   st.fetch_add(1, std::memory_order_release);
-  if (raw->left == 0) finish_split(tc, z);
+  if (raw->left == 0) {
+    finish_split(tc, z);
+  } else if (zones_[z].mode.load(std::memory_order_relaxed) == kShared) {
+    // The rest moves as soon as this round's callers are answered.
+    owners_[zones_[z].owner]->finish_pending = true;
+  }
   return Status::OK();
 }
 
@@ -250,6 +254,19 @@ void PmehIndex::finish_split(heap::ThreadCache* tc, unsigned z) {
   // read a record naming a freed block.
   root_->split[z].store(0, std::memory_order_relaxed);
   region_.persist(&root_->split[z], sizeof(std::uint64_t));
+}
+
+void PmehIndex::finish_shared_splits(heap::ThreadCache* tc, unsigned i) {
+  owners_[i]->finish_pending = false;
+  // Like an idle step: no caller waits for it, so check() pauses it.
+  std::shared_lock lock(pause_);
+  for (unsigned z = i; z < (1u << z_); z += workers()) {
+    if (zones_[z].split.load(std::memory_order_relaxed) == nullptr ||
+        zones_[z].mode.load(std::memory_order_relaxed) != kShared) {
+      continue;
+    }
+    finish_split(tc, z);
+  }
 }
 
 bool PmehIndex::idle_work(heap::ThreadCache* tc, unsigned i) {
