@@ -1193,6 +1193,37 @@ TEST_F(PmehGradualTest, DirectWriteIntoAMovedWindowGoesToTheChildAndAnUnmovedOne
   expect_check();
 }
 
+TEST_F(PmehGradualTest, SharedZoneSplitCompletesRightAfterTheWriteThatStartedIt) {
+  // B = 1 and no idle steps: in an OWNED zone this split would stay in
+  // flight until the zone's next writes. In a SHARED zone the owner moves
+  // the rest once it has answered the write that started the split.
+  options_.pmeh_zone_bits = 0;
+  options_.pmeh_split_bits = 1;
+  options_.pmeh_split_step = 1;
+  options_.pmeh_segment_kib = 64;
+  options_.pmeh_workers = 1;
+  options_.pmeh_write_mode = pm::kWriteDirect;
+  create();
+  std::vector<std::string> keys;
+  for (int i = 0; !pmeh().split_in_flight(0) && stats().splits == 0; ++i) {
+    keys.push_back("p" + std::to_string(i));
+    ASSERT_TRUE(insert(keys.back(), "v").ok());
+  }
+  EXPECT_EQ(pmeh().delegated_ops(), 1u) << "only the write that found its window full";
+  // No more writes: the owner completes the split by itself.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (pmeh().split_in_flight(0) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_FALSE(pmeh().split_in_flight(0));
+  EXPECT_EQ(stats().splits, 1u);
+  EXPECT_EQ(stats().eager_split_completions, 0u);
+  EXPECT_EQ(pmeh().delegated_ops(), 1u);
+  EXPECT_EQ(pmeh().segment_depth(engine::make_key(keys[0]).h1), 1u);
+  for (const std::string& k : keys) ASSERT_EQ(get(k), "v") << k;
+  expect_check();
+}
+
 TEST_F(PmehGradualTest, DirectWritersRacingSplitsKeepEveryKey) {
   // Three callers write one SHARED zone directly while its segments split
   // (a split resumed by open in flight first, then splits at once), a
