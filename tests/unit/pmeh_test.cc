@@ -1252,7 +1252,8 @@ TEST_F(PmehGradualTest, DirectWritersRacingSplitsKeepEveryKey) {
   for (unsigned t = 0; t < writers; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < per; ++i) {
-        const engine::Key k = engine::make_key(key_of(t, i));
+        const std::string name = key_of(t, i);
+        const engine::Key k = engine::make_key(name);  // views `name`
         if (!index_->insert(k, "v").ok()) ++wrong;
         if (i % 2 == 0 && !index_->update(k, final_value(i)).ok()) ++wrong;
         if (i % 5 == 0 && !index_->remove(k).ok()) ++wrong;
