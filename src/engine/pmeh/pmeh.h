@@ -101,8 +101,9 @@
 //   Rule 2: a direct writer that takes S's version by CAS while S splits
 //   writes the key itself when both buckets of its window are moved: it
 //   probes and writes the window of the key's child (the only place the
-//   key can be), with the insert's persist order (slot words -> drain ->
-//   meta VALID -> persist), and releases S's version. That is the owner's
+//   key can be), each write form with its own persist order (below; an
+//   insert: slot words -> drain -> meta VALID -> persist), and releases
+//   S's version, durable (P1-P3). That is the owner's
 //   write on S, done by another thread under the same lock: moves, steps
 //   and completion take S's version the same way, so no batch runs while
 //   it writes. The moved bits it relies on were persisted (P4 #2) before
