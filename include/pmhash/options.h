@@ -91,7 +91,7 @@ struct Options {
   // threads (at least one). Not kept in the pool: each open may choose another number.
   unsigned pmeh_workers = 0;
   // A full segment splits into 2^k, k = 1 .. 3.
-  unsigned pmeh_split_bits = 3;
+  unsigned pmeh_split_bits = 1;
   // Buckets a split moves per write in its zone; 0 = the whole split at once.
   unsigned pmeh_split_step = 4;
   // Owners with nothing to do move a step of their zones' splits (tests

@@ -636,6 +636,10 @@ class PmehEngineTest : public ::testing::Test {
     const Status s = index_->get(engine::make_key(k), &v);
     return s.ok() ? v : "<" + s.to_string() + ">";
   }
+  bool absent(const std::string& k) {
+    std::string v;
+    return index_->get(engine::make_key(k), &v).is_not_found();
+  }
   // Keys "s<n>" whose h1 has top bit `zone` (Z = 1), in the order found.
   static std::vector<std::string> zone_keys(unsigned zone, std::size_t n, unsigned from = 0) {
     std::vector<std::string> out;
@@ -840,6 +844,12 @@ struct Moved {
 
 class PmehGradualTest : public PmehEngineTest {
  protected:
+  void SetUp() override {
+    PmehEngineTest::SetUp();
+    // Gradual splits are an OWNED zone's (a SHARED zone splits at once,
+    // pmeh.h "Writes during a split"): delegated, whatever the machine.
+    options_.pmeh_write_mode = pm::kWriteDelegated;
+  }
   Moved moved(unsigned z) {
     Moved m;
     for (unsigned w = 0; w < 4; ++w) m.w[w] = pmeh().moved_word(z, w);
@@ -1106,6 +1116,177 @@ TEST_F(PmehGradualTest, OldDirectoryFreedWhenEveryZoneFilled) {
   reopen();
   EXPECT_EQ(pmeh().open_counters().directories_freed, 0u) << "nothing left for open to free";
   EXPECT_EQ(stats().levels, 1u);
+  expect_check();
+}
+
+TEST_F(PmehGradualTest, DirectWriteIntoAMovedWindowGoesToTheChildAndAnUnmovedOneToTheOwner) {
+  // A gradual split started in an OWNED zone (one bucket per owner write,
+  // no idle steps), then the store opened again with every zone SHARED:
+  // open resumes the split, and it stays in flight until the owner's next
+  // step of it.
+  options_.pmeh_zone_bits = 0;
+  options_.pmeh_split_bits = 1;
+  options_.pmeh_split_step = 1;
+  options_.pmeh_segment_kib = 64;
+  options_.pmeh_workers = 1;
+  create();
+  const unsigned nb = pmeh().nb();
+  std::map<std::string, std::string> want;
+  std::string trigger;
+  for (int i = 0; !pmeh().split_in_flight(0); ++i) {
+    trigger = "p" + std::to_string(i);
+    ASSERT_TRUE(insert(trigger, "v").ok());
+    want[trigger] = "v";
+  }
+  options_.pmeh_write_mode = pm::kWriteDirect;
+  reopen();
+  ASSERT_EQ(pmeh().open_counters().splits_resumed, 1u);
+  ASSERT_TRUE(pmeh().split_in_flight(0));
+  ASSERT_EQ(pmeh().zone_mode(0), pm::kShared);
+  // The start moved the trigger's window {h, h + 1} only.
+  const unsigned h = home(trigger);
+  const Moved start = moved(0);
+  ASSERT_EQ(start.count(), 2u);
+  ASSERT_TRUE(start.has(h) && start.has((h + 1) % nb));
+  // Keys whose window is {h, h + 1}: written by the caller, into the child.
+  const std::vector<std::string> in = placed_keys("m", 2, h, nb, 3);
+  const std::uint64_t delegated = pmeh().delegated_ops();
+  const std::uint64_t direct = pmeh().direct_split_writes();
+  for (const std::string& k : in) {
+    ASSERT_TRUE(insert(k, "d").ok()) << k;
+    want[k] = "d";
+  }
+  ASSERT_TRUE(index_->update(engine::make_key(in[0]), "a value that needs an item").ok());
+  want[in[0]] = "a value that needs an item";
+  ASSERT_TRUE(index_->update(engine::make_key(in[1]), "u").ok());
+  want[in[1]] = "u";
+  ASSERT_TRUE(index_->remove(engine::make_key(in[2])).ok());
+  want.erase(in[2]);
+  EXPECT_TRUE(index_->insert(engine::make_key(in[1]), "again").is_already_exists());
+  EXPECT_EQ(pmeh().direct_split_writes(), direct + 7);
+  EXPECT_EQ(pmeh().delegated_ops(), delegated) << "no write went to the owner";
+  EXPECT_EQ(moved(0).count(), 2u) << "direct writers move no bucket";
+  EXPECT_TRUE(pmeh().split_in_flight(0));
+  EXPECT_TRUE(absent(in[2]));
+  for (const auto& [k, v] : want) ASSERT_EQ(get(k), v) << k;
+  // check() places every slot of a moved bucket in its key's child.
+  expect_check();
+  // A clean reopen resumes the split with the child's writes in it.
+  reopen();
+  EXPECT_EQ(pmeh().open_counters().splits_resumed, 1u);
+  EXPECT_TRUE(pmeh().split_in_flight(0));
+  for (const auto& [k, v] : want) ASSERT_EQ(get(k), v) << k;
+  // A window with an unmoved bucket ({h + 1, h + 2}) goes to the owner,
+  // which completes the split (a SHARED zone's rest moves at once), then
+  // writes.
+  const std::string out = placed_keys("u", 2, (h + 1) % nb, nb, 1)[0];
+  const std::uint64_t delegated_after = pmeh().delegated_ops();
+  ASSERT_TRUE(insert(out, "o").ok());
+  want[out] = "o";
+  EXPECT_EQ(pmeh().delegated_ops(), delegated_after + 1);
+  EXPECT_FALSE(pmeh().split_in_flight(0));
+  EXPECT_EQ(stats().splits, 1u);
+  EXPECT_EQ(pmeh().segment_depth(engine::make_key(out).h1), 1u);
+  for (const auto& [k, v] : want) ASSERT_EQ(get(k), v) << k;
+  EXPECT_TRUE(absent(in[2]));
+  EXPECT_EQ(index_->size(), want.size());
+  expect_check();
+}
+
+TEST_F(PmehGradualTest, SharedZoneSplitCompletesRightAfterTheWriteThatStartedIt) {
+  // B = 1 and no idle steps: in an OWNED zone this split would stay in
+  // flight until the zone's next writes. In a SHARED zone the owner moves
+  // the rest once it has answered the write that started the split.
+  options_.pmeh_zone_bits = 0;
+  options_.pmeh_split_bits = 1;
+  options_.pmeh_split_step = 1;
+  options_.pmeh_segment_kib = 64;
+  options_.pmeh_workers = 1;
+  options_.pmeh_write_mode = pm::kWriteDirect;
+  create();
+  std::vector<std::string> keys;
+  for (int i = 0; !pmeh().split_in_flight(0) && stats().splits == 0; ++i) {
+    keys.push_back("p" + std::to_string(i));
+    ASSERT_TRUE(insert(keys.back(), "v").ok());
+  }
+  EXPECT_EQ(pmeh().delegated_ops(), 1u) << "only the write that found its window full";
+  // No more writes: the owner completes the split by itself.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (pmeh().split_in_flight(0) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_FALSE(pmeh().split_in_flight(0));
+  EXPECT_EQ(stats().splits, 1u);
+  EXPECT_EQ(stats().eager_split_completions, 0u);
+  EXPECT_EQ(pmeh().delegated_ops(), 1u);
+  EXPECT_EQ(pmeh().segment_depth(engine::make_key(keys[0]).h1), 1u);
+  for (const std::string& k : keys) ASSERT_EQ(get(k), "v") << k;
+  expect_check();
+}
+
+TEST_F(PmehGradualTest, DirectWritersRacingSplitsKeepEveryKey) {
+  // Three callers write one SHARED zone directly while its segments split
+  // (a split resumed by open in flight first, then splits at once), a
+  // fourth reads.
+  options_.pmeh_zone_bits = 0;
+  options_.pmeh_split_bits = 1;
+  options_.pmeh_split_step = 1;
+  options_.pmeh_segment_kib = 16;
+  options_.pmeh_workers = 1;
+  create();
+  int stable = 0;
+  for (; !pmeh().split_in_flight(0); ++stable) {
+    ASSERT_TRUE(insert("s" + std::to_string(stable), "s").ok());
+  }
+  options_.pmeh_write_mode = pm::kWriteDirect;
+  options_.pmeh_idle_steps = true;
+  reopen();
+  ASSERT_EQ(pmeh().open_counters().splits_resumed, 1u);
+  const unsigned writers = 3;
+  const int per = 2500;
+  auto key_of = [](unsigned t, int i) { return "w" + std::to_string(t) + "-" + std::to_string(i); };
+  auto final_value = [](int i) { return i % 2 == 0 ? std::string("a value that needs an item") : "v"; };
+  std::atomic<unsigned> wrong{0};
+  std::atomic<unsigned> done{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < writers; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < per; ++i) {
+        const std::string name = key_of(t, i);
+        const engine::Key k = engine::make_key(name);  // views `name`
+        if (!index_->insert(k, "v").ok()) ++wrong;
+        if (i % 2 == 0 && !index_->update(k, final_value(i)).ok()) ++wrong;
+        if (i % 5 == 0 && !index_->remove(k).ok()) ++wrong;
+      }
+      done.fetch_add(1);
+    });
+  }
+  std::uint64_t reads = 0;
+  for (int i = 0; done.load() < writers || reads < static_cast<std::uint64_t>(stable);
+       i = (i + 1) % stable, ++reads) {
+    if (get("s" + std::to_string(i)) != "s") ++wrong;
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(stats().splits, 1u);
+  EXPECT_GT(pmeh().direct_ops(), 0u);
+  auto verify = [&] {
+    for (unsigned t = 0; t < writers; ++t) {
+      for (int i = 0; i < per; ++i) {
+        if (i % 5 == 0) {
+          ASSERT_TRUE(absent(key_of(t, i))) << key_of(t, i);
+        } else {
+          ASSERT_EQ(get(key_of(t, i)), final_value(i)) << key_of(t, i);
+        }
+      }
+    }
+    for (int i = 0; i < stable; ++i) ASSERT_EQ(get("s" + std::to_string(i)), "s") << i;
+    EXPECT_EQ(index_->size(), stable + writers * static_cast<std::uint64_t>(per - per / 5));
+  };
+  verify();
+  expect_check();
+  reopen();
+  verify();
   expect_check();
 }
 
@@ -1535,6 +1716,8 @@ class PmehGradualCrashTest : public PmehCrashTest {
     GradualExploration out;
     options_.pmeh_split_bits = k;
     options_.pmeh_split_step = step;
+    // Gradual: an OWNED zone's split (pmeh.h, "Writes during a split").
+    options_.pmeh_write_mode = pm::kWriteDelegated;
     const std::vector<std::string> keys = zone_keys(0, 3000);
     // A dry run finds the insert that starts the split (n) and the one
     // after which it is complete (end): a fresh pool places keys the same.
@@ -1635,6 +1818,97 @@ TEST_F(PmehGradualCrashTest, PlantedMovedBeforeCopyDurableIsCaught) {
   const GradualExploration e = explore_gradual(/*k=*/1, /*step=*/1, kDrainSample);
   engine::planted::bugs.store(engine::planted::kNone);
   EXPECT_GT(e.violations, 0u) << "a bucket marked moved whose copy was lost";
+}
+
+// Crashes at every drain of direct writes into a moved window of a split in
+// flight (every form of write, as RecoverEveryWriteFormAtEachDrainToBeforeOrAfter
+// does it outside a split): each image holds the write or not, every other
+// key as it was, and recovery resumes the split with the child's slots.
+TEST_F(PmehCrashTest, RecoverDirectWritesIntoAMovedWindowAtEachDrain) {
+  // A gradual split started in an OWNED zone, resumed by an open with
+  // every zone SHARED (it stays in flight: no idle steps, and these writes
+  // never reach the owner).
+  options_.pmeh_split_bits = 1;
+  options_.pmeh_split_step = 1;
+  options_.pmeh_write_mode = pm::kWriteDelegated;
+  create();
+  const unsigned nb = pmeh().nb();
+  std::map<std::string, std::string> state;
+  std::vector<std::string> keys;
+  std::string trigger;
+  for (const std::string& k : zone_keys(0, 3000)) {
+    if (pmeh().split_in_flight(0)) break;
+    ASSERT_TRUE(insert(k, "v").ok());
+    state[k] = "v";
+    keys.push_back(k);
+    trigger = k;
+  }
+  options_.pmeh_write_mode = pm::kWriteDirect;
+  reopen();
+  ASSERT_TRUE(pmeh().split_in_flight(0));
+  const unsigned h = pm::home_bucket(engine::make_key(trigger).h1, nb);
+  const std::vector<std::string> m = placed_keys("m", 0, h, nb, 2);
+  keys.insert(keys.end(), m.begin(), m.end());
+  struct Step {
+    std::string key, after;  // "" = absent
+    bool remove = false;
+  };
+  const std::vector<Step> steps = {
+      {m[0], "v1"},                                // insert inline
+      {m[1], "a value that needs an item"},        // insert pointer
+      {m[0], "v2"},                                // update (a)
+      {m[0], "now a value with an item"},          // update (c), form
+      {m[1], "another item value"},                // update (b)
+      {m[1], "short"},                             // update (c), form
+      {m[0], "", true},                            // remove pointer
+      {m[1], "", true},                            // remove inline
+  };
+  std::uint64_t resumed = 0, replayed = 0, images_seen = 0;
+  std::mt19937_64 rng(17);
+  for (const Step& st : steps) {
+    const std::map<std::string, std::string> before = state;
+    std::map<std::string, std::string> after = state;
+    if (st.remove) {
+      after.erase(st.key);
+    } else {
+      after[st.key] = st.after;
+    }
+    const std::uint64_t direct = pmeh().direct_split_writes();
+    pool_->region().persist_all();
+    testing::PersistenceSim sim(pool_->region());
+    std::vector<std::vector<std::byte>> images;
+    sim.set_crash_point_hook([&](const testing::PersistenceSim& s) {
+      for (const testing::CrashChoice& c : choices(s, rng)) images.push_back(s.crash_image(c));
+    });
+    Status s;
+    if (st.remove) {
+      s = index_->remove(engine::make_key(st.key));
+    } else if (before.count(st.key) == 0) {
+      s = insert(st.key, st.after);
+    } else {
+      s = index_->update(engine::make_key(st.key), st.after);
+    }
+    sim.set_crash_point_hook(nullptr);
+    ASSERT_TRUE(s.ok()) << st.key << ": " << s.to_string();
+    ASSERT_EQ(pmeh().direct_split_writes(), direct + 1) << st.key << " -> " << st.after;
+    ASSERT_TRUE(pmeh().split_in_flight(0));
+    ASSERT_FALSE(images.empty());
+    for (const auto& image : images) {
+      const Recovered r = recover(image, keys);
+      ++images_seen;
+      ASSERT_TRUE(r.open.ok()) << st.key << " -> " << st.after << ": " << r.open.to_string();
+      EXPECT_TRUE(r.check.ok()) << st.key << " -> " << st.after << ": " << r.check.to_string();
+      EXPECT_TRUE(r.values == before || r.values == after)
+          << st.key << " -> '" << st.after << "': the image holds neither the state before nor after";
+      resumed += r.counters.splits_resumed;
+      replayed += r.counters.slot_updates_replayed;
+    }
+    state = after;
+  }
+  EXPECT_EQ(resumed, images_seen) << "every image resumed the split in flight";
+  EXPECT_GE(replayed, 1u) << "some image held a committed slot update";
+  for (const auto& [k, v] : state) ASSERT_EQ(get(k), v) << k;
+  expect_check();
 }
 
 // Crashes at every drain of the write that fills the last zone into the

@@ -613,15 +613,24 @@ bool PmehIndex::direct_write(heap::ThreadCache* tc, Request& r, Status* result) 
       // before waiting (the owner may wait for a grace period while it
       // holds a segment), then locate again.
       if (try_lock_segment(st)) {
-        // A segment with a split in flight is the owner's (pmeh.md §12.23):
-        // its writes, moves and completion run on the owner's path only.
-        // Acquire on the version: a split started before we took it is seen.
+        SegmentHeader* h = seg(off);
+        // A segment with a split in flight (pmeh.h, "Writes during a
+        // split"): its moves and completion run on the owner's path only.
+        // A key whose whole window is moved lives in its child, and the
+        // write goes there, under S's version, as the owner's would; an
+        // unmoved window is the owner's to move. Acquire on the version: a
+        // split started before we took it is seen, and so are the moved
+        // bits of every batch released before.
         if (const SplitState* sp = zones_[z].split.load(std::memory_order_acquire);
             sp != nullptr && sp->s_off == off) {
-          st.fetch_add(1, std::memory_order_release);
-          return false;
+          const unsigned home = home_bucket(key.h1, nb_);
+          if (!sp->is_moved(home) || !sp->is_moved((home + 1) % nb_)) {
+            st.fetch_add(1, std::memory_order_release);
+            return false;
+          }
+          h = sp->child[sp->child_of(key.h1)];
+          counts_[tc->slot()].split_direct.fetch_add(1, std::memory_order_relaxed);
         }
-        SegmentHeader* h = seg(off);
         const Pos at = find(h, key);
         if (at && r.op == Request::kInsert) {
           st.fetch_add(1, std::memory_order_release);
@@ -635,7 +644,8 @@ bool PmehIndex::direct_write(heap::ThreadCache* tc, Request& r, Status* result) 
         }
         const Pos target = at ? at : free_in_window(h, key.h1);
         if (!target) {
-          // The window is full: the owner splits.
+          // The window is full: the owner splits (or, in a child of the
+          // split in flight, completes that split first).
           st.fetch_add(1, std::memory_order_release);
           return false;
         }
@@ -779,6 +789,14 @@ Status PmehIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
     }
   }
   return Status::OK();
+}
+
+std::uint64_t PmehIndex::direct_split_writes() const {
+  std::uint64_t n = 0;
+  for (unsigned i = 0; i < kMaxThreads; ++i) {
+    n += counts_[i].split_direct.load(std::memory_order_relaxed);
+  }
+  return n;
 }
 
 std::uint64_t PmehIndex::direct_ops() const {

@@ -66,10 +66,52 @@
 //   one batch (child buckets -> S.moved bits); the split completes when
 //   every bucket is moved, or early when another split is needed in the
 //   zone or a child's window is full; idle owners step too; B = 0 splits
-//   at once. While S splits the directory still names it; readers read
-//   bucket j from S until bit j is moved, then from the child; writes on S
-//   go to the child, under S's version. Readers holding S see its version
-//   odd, then DEAD, and restart from their zone's directory.
+//   at once; SHARED zones finish a split right after its start (below).
+//   While S splits the directory still names it; readers read bucket j
+//   from S until bit j is moved, then from the child; writes on S go to
+//   the child, under S's version. Readers holding S see its version odd,
+//   then DEAD, and restart from their zone's directory.
+//   k (default 1): children start at half the fill S had at its split,
+//   not at 1/2^k of it, so the space per pair stays near that of a
+//   half-full table whatever the key count; k = 3 swings between 1/8 and
+//   full, as segments split in waves. k = 1 copies every pair once per
+//   doubling of the table, k = 3 once per eightfold growth, and the
+//   directory grows one level at a time: more moves and splits, which the
+//   rules of "Writes during a split" keep out of the callers' way. k = 2
+//   and 3 stay options (fewer, larger splits, more space).
+//
+// ---------------------------------------------------------------------------
+// Writes during a split (SHARED zones)
+// ---------------------------------------------------------------------------
+//   Rule 1: in a SHARED zone the owner moves a split whole as soon as the
+//   write that started it is answered: the start moves that write's window
+//   (as with any B), the owner answers its round of requests, then moves
+//   the rest of S and completes the split in one batch, before it serves
+//   another round; a split in flight there that it did not start (found
+//   MOVING by open, or started while the zone was OWNED) completes at its
+//   next step, delegated or idle. Gradual steps bound how long an OWNED
+//   zone's queue waits behind one split; in a SHARED zone the callers do
+//   not queue at the owner: only the writers of S wait, for one copy of S,
+//   while a gradual split would hand each of S's writes with an unmoved
+//   bucket to the owner until it ends (a hand-off per write, §16, where a
+//   write on 2 cores waits for the scheduler). The persist order is the
+//   gradual split's with two batches: record -> children -> MOVING; the
+//   window's batch and the rest's (child buckets -> drain -> S.moved ->
+//   persist, each); completion (§8.1 "split").
+//   Rule 2: a direct writer that takes S's version by CAS while S splits
+//   writes the key itself when both buckets of its window are moved: it
+//   probes and writes the window of the key's child (the only place the
+//   key can be), each write form with its own persist order (below; an
+//   insert: slot words -> drain -> meta VALID -> persist), and releases
+//   S's version, durable (P1-P3). That is the owner's
+//   write on S, done by another thread under the same lock: moves, steps
+//   and completion take S's version the same way, so no batch runs while
+//   it writes. The moved bits it relies on were persisted (P4 #2) before
+//   the version it took was released, so a crash cannot turn the bucket
+//   back into S's, and recovery resumes a MOVING split with the child
+//   bucket as it is. A window with an unmoved bucket, or a full child
+//   window, goes to the owner (it completes the split first, rule 1): S is
+//   never written, and splits are moved by owners only.
 //
 // ---------------------------------------------------------------------------
 // Persist order (§8.1); every write is durable when it returns
@@ -225,9 +267,10 @@
 //   check() keeps Store::check's contract (a quiescent store): it pauses the
 //   owners' idle split steps, which run with no caller operation in flight,
 //   but not their request loops, which are idle when no caller is. In a
-//   SHARED zone a direct writer whose segment has a split in flight hands
-//   its write to the owner instead of stepping the split itself, so splits
-//   are only ever moved by owners. W = max(1, cores / 2) owners by default;
+//   SHARED zone a direct writer whose segment has a split in flight writes
+//   the child itself only when its window is moved, else hands its write
+//   to the owner instead of stepping the split itself, so splits are only
+//   ever moved by owners. W = max(1, cores / 2) owners by default;
 //   writes are delegated while owners and callers leave a hardware thread
 //   spare, then direct ("Write mode" above).
 #pragma once

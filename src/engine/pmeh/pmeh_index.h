@@ -153,6 +153,9 @@ struct Owner {
   // Rung bits served and loop rounds that served any, for the monitor's backlog.
   std::atomic<std::uint64_t> served{0}, busy_rounds{0};
   std::uint64_t seen_served = 0, seen_rounds = 0;  // the monitor's, at the last window
+  // A split started in a SHARED zone this round: completed once the round's
+  // callers have their answers. The owner thread's only.
+  bool finish_pending = false;
   std::atomic<int> started{0};  // 1: running, -1: could not take a heap slot
   Status start_error;           // written before started = -1
 };
@@ -226,6 +229,8 @@ class PmehIndex final : public Index {
   void check_regimes(bool on) { check_regimes_.store(on); }
   std::uint64_t regime_overlaps() const { return overlaps_.load(); }
   std::uint64_t direct_ops() const;
+  // Direct writes that went into a moved window of a split in flight.
+  std::uint64_t direct_split_writes() const;
   // Every zone is SHARED for good and the monitor is off (write mode direct,
   // or auto once owners plus callers leave no hardware thread spare).
   bool all_direct() const { return all_direct_.load(); }
@@ -331,6 +336,15 @@ class PmehIndex final : public Index {
   // one move batch; completes the split once every bucket is moved.
   // Outside any read section, with room for one retire.
   void split_step(heap::ThreadCache* tc, unsigned z, bool on_s, std::uint64_t h1);
+  // Whether a step of zone z's split in flight moves all that is left:
+  // B = 0, or the zone is SHARED (pmeh.h, "Writes during a split"). Owner
+  // of z only.
+  bool splits_at_once(unsigned z) const {
+    return split_step_ == 0 || zones_[z].mode.load(std::memory_order_relaxed) == kShared;
+  }
+  // Owner i after a round of requests: completes the splits its SHARED
+  // zones started in that round (rule 1 of "Writes during a split").
+  void finish_shared_splits(heap::ThreadCache* tc, unsigned i);
   // Moves everything left and completes zone z's split (§5.5).
   void finish_split(heap::ThreadCache* tc, unsigned z);
   // Copies buckets `m` (a 256-bit set) of S to the children and marks them
@@ -437,6 +451,7 @@ class PmehIndex final : public Index {
   struct alignas(64) Stripe {
     std::atomic<std::int64_t> v{0};
     std::atomic<std::uint64_t> direct{0};
+    std::atomic<std::uint64_t> split_direct{0};  // of them, into a child of a split in flight
   };
   std::unique_ptr<Stripe[]> counts_;
   mutable std::atomic<std::int64_t> count_base_{0};

@@ -159,15 +159,21 @@ Status PmehIndex::split(heap::ThreadCache* tc, unsigned z, std::uint64_t off, st
   }
   move_batch(raw, m);
   st.fetch_add(1, std::memory_order_release);
-  if (raw->left == 0) finish_split(tc, z);
+  if (raw->left == 0) {
+    finish_split(tc, z);
+  } else if (zones_[z].mode.load(std::memory_order_relaxed) == kShared) {
+    // The rest moves as soon as this round's callers are answered.
+    owners_[zones_[z].owner]->finish_pending = true;
+  }
   return Status::OK();
 }
 
 void PmehIndex::split_step(heap::ThreadCache* tc, unsigned z, bool on_s, std::uint64_t h1) {
   SplitState* sp = zones_[z].split.load(std::memory_order_relaxed);
   if (sp == nullptr) return;
-  // B = 0 (a split found by open, or the option changed): all at once.
-  if (split_step_ == 0) return finish_split(tc, z);
+  // B = 0, or a SHARED zone (a split found by open, or started before the
+  // zone went SHARED): the rest at once.
+  if (splits_at_once(z)) return finish_split(tc, z);
   InSplit in_split;
   std::uint64_t m[4] = {};
   unsigned count = 0;
@@ -248,6 +254,19 @@ void PmehIndex::finish_split(heap::ThreadCache* tc, unsigned z) {
   // read a record naming a freed block.
   root_->split[z].store(0, std::memory_order_relaxed);
   region_.persist(&root_->split[z], sizeof(std::uint64_t));
+}
+
+void PmehIndex::finish_shared_splits(heap::ThreadCache* tc, unsigned i) {
+  owners_[i]->finish_pending = false;
+  // Like an idle step: no caller waits for it, so check() pauses it.
+  std::shared_lock lock(pause_);
+  for (unsigned z = i; z < (1u << z_); z += workers()) {
+    if (zones_[z].split.load(std::memory_order_relaxed) == nullptr ||
+        zones_[z].mode.load(std::memory_order_relaxed) != kShared) {
+      continue;
+    }
+    finish_split(tc, z);
+  }
 }
 
 bool PmehIndex::idle_work(heap::ThreadCache* tc, unsigned i) {

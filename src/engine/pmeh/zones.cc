@@ -141,6 +141,10 @@ void PmehIndex::owner_loop(unsigned i) {
       }
     }
     if (served != 0) {
+      // Splits this round started in SHARED zones: the rest of S moves now
+      // that their callers have their answers (pmeh.h, "Writes during a
+      // split").
+      if (o.finish_pending) finish_shared_splits(tc, i);
       // The monitor's backlog: requests per round that found any.
       o.served.fetch_add(served, std::memory_order_relaxed);
       o.busy_rounds.fetch_add(1, std::memory_order_relaxed);
