@@ -1027,7 +1027,7 @@ void add_options(CLI::App& app, Config& config) {
       ->check(CLI::Range(1u, 64u));
   app.add_option("--pmeh-split-bits", config.pmeh_split_bits,
                  "pmeh: a full segment splits into 2^k, k comma-separated, 1 to 3; several values "
-                 "make a sweep, one series each (\"pmeh k=2\"); default: the library's (3)")
+                 "make a sweep, one series each (\"pmeh k=2\"); default: the library's (1)")
       ->delimiter(',')
       ->check(CLI::Range(1u, 3u));
   app.add_option("--pmeh-split-step", config.pmeh_split_step,
