@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -238,6 +239,34 @@ class RaceIndex final : public Index {
 
   // ---- writes ----
   Status write(Session& ss, const Key& key, std::string_view value, Op op);
+
+  // The steps of a write (race.h, "Writers").
+  // Its KV block (none for a remove) and the entry that names it once it
+  // has a place.
+  struct KvBlock {
+    KvBlock(const Key& key, std::optional<std::string_view> value);
+    // Adds the block's WRITE to `b` when it was held back (tests: the
+    // planted bug kRaceSlotBeforeKvDurable writes the block only in the
+    // batch of the CAS that names it, after the CAS) and is placed.
+    void add_late_write(Batch& b);
+    std::uint64_t bytes;
+    std::uint64_t units;
+    bool late;
+    std::vector<std::byte> block;  // empty for a remove
+    std::uint64_t entry = 0;       // names the block once it is placed
+  };
+  // A block for the KV on the node of the key's subtable, its WRITE added
+  // to `b` (round trip 1), and the entry that names it.
+  Status place_kv(Session& ss, const Place& p, KvBlock* kv, Batch* b);
+  // Update, upsert, remove: CAS the key's slot from `found`'s entry to
+  // `desired` (the KV's entry, or 0). *done false: the slot changed meanwhile.
+  Status replace_entry(Session& ss, const Kv& found, std::uint64_t desired, KvBlock* kv,
+                       bool* done);
+  // Insert: CAS the free `slot` of view `v` to the KV's entry and read its
+  // bucket header in the same batch. *placed false: the slot was taken, or
+  // the entry landed in a subtable the key has left and was taken back.
+  Status claim_slot(Session& ss, const Place& p, const View& v, const Slot& slot, KvBlock* kv,
+                    bool* placed);
 
   // The free slot an insert takes: in the combined bucket with more free
   // slots (the first on a tie), the first free slot in address order of

@@ -151,41 +151,16 @@ Status RaceIndex::find_key(Session& ss, const Place& p, const Key& key, const Vi
 
 Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op op) {
   const Place p = place(key);
-  const std::uint64_t bytes = kv_bytes(key.bytes.size(), value.size());
-  const std::uint64_t units = (bytes + 63) / 64;
-  std::vector<std::byte> block;
-  if (op != Op::kRemove) {
-    block.assign(units * 64, std::byte{0});
-    KvHeader kh{0, static_cast<std::uint32_t>(key.bytes.size()),
-                static_cast<std::uint32_t>(value.size()), key.h1};
-    std::memcpy(block.data(), &kh, sizeof(kh));
-    std::memcpy(block.data() + sizeof(kh), key.bytes.data(), key.bytes.size());
-    if (!value.empty()) std::memcpy(block.data() + sizeof(kh) + key.bytes.size(), value.data(), value.size());
-    kh.checksum = kv_checksum(block.data(), bytes - 8);
-    std::memcpy(block.data(), &kh.checksum, 8);
-  }
-  std::uint64_t entry = 0;  // names the KV block once it is written
-  // (Tests: a planted bug writes the block only in the batch of the CAS
-  // that names it, after the CAS.)
-  bool block_late = planted::active(planted::kRaceSlotBeforeKvDurable);
-  auto write_late = [&](Batch& b) {
-    if (!block_late || entry == 0) return;
-    b.write(entry_node(entry), entry_off(entry), block.data(), static_cast<std::uint32_t>(units * 64));
-    block_late = false;
-  };
+  KvBlock kv(key, op == Op::kRemove ? std::nullopt : std::optional<std::string_view>(value));
   LockWatch watch = new_watch();  // a split of the key's subtable this call waits on
   for (;;) {
     // Round trip 1: the KV block (once) and the key's buckets.
-    Batch kv;
-    if (op != Op::kRemove && entry == 0) {
-      const unsigned node = dir_node(ss.dir[p.h & low_mask(ss.global_depth)]);
-      std::uint64_t off = 0;
-      if (Status s = ss.chunks.alloc(ss, node, units * 64, &off); !s.ok()) return s;
-      if (!block_late) kv.write(node, off, block.data(), static_cast<std::uint32_t>(units * 64));
-      entry = make_entry(p.fp, units, node, off);
+    Batch first;
+    if (op != Op::kRemove && kv.entry == 0) {
+      if (Status s = place_kv(ss, p, &kv, &first); !s.ok()) return s;
     }
     View v;
-    if (Status s = read_view(ss, p, &v, &kv); !s.ok()) return s;
+    if (Status s = read_view(ss, p, &v, &first); !s.ok()) return s;
     if (v.frozen) {
       // A split has captured the subtable: no CAS could succeed. Its
       // lock is taken over if it stays for a lease (race.h, "Dead splitters").
@@ -200,13 +175,11 @@ Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op 
     if (Status s = find_key(ss, p, key, v, &found, &any); !s.ok()) return s;
     if (any) {
       if (op == Op::kInsert) return Status::AlreadyExists("");
-      // Update, upsert, remove: CAS the entry from its KV block to ours.
-      const std::uint64_t desired = op == Op::kRemove ? 0 : entry;
-      Batch b;
-      b.cas(found.slot.node, found.slot.off, found.slot.word, desired);
-      if (desired != 0) write_late(b);
-      if (Status s = ss.exec(b); !s.ok()) return s;
-      if (b.result(0) == found.slot.word) return Status::OK();
+      bool done = false;
+      if (Status s = replace_entry(ss, found, op == Op::kRemove ? 0 : kv.entry, &kv, &done);
+          !s.ok() || done) {
+        return s;
+      }
       continue;  // the slot changed meanwhile: look again
     }
     if (op == Op::kUpdate || op == Op::kRemove) return Status::NotFound("");
@@ -217,38 +190,89 @@ Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op 
       if (Status s = split(ss, v, &watch); !s.ok()) return s;
       continue;
     }
-    // The CAS, then the slot's bucket header: a split that ran between
-    // our READ and the CAS may have frozen and thawed this free slot,
-    // so that the CAS succeeds in a subtable the key no longer belongs
-    // to (the header changed before the thaw; race.h, "Writers").
-    std::uint64_t header = 0;
-    Batch b;
-    b.cas(slot->node, slot->off, 0, entry);
-    write_late(b);
-    b.read(slot->node, slot->off & ~(kBucketBytes - 1), &header, 8);
-    if (Status s = ss.exec(b); !s.ok()) return s;
-    if (b.result(0) != 0) continue;  // taken meanwhile
-    if (header != v.header && (p.h & low_mask(header_depth(header))) != header_suffix(header)) {
-      // Either a stray entry (the CAS came after the thaw; invisible:
-      // readers of the key go elsewhere since the header changed), which
-      // we take back and insert again; or the CAS came before the split
-      // froze the slot, and the split carries the entry to the key's new
-      // subtable (the slot no longer holds it): then it stands.
-      b.clear();
-      b.cas(slot->node, slot->off, entry, 0);
-      if (Status s = ss.exec(b); !s.ok()) return s;
-      if (b.result(0) == entry) {
-        counters_.retries.fetch_add(1, std::memory_order_relaxed);
-        continue;
-      }
-    }
+    bool placed = false;
+    if (Status s = claim_slot(ss, p, v, *slot, &kv, &placed); !s.ok()) return s;
+    if (!placed) continue;
     // Round trip 3: the buckets again, for a concurrent insert of the key.
     bool won = false;
-    if (Status s = settle(ss, p, key, entry, &won); !s.ok()) return s;
+    if (Status s = settle(ss, p, key, kv.entry, &won); !s.ok()) return s;
     if (won) return Status::OK();
     if (op == Op::kInsert) return Status::AlreadyExists("");
     // Upsert: the other entry stands; update it (our block is still good).
   }
+}
+
+RaceIndex::KvBlock::KvBlock(const Key& key, std::optional<std::string_view> value)
+    : bytes(kv_bytes(key.bytes.size(), value ? value->size() : 0)),
+      units((bytes + 63) / 64),
+      late(planted::active(planted::kRaceSlotBeforeKvDurable)) {
+  if (!value) return;
+  block.assign(units * 64, std::byte{0});
+  KvHeader kh{0, static_cast<std::uint32_t>(key.bytes.size()),
+              static_cast<std::uint32_t>(value->size()), key.h1};
+  std::memcpy(block.data(), &kh, sizeof(kh));
+  std::memcpy(block.data() + sizeof(kh), key.bytes.data(), key.bytes.size());
+  if (!value->empty()) {
+    std::memcpy(block.data() + sizeof(kh) + key.bytes.size(), value->data(), value->size());
+  }
+  kh.checksum = kv_checksum(block.data(), bytes - 8);
+  std::memcpy(block.data(), &kh.checksum, 8);
+}
+
+void RaceIndex::KvBlock::add_late_write(Batch& b) {
+  if (!late || entry == 0) return;
+  b.write(entry_node(entry), entry_off(entry), block.data(), static_cast<std::uint32_t>(units * 64));
+  late = false;
+}
+
+Status RaceIndex::place_kv(Session& ss, const Place& p, KvBlock* kv, Batch* b) {
+  const unsigned node = dir_node(ss.dir[p.h & low_mask(ss.global_depth)]);
+  std::uint64_t off = 0;
+  if (Status s = ss.chunks.alloc(ss, node, kv->units * 64, &off); !s.ok()) return s;
+  if (!kv->late) b->write(node, off, kv->block.data(), static_cast<std::uint32_t>(kv->units * 64));
+  kv->entry = make_entry(p.fp, kv->units, node, off);
+  return Status::OK();
+}
+
+Status RaceIndex::replace_entry(Session& ss, const Kv& found, std::uint64_t desired, KvBlock* kv,
+                                bool* done) {
+  Batch b;
+  b.cas(found.slot.node, found.slot.off, found.slot.word, desired);
+  if (desired != 0) kv->add_late_write(b);
+  if (Status s = ss.exec(b); !s.ok()) return s;
+  *done = b.result(0) == found.slot.word;
+  return Status::OK();
+}
+
+Status RaceIndex::claim_slot(Session& ss, const Place& p, const View& v, const Slot& slot,
+                             KvBlock* kv, bool* placed) {
+  // The CAS, then the slot's bucket header: a split that ran between our
+  // READ and the CAS may have frozen and thawed this free slot, so that
+  // the CAS succeeds in a subtable the key no longer belongs to (the
+  // header changed before the thaw; race.h, "Writers").
+  std::uint64_t header = 0;
+  Batch b;
+  b.cas(slot.node, slot.off, 0, kv->entry);
+  kv->add_late_write(b);
+  b.read(slot.node, slot.off & ~(kBucketBytes - 1), &header, 8);
+  if (Status s = ss.exec(b); !s.ok()) return s;
+  if (b.result(0) != 0) return Status::OK();  // taken meanwhile
+  if (header != v.header && (p.h & low_mask(header_depth(header))) != header_suffix(header)) {
+    // Either a stray entry (the CAS came after the thaw; invisible:
+    // readers of the key go elsewhere since the header changed), which
+    // we take back and insert again; or the CAS came before the split
+    // froze the slot, and the split carries the entry to the key's new
+    // subtable (the slot no longer holds it): then it stands.
+    b.clear();
+    b.cas(slot.node, slot.off, kv->entry, 0);
+    if (Status s = ss.exec(b); !s.ok()) return s;
+    if (b.result(0) == kv->entry) {
+      counters_.retries.fetch_add(1, std::memory_order_relaxed);
+      return Status::OK();
+    }
+  }
+  *placed = true;
+  return Status::OK();
 }
 
 const Slot* RaceIndex::free_slot(const Place& p, const View& v) const {

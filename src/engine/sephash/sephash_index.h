@@ -503,6 +503,76 @@ class SepHashIndex final : public Index {
   // fingerprint, and only a bitmap or fingerprint match costs more.
   Status append(Session& ss, const Key& key, std::string_view value, bool tomb, Want want);
 
+  // The steps of an append (sephash.h, "Append").
+  // Its item: the bytes, and whose the block is (sephash.h,
+  // "Reclamation": lost replies).
+  struct AppendItem {
+    AppendItem(const Key& key, std::string_view value);
+    std::uint64_t h;
+    unsigned fp, fp2;
+    unsigned bit;        // the key's bitmap bit
+    std::uint64_t mask;  // that bit in its bitmap word
+    std::uint64_t units;
+    ItemHeader header;  // version 0 until the first round trip's FAA
+    std::vector<std::byte> bytes;  // header, key, value
+    unsigned node = ~0u;  // where the item's block is, once it has one
+    std::uint64_t off = 0;
+    bool written = false;
+    bool named = false;  // a slot may name the block: it is no longer this client's
+    bool lost = false;   // a batch that writes it or names it failed: it may land yet
+  };
+  // One pass: the snapshot of the key's segment and what came with it.
+  struct AppendPass {
+    explicit AppendPass(RAddr s) : seg(s), node(raddr_node(s)), off(raddr_off(s)) {}
+    RAddr seg;
+    unsigned node;
+    std::uint64_t off;
+    Header hd{};
+    Snap snap, now;
+    unsigned window = 0;  // the first slot of the window read
+    std::uint64_t slots[kCurSlots];  // the window's slots, or all (all_slots)
+    bool all_slots = false;
+    std::vector<std::uint64_t> mslots;  // the MainSeg slots of the key's fingerprint
+    bool sign = false;                  // the snapshot's
+    std::uint64_t bitmap_word = 0;      // the key's bitmap word, as late as known
+    std::vector<unsigned> free_slots;
+  };
+  // Round trip 1: the version FAA (first pass), the snapshot, the
+  // speculative bitmap CAS, the MainSeg slots of the key's fingerprint
+  // (unless `want` is kAny), the window, the check.
+  Status read_for_append(Session& ss, Want want, Session::MainCache* mc, AppendItem* it,
+                         AppendPass* p);
+  // Whether the key is present in the checked snapshot; AlreadyExists or
+  // NotFound where `want` forbids the append; a new version when the key's
+  // newest entry has one as large. *again: a check failed, start over.
+  Status decide_presence(Session& ss, const Key& key, Want want, AppendItem* it,
+                         AppendPass* p, bool* again);
+  // The slots free in the snapshot's state: the window's, else every
+  // slot's (one more checked READ); none: merges (or waits for the lock's
+  // holder) and sets *again.
+  Status find_free_slots(Session& ss, AppendPass* p, bool* again);
+  // A block on `node` for the item, unless it has one there that no slot
+  // may name.
+  Status place_item(Session& ss, unsigned node, AppendItem* it);
+  // The slot word that names the item in the snapshot's state.
+  static std::uint64_t make_entry(const AppendItem& it, bool tomb, const AppendPass& p);
+  static void add_item_write(Batch& b, unsigned node, const AppendItem& it) {
+    b.write(node, it.off, it.bytes.data(), static_cast<std::uint32_t>(it.units * 64));
+  }
+  // Round trip 1b: the key's bitmap bit before any slot names the item,
+  // so that a slot's entry is never durable without its bit (readers skip
+  // a CurSeg whose bitmap lacks the key). When round trip 1's speculative
+  // CAS did not set it, it gets a round trip of its own: in one batch with
+  // the slot's CAS, a bitmap CAS that failed (another bit of the word set
+  // meanwhile) would not stop the slot's CAS, and a node that lost power
+  // before the bit followed would keep an entry that scans list and gets
+  // miss. *moved: a lock was taken since the snapshot.
+  Status set_bitmap_bit(Session& ss, AppendItem* it, AppendPass* p, bool* moved);
+  // Round trip 2: the item (unless written) and a CAS of a free slot to
+  // `entry`, with the check; the next free slot while CASes fail.
+  Status claim_slot(Session& ss, std::uint64_t entry, AppendItem* it, AppendPass* p, bool* won,
+                    bool* moved);
+
   // ---- merge and split ----
   // Empties the CurSeg at `seg` (whose meta was `meta`) into a new MainSeg,
   // splitting the segment when that MainSeg would be too large. Returns OK

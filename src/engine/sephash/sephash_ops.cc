@@ -207,203 +207,53 @@ Status SepHashIndex::write(const Key& key, std::string_view value, bool tomb, Wa
 }
 
 Status SepHashIndex::append(Session& ss, const Key& key, std::string_view value, bool tomb, Want want) {
-  const std::uint64_t h = key.h1;
-  const unsigned fp = hash_fp(h), fp2 = hash_fp2(h);
-  const std::uint64_t bytes = sizeof(ItemHeader) + key.bytes.size() + value.size();
-  const std::uint64_t units = item_units(bytes);
-  std::vector<std::byte> item(units * 64);
-  ItemHeader ih{0, static_cast<std::uint32_t>(key.bytes.size()),
-                static_cast<std::uint32_t>(value.size()), h};
-  std::memcpy(item.data() + sizeof(ItemHeader), key.bytes.data(), key.bytes.size());
-  if (!value.empty()) {
-    std::memcpy(item.data() + sizeof(ItemHeader) + key.bytes.size(), value.data(), value.size());
-  }
-  unsigned item_node = ~0u;  // where the item's block is, once it has one
-  std::uint64_t item_off = 0;
-  bool item_written = false;
-  bool item_named = false;  // a slot may name the block: it is no longer this client's
-  bool item_lost = false;   // a batch that writes it or names it failed: it may land yet
+  AppendItem it(key, value);
   // However the call ends, the item's block is named (no longer this
   // client's), this client's again (nothing unknown happened to it), or
   // given up (sephash.h, "Reclamation": lost replies).
   const AtScopeEnd settle_item([&] {
-    if (item_node == ~0u || item_named) return;
-    if (item_lost) {
-      leak(units * 64);
+    if (it.node == ~0u || it.named) return;
+    if (it.lost) {
+      leak(it.units * 64);
     } else {
-      unused(ss, item_node, item_off, units);
+      unused(ss, it.node, it.off, it.units);
     }
   });
-  const unsigned bit = bitmap_bit(fp, fp2);
-  const std::uint64_t mask = std::uint64_t{1} << (bit % 64);
   const auto deadline = lock_deadline();
   LockWatch watch;
   for (;;) {
-    const RAddr seg = segment_of(ss, h);
-    const unsigned node = raddr_node(seg);
-    const std::uint64_t off = raddr_off(seg);
-    Header hd{};
-    Snap snap, now;
-    std::uint64_t slots[kCurSlots];
-    const unsigned w = ss.window;
-    Session::MainCache& mc = ss.mains[seg];
-    const unsigned lo = mc.prefix[fp], hi = mc.prefix[fp + 1];
-    std::vector<std::uint64_t> mslots;
-    Batch b;
-    if (ih.version == 0) b.faa(0, kVersionOff, 1);
-    add_snapshot(b, seg, &snap.seq, &hd);
-    // The key's bitmap bit, speculatively, from the word this session
-    // last saw (sephash.h, "Append"): after the snapshot's READ (same
-    // node, in order), so that the snapshot never shows this bit, and
-    // before the check, which validates it with the rest. Not while the
-    // key's presence is still to be decided with a MainSeg prefix table
-    // cached at another seq than the word: if the word is current, the
-    // table is not, this pass ends after loading it, and the next
-    // pass's snapshot would show the bit (a READ of the slots for
-    // nothing, where the bit's own round trip would have cost as much).
-    Session::BitmapCache& bc = ss.bitmaps[seg];
-    std::size_t spec_op = kNoOp;
-    const std::uint64_t spec_word = bc.words[bit / 64];
-    const bool spec_sign = bc.sign;
-    if (bc.known && (spec_word & mask) == 0 && (want == Want::kAny || mc.seq == bc.seq)) {
-      spec_op = b.size();
-      b.cas(node, off + bitmap_word_off(spec_sign, bit), spec_word, spec_word | mask);
-    }
-    if (want != Want::kAny && hi > lo) {
-      mslots.resize(hi - lo);
-      b.read(node, mc.main_off + kPrefixBytes + lo * 8ull, mslots.data(), (hi - lo) * 8);
-    }
-    b.read(node, off + kSlotsOff + w * 8ull, slots + w, kWindowSlots * 8);
-    add_check(b, seg, &now);
-    if (Status s = exec(ss, b); !s.ok()) return s;
-    if (ih.version == 0) ih.version = b.result(0);
-    snap.meta = hd.meta;
-    const bool sign = meta_sign(hd.meta);
-    // The key's bitmap word in the snapshot's state, as late as this
-    // session knows it: the speculative CAS ran after the snapshot, and
-    // when it was made on the snapshot's sign its old word is newer (and
-    // with the CAS matched, the bit is set, durable once this round trip
-    // completed). A CAS on the other sign's bitmap is not looked at: its
-    // bit, if set, belongs to no state this append can land in.
-    std::uint64_t bitmap_word = hd.bitmap[sign ? 1 : 0][bit / 64];
-    if (spec_op != kNoOp && spec_sign == sign) {
-      const std::uint64_t old = b.result(spec_op);
-      bitmap_word = old == spec_word ? (old | mask) : old;
-    }
-    bc.take(snap.seq, hd);
-    bc.words[bit / 64] = bitmap_word;
+    AppendPass p(segment_of(ss, it.h));
+    Session::MainCache& mc = ss.mains[p.seg];
+    if (Status s = read_for_append(ss, want, &mc, &it, &p); !s.ok()) return s;
     bool go = false;
-    if (Status s = check_snapshot(ss, h, seg, hd, snap, now,
+    if (Status s = check_snapshot(ss, it.h, p.seg, p.hd, p.snap, p.now,
                                   want != Want::kAny ? &mc : nullptr, deadline, &watch, &go);
         !s.ok()) {
       return s;
     }
     if (!go) continue;
-    const unsigned depth = meta_depth(hd.meta);
-    bool all_slots = false;  // slots[] holds every slot, not only the window
     if (want != Want::kAny) {
-      Candidate found;
-      bool any = false, retry = false;
-      // The snapshot's bitmap, read before this pass's speculative CAS:
-      // a bit it shows was there before, set for another key of the same
-      // bit or by an earlier pass of this append (a false positive: a
-      // READ of the slots more, never a wrong answer).
-      if (bitmap_has(hd, sign, bit)) all_slots = true;
-      if (Status s = newest_in_snapshot(ss, key, seg, snap, hd, mslots,
-                                        all_slots ? slots : nullptr, &found, &any, &retry);
-          !s.ok()) {
-        return s;
-      }
-      if (retry) {
-        if (Clock::now() > deadline) return locked_too_long(seg);
+      bool again = false;
+      if (Status s = decide_presence(ss, key, want, &it, &p, &again); !s.ok()) return s;
+      if (again) {
+        if (Clock::now() > deadline) return locked_too_long(p.seg);
         continue;
-      }
-      const bool present = any && !slot_tomb(found.slot);
-      if (want == Want::kAbsent && present) return Status::AlreadyExists("");
-      if (want == Want::kPresent && !present) return Status::NotFound("");
-      // The version was taken before the check; a write the check saw
-      // may have taken a later one (it ran meanwhile). This append must
-      // order after everything it saw, so it takes a new version then.
-      if (any && found.header().version >= ih.version) {
-        b.clear();
-        b.faa(0, kVersionOff, 1);
-        if (Status s = exec(ss, b); !s.ok()) return s;
-        ih.version = b.result(0);
       }
       // Decided once: a later pass may see this append's own entry.
       want = Want::kAny;
     }
-    // A slot is free when it holds this snapshot's free word: the merge
-    // that began the snapshot's state wrote it to every slot. An append
-    // can thus claim a slot only in the state its snapshot saw.
-    const std::uint64_t free_word = free_slot(snap.seq);
-    auto is_free = [&](std::uint64_t s) { return s == free_word; };
-    std::vector<unsigned> free_slots;
-    for (unsigned i = w; i < w + kWindowSlots; ++i) {
-      if (is_free(slots[i])) free_slots.push_back(i);
+    bool again = false;
+    if (Status s = find_free_slots(ss, &p, &again); !s.ok() || again) {
+      if (!s.ok()) return s;
+      continue;
     }
-    if (free_slots.empty() && !all_slots) {
-      // The window is full: look at every slot before deciding to merge.
-      b.clear();
-      b.read(node, off + kSlotsOff, slots, sizeof(slots));
-      add_check(b, seg, &now);
-      if (Status s = exec(ss, b); !s.ok()) return s;
-      if (!unchanged(snap, now)) continue;
-      all_slots = true;
-    }
-    if (free_slots.empty()) {  // slots[] holds every slot
-      for (unsigned i = 0; i < kCurSlots; ++i) {
-        if (is_free(slots[i])) free_slots.push_back(i);
-      }
-      if (free_slots.empty()) {
-        if (Status s = merge(ss, seg, hd.meta); !s.ok()) return s;
-        continue;
-      }
-      ss.window = (free_slots.front() / kWindowSlots) * kWindowSlots;
-    }
-    if (item_node != node || item_named) {
-      // A block no slot names is still this client's to reuse; one a
-      // slot may name is never written again (a merge may have freed it).
-      if (item_node != ~0u && !item_named) unused(ss, item_node, item_off, units);
-      if (Status s = alloc_block(ss, node, units, &item_off); !s.ok()) return s;
-      item_node = node;
-      item_written = false;
-      item_named = false;
-    }
-    std::memcpy(item.data(), &ih, sizeof(ih));
-    const std::uint64_t entry =
-        (std::uint64_t{fp} << kFpShift) | (std::uint64_t{fp2} << kFp2Shift) |
-        (tomb ? kTombBit : 0) |
-        (std::uint64_t{units <= kMaxSlotLenUnits ? units : 0} << kLenShift) |
-        (sign ? kSignBit : 0) | (std::uint64_t{hash_dbits(h, depth)} << kDbitsShift) |
-        (item_off >> 6);
+    if (Status s = place_item(ss, p.node, &it); !s.ok()) return s;
+    // The item's header with this pass's version.
+    std::memcpy(it.bytes.data(), &it.header, sizeof(it.header));
+    const std::uint64_t entry = make_entry(it, tomb, p);
     if (append_hook()) append_hook()();
-    // The bitmap bit before the slot's CAS, so that a slot's entry is
-    // never durable without its bit (readers skip a CurSeg whose bitmap
-    // lacks the key). When the first round trip's speculative CAS did
-    // not set it, it gets a round trip of its own: in one batch with the
-    // slot's CAS, a bitmap CAS that failed (another bit of the word set
-    // meanwhile) would not stop the slot's CAS, and a node that lost
-    // power before the bit followed would keep an entry that scans list
-    // and gets miss (until a merge made it visible again).
     bool moved = false;
-    while ((bitmap_word & mask) == 0 && !moved) {
-      b.clear();
-      if (!item_written) b.write(node, item_off, item.data(), static_cast<std::uint32_t>(units * 64));
-      const std::size_t bitmap_op = b.size();
-      b.cas(node, off + bitmap_word_off(sign, bit), bitmap_word, bitmap_word | mask);
-      add_check(b, seg, &now);
-      if (Status s = exec(ss, b); !s.ok()) {
-        // A write of the item that may still land: the block is given up.
-        if (!item_written) item_lost = true;
-        return s;
-      }
-      item_written = true;
-      const std::uint64_t old = b.result(bitmap_op);
-      bitmap_word = old == bitmap_word ? (old | mask) : old;
-      bc.words[bit / 64] = bitmap_word;
-      moved = !unchanged(snap, now);
-    }
+    if (Status s = set_bitmap_bit(ss, &it, &p, &moved); !s.ok()) return s;
     if (moved) {
       // The segment moved on before any slot named the item: its block
       // is still this client's, and holds the item.
@@ -412,22 +262,7 @@ Status SepHashIndex::append(Session& ss, const Key& key, std::string_view value,
       continue;
     }
     bool won = false;
-    for (unsigned i : free_slots) {
-      b.clear();
-      // The item is complete before the CAS that names it (same node, in order).
-      if (!item_written) b.write(node, item_off, item.data(), static_cast<std::uint32_t>(units * 64));
-      const std::size_t slot_op = b.size();
-      b.cas(node, off + kSlotsOff + i * 8ull, slots[i], entry);
-      add_check(b, seg, &now);
-      if (Status s = exec(ss, b); !s.ok()) {
-        item_lost = true;
-        return s;
-      }
-      item_written = true;
-      won = b.result(slot_op) == slots[i];
-      moved = !unchanged(snap, now);
-      if (won || moved) break;  // placed, or the segment moved on: start over
-    }
+    if (Status s = claim_slot(ss, entry, &it, &p, &won, &moved); !s.ok()) return s;
     if (moved) stale_appends_.fetch_add(1, std::memory_order_relaxed);
     if (won && moved) {
       // A lock was taken between the snapshot and the check: a merge may
@@ -436,16 +271,210 @@ Status SepHashIndex::append(Session& ss, const Key& key, std::string_view value,
       // its client may have written again. Append again, from a fresh
       // copy in a new block; should both entries stand, they carry the
       // same version and the same bytes, and merges keep one.
-      item_named = true;
+      it.named = true;
     }
     if (!won || moved) {
       ss.window = (ss.window + kWindowSlots) % kCurSlots;
       continue;
     }
     // The entry stands (its bitmap bit was set before the slot CAS).
-    item_named = true;
+    it.named = true;
     return Status::OK();
   }
+}
+
+SepHashIndex::AppendItem::AppendItem(const Key& key, std::string_view value)
+    : h(key.h1),
+      fp(hash_fp(h)),
+      fp2(hash_fp2(h)),
+      bit(bitmap_bit(fp, fp2)),
+      mask(std::uint64_t{1} << (bit % 64)),
+      units(item_units(sizeof(ItemHeader) + key.bytes.size() + value.size())),
+      header{0, static_cast<std::uint32_t>(key.bytes.size()),
+             static_cast<std::uint32_t>(value.size()), h},
+      bytes(units * 64) {
+  std::memcpy(bytes.data() + sizeof(ItemHeader), key.bytes.data(), key.bytes.size());
+  if (!value.empty()) {
+    std::memcpy(bytes.data() + sizeof(ItemHeader) + key.bytes.size(), value.data(), value.size());
+  }
+}
+
+Status SepHashIndex::read_for_append(Session& ss, Want want, Session::MainCache* mc,
+                                     AppendItem* it, AppendPass* p) {
+  const unsigned lo = mc->prefix[it->fp], hi = mc->prefix[it->fp + 1];
+  const unsigned w = ss.window;
+  p->window = w;
+  Batch b;
+  if (it->header.version == 0) b.faa(0, kVersionOff, 1);
+  add_snapshot(b, p->seg, &p->snap.seq, &p->hd);
+  // The key's bitmap bit, speculatively, from the word this session
+  // last saw (sephash.h, "Append"): after the snapshot's READ (same
+  // node, in order), so that the snapshot never shows this bit, and
+  // before the check, which validates it with the rest. Not while the
+  // key's presence is still to be decided with a MainSeg prefix table
+  // cached at another seq than the word: if the word is current, the
+  // table is not, this pass ends after loading it, and the next
+  // pass's snapshot would show the bit (a READ of the slots for
+  // nothing, where the bit's own round trip would have cost as much).
+  Session::BitmapCache& bc = ss.bitmaps[p->seg];
+  std::size_t spec_op = kNoOp;
+  const std::uint64_t spec_word = bc.words[it->bit / 64];
+  const bool spec_sign = bc.sign;
+  if (bc.known && (spec_word & it->mask) == 0 && (want == Want::kAny || mc->seq == bc.seq)) {
+    spec_op = b.size();
+    b.cas(p->node, p->off + bitmap_word_off(spec_sign, it->bit), spec_word, spec_word | it->mask);
+  }
+  if (want != Want::kAny && hi > lo) {
+    p->mslots.resize(hi - lo);
+    b.read(p->node, mc->main_off + kPrefixBytes + lo * 8ull, p->mslots.data(), (hi - lo) * 8);
+  }
+  b.read(p->node, p->off + kSlotsOff + w * 8ull, p->slots + w, kWindowSlots * 8);
+  add_check(b, p->seg, &p->now);
+  if (Status s = exec(ss, b); !s.ok()) return s;
+  if (it->header.version == 0) it->header.version = b.result(0);
+  p->snap.meta = p->hd.meta;
+  p->sign = meta_sign(p->hd.meta);
+  // The key's bitmap word in the snapshot's state, as late as this
+  // session knows it: the speculative CAS ran after the snapshot, and
+  // when it was made on the snapshot's sign its old word is newer (and
+  // with the CAS matched, the bit is set, durable once this round trip
+  // completed). A CAS on the other sign's bitmap is not looked at: its
+  // bit, if set, belongs to no state this append can land in.
+  p->bitmap_word = p->hd.bitmap[p->sign ? 1 : 0][it->bit / 64];
+  if (spec_op != kNoOp && spec_sign == p->sign) {
+    const std::uint64_t old = b.result(spec_op);
+    p->bitmap_word = old == spec_word ? (old | it->mask) : old;
+  }
+  bc.take(p->snap.seq, p->hd);
+  bc.words[it->bit / 64] = p->bitmap_word;
+  return Status::OK();
+}
+
+Status SepHashIndex::decide_presence(Session& ss, const Key& key, Want want, AppendItem* it,
+                                     AppendPass* p, bool* again) {
+  Candidate found;
+  bool any = false;
+  // The snapshot's bitmap, read before this pass's speculative CAS: a bit
+  // it shows was there before, set for another key of the same bit or by
+  // an earlier pass of this append (a false positive: a READ of the slots
+  // more, never a wrong answer).
+  if (bitmap_has(p->hd, p->sign, it->bit)) p->all_slots = true;
+  if (Status s = newest_in_snapshot(ss, key, p->seg, p->snap, p->hd, p->mslots,
+                                    p->all_slots ? p->slots : nullptr, &found, &any, again);
+      !s.ok() || *again) {
+    return s;
+  }
+  const bool present = any && !slot_tomb(found.slot);
+  if (want == Want::kAbsent && present) return Status::AlreadyExists("");
+  if (want == Want::kPresent && !present) return Status::NotFound("");
+  // The version was taken before the check; a write the check saw may
+  // have taken a later one (it ran meanwhile). This append must order
+  // after everything it saw, so it takes a new version then.
+  if (any && found.header().version >= it->header.version) {
+    Batch b;
+    b.faa(0, kVersionOff, 1);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    it->header.version = b.result(0);
+  }
+  return Status::OK();
+}
+
+Status SepHashIndex::find_free_slots(Session& ss, AppendPass* p, bool* again) {
+  // A slot is free when it holds this snapshot's free word: the merge that
+  // began the snapshot's state wrote it to every slot. An append can thus
+  // claim a slot only in the state its snapshot saw.
+  const std::uint64_t free_word = free_slot(p->snap.seq);
+  for (unsigned i = p->window; i < p->window + kWindowSlots; ++i) {
+    if (p->slots[i] == free_word) p->free_slots.push_back(i);
+  }
+  if (!p->free_slots.empty()) return Status::OK();
+  if (!p->all_slots) {
+    // The window is full: look at every slot before deciding to merge.
+    Batch b;
+    b.read(p->node, p->off + kSlotsOff, p->slots, sizeof(p->slots));
+    add_check(b, p->seg, &p->now);
+    if (Status s = exec(ss, b); !s.ok()) return s;
+    if (!unchanged(p->snap, p->now)) {
+      *again = true;
+      return Status::OK();
+    }
+    p->all_slots = true;
+  }
+  for (unsigned i = 0; i < kCurSlots; ++i) {
+    if (p->slots[i] == free_word) p->free_slots.push_back(i);
+  }
+  if (p->free_slots.empty()) {
+    *again = true;
+    return merge(ss, p->seg, p->hd.meta);
+  }
+  ss.window = (p->free_slots.front() / kWindowSlots) * kWindowSlots;
+  return Status::OK();
+}
+
+Status SepHashIndex::place_item(Session& ss, unsigned node, AppendItem* it) {
+  if (it->node == node && !it->named) return Status::OK();
+  // A block no slot names is still this client's to reuse; one a slot may
+  // name is never written again (a merge may have freed it).
+  if (it->node != ~0u && !it->named) unused(ss, it->node, it->off, it->units);
+  if (Status s = alloc_block(ss, node, it->units, &it->off); !s.ok()) return s;
+  it->node = node;
+  it->written = false;
+  it->named = false;
+  return Status::OK();
+}
+
+std::uint64_t SepHashIndex::make_entry(const AppendItem& it, bool tomb, const AppendPass& p) {
+  return (std::uint64_t{it.fp} << kFpShift) | (std::uint64_t{it.fp2} << kFp2Shift) |
+         (tomb ? kTombBit : 0) |
+         (std::uint64_t{it.units <= kMaxSlotLenUnits ? it.units : 0} << kLenShift) |
+         (p.sign ? kSignBit : 0) |
+         (std::uint64_t{hash_dbits(it.h, meta_depth(p.hd.meta))} << kDbitsShift) | (it.off >> 6);
+}
+
+Status SepHashIndex::set_bitmap_bit(Session& ss, AppendItem* it, AppendPass* p, bool* moved) {
+  Session::BitmapCache& bc = ss.bitmaps[p->seg];
+  Batch b;
+  while ((p->bitmap_word & it->mask) == 0 && !*moved) {
+    b.clear();
+    if (!it->written) add_item_write(b, p->node, *it);
+    const std::size_t bitmap_op = b.size();
+    b.cas(p->node, p->off + bitmap_word_off(p->sign, it->bit), p->bitmap_word,
+          p->bitmap_word | it->mask);
+    add_check(b, p->seg, &p->now);
+    if (Status s = exec(ss, b); !s.ok()) {
+      // A write of the item that may still land: the block is given up.
+      if (!it->written) it->lost = true;
+      return s;
+    }
+    it->written = true;
+    const std::uint64_t old = b.result(bitmap_op);
+    p->bitmap_word = old == p->bitmap_word ? (old | it->mask) : old;
+    bc.words[it->bit / 64] = p->bitmap_word;
+    *moved = !unchanged(p->snap, p->now);
+  }
+  return Status::OK();
+}
+
+Status SepHashIndex::claim_slot(Session& ss, std::uint64_t entry, AppendItem* it, AppendPass* p,
+                                bool* won, bool* moved) {
+  Batch b;
+  for (unsigned i : p->free_slots) {
+    b.clear();
+    // The item is complete before the CAS that names it (same node, in order).
+    if (!it->written) add_item_write(b, p->node, *it);
+    const std::size_t slot_op = b.size();
+    b.cas(p->node, p->off + kSlotsOff + i * 8ull, p->slots[i], entry);
+    add_check(b, p->seg, &p->now);
+    if (Status s = exec(ss, b); !s.ok()) {
+      it->lost = true;
+      return s;
+    }
+    it->written = true;
+    *won = b.result(slot_op) == p->slots[i];
+    *moved = !unchanged(p->snap, p->now);
+    if (*won || *moved) break;  // placed, or the segment moved on: start over
+  }
+  return Status::OK();
 }
 
 }  // namespace pmhash::engine::sephash
