@@ -24,20 +24,14 @@ Status RaceIndex::check() {
 }
 
 Status RaceIndex::format(bool force) {
-  unsigned timeout = 0;
-  if (Status s = remote_index::effective_timeout(options_, params_.lease_ms, "race", &timeout);
-      !s.ok()) {
-    return s;
-  }
-  sessions_.set_timeout(timeout);
   std::unique_ptr<Session> ss;
-  if (Status s = sessions_.make(&ss); !s.ok()) return s;
-  Session& c = *ss;
   remote_index::Identity made;
-  if (Status s = remote_index::begin_create(c, force, params_.lease_ms, sizeof(IndexRoot), &made);
+  if (Status s = remote_index::start_create(sessions_, options_, params_.lease_ms, "race", force,
+                                            sizeof(IndexRoot), &ss, &made);
       !s.ok()) {
     return s;
   }
+  Session& c = *ss;
 
   const unsigned depth = params_.initial_depth;
   const std::uint64_t entries = std::uint64_t{1} << params_.max_depth;
@@ -69,26 +63,17 @@ Status RaceIndex::format(bool force) {
   root.directory = params_.directory;
   root.global_depth = depth;
   b.write(0, remote::kIndexRootOffset, &root, sizeof(root));
-  if (Status s = c.exec(b); !s.ok()) return s;
-  // Complete and durable: the engine's index exists, for an attach once
-  // the membership commits.
-  b.clear();
-  b.write(0, remote::kIndexRootOffset, kMagic, sizeof(kMagic));
-  if (Status s = c.exec(b); !s.ok()) return s;
-  if (Status s = remote_index::commit_create(c, made); !s.ok()) return s;
-  return sessions_.arm(made, "race");
+  return remote_index::finish_create(sessions_, c, b, kMagic, made, "race");
 }
 
 Status RaceIndex::attach() {
   std::unique_ptr<Session> ss;
-  if (Status s = sessions_.make(&ss); !s.ok()) return s;
   remote_index::Identity id;
-  if (Status s = remote_index::verify_members(*ss, "race", &id); !s.ok()) return s;
-  if (Status s = sessions_.arm(id, "race"); !s.ok()) return s;
   IndexRoot root{};
-  Batch b;
-  b.read(0, remote::kIndexRootOffset, &root, sizeof(root));
-  if (Status s = ss->exec(b); !s.ok()) return s;
+  if (Status s = remote_index::open_root(sessions_, "race", &root, sizeof(root), &ss, &id);
+      !s.ok()) {
+    return s;
+  }
   if (Status s = remote_index::check_root(*ss->client, "race", root.head.magic, kMagic,
                                           root.head.layout_version, kLayoutVersion,
                                           root.head.nodes);

@@ -17,23 +17,21 @@
 #include "engine/planted.h"
 #include "engine/race/layout.h"
 #include "engine/race/race.h"
-#include "engine/remote_index.h"
+#include "engine/remote_common/remote_index.h"
 #include "remote/client.h"
 
 namespace pmhash::engine::race {
 
 using remote::Batch;
 using remote::Client;
-using Clock = std::chrono::steady_clock;
+using remote_index::Clock;
 
 inline std::function<bool(SplitStep, bool)>& split_hook() {
   static std::function<bool(SplitStep, bool)> hook;
   return hook;
 }
 
-inline std::uint64_t low_mask(unsigned bits) {
-  return bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
-}
+using remote_index::low_mask;
 
 inline std::uint64_t kv_checksum(const std::byte* block, std::uint64_t body_bytes) {
   return XXH3_64bits(block + 8, body_bytes);
@@ -87,17 +85,8 @@ struct View {
 };
 
 // A KV block read back.
-struct Kv {
+struct Kv : remote_index::RecordBytes<KvHeader> {
   Slot slot;
-  std::vector<std::byte> bytes;
-  const KvHeader& header() const { return *reinterpret_cast<const KvHeader*>(bytes.data()); }
-  std::string_view key() const {
-    return {reinterpret_cast<const char*>(bytes.data()) + sizeof(KvHeader), header().key_len};
-  }
-  std::string_view value() const {
-    return {reinterpret_cast<const char*>(bytes.data()) + sizeof(KvHeader) + header().key_len,
-            header().value_len};
-  }
 };
 
 // What splits, takeovers and retries did since open (race.h, "Split").
@@ -330,7 +319,7 @@ class RaceIndex final : public Index {
   // Whether the holder may begin a batch that writes to the subtable, the
   // new subtable, the directory or the global depth: within lease/2 of its
   // lock (a waiter takes over only after it has seen the lock for a lease).
-  bool in_lease(const Held& h) const { return Clock::now() - h.since < lease() / 2; }
+  bool in_lease(const Held& h) const { return remote_index::within_half_lease(h.since, lease()); }
   Status past_half_lease(const Held& h) const;
   // Every batch a holder writes with (race.h, "Fencing").
   Status exec_held(Session& ss, const Held& h, Batch& b) {

@@ -1,4 +1,4 @@
-// engine/race/race_ops.cc - race searches and writes (race.h, "Search", "Writes").
+// engine/race/race_ops.cc - race searches and writes (race.h, "Search", "Insert").
 #include "engine/race/race_index.h"
 
 namespace pmhash::engine::race {
@@ -299,7 +299,8 @@ const Slot* RaceIndex::free_slot(const Place& p, const View& v) const {
   return best;
 }
 
-Status RaceIndex::settle(Session& ss, const Place& p, const Key& key, std::uint64_t entry, bool* won) {
+Status RaceIndex::settle(Session& ss, const Place& p, const Key& key, std::uint64_t entry,
+                         bool* won) {
   LockWatch watch = new_watch();
   for (;;) {
     View v;

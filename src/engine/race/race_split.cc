@@ -172,7 +172,8 @@ Status RaceIndex::split_locked(Session& ss, const Held& held, std::uint64_t head
   return Status::OK();
 }
 
-Status RaceIndex::complete_split(Session& ss, const Held& held, const Split& sp, std::uint64_t* dir_words) {
+Status RaceIndex::complete_split(Session& ss, const Held& held, const Split& sp,
+                                 std::uint64_t* dir_words) {
   const unsigned depth1 = sp.depth + 1;
   const std::uint64_t was = make_dir(held.node, held.base, sp.depth);
   // (4) The directory words of the new half name it; the global depth

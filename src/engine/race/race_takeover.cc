@@ -1,9 +1,11 @@
-// engine/race/race_takeover.cc - race split-lock waits, leases and takeovers (race.h, "Dead splitters").
+// engine/race/race_takeover.cc - race split-lock waits, leases and takeovers
+// (race.h, "Dead splitters").
 #include "engine/race/race_index.h"
 
 namespace pmhash::engine::race {
 
-Status RaceIndex::stuck(unsigned node, std::uint64_t base, const char* what, const LockWatch& w) const {
+Status RaceIndex::stuck(unsigned node, std::uint64_t base, const char* what,
+                        const LockWatch& w) const {
   const auto waited =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.start).count();
   return Status::Busy("race: subtable at node " + std::to_string(node) + " offset " +

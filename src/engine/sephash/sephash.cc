@@ -1,4 +1,5 @@
-// engine/sephash/sephash.cc - the sephash engine: the Index interface, create and open, registration.
+// engine/sephash/sephash.cc - the sephash engine: the Index interface, create
+// and open, registration.
 #include "engine/sephash/sephash_index.h"
 
 namespace pmhash::engine::sephash {
@@ -36,17 +37,11 @@ void SepHashIndex::fill_stats(Stats* st) const {
 }
 
 Status SepHashIndex::format(bool force) {
-  unsigned timeout = 0;
-  if (Status s = remote_index::effective_timeout(options_, params_.lease_ms, "sephash", &timeout);
-      !s.ok()) {
-    return s;
-  }
-  sessions_.set_timeout(timeout);
   std::unique_ptr<Session> ss;
-  if (Status s = sessions_.make(&ss); !s.ok()) return s;
   // An index of any engine on the nodes stays unless `force`.
   remote_index::Identity made;
-  if (Status s = remote_index::begin_create(*ss, force, params_.lease_ms, sizeof(IndexRoot), &made);
+  if (Status s = remote_index::start_create(sessions_, options_, params_.lease_ms, "sephash", force,
+                                            sizeof(IndexRoot), &ss, &made);
       !s.ok()) {
     return s;
   }
@@ -96,26 +91,17 @@ Status SepHashIndex::format(bool force) {
   root.global_depth = depth;
   root.version = 1;
   b.write(0, kRootOff, &root, sizeof(root));
-  if (Status s = exec(*ss, b); !s.ok()) return s;
-  // Complete and durable: the engine's index exists, for an attach once
-  // the membership commits.
-  b.clear();
-  b.write(0, kRootOff, kMagic, sizeof(kMagic));
-  if (Status s = exec(*ss, b); !s.ok()) return s;
-  if (Status s = remote_index::commit_create(*ss, made); !s.ok()) return s;
-  return sessions_.arm(made, "sephash");
+  return remote_index::finish_create(sessions_, *ss, b, kMagic, made, "sephash");
 }
 
 Status SepHashIndex::attach() {
   std::unique_ptr<Session> ss;
-  if (Status s = sessions_.make(&ss); !s.ok()) return s;
   remote_index::Identity id;
-  if (Status s = remote_index::verify_members(*ss, "sephash", &id); !s.ok()) return s;
-  if (Status s = sessions_.arm(id, "sephash"); !s.ok()) return s;
   IndexRoot root{};
-  Batch b;
-  b.read(0, kRootOff, &root, sizeof(root));
-  if (Status s = exec(*ss, b); !s.ok()) return s;
+  if (Status s = remote_index::open_root(sessions_, "sephash", &root, sizeof(root), &ss, &id);
+      !s.ok()) {
+    return s;
+  }
   if (Status s = remote_index::check_root(*ss->client, "sephash", root.magic, kMagic,
                                           root.layout_version, kLayoutVersion, root.nodes);
       !s.ok()) {

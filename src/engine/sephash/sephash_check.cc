@@ -1,4 +1,5 @@
-// engine/sephash/sephash_check.cc - sephash whole-index reads: scan and check (sephash.h, "Check").
+// engine/sephash/sephash_check.cc - sephash whole-index reads: scan and check
+// (sephash.h, "Invariants").
 #include "engine/sephash/sephash_index.h"
 
 namespace pmhash::engine::sephash {
@@ -36,7 +37,8 @@ Status SepHashIndex::read_segment(Session& ss, RAddr seg, SegmentView* v) {
   }
 }
 
-Status SepHashIndex::read_segment_items(Session& ss, RAddr seg, SegmentView* v, std::vector<Candidate>* items) {
+Status SepHashIndex::read_segment_items(Session& ss, RAddr seg, SegmentView* v,
+                                        std::vector<Candidate>* items) {
   const auto deadline = lock_deadline();
   for (;;) {
     if (Status s = read_segment(ss, seg, v); !s.ok()) return s;

@@ -17,7 +17,7 @@
 
 #include "engine/index.h"
 #include "engine/planted.h"
-#include "engine/remote_index.h"
+#include "engine/remote_common/remote_index.h"
 #include "engine/sephash/layout.h"
 #include "engine/sephash/sephash.h"
 #include "remote/client.h"
@@ -26,7 +26,7 @@ namespace pmhash::engine::sephash {
 
 using remote::Batch;
 using remote::Client;
-using Clock = std::chrono::steady_clock;
+using remote_index::Clock;
 
 inline std::function<void()>& append_hook() {
   static std::function<void()> hook;
@@ -49,9 +49,7 @@ inline void note(BlockUse use, unsigned node, std::uint64_t off, std::uint64_t b
 // The tag of a stack head (layout.h, FreeTable): the bits above the offset.
 inline constexpr std::uint64_t kTagMask = (std::uint64_t{1} << (64 - kTagShift)) - 1;
 
-inline std::uint64_t low_mask(unsigned bits) {
-  return bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
-}
+using remote_index::low_mask;
 using remote_index::round64;
 
 // Runs `f` when the scope ends, however it ends.
@@ -129,17 +127,8 @@ inline std::uint64_t bitmap_word_off(bool sign, unsigned bit) {
 }
 
 // One key's entry read back: its slot and its item's bytes.
-struct Candidate {
+struct Candidate : remote_index::RecordBytes<ItemHeader> {
   std::uint64_t slot = 0;
-  std::vector<std::byte> item;  // header, key, value
-  const ItemHeader& header() const { return *reinterpret_cast<const ItemHeader*>(item.data()); }
-  std::string_view key() const {
-    return {reinterpret_cast<const char*>(item.data()) + sizeof(ItemHeader), header().key_len};
-  }
-  std::string_view value() const {
-    return {reinterpret_cast<const char*>(item.data()) + sizeof(ItemHeader) + header().key_len,
-            header().value_len};
-  }
 };
 
 inline std::uint64_t item_units(std::uint64_t bytes) { return (bytes + 63) / 64; }
@@ -362,7 +351,7 @@ class SepHashIndex final : public Index {
   }
 
   // What became of a CAS on a stack head whose batch failed without
-  // saying whether it ran (sephash.h, "Reclamation": lost replies).
+  // saying whether it ran (sephash.h, "Lost replies").
   enum class Landed {
     kNo,       // it has not run, and never will
     kAsOurs,   // the one change since `seen` made exactly what it would have
@@ -404,7 +393,7 @@ class SepHashIndex final : public Index {
   // own blocks come from the entries (one of kFreeRecordBytes, or a piece
   // of a larger one), else (`may_bump`) from the bump word. What stays in
   // *entries is this client's: neither pushed nor given up (a push whose
-  // outcome is unknown gives its blocks up, sephash.h "Reclamation").
+  // outcome is unknown gives its blocks up, sephash.h "Lost replies").
   Status push_blocks(Session& ss, unsigned node, std::vector<std::uint64_t>* entries,
                      bool may_bump);
 
@@ -504,8 +493,8 @@ class SepHashIndex final : public Index {
   Status append(Session& ss, const Key& key, std::string_view value, bool tomb, Want want);
 
   // The steps of an append (sephash.h, "Append").
-  // Its item: the bytes, and whose the block is (sephash.h,
-  // "Reclamation": lost replies).
+  // Its item: the bytes, and whose the block is (sephash.h, "Lost
+  // replies").
   struct AppendItem {
     AppendItem(const Key& key, std::string_view value);
     std::uint64_t h;
@@ -593,7 +582,7 @@ class SepHashIndex final : public Index {
 
   // After a publish batch of the lock of seq `seq` failed without saying
   // whether it ran: whether the segment shows it, the meta it wrote last
-  // and seq unchanged (sephash.h, "Reclamation": lost replies). Only this
+  // and seq unchanged (sephash.h, "Lost replies"). Only this
   // publish leaves that pair: a taker's roll-forward writes the same meta
   // after raising seq by kSeqTakeover, and every later lock raises seq.
   bool published(Session& ss, RAddr seg, std::uint64_t meta_new, std::uint64_t seq);
@@ -628,7 +617,7 @@ class SepHashIndex final : public Index {
   // Whether the holder may begin a batch that writes to the segment, the
   // directory or the global depth: within lease/2 of its lock (a waiter
   // takes over only after it has seen the lock for a whole lease).
-  bool in_lease(const Held& h) const { return Clock::now() - h.since < lease() / 2; }
+  bool in_lease(const Held& h) const { return remote_index::within_half_lease(h.since, lease()); }
 
   Status gave_up(RAddr seg) const;
 

@@ -33,7 +33,8 @@ Status SepHashIndex::merge(Session& ss, RAddr seg, std::uint64_t meta) {
   return s;
 }
 
-Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t meta, bool* restorable) {
+Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t meta,
+                                  bool* restorable) {
   const RAddr seg = held.seg;
   const unsigned node = raddr_node(seg);
   const std::uint64_t off = raddr_off(seg);
@@ -298,7 +299,8 @@ std::vector<std::byte> SepHashIndex::main_image(const std::vector<std::uint64_t>
   return img;
 }
 
-Status SepHashIndex::split_locked(Session& ss, const Held& held, std::uint64_t meta, std::uint64_t seq,
+Status SepHashIndex::split_locked(Session& ss, const Held& held, std::uint64_t meta,
+                                  std::uint64_t seq,
                     std::uint64_t pattern,
                     const std::vector<std::uint64_t>& keep, const std::vector<Dropped>& drop,
                     bool* restorable) {

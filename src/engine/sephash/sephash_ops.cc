@@ -30,8 +30,8 @@ Status SepHashIndex::read_items(Session& ss, RAddr seg, const Snap* snap,
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const unsigned units = slot_len(slots[i]) == 0 ? kMaxSlotLenUnits : slot_len(slots[i]);
     (*out)[i].slot = slots[i];
-    (*out)[i].item.resize(units * 64);
-    b.read(node, slot_item(slots[i]), (*out)[i].item.data(), units * 64);
+    (*out)[i].bytes.resize(units * 64);
+    b.read(node, slot_item(slots[i]), (*out)[i].bytes.data(), units * 64);
   }
   if (snap != nullptr) add_check(b, seg, &now);
   if (Status s = exec(ss, b); !s.ok()) return s;
@@ -47,10 +47,10 @@ Status SepHashIndex::read_items(Session& ss, RAddr seg, const Snap* snap,
       return Status::Corruption("sephash: item at node " + std::to_string(node) + " offset " +
                                 std::to_string(slot_item(c.slot)) + " has a bad length");
     }
-    if (total > c.item.size()) {
-      const std::size_t had = c.item.size();
-      c.item.resize(total);
-      b.read(node, slot_item(c.slot) + had, c.item.data() + had,
+    if (total > c.bytes.size()) {
+      const std::size_t had = c.bytes.size();
+      c.bytes.resize(total);
+      b.read(node, slot_item(c.slot) + had, c.bytes.data() + had,
              static_cast<std::uint32_t>(total - had));
     }
   }
@@ -61,7 +61,8 @@ Status SepHashIndex::read_items(Session& ss, RAddr seg, const Snap* snap,
   return Status::OK();
 }
 
-void SepHashIndex::newest(const std::vector<Candidate>& items, std::string_view key, Candidate* best,
+void SepHashIndex::newest(const std::vector<Candidate>& items, std::string_view key,
+                          Candidate* best,
                    bool* any) {
   for (const Candidate& c : items) {
     if (c.key() != key) continue;
@@ -206,11 +207,12 @@ Status SepHashIndex::write(const Key& key, std::string_view value, bool tomb, Wa
   });
 }
 
-Status SepHashIndex::append(Session& ss, const Key& key, std::string_view value, bool tomb, Want want) {
+Status SepHashIndex::append(Session& ss, const Key& key, std::string_view value, bool tomb,
+                            Want want) {
   AppendItem it(key, value);
   // However the call ends, the item's block is named (no longer this
   // client's), this client's again (nothing unknown happened to it), or
-  // given up (sephash.h, "Reclamation": lost replies).
+  // given up (sephash.h, "Lost replies").
   const AtScopeEnd settle_item([&] {
     if (it.node == ~0u || it.named) return;
     if (it.lost) {

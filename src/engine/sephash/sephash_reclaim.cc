@@ -1,9 +1,11 @@
-// engine/sephash/sephash_reclaim.cc - sephash allocation and block reuse (sephash.h, "Reclamation").
+// engine/sephash/sephash_reclaim.cc - sephash allocation and block reuse
+// (sephash.h, "Reclamation").
 #include "engine/sephash/sephash_index.h"
 
 namespace pmhash::engine::sephash {
 
-Status SepHashIndex::alloc_direct(Session& ss, unsigned node, std::uint64_t bytes, std::uint64_t* off) {
+Status SepHashIndex::alloc_direct(Session& ss, unsigned node, std::uint64_t bytes,
+                                  std::uint64_t* off) {
   if (Status s = remote_index::alloc_direct(ss, node, bytes, off); !s.ok()) return s;
   bytes_bumped_.fetch_add(round64(bytes), std::memory_order_relaxed);
   return Status::OK();
@@ -22,13 +24,15 @@ Status SepHashIndex::alloc(Session& ss, unsigned node, std::uint64_t bytes, std:
   return Status::OK();
 }
 
-Status SepHashIndex::alloc_block(Session& ss, unsigned node, std::uint64_t units, std::uint64_t* off) {
+Status SepHashIndex::alloc_block(Session& ss, unsigned node, std::uint64_t units,
+                                 std::uint64_t* off) {
   if (Status s = find_block(ss, node, units, off); !s.ok()) return s;
   note(BlockUse::kTaken, node, *off, units * 64);
   return Status::OK();
 }
 
-Status SepHashIndex::find_block(Session& ss, unsigned node, std::uint64_t units, std::uint64_t* off) {
+Status SepHashIndex::find_block(Session& ss, unsigned node, std::uint64_t units,
+                                std::uint64_t* off) {
   if (take_free(ss, node, units, off)) return Status::OK();
   const std::uint64_t bytes = units * 64;
   const auto [next, end] = chunk_of(ss, node);
@@ -59,7 +63,8 @@ void SepHashIndex::release(Session& ss, unsigned node, std::uint64_t off, std::u
   bytes_freed_.fetch_add(units * 64, std::memory_order_relaxed);
 }
 
-SepHashIndex::Landed SepHashIndex::settle(Session& ss, unsigned node, std::uint64_t seen, std::uint64_t ours) {
+SepHashIndex::Landed SepHashIndex::settle(Session& ss, unsigned node, std::uint64_t seen,
+                                          std::uint64_t ours) {
   for (unsigned attempt = 0; attempt < kSettleTries; ++attempt) {
     Batch b;
     b.cas(node, params_.free_table, seen, next_head(seen, head_off(seen)));

@@ -1,4 +1,5 @@
-// engine/sephash/sephash_takeover.cc - sephash lock leases and takeovers (sephash.h, "Dead lock holders").
+// engine/sephash/sephash_takeover.cc - sephash lock leases and takeovers
+// (sephash.h, "Dead lock holders").
 #include "engine/sephash/sephash_index.h"
 
 namespace pmhash::engine::sephash {
@@ -95,7 +96,8 @@ Status SepHashIndex::finish(Session& ss, const Held& held, std::uint64_t locked,
   return hd.intent_seg != 0 ? refresh_dir(ss) : Status::OK();
 }
 
-Status SepHashIndex::fix_directory(Session& ss, const Held& held, RAddr child, std::uint64_t pattern1,
+Status SepHashIndex::fix_directory(Session& ss, const Held& held, RAddr child,
+                                   std::uint64_t pattern1,
                      unsigned depth1, bool* done) {
   *done = false;
   std::vector<RAddr> dir(std::size_t{1} << params_.max_depth);
