@@ -131,7 +131,7 @@ Status RaceIndex::read_kvs(Session& ss, const std::vector<Slot>& slots, std::vec
 }
 
 Status RaceIndex::find_key(Session& ss, const Place& p, const Key& key, const View& v, Kv* found,
-                bool* any) {
+                           bool* any) {
   *any = false;
   std::vector<Slot> cands;
   for (const Slot& s : v.slots) {

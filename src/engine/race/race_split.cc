@@ -63,7 +63,7 @@ Status RaceIndex::split(Session& ss, const View& v, LockWatch* watch) {
 }
 
 Status RaceIndex::split_locked(Session& ss, const Held& held, std::uint64_t header,
-                    std::vector<std::uint64_t>& old) {
+                               std::vector<std::uint64_t>& old) {
   const unsigned depth = header_depth(header);
   const std::uint64_t suffix = header_suffix(header);
   Batch b;
@@ -236,8 +236,8 @@ Status RaceIndex::complete_split(Session& ss, const Held& held, const Split& sp,
 }
 
 Status RaceIndex::fix_half(Session& ss, const Held& held, std::uint64_t start, unsigned depth1,
-                std::uint64_t guess, std::uint64_t target, std::uint64_t* global,
-                std::uint64_t* dir_words) {
+                           std::uint64_t guess, std::uint64_t target, std::uint64_t* global,
+                           std::uint64_t* dir_words) {
   const std::uint64_t entries = std::uint64_t{1} << params_.max_depth;
   std::vector<std::uint64_t> at, expect;
   for (std::uint64_t i = start; i < entries; i += std::uint64_t{1} << depth1) {

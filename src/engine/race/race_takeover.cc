@@ -18,7 +18,7 @@ Status RaceIndex::stuck(unsigned node, std::uint64_t base, const char* what,
 }
 
 Status RaceIndex::watch_lock(Session& ss, unsigned node, std::uint64_t base, LockWatch* w,
-                  const char* what) {
+                             const char* what) {
   std::uint64_t word = 0;
   Batch b;
   b.read(node, base + bucket_bytes(), &word, 8);
@@ -27,7 +27,7 @@ Status RaceIndex::watch_lock(Session& ss, unsigned node, std::uint64_t base, Loc
 }
 
 Status RaceIndex::observe(Session& ss, unsigned node, std::uint64_t base, std::uint64_t word,
-               LockWatch* w, const char* what) {
+                          LockWatch* w, const char* what) {
   const auto now = Clock::now();
   if (!w->any || w->node != node || w->base != base || w->seen != word) {
     w->any = true;

@@ -606,7 +606,42 @@ class SepHashIndex final : public Index {
                         std::size_t main_count, std::vector<std::uint64_t>* keep,
                         std::vector<Dropped>* drop);
 
+  // The steps of newest_entries.
+  // An entry's filter bits: fingerprint, second fingerprint, hash bits.
+  static std::uint64_t filter_bits(std::uint64_t s) {
+    return (std::uint64_t{slot_fp(s)} << 9) | (std::uint64_t{slot_fp2(s)} << 4) | slot_dbits(s);
+  }
+  static bool by_filter_bits(std::uint64_t a, std::uint64_t b) {
+    return filter_bits(a) < filter_bits(b);
+  }
+  // Sorts *all (the MainSeg's `main_count` entries, then the CurSeg's) by
+  // filter bits, then by word, and drops an entry taken twice.
+  static void sort_by_filter_bits(std::vector<std::uint64_t>* all, std::size_t main_count);
+  // Of the entries whose filter bits collide (`colliding`, at
+  // `colliding_at` in the sorted entries), each key's newest, unless a
+  // tombstone, appended to *keep and marked in *kept; their items are read
+  // (the caller holds the lock), and every length found goes to *units_of.
+  Status newest_of_colliding(Session& ss, RAddr seg, const std::vector<std::uint64_t>& colliding,
+                             const std::vector<std::size_t>& colliding_at,
+                             std::vector<std::uint64_t>* keep, std::vector<char>* kept,
+                             std::unordered_map<std::uint64_t, std::uint64_t>* units_of);
+  // The blocks of the entries of `all` not `kept`, each once, and none
+  // that a `keep` entry names too, into *drop; the headers of those whose
+  // length neither the slot nor `units_of` gives are read.
+  Status dropped_blocks(Session& ss, unsigned node, const std::vector<std::uint64_t>& all,
+                        const std::vector<char>& kept,
+                        const std::unordered_map<std::uint64_t, std::uint64_t>& units_of,
+                        const std::vector<std::uint64_t>& keep, std::vector<Dropped>* drop);
+
   static std::vector<std::byte> main_image(const std::vector<std::uint64_t>& sorted);
+
+  // The entries `keep` of a segment of depth `depth` on `node`, by hash
+  // bit `depth`: from the slots' hash bits, or, when they are used up (at
+  // depths 4k), from every item's hash, read again (and the slots' hash
+  // bits set from it, each half sorted by them).
+  Status split_halves(Session& ss, unsigned node, unsigned depth,
+                      const std::vector<std::uint64_t>& keep,
+                      std::vector<std::uint64_t> (*halves)[2]);
 
   Status split_locked(Session& ss, const Held& held, std::uint64_t meta, std::uint64_t seq,
                       std::uint64_t pattern,

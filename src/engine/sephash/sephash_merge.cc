@@ -148,7 +148,7 @@ void SepHashIndex::leak_dropped(const std::vector<Dropped>& drop, std::uint64_t 
 }
 
 void SepHashIndex::free_dropped(Session& ss, unsigned node, const std::vector<Dropped>& drop,
-                  std::uint64_t meta) {
+                                std::uint64_t meta) {
   for (const Dropped& d : drop) release(ss, node, d.off, d.units);
   if (meta_main_len(meta) != 0) {
     release(ss, node, meta_main_off(meta), main_units(meta_main_len(meta)));
@@ -157,38 +157,15 @@ void SepHashIndex::free_dropped(Session& ss, unsigned node, const std::vector<Dr
 }
 
 Status SepHashIndex::newest_entries(Session& ss, RAddr seg, std::vector<std::uint64_t> all,
-                      std::size_t main_count, std::vector<std::uint64_t>* keep,
-                      std::vector<Dropped>* drop) {
-  const unsigned node = raddr_node(seg);
-  // Filter bits: fingerprint, second fingerprint, hash bits.
-  auto key_bits = [](std::uint64_t s) {
-    return (std::uint64_t{slot_fp(s)} << 9) | (std::uint64_t{slot_fp2(s)} << 4) | slot_dbits(s);
-  };
-  auto by_bits = [&](std::uint64_t a, std::uint64_t b) { return key_bits(a) < key_bits(b); };
-  // By filter bits, then by word. A MainSeg is written in filter-bit order
-  // (keep below), so only the CurSeg's entries need sorting, and one
-  // merge orders the whole; a MainSeg a split at a depth 4k re-read has
-  // new hash bits and may not be in that order, and is sorted whole.
-  const auto mid = all.begin() + static_cast<std::ptrdiff_t>(main_count);
-  if (std::is_sorted(all.begin(), mid, by_bits)) {
-    std::sort(mid, all.end(), by_bits);
-    std::inplace_merge(all.begin(), mid, all.end(), by_bits);
-  } else {
-    std::sort(all.begin(), all.end(), by_bits);
-  }
-  for (std::size_t i = 0; i < all.size();) {
-    std::size_t j = i + 1;
-    while (j < all.size() && key_bits(all[j]) == key_bits(all[i])) ++j;
-    if (j - i > 1) std::sort(all.begin() + i, all.begin() + j);
-    i = j;
-  }
-  all.erase(std::unique(all.begin(), all.end()), all.end());  // one entry taken twice
+                                    std::size_t main_count, std::vector<std::uint64_t>* keep,
+                                    std::vector<Dropped>* drop) {
+  sort_by_filter_bits(&all, main_count);
   std::vector<char> kept(all.size(), 0);
   std::vector<std::uint64_t> colliding;
   std::vector<std::size_t> colliding_at;  // each colliding entry's index in `all`
   for (std::size_t i = 0; i < all.size();) {
     std::size_t j = i + 1;
-    while (j < all.size() && key_bits(all[j]) == key_bits(all[i])) ++j;
+    while (j < all.size() && filter_bits(all[j]) == filter_bits(all[i])) ++j;
     if (j - i == 1) {
       if (!slot_tomb(all[i])) {
         keep->push_back(all[i]);
@@ -205,39 +182,80 @@ Status SepHashIndex::newest_entries(Session& ss, RAddr seg, std::vector<std::uin
   std::unordered_map<std::uint64_t, std::uint64_t> units_of;  // block -> units, from items read
   const std::size_t singles = keep->size();
   if (!colliding.empty()) {
-    std::vector<Candidate> items;
-    bool retry = false;
-    if (Status s = read_items(ss, seg, nullptr, colliding, &items, &retry); !s.ok()) return s;
-    std::vector<bool> taken(items.size(), false);
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      const ItemHeader& h = items[i].header();
-      units_of[slot_item(items[i].slot)] = item_units(sizeof(ItemHeader) + h.key_len + h.value_len);
-      if (taken[i]) continue;
-      std::size_t best = i;
-      for (std::size_t j = i; j < items.size(); ++j) {
-        if (taken[j] || key_bits(items[j].slot) != key_bits(items[i].slot) ||
-            items[j].key() != items[i].key()) {
-          continue;
-        }
-        taken[j] = true;
-        // Equal versions: the same write twice (an append made again
-        // after a merge moved under it), in two blocks; keep the first.
-        if (items[j].header().version > items[best].header().version) best = j;
-      }
-      if (!slot_tomb(items[best].slot)) {
-        keep->push_back(items[best].slot);
-        kept[colliding_at[best]] = 1;
-      }
+    if (Status s = newest_of_colliding(ss, seg, colliding, colliding_at, keep, &kept, &units_of);
+        !s.ok()) {
+      return s;
     }
   }
   // Both parts are in filter-bit order (the colliding entries' items are
   // in `colliding`'s order).
   std::inplace_merge(keep->begin(), keep->begin() + static_cast<std::ptrdiff_t>(singles),
-                     keep->end(), by_bits);
-  // The blocks of the entries not kept, each once, and none that a kept
-  // entry names too. They are few (about a CurSeg's worth) against a
-  // MainSeg's thousands of kept entries, so they are sorted and each kept
-  // entry is looked up among them.
+                     keep->end(), by_filter_bits);
+  return dropped_blocks(ss, raddr_node(seg), all, kept, units_of, *keep, drop);
+}
+
+void SepHashIndex::sort_by_filter_bits(std::vector<std::uint64_t>* all, std::size_t main_count) {
+  // By filter bits, then by word. A MainSeg is written in filter-bit order
+  // (newest_entries), so only the CurSeg's entries need sorting, and one
+  // merge orders the whole; a MainSeg a split at a depth 4k re-read has
+  // new hash bits and may not be in that order, and is sorted whole.
+  const auto mid = all->begin() + static_cast<std::ptrdiff_t>(main_count);
+  if (std::is_sorted(all->begin(), mid, by_filter_bits)) {
+    std::sort(mid, all->end(), by_filter_bits);
+    std::inplace_merge(all->begin(), mid, all->end(), by_filter_bits);
+  } else {
+    std::sort(all->begin(), all->end(), by_filter_bits);
+  }
+  for (std::size_t i = 0; i < all->size();) {
+    std::size_t j = i + 1;
+    while (j < all->size() && filter_bits((*all)[j]) == filter_bits((*all)[i])) ++j;
+    if (j - i > 1) std::sort(all->begin() + i, all->begin() + j);
+    i = j;
+  }
+  all->erase(std::unique(all->begin(), all->end()), all->end());  // one entry taken twice
+}
+
+Status SepHashIndex::newest_of_colliding(Session& ss, RAddr seg,
+                                         const std::vector<std::uint64_t>& colliding,
+                                         const std::vector<std::size_t>& colliding_at,
+                                         std::vector<std::uint64_t>* keep, std::vector<char>* kept,
+                                         std::unordered_map<std::uint64_t, std::uint64_t>* units_of) {
+  std::vector<Candidate> items;
+  bool retry = false;
+  if (Status s = read_items(ss, seg, nullptr, colliding, &items, &retry); !s.ok()) return s;
+  std::vector<bool> taken(items.size(), false);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const ItemHeader& h = items[i].header();
+    (*units_of)[slot_item(items[i].slot)] = item_units(sizeof(ItemHeader) + h.key_len + h.value_len);
+    if (taken[i]) continue;
+    std::size_t best = i;
+    for (std::size_t j = i; j < items.size(); ++j) {
+      if (taken[j] || filter_bits(items[j].slot) != filter_bits(items[i].slot) ||
+          items[j].key() != items[i].key()) {
+        continue;
+      }
+      taken[j] = true;
+      // Equal versions: the same write twice (an append made again after
+      // a merge moved under it), in two blocks; keep the first.
+      if (items[j].header().version > items[best].header().version) best = j;
+    }
+    if (!slot_tomb(items[best].slot)) {
+      keep->push_back(items[best].slot);
+      (*kept)[colliding_at[best]] = 1;
+    }
+  }
+  return Status::OK();
+}
+
+Status SepHashIndex::dropped_blocks(Session& ss, unsigned node,
+                                    const std::vector<std::uint64_t>& all,
+                                    const std::vector<char>& kept,
+                                    const std::unordered_map<std::uint64_t, std::uint64_t>& units_of,
+                                    const std::vector<std::uint64_t>& keep,
+                                    std::vector<Dropped>* drop) {
+  // They are few (about a CurSeg's worth) against a MainSeg's thousands of
+  // kept entries, so they are sorted and each kept entry is looked up
+  // among them.
   std::vector<Dropped> gone;
   for (std::size_t i = 0; i < all.size(); ++i) {
     if (kept[i]) continue;
@@ -261,7 +279,7 @@ Status SepHashIndex::newest_entries(Session& ss, RAddr seg, std::vector<std::uin
     std::bitset<4096> maybe;
     auto bit = [](std::uint64_t off) { return ((off >> 6) * 0x9E3779B97F4A7C15ull) >> 52; };
     for (const Dropped& d : gone) maybe.set(bit(d.off));
-    for (std::uint64_t k : *keep) {
+    for (std::uint64_t k : keep) {
       if (!maybe.test(bit(slot_item(k)))) continue;
       auto it = std::lower_bound(gone.begin(), gone.end(), slot_item(k),
                                  [](const Dropped& d, std::uint64_t off) { return d.off < off; });
@@ -299,20 +317,14 @@ std::vector<std::byte> SepHashIndex::main_image(const std::vector<std::uint64_t>
   return img;
 }
 
-Status SepHashIndex::split_locked(Session& ss, const Held& held, std::uint64_t meta,
-                                  std::uint64_t seq,
-                    std::uint64_t pattern,
-                    const std::vector<std::uint64_t>& keep, const std::vector<Dropped>& drop,
-                    bool* restorable) {
-  const RAddr seg = held.seg;
-  const unsigned node = raddr_node(seg);
-  const std::uint64_t off = raddr_off(seg);
-  const bool sign = meta_sign(meta);
-  const unsigned depth = meta_depth(meta);
+Status SepHashIndex::split_halves(Session& ss, unsigned node, unsigned depth,
+                                  const std::vector<std::uint64_t>& keep,
+                                  std::vector<std::uint64_t> (*halves)[2]) {
   const unsigned depth1 = depth + 1;
-  std::vector<std::uint64_t> half[2];
   if (dbits_base(depth1) == dbits_base(depth)) {
-    for (std::uint64_t s : keep) half[(slot_dbits(s) >> (depth - dbits_base(depth))) & 1].push_back(s);
+    for (std::uint64_t s : keep) {
+      (*halves)[(slot_dbits(s) >> (depth - dbits_base(depth))) & 1].push_back(s);
+    }
   } else {
     // The slots' four hash bits are used up: re-read every item's hash.
     std::vector<ItemHeader> hs(keep.size());
@@ -324,14 +336,29 @@ Status SepHashIndex::split_locked(Session& ss, const Held& held, std::uint64_t m
     for (std::size_t i = 0; i < keep.size(); ++i) {
       const std::uint64_t e = (keep[i] & ~(std::uint64_t{15} << kDbitsShift)) |
                               (std::uint64_t{hash_dbits(hs[i].hash, depth1)} << kDbitsShift);
-      half[(hs[i].hash >> depth) & 1].push_back(e);
+      (*halves)[(hs[i].hash >> depth) & 1].push_back(e);
     }
-    for (auto& hv : half) {
+    for (auto& hv : *halves) {
       std::sort(hv.begin(), hv.end(), [](std::uint64_t a, std::uint64_t b) {
         return (a >> kDbitsShift) < (b >> kDbitsShift);
       });
     }
   }
+  return Status::OK();
+}
+
+Status SepHashIndex::split_locked(Session& ss, const Held& held, std::uint64_t meta,
+                                  std::uint64_t seq, std::uint64_t pattern,
+                                  const std::vector<std::uint64_t>& keep,
+                                  const std::vector<Dropped>& drop, bool* restorable) {
+  const RAddr seg = held.seg;
+  const unsigned node = raddr_node(seg);
+  const std::uint64_t off = raddr_off(seg);
+  const bool sign = meta_sign(meta);
+  const unsigned depth = meta_depth(meta);
+  const unsigned depth1 = depth + 1;
+  std::vector<std::uint64_t> half[2];
+  if (Status s = split_halves(ss, node, depth, keep, &half); !s.ok()) return s;
   const std::uint64_t pattern1 = pattern | (std::uint64_t{1} << depth);
   const unsigned node1 = node;  // where the items the new half names are
   std::uint64_t main0 = 0, main1 = 0, cur1 = 0;

@@ -19,8 +19,8 @@ Status SepHashIndex::wait_unlocked(Session& ss, RAddr seg, Snap* snap) {
 }
 
 Status SepHashIndex::read_items(Session& ss, RAddr seg, const Snap* snap,
-                  const std::vector<std::uint64_t>& slots, std::vector<Candidate>* out,
-                  bool* retry) {
+                                const std::vector<std::uint64_t>& slots,
+                                std::vector<Candidate>* out, bool* retry) {
   const unsigned node = raddr_node(seg);
   *retry = false;
   out->assign(slots.size(), {});
@@ -62,8 +62,7 @@ Status SepHashIndex::read_items(Session& ss, RAddr seg, const Snap* snap,
 }
 
 void SepHashIndex::newest(const std::vector<Candidate>& items, std::string_view key,
-                          Candidate* best,
-                   bool* any) {
+                          Candidate* best, bool* any) {
   for (const Candidate& c : items) {
     if (c.key() != key) continue;
     if (!*any || c.header().version > best->header().version) {
@@ -112,8 +111,8 @@ Status SepHashIndex::lookup(Session& ss, const Key& key, Candidate* best, bool* 
 }
 
 Status SepHashIndex::check_snapshot(Session& ss, std::uint64_t h, RAddr seg, const Header& hd,
-                      const Snap& snap, const Snap& now, Session::MainCache* mc,
-                      Clock::time_point deadline, LockWatch* watch, bool* go) {
+                                    const Snap& snap, const Snap& now, Session::MainCache* mc,
+                                    Clock::time_point deadline, LockWatch* watch, bool* go) {
   *go = false;
   if (!unchanged(snap, now)) {
     // Locked: a holder that keeps it for a lease is taken over.
@@ -133,8 +132,9 @@ Status SepHashIndex::check_snapshot(Session& ss, std::uint64_t h, RAddr seg, con
 }
 
 Status SepHashIndex::newest_in_snapshot(Session& ss, const Key& key, RAddr seg, const Snap& snap,
-                          const Header& hd, const std::vector<std::uint64_t>& mslots,
-                          std::uint64_t* all_slots, Candidate* best, bool* any, bool* retry) {
+                                        const Header& hd, const std::vector<std::uint64_t>& mslots,
+                                        std::uint64_t* all_slots, Candidate* best, bool* any,
+                                        bool* retry) {
   const std::uint64_t h = key.h1;
   const unsigned fp = hash_fp(h), fp2 = hash_fp2(h);
   const unsigned node = raddr_node(seg);
@@ -301,8 +301,8 @@ SepHashIndex::AppendItem::AppendItem(const Key& key, std::string_view value)
   }
 }
 
-Status SepHashIndex::read_for_append(Session& ss, Want want, Session::MainCache* mc,
-                                     AppendItem* it, AppendPass* p) {
+Status SepHashIndex::read_for_append(Session& ss, Want want, Session::MainCache* mc, AppendItem* it,
+                                     AppendPass* p) {
   const unsigned lo = mc->prefix[it->fp], hi = mc->prefix[it->fp + 1];
   const unsigned w = ss.window;
   p->window = w;

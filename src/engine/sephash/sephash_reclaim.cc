@@ -176,7 +176,7 @@ void SepHashIndex::shed_surplus(Session& ss, unsigned node) {
 }
 
 Status SepHashIndex::push_blocks(Session& ss, unsigned node, std::vector<std::uint64_t>* entries,
-                   bool may_bump) {
+                                 bool may_bump) {
   const std::uint64_t rec_units = kFreeRecordBytes / 64;
   while (!entries->empty()) {
     std::uint64_t rec_off = 0;
@@ -234,7 +234,7 @@ Status SepHashIndex::push_blocks(Session& ss, unsigned node, std::vector<std::ui
 }
 
 Status SepHashIndex::push_record(Session& ss, unsigned node, std::uint64_t rec_off,
-                   std::vector<std::uint64_t>* rec, Unpushed* left) {
+                                 std::vector<std::uint64_t>* rec, Unpushed* left) {
   *left = Unpushed::kIntact;
   const std::uint64_t table = params_.free_table;
   std::uint64_t head = 0;

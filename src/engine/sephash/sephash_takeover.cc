@@ -97,8 +97,7 @@ Status SepHashIndex::finish(Session& ss, const Held& held, std::uint64_t locked,
 }
 
 Status SepHashIndex::fix_directory(Session& ss, const Held& held, RAddr child,
-                                   std::uint64_t pattern1,
-                     unsigned depth1, bool* done) {
+                                   std::uint64_t pattern1, unsigned depth1, bool* done) {
   *done = false;
   std::vector<RAddr> dir(std::size_t{1} << params_.max_depth);
   Batch b;
