@@ -362,6 +362,17 @@ class RaceIndex final : public Index {
   // looks again.
   Status split(Session& ss, const View& v, LockWatch* watch);
 
+  // Split step (1): CASes every entry slot of the held subtable from its
+  // word in `old` to that word frozen, again for those that changed (`old`
+  // follows them), until all are frozen; their places and frozen words
+  // into *sp.
+  Status freeze(Session& ss, const Held& held, std::vector<std::uint64_t>& old, Split* sp);
+  // Split step (3): the new subtable (suffix `suffix1`, depth sp.depth + 1)
+  // whole: the entries that move, each at the slot it had, and a zero
+  // trailer; *moved counts them.
+  std::vector<std::uint64_t> new_table_image(const Split& sp, std::uint64_t suffix1,
+                                             std::uint64_t* moved) const;
+
   // The split under its lock, from `old`, the subtable read right after the
   // lock CAS. A failure once a slot may be frozen leaves the lock held: a
   // taker finishes or undoes the split after a lease ("Dead splitters").

@@ -62,6 +62,48 @@ Status RaceIndex::split(Session& ss, const View& v, LockWatch* watch) {
   return s;
 }
 
+Status RaceIndex::freeze(Session& ss, const Held& held, std::vector<std::uint64_t>& old,
+                         Split* sp) {
+  std::vector<std::uint64_t> todo;
+  for (std::uint64_t w = 0; w < bucket_words(); ++w) {
+    if (is_slot(w)) todo.push_back(w);
+  }
+  Batch b;
+  while (!todo.empty()) {
+    b.clear();
+    for (std::uint64_t w : todo) b.cas(held.node, held.base + w * 8, old[w], old[w] | kFrozen);
+    if (Status s = exec_held(ss, held, b); !s.ok()) return s;
+    std::vector<std::uint64_t> again;
+    for (std::size_t i = 0; i < todo.size(); ++i) {
+      if (b.result(i) != old[todo[i]]) {
+        old[todo[i]] = b.result(i);
+        again.push_back(todo[i]);
+      }
+    }
+    todo = std::move(again);
+  }
+  for (std::uint64_t w = 0; w < bucket_words(); ++w) {
+    if (!is_slot(w)) continue;
+    sp->at.push_back(w);
+    sp->frozen.push_back(old[w] | kFrozen);
+  }
+  return Status::OK();
+}
+
+std::vector<std::uint64_t> RaceIndex::new_table_image(const Split& sp, std::uint64_t suffix1,
+                                                      std::uint64_t* moved) const {
+  std::vector<std::uint64_t> img1(table_bytes() / 8, 0);
+  set_headers(&img1, make_header(sp.depth + 1, suffix1));
+  for (std::size_t k = 0; k < sp.at.size(); ++k) {
+    const std::uint64_t e = entry_thawed(sp.frozen[k]);
+    if (e != 0 && sp.target[k] == 0) {
+      img1[sp.at[k]] = e;
+      ++*moved;
+    }
+  }
+  return img1;
+}
+
 Status RaceIndex::split_locked(Session& ss, const Held& held, std::uint64_t header,
                                std::vector<std::uint64_t>& old) {
   const unsigned depth = header_depth(header);
@@ -92,44 +134,15 @@ Status RaceIndex::split_locked(Session& ss, const Held& held, std::uint64_t head
   sp.depth = depth;
   sp.suffix = suffix;
   sp.new_dw = make_dir(node1, base1, depth + 1);
-  std::vector<std::uint64_t> todo;
-  for (std::uint64_t w = 0; w < bucket_words(); ++w) {
-    if (is_slot(w)) todo.push_back(w);
-  }
-  while (!todo.empty()) {
-    b.clear();
-    for (std::uint64_t w : todo) b.cas(held.node, held.base + w * 8, old[w], old[w] | kFrozen);
-    if (Status s = exec_held(ss, held, b); !s.ok()) return s;
-    std::vector<std::uint64_t> again;
-    for (std::size_t i = 0; i < todo.size(); ++i) {
-      if (b.result(i) != old[todo[i]]) {
-        old[todo[i]] = b.result(i);
-        again.push_back(todo[i]);
-      }
-    }
-    todo = std::move(again);
-  }
-  for (std::uint64_t w = 0; w < bucket_words(); ++w) {
-    if (!is_slot(w)) continue;
-    sp.at.push_back(w);
-    sp.frozen.push_back(old[w] | kFrozen);
-  }
+  if (Status s = freeze(ss, held, old, &sp); !s.ok()) return s;
   if (stop_at(held, SplitStep::kFrozen)) return stopped();
   // (2) The hash of every entry's key, from its KV block header: which
   // entries move.
   if (Status s = plan_targets(ss, &sp); !s.ok()) return s;
   // (3) The new subtable, complete: the entries that move, each at the
   // slot it had (so duplicates keep their order), and a zero trailer.
-  std::vector<std::uint64_t> img1(table_bytes() / 8, 0);
-  set_headers(&img1, make_header(depth + 1, suffix1));
   std::uint64_t moved = 0;
-  for (std::size_t k = 0; k < sp.at.size(); ++k) {
-    const std::uint64_t e = entry_thawed(sp.frozen[k]);
-    if (e != 0 && sp.target[k] == 0) {
-      img1[sp.at[k]] = e;
-      ++moved;
-    }
-  }
+  const std::vector<std::uint64_t> img1 = new_table_image(sp, suffix1, &moved);
   const std::uint64_t intent[2] = {sp.new_dw, header};
   const std::uint64_t seq = lock_seq(held.lock);
   auto add_intent = [&] {

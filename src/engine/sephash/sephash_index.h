@@ -579,6 +579,20 @@ class SepHashIndex final : public Index {
   // (its lock then stays until a waiter takes it over, sephash.h "Dead
   // lock holders"), or the holder stopped past lease/2.
   Status merge_locked(Session& ss, const Held& held, std::uint64_t meta, bool* restorable);
+  // Merge step (2), under the lock of `seg` (whose meta was `meta`): FAA
+  // seq, READ the slots, the pattern and the MainSeg, in one batch, the
+  // FAA first. *seq: the lock's seq; *all: the MainSeg's entries, then the
+  // CurSeg's live ones (sign cleared).
+  Status read_locked(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t* seq,
+                     std::uint64_t* pattern, std::vector<std::uint64_t>* all);
+  // Merge steps (4) and (5): the publish batch (the MainSeg `image` at
+  // `main_off`, the intent, the bitmap clear, the slots' free words, the
+  // meta `meta_new`), then the frees of `drop` and of the MainSeg `meta`
+  // named, once the publish is known to have run.
+  Status publish_merge(Session& ss, const Held& held, std::uint64_t meta, std::uint64_t seq,
+                       std::uint64_t meta_new, const std::vector<std::byte>& image,
+                       std::uint64_t main_off, const std::vector<Dropped>& drop,
+                       bool* restorable);
 
   // After a publish batch of the lock of seq `seq` failed without saying
   // whether it ran: whether the segment shows it, the meta it wrote last

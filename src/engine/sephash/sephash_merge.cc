@@ -37,36 +37,18 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
                                   bool* restorable) {
   const RAddr seg = held.seg;
   const unsigned node = raddr_node(seg);
-  const std::uint64_t off = raddr_off(seg);
   const bool sign = meta_sign(meta);
   const unsigned depth = meta_depth(meta);
   const unsigned main_len = meta_main_len(meta);
-  std::uint64_t slots[kCurSlots];
-  std::uint64_t pattern = 0;
-  std::vector<std::uint64_t> main(main_len);
-  Batch b;
   // Every batch that writes to the segment, the directory or the global
   // depth begins within lease/2 of the lock (sephash.h, "Dead lock holders").
   if (!in_lease(held)) return gave_up(seg);
-  // The seq first, before anything is read: every reader whose snapshot
-  // is older than this lock now fails its check (sephash.h, "Reclamation").
-  const std::size_t seq_op = b.size();
-  b.faa(node, off + kSeqOff, 1);
-  b.read(node, off + kSlotsOff, slots, sizeof(slots));
-  b.read(node, off + kPatternOff, &pattern, 8);
-  if (main_len != 0) {
-    b.read(node, meta_main_off(meta) + kPrefixBytes, main.data(), main_len * 8);
-  }
-  if (Status s = exec(ss, b); !s.ok()) return s;
-  const std::uint64_t seq = b.result(seq_op) + 1;  // this lock's, and the next state's
+  std::uint64_t seq = 0, pattern = 0;
+  std::vector<std::uint64_t> all;
+  if (Status s = read_locked(ss, seg, meta, &seq, &pattern, &all); !s.ok()) return s;
   if (stop_at(LockStep::kRead)) {
     *restorable = false;
     return stopped();
-  }
-  std::vector<std::uint64_t> all = std::move(main);
-  all.reserve(all.size() + kCurSlots);
-  for (std::uint64_t s : slots) {
-    if (slot_live(s, sign)) all.push_back(slot_entry(s));
   }
   std::vector<std::uint64_t> keep;
   std::vector<Dropped> drop;
@@ -99,11 +81,49 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
   }
   const std::uint64_t meta_new =
       make_meta(!sign, depth, static_cast<unsigned>(keep.size()), main_off);
+  return publish_merge(ss, held, meta, seq, meta_new, image, main_off, drop, restorable);
+}
+
+Status SepHashIndex::read_locked(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t* seq,
+                                 std::uint64_t* pattern, std::vector<std::uint64_t>* all) {
+  const unsigned node = raddr_node(seg);
+  const std::uint64_t off = raddr_off(seg);
+  const unsigned main_len = meta_main_len(meta);
+  std::uint64_t slots[kCurSlots];
+  std::vector<std::uint64_t> main(main_len);
+  Batch b;
+  // The seq first, before anything is read: every reader whose snapshot
+  // is older than this lock now fails its check (sephash.h, "Reclamation").
+  const std::size_t seq_op = b.size();
+  b.faa(node, off + kSeqOff, 1);
+  b.read(node, off + kSlotsOff, slots, sizeof(slots));
+  b.read(node, off + kPatternOff, pattern, 8);
+  if (main_len != 0) {
+    b.read(node, meta_main_off(meta) + kPrefixBytes, main.data(), main_len * 8);
+  }
+  if (Status s = exec(ss, b); !s.ok()) return s;
+  *seq = b.result(seq_op) + 1;  // this lock's, and the next state's
+  *all = std::move(main);
+  all->reserve(all->size() + kCurSlots);
+  for (std::uint64_t s : slots) {
+    if (slot_live(s, meta_sign(meta))) all->push_back(slot_entry(s));
+  }
+  return Status::OK();
+}
+
+Status SepHashIndex::publish_merge(Session& ss, const Held& held, std::uint64_t meta,
+                                   std::uint64_t seq, std::uint64_t meta_new,
+                                   const std::vector<std::byte>& image, std::uint64_t main_off,
+                                   const std::vector<Dropped>& drop, bool* restorable) {
+  const RAddr seg = held.seg;
+  const unsigned node = raddr_node(seg);
+  const std::uint64_t off = raddr_off(seg);
+  const bool sign = meta_sign(meta);
   const Intent intent{seq, meta, meta_new, 0};
+  Batch b;
   std::uint64_t cleared[kCurSlots];
   std::fill(std::begin(cleared), std::end(cleared), free_slot(seq));
   const std::uint64_t zero[8] = {};
-  b.clear();
   // (Tests: a planted bug publishes the meta first, ahead of what it names.)
   const bool meta_first = planted::active(planted::kSephashMetaBeforeMainSegDurable);
   if (meta_first) b.write(node, off + kMetaOff, &meta_new, 8);
@@ -117,8 +137,8 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
   if (Status s = hook_break(ss, held, &b, LockStep::kMergeIntent); !s.ok()) return s;
   b.write(node, off + kBitmapOff + (!sign ? kBitmapBytes : 0), zero, kBitmapBytes);
   // Every slot gets the next state's free word before the meta that
-  // starts that state (sephash.h, "Reclamation": why no stale append can
-  // land in a later state).
+  // starts that state (sephash.h, "Reclamation": merges rewrite the slots,
+  // so that no stale append lands in a later state).
   b.write(node, off + kSlotsOff, cleared, kCurSlots * 8);
   if (Status s = hook_break(ss, held, &b, LockStep::kMergeSlots); !s.ok()) return s;
   if (!meta_first) b.write(node, off + kMetaOff, &meta_new, 8);
