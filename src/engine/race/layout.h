@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/remote_index.h"
+#include "engine/remote_common/remote_index.h"
 #include "remote/memnode.h"
 
 namespace pmhash::engine::race {

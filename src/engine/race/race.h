@@ -1,16 +1,25 @@
 // engine/race/race.h - RACE hashing, the baseline sephash is measured
 // against: "One-sided RDMA-Conscious Extendible Hashing for Disaggregated
 // Memory" (Zuo, Hua et al., USENIX ATC 2021), on the same remote layer as
-// sephash (docs/design/sephash.md section 6). We hold no copy of the paper;
-// the design below follows the facts issue 8 lists, and says where it
-// departs (DEPARTURE) or fills a gap (GAP).
+// sephash. The design below says where it departs from the paper
+// (DEPARTURE) or fills a gap the paper leaves (GAP); docs/design/race.md
+// has the reasons, the measurements and the tests.
 //
 // The index lives on memory nodes (remote/memnode.h) and is reached only
 // with one-sided verbs (remote/client.h); the nodes run no index logic.
-// Byte layouts are in layout.h. Any number of client threads, in any number
-// of processes, may use one index at once.
+// Any number of client threads, in any number of processes, may use one
+// index at once. Files: this header (the design), layout.h (the constant
+// of every field below), race_index.h (the client), race_ops.cc (reads
+// and writes), race_split.cc (splits), race_takeover.cc (waits, leases,
+// takeovers), race_check.cc (scan, check), race.cc (create, open, the
+// Index interface).
 //
-// Structure (extendible hashing). A directory of 2^max_depth words on node
+// Sections: 1 structure and bytes; 2 reading a key's buckets; 3 search;
+// 4 insert, update, upsert, remove; 5 split; 6 readers and writers during
+// a split; 7 dead splitters; 8 durability, membership, the lease; 9 what a
+// crash leaves; 10 invariants (check).
+//
+// ---- 1. Structure and bytes (extendible hashing) ---- A directory of 2^max_depth words on node
 // 0 names, for the low hash bits of h1 (the suffix), a subtable, with its
 // local depth. All 2^max_depth words are kept current
 // (a split rewrites the words of both its halves), so raising the global
@@ -33,6 +42,20 @@
 //                       |<-- combined 1 -->|
 //   bucket:    | header | slot 1 | ... | slot 7 |   (8-byte words)
 //
+//   directory word:  63 zero | 62..56 local depth | 55..48 node | 47..0 offset
+//   bucket header:   63..56 local depth | 55..0 suffix (equal in all buckets
+//                    of a subtable, but while a split rewrites them)
+//   entry slot:      63..56 fp | 55..48 KV units (0: longer) | 47 frozen |
+//                    46..39 KV node | 38..0 KV offset / 64     (0 = free)
+//   trailer (64 B):  +0 lock word: 63 locked, 62..0 seq | +8 intent: new
+//                    subtable's directory word | +16 intent: header at
+//                    the lock (d, s) | +24 intent seq | +32 zero
+//   KV block:        +0 checksum | +8 key length (u32) | +12 value length
+//                    (u32) | +16 h1 | +24 key | value   (64-byte aligned)
+//   root (node 0):   magic (written last) | layout version | nodes |
+//                    directory offset | depths | groups | global depth
+//
+
 // Hashes. The suffix is h1's low bits; the two main buckets are
 // (h1 >> 32) mod 2G and h2 mod 2G (G groups; the next bucket when both
 // agree); the fingerprint is h2's top byte. A key's buckets have the same
@@ -45,9 +68,10 @@
 // inserts that lost a race, stay allocated). A block whose checksum fails
 // is read again (Stats::read_retries) and, past the timeout, Corruption.
 // Allocation: per-client 64 KiB chunks by FAA on the node's bump word
-// (engine/remote_index.h), subtables and the directory by FAA directly.
+// (engine/remote_common/remote_index.h), subtables and the directory by FAA directly.
 //
-// Reading a key's buckets (every operation): one round trip READs both
+// ---- 2. Reading a key's buckets (every operation) ----
+// one round trip READs both
 // combined buckets and then, in the same batch, each one's first header
 // word again. The view is good when the four headers and both trailing
 // reads agree, and the header's suffix matches the key's low `depth`
@@ -56,11 +80,14 @@
 // read again. Verbs of a batch to one node run in order, and a READ copies
 // words in ascending order with acquire loads (remote layer).
 //
-// Search (2 round trips): the view; then the KV blocks of the slots whose
+// ---- 3. Search (2 round trips) ----
+// the view; then the KV blocks of the slots whose
 // fingerprint matches, compared by key. Of several entries of one key (a
 // transient state of concurrent inserts, below) the lowest address counts.
 //
-// Insert (3 round trips; 4 when a fingerprint matches): (1) WRITE the KV
+// ---- 4. Insert (3 round trips; 4 when a fingerprint matches), update,
+// upsert, remove ----
+// (1) WRITE the KV
 // block and READ the view in one batch; [(1b) READ the blocks of
 // fingerprint matches: the key present is AlreadyExists]; (2) CAS a free
 // slot from 0 to the entry, and READ that bucket's header after it: the
@@ -90,7 +117,8 @@
 // insert in flight may be seen by a reader and then removed (it lost):
 // inserts are linearizable only once they have returned.
 //
-// Split (DEPARTURE in mechanism: the paper moves entries one by one under
+// ---- 5. Split ----
+// DEPARTURE in mechanism ( the paper moves entries one by one under
 // the directory lock while inserts go on; we freeze the subtable first, so
 // writers wait for the split while readers do not). A client that finds
 // both combined buckets full splits the subtable O (depth d, suffix s) by
@@ -147,6 +175,7 @@
 // a split tore them, waits for a thaw, strays taken back, KV blocks read
 // again after a bad checksum).
 //
+// ---- 6. Readers and writers during a split ----
 // Readers during a split never miss a key present before they started:
 // before (4) no directory word names the new subtable and the old one
 // holds every entry (frozen entries are read like others); after (4) a
@@ -158,8 +187,7 @@
 // batch, returns the new header: the view is torn (first header old) or
 // names another suffix, and the reader goes to the new subtable. A split
 // undone (below) changed nothing a reader looks at but the frozen bits.
-// RaceTest.ReadersDuringEachSplitStepFindEveryKey stops a split after each
-// step and reads every key from another client. Readers never wait for a
+// Readers never wait for a
 // split, except on headers that stay torn: a split cut short in (5), which
 // they take over like writers (below).
 //
@@ -177,15 +205,14 @@
 // (1). The insert then CASes its entry back to 0: success means a stray
 // (never visible: any reader of the slot reads the new header after it)
 // and the insert starts again; failure means the split had captured the
-// entry, which now stands in the key's new subtable. (Found by
-// RaceProcessTest, whose single clients keep stale directories longest.)
-// A split undone thaws its slots with the headers unchanged: an insert
-// landing in a slot so freed is in its key's subtable, as if no split had
-// begun. GAP: a second split of the same subtable that freezes a stray
+// entry, which now stands in the key's new subtable. A split undone
+// thaws its slots with the headers unchanged: an insert landing in a slot
+// so freed is in its key's subtable, as if no split had begun. GAP: a second split of the same subtable that freezes a stray
 // between the CAS and its undo would keep it, unreachable (space only).
 //
-// Dead splitters (the design of sephash's dead lock holders, sephash.h,
-// applied to the split). A splitter that dies (killed, host lost), stalls,
+// ---- 7. Dead splitters ----
+// The design of sephash's dead lock holders (sephash.h, section 9),
+// applied to the split. A splitter that dies (killed, host lost), stalls,
 // or loses a batch anywhere between (0) and (8), or a memory node that
 // loses power meanwhile, would leave O locked and frozen for good. Instead:
 //   Waiters. Every loop that waits on a split reads O's lock word: a
@@ -252,31 +279,12 @@
 // at (0), a lost allocation reply) releases at once; once a freeze batch
 // was posted, a failure (IOError: the batch may still run) leaves the
 // lock for a taker, as does a lost lock-CAS reply.
-//   Costs. A split makes one or two more round trips than it would
-// without (the release apart from (7); the intent apart from N when they
-// are on different nodes; the lock word's READ before the lock CAS is
-// paid for by O's READ riding with that CAS), writes the 24 bytes of the
-// intent, and every subtable is 64 bytes longer (its trailer). Nothing is
-// added to reads or writes that find no frozen slot and no torn view; a
-// waiter reads 8 bytes more per look. Blocks and a new subtable that a
-// dead or undone split wrote leak (as KV blocks do: nothing is reclaimed).
-// Tests: RaceStoppedSplitTest stops a splitter after each of ten steps
-// (with a hook set, (3) and (I) run as two batches, (5) and (6) each as
-// two); another client's check() waits about a lease, takes over, undoes
-// (before the intent) or finishes (after), every acknowledged key reads
-// back and the index keeps splitting. RaceSplitLockTest kills splitter
-// processes at four steps (one over tcp daemons), stops a taker midway
-// (the next finishes), lets four threads wait on one dead split (one
-// takeover), and has a splitter sleep past a whole lease while another
-// thread takes over: awake, it writes nothing. RaceSlowSplitterTest: a
-// splitter past lease/2 stops with Busy. The memory-node explorer
-// (tests/crash_explore/memnode_explore.cc) crashes nodes inside splits.
-//
+// ---- 8. Durability, membership, the lease ----
 // Durability. Every round trip's writes are durable when it completes
 // (remote layer), and a call returns after its last round trip: writes are
 // strict. A node restarted from its pool file serves every completed write.
 //
-// Membership and generation (engine/remote_index.h). The create records
+// Membership and generation (engine/remote_common/remote_index.h). The create records
 // which nodes make up the index, in which order, under a random index id
 // and a generation, in every node's membership record (outside this
 // index's root); every attach verifies the nodes against node 0's list
@@ -300,7 +308,19 @@
 // on and that the network delivers later, breaks it), and the clocks of
 // clients and creators run at the same rate.
 //
-// Failure. A node that dies mid-call fails the call with IOError naming it
+// ---- 9. What a crash leaves ----
+// A client that dies leaves the KV blocks it had written and not yet
+// named, and the rest of its chunks: they leak (nothing is reclaimed). An
+// insert whose slot CAS landed stands, with its block durable before it;
+// one that lost the lowest-address rule at its re-read may leave its entry
+// until its own removal CAS, which a dead client never sends: the key then
+// has two entries, of which every operation uses the lower one (as in the
+// GAP of section 4). A split it ran is finished or undone by the first
+// waiter that sees its lock for a lease (section 7; a new subtable such
+// a split wrote, when undone, leaks); there is no recovery
+// pass at open: a client attaching after a crash recovers by running
+// check(), or lazily, as its waits take dead splits over.
+//   A node that dies mid-call fails the call with IOError naming it
 // (whether the last round trip ran is unknown). A split whose client
 // fails leaves its subtable locked until a waiter takes it over, a lease
 // later ("Dead splitters"); reads of it go on meanwhile. for_each is not a
@@ -308,6 +328,7 @@
 // check() expects a quiescent index, apart from dead splits, which it
 // finishes or undoes first.
 //
+// ---- 10. Invariants ----
 // check() verifies, once every subtable's split lock is released (waited
 // for, or taken over from a dead splitter): no directory word with bit 63
 // set; words beyond 2^global_depth repeat the ones below; each subtable

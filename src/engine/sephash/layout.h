@@ -1,6 +1,6 @@
 // engine/sephash/layout.h - the sephash index's bytes on the memory nodes.
 //
-// Remote addresses (RAddr, engine/remote_index.h) name a node and a byte
+// Remote addresses (RAddr, engine/remote_common/remote_index.h) name a node and a byte
 // offset in its region. Every structure below is
 // written with remote verbs (remote/transport.h) and read back the same way;
 // words that verbs CAS or FAA are 8-byte aligned.
@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/remote_index.h"
+#include "engine/remote_common/remote_index.h"
 #include "remote/memnode.h"
 
 namespace pmhash::engine::sephash {
@@ -28,7 +28,7 @@ inline constexpr char kMagic[8] = {'P', 'M', 'H', 'S', 'E', 'P', 'H', '1'};
 inline constexpr std::uint32_t kLayoutVersion = 3;
 
 // The index's lock lease is not here but in every node's membership stamp
-// (engine/remote_index.h), with the generation that race shares.
+// (engine/remote_common/remote_index.h), with the generation that race shares.
 struct IndexRoot {
   char magic[8];              // written last at create
   std::uint32_t layout_version;

@@ -1,6 +1,6 @@
 // engine/remote_index.cc - what the engines on memory nodes share
 // (remote_index.h).
-#include "engine/remote_index.h"
+#include "engine/remote_common/remote_index.h"
 
 #include <algorithm>
 #include <chrono>
