@@ -119,8 +119,8 @@
 
 #include "engine/index.h"
 #include "pmhash/options.h"
+#include "pmhash/stats.h"
 #include "pmhash/status.h"
-#include "pmhash/store.h"
 #include "remote/client.h"
 #include "remote/memnode.h"
 #include "remote/transport.h"
