@@ -368,6 +368,9 @@ Status creation_params(const Options& options, const engine::EngineInfo** info,
   params->engine = options.engine;
   params->size = options.pool_size;
   params->force = options.force;
+  // The store owns the heap: it formats it here, inside Pool::create
+  // (before the header that makes the file a pool), and opens it in attach().
+  params->format_heap = heap::Heap::format;
   return (*info)->encode_params(options, params->engine_params.data());
 }
 
