@@ -40,9 +40,8 @@
 #include <CLI/CLI.hpp>
 
 #include "key_chooser.h"
+#include "pmhash/memnode.h"
 #include "pmhash/store.h"
-#include "remote/memnode.h"
-#include "remote/server.h"
 
 namespace {
 

@@ -44,6 +44,7 @@ class PmehHarness {
     pool::CreateParams p;
     p.engine = "pmeh";
     p.size = options.pool_size;
+    p.format_heap = heap::Heap::format;
     if (Status s = info->encode_params(options, p.engine_params.data()); !s.ok()) return s;
     if (Status s = pool::Pool::create(path_, p, &pool_); !s.ok()) return s;
     if (Status s = heap::Heap::open(pool_->region(), pool_->heap_offset(), pool_->heap_size(), &heap_);

@@ -4,12 +4,10 @@
 #include <cstdint>
 #include <string>
 
-namespace pmhash {
+// Size limits of keys and values (DESIGN.md, "Hashing and keys").
+#include "pmhash/limits.h"
 
-// Size limits of keys and values (DESIGN.md, "Hashing and keys"). Longer
-// keys or values are refused with Status::InvalidArgument.
-inline constexpr std::size_t kMaxKeySize = 64 * 1024;
-inline constexpr std::size_t kMaxValueSize = 64 * 1024 * 1024;
+namespace pmhash {
 
 // When the effect of a call becomes durable.
 enum class Durability : unsigned char {

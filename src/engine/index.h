@@ -16,8 +16,9 @@
 #include "engine/hash.h"
 #include "heap/heap.h"
 #include "pmhash/options.h"
+#include "pmhash/stats.h"
 #include "pmhash/status.h"
-#include "pmhash/store.h"
+#include "pmhash/transaction.h"
 #include "pool/pool.h"
 
 namespace pmhash::engine {

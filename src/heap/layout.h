@@ -46,7 +46,7 @@
 #include <cstdint>
 
 #include "heap/heap.h"
-#include "pmhash/store.h"
+#include "pmhash/limits.h"
 
 namespace pmhash::heap::layout {
 

@@ -33,7 +33,6 @@
 #include <ctime>
 #include <utility>
 
-#include "heap/heap.h"
 #include "pool/pptr.h"
 
 namespace pmhash::pool {
@@ -134,20 +133,25 @@ Status check_params(const std::string& who, const CreateParams& params, std::uin
 }
 
 // Writes everything but the header: zeroed header page and root, the
-// shutdown state of a pool that is open (generation 1), the empty heap.
+// shutdown state of a pool that is open (generation 1), and the heap area
+// as its owner formats it (params.format_heap; zeroed without one).
 // Durable on return.
-Status format_body(media::Region& region) {
+Status format_body(media::Region& region, const CreateParams& params) {
   std::memset(region.base(), 0, kHeapOffset);
   auto* ss = region.at<ShutdownState>(kShutdownOffset);
   ss->clean = 0;  // create leaves the pool open
   ss->generation = 1;
-  if (Status s = heap::Heap::format(region, kHeapOffset, region.size() - kHeapOffset); !s.ok()) {
-    return s;
+  if (params.format_heap) {
+    if (Status s = params.format_heap(region, kHeapOffset, region.size() - kHeapOffset); !s.ok()) {
+      return s;
+    }
   }
   // Root, shutdown state and heap must be durable before the header that
   // makes the file a pool: else a crash could leave a valid header over an
-  // unformatted heap. Heap::format persisted the heap; the rest is the first
-  // kHeapOffset bytes (a whole-pool persist would touch every page).
+  // unformatted heap. format_heap persisted the heap area (a zeroed one is
+  // zero on the media already: the file was sized from empty); the rest is
+  // the first kHeapOffset bytes (a whole-pool persist would touch every
+  // page).
   region.persist(region.base(), kHeapOffset);
   return Status::OK();
 }
@@ -342,7 +346,7 @@ Status Pool::create(const std::string& path, const CreateParams& params,
     if (s.is_not_supported()) s = allocate();
     if (!s.ok()) return as_pool_error(who, path, s);
   }
-  if (Status s = format_body(*pool->region_); !s.ok()) return s;
+  if (Status s = format_body(*pool->region_, params); !s.ok()) return s;
   if (Status s = fill_header(who, params, size, &pool->header_); !s.ok()) return s;
   write_header(*pool->region_, pool->header_);
 
@@ -365,7 +369,7 @@ Status Pool::create_volatile(const CreateParams& params, std::unique_ptr<Pool>* 
 
   auto pool = std::unique_ptr<Pool>(new Pool());
   if (Status s = media::Region::anonymous(size, &pool->region_); !s.ok()) return s;
-  if (Status s = format_body(*pool->region_); !s.ok()) return s;
+  if (Status s = format_body(*pool->region_, params); !s.ok()) return s;
   if (Status s = fill_header(who, params, size, &pool->header_); !s.ok()) return s;
   write_header(*pool->region_, pool->header_);
 

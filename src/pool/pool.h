@@ -15,9 +15,13 @@
 //          |   chunks                                   |
 //   size   +--------------------------------------------+
 //
-// Create writes the whole pool (zeroed root, formatted heap) and persists it,
-// then writes and persists the header last: a crash during create leaves a
-// file without a valid magic/checksum, which open rejects as "not a pool".
+// Create writes the whole pool (zeroed root, the heap area formatted by its
+// owner) and persists it, then writes and persists the header last: a crash
+// during create leaves a file without a valid magic/checksum, which open
+// rejects as "not a pool". The pool does not know what lives in the heap
+// area: the store formats a heap there (heap/heap.h) through
+// CreateParams::format_heap and opens it after Pool::open; a memory node
+// (remote/memnode.h) leaves it zeroed.
 //
 // Open validates with pread() before mapping anything: size >= header,
 // magic, layout version, header checksum, file size >= recorded size, engine
@@ -33,6 +37,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -83,11 +88,17 @@ struct CreateParams {
   std::uint64_t size = 0;
   bool force = false;
   std::array<std::uint8_t, kEngineParamsSize> engine_params{};
+  // Formats the heap area [offset, offset + size) of the new pool and makes
+  // it durable; create calls it before it writes the header, and fails with
+  // its error. Empty: the area stays zeroed.
+  std::function<Status(media::Region& region, std::uint64_t offset, std::uint64_t size)>
+      format_heap;
 };
 
 class Pool {
  public:
-  // Creates and formats a pool file (header written last, see above).
+  // Creates and formats a pool file (params.format_heap formats the heap
+  // area; the header is written last, see above).
   // Errors: AlreadyExists (file exists, !force), Busy (force over a pool that
   // is open: nothing is changed), IOError (cannot create or
   // size the file; names path and errno text), InvalidArgument (size below

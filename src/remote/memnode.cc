@@ -38,21 +38,8 @@ Status create_memnode(const std::string& path, std::uint64_t size, bool force) {
   params.force = force;
   std::unique_ptr<pool::Pool> p;
   if (Status s = pool::Pool::create(path, params, &p); !s.ok()) return s;
-  // Pool::create formatted a heap over the allocatable bytes; a memory
-  // node hands them out zeroed instead. Only the pages the format wrote
-  // are cleared (Pool::create allocated the whole file already, so reading
-  // the others costs no space).
-  media::Region& region = p->region();
-  constexpr std::size_t kPage = 4096;
-  static const std::byte zero[kPage] = {};
-  for (std::uint64_t off = kFirstAllocatable; off < region.size(); off += kPage) {
-    const std::size_t n = std::min<std::uint64_t>(kPage, region.size() - off);
-    std::byte* page = region.base() + off;
-    if (std::memcmp(page, zero, n) == 0) continue;
-    std::memset(page, 0, n);
-    region.flush(page, n);
-  }
-  region.drain();
+  // No format_heap: the allocatable bytes stay as the new file has them,
+  // zeroed, which is how a memory node hands them out.
   MemNodeRoot* r = root_of(*p);
   std::uint8_t id[kNodeIdBytes];
   // An all-zero id would read as "no node": draw again (2^-128).

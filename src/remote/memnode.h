@@ -48,6 +48,7 @@
 #include <memory>
 #include <string>
 
+#include "pmhash/memnode.h"
 #include "pmhash/status.h"
 #include "pool/pool.h"
 
@@ -87,11 +88,7 @@ static_assert(offsetof(MemNodeRoot, index_root) == kIndexRootOffset - pool::kRoo
 static_assert(offsetof(MemNodeRoot, membership) == kMembershipOffset - pool::kRootOffset);
 static_assert(kMembershipOffset % 64 == 0 && kMembershipSize % 64 == 0);
 
-// Creates a memory-node pool of `size` bytes at `path` with a new random
-// node id (Pool::create's errors: AlreadyExists unless `force`,
-// InvalidArgument for a size below pool::kMinPoolSize, IOError; IOError too
-// when the system gives no random bytes).
-Status create_memnode(const std::string& path, std::uint64_t size, bool force);
+// create_memnode() is public: pmhash/memnode.h.
 
 // Fills `out` with `n` random bytes from getrandom(2) (node and index ids).
 // IOError naming `who` when the system gives none.

@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "pmhash/memnode.h"  // NodeLimits
 #include "pmhash/status.h"
 #include "remote/handshake.h"
 #include "remote/transport.h"
@@ -107,11 +108,6 @@ class ByteBuffer {
 inline constexpr std::size_t kMapBytes = 128u << 10;
 // Verbs run per remote::execute call.
 inline constexpr std::size_t kExecChunk = 4096;
-
-struct NodeLimits {
-  std::size_t in_allowance = 64u << 10;
-  std::size_t out_allowance = 64u << 10;
-};
 
 class NodeSession {
  public:

@@ -19,7 +19,7 @@
 
 namespace pmhash::remote {
 
-struct Server::Connection {
+struct ServerLoop::Connection {
   Connection(int f, NodeSession::Node* node, Clock::time_point now)
       : fd(f), session(node), last_progress(now) {}
   int fd;
@@ -35,15 +35,8 @@ std::uint64_t memory_bound(const ServerOptions& o) {
   return kBaseMemory + std::uint64_t{o.max_connections} * per + o.buffer_budget;
 }
 
-Status Server::start(const std::string& pool_path, const std::string& listen,
-                     std::unique_ptr<Server>* out) {
-  ServerOptions o;
-  o.listen = listen;
-  return start(pool_path, o, out);
-}
-
-Status Server::start(const std::string& pool_path, const ServerOptions& options,
-                     std::unique_ptr<Server>* out) {
+Status ServerLoop::start(const std::string& pool_path, const ServerOptions& options,
+                         std::unique_ptr<ServerLoop>* out) {
   const std::string who = "pmhash-memnode " + options.listen;
   if (options.max_connections == 0 || options.idle_timeout.count() <= 0 ||
       options.frame_timeout.count() <= 0) {
@@ -73,7 +66,7 @@ Status Server::start(const std::string& pool_path, const ServerOptions& options,
         "file to every client (PMHASH_MEMNODE_SECRET_FILE, or --secret-file of pmhash and "
         "pmhash-remote-bench), or listen on 127.0.0.1");
   }
-  auto srv = std::unique_ptr<Server>(new Server());
+  auto srv = std::unique_ptr<ServerLoop>(new ServerLoop());
   srv->pool_path_ = pool_path;
   srv->options_ = options;
   if (!options.secret_file.empty()) {
@@ -119,7 +112,7 @@ Status Server::start(const std::string& pool_path, const ServerOptions& options,
   return Status::OK();
 }
 
-Server::~Server() {
+ServerLoop::~ServerLoop() {
   for (auto& [fd, c] : connections_) ::close(fd);
   connections_.clear();  // the sessions give their grants back to budget_
   for (int fd : {listen_fd_, stop_fd_, epoll_fd_}) {
@@ -127,12 +120,12 @@ Server::~Server() {
   }
 }
 
-void Server::stop() {
+void ServerLoop::stop() {
   const std::uint64_t one = 1;
   [[maybe_unused]] const ssize_t n = ::write(stop_fd_, &one, sizeof(one));
 }
 
-Status Server::run() {
+Status ServerLoop::run() {
   epoll_event events[64];
   // Timeouts are checked a few times per shortest timeout (so a
   // connection is closed at most 25% late), at least every second.
@@ -183,14 +176,14 @@ Status Server::run() {
   }
 }
 
-void Server::note(Connection& c, bool was_busy, Clock::time_point now) {
+void ServerLoop::note(Connection& c, bool was_busy, Clock::time_point now) {
   if (c.session.progress() != c.progress || (!was_busy && c.session.busy())) {
     c.progress = c.session.progress();
     c.last_progress = now;
   }
 }
 
-void Server::accept_all() {
+void ServerLoop::accept_all() {
   for (;;) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -231,7 +224,7 @@ void Server::accept_all() {
   }
 }
 
-void Server::refuse(int fd, const Status& why) {
+void ServerLoop::refuse(int fd, const Status& why) {
   // A fresh socket's send buffer takes these few bytes at once; if not,
   // the client sees the connection closed instead.
   std::vector<char> verdict;
@@ -240,7 +233,7 @@ void Server::refuse(int fd, const Status& why) {
   ::close(fd);
 }
 
-void Server::pause_accepting() {
+void ServerLoop::pause_accepting() {
   if (!accept_paused_) {
     epoll_event ev{};
     ev.events = 0;
@@ -251,7 +244,7 @@ void Server::pause_accepting() {
   accept_resume_at_ = Clock::now() + kAcceptRetry;
 }
 
-void Server::resume_accepting() {
+void ServerLoop::resume_accepting() {
   if (!accept_paused_) return;
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -260,7 +253,7 @@ void Server::resume_accepting() {
   accept_paused_ = false;
 }
 
-bool Server::on_readable(Connection& c) {
+bool ServerLoop::on_readable(Connection& c) {
   NodeSession& s = c.session;
   // At most a few reads per event, so that one busy client does not
   // starve the others (epoll reports it again).
@@ -283,7 +276,7 @@ bool Server::on_readable(Connection& c) {
   return !(s.done() && s.output().empty());
 }
 
-bool Server::flush(Connection& c) {
+bool ServerLoop::flush(Connection& c) {
   NodeSession& s = c.session;
   for (;;) {
     const std::span<const char> out = s.output();
@@ -306,7 +299,7 @@ bool Server::flush(Connection& c) {
   }
 }
 
-void Server::watch(Connection& c) {
+void ServerLoop::watch(Connection& c) {
   std::uint32_t want = 0;
   if (c.session.want_input() > 0) want |= EPOLLIN;
   if (!c.session.output().empty()) want |= EPOLLOUT;
@@ -318,7 +311,7 @@ void Server::watch(Connection& c) {
   c.events = want;
 }
 
-void Server::close_connection(int fd) {
+void ServerLoop::close_connection(int fd) {
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);
   connections_.erase(fd);
@@ -326,7 +319,7 @@ void Server::close_connection(int fd) {
   resume_accepting();
 }
 
-void Server::wake_waiters() {
+void ServerLoop::wake_waiters() {
   const auto now = Clock::now();
   std::vector<int> gone;
   for (auto& [fd, c] : connections_) {
@@ -343,7 +336,7 @@ void Server::wake_waiters() {
   for (int fd : gone) close_connection(fd);
 }
 
-void Server::sweep(Clock::time_point now) {
+void ServerLoop::sweep(Clock::time_point now) {
   std::vector<int> expired;
   for (auto& [fd, c] : connections_) {
     // Waiting for the budget is the daemon's doing, not the client's: its
@@ -360,5 +353,31 @@ void Server::sweep(Clock::time_point now) {
   if (budget_->used() < budget_before) wake_waiters();
   if (accept_paused_ && now >= accept_resume_at_) resume_accepting();
 }
+
+// The public Server: the loop behind a pointer, so that pmhash/memnode.h
+// shows none of its members.
+
+Server::Server(std::unique_ptr<ServerLoop> loop) : loop_(std::move(loop)) {}
+Server::~Server() = default;
+
+Status Server::start(const std::string& pool_path, const ServerOptions& options,
+                     std::unique_ptr<Server>* out) {
+  std::unique_ptr<ServerLoop> loop;
+  if (Status s = ServerLoop::start(pool_path, options, &loop); !s.ok()) return s;
+  out->reset(new Server(std::move(loop)));
+  return Status::OK();
+}
+
+Status Server::start(const std::string& pool_path, const std::string& listen,
+                     std::unique_ptr<Server>* out) {
+  ServerOptions o;
+  o.listen = listen;
+  return start(pool_path, o, out);
+}
+
+std::uint16_t Server::port() const { return loop_->port(); }
+const std::string& Server::pool_path() const { return loop_->pool_path(); }
+Status Server::run() { return loop_->run(); }
+void Server::stop() { loop_->stop(); }
 
 }  // namespace pmhash::remote

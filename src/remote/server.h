@@ -38,7 +38,7 @@
 // Memory bound. The daemon's anonymous memory (RssAnon) stays below
 //   kBaseMemory + max_connections * (in_allowance + out_allowance +
 //   kConnectionOverhead) + buffer_budget,
-// memory_bound() below; with the defaults (256 connections, 64 KiB +
+// memory_bound() (pmhash/memnode.h); with the defaults (256 connections, 64 KiB +
 // 64 KiB each, a 128 MiB budget) about 180 MiB. The pool is a shared file
 // mapping and is not part of it.
 #pragma once
@@ -49,6 +49,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "pmhash/memnode.h"
 #include "pmhash/status.h"
 #include "pool/pool.h"
 #include "remote/handshake.h"
@@ -56,36 +57,12 @@
 
 namespace pmhash::remote {
 
-struct ServerOptions {
-  // HOST:PORT to listen on (port 0 picks a free one).
-  std::string listen = "127.0.0.1:0";
-  // A file of 32 to 4096 bytes, mode 600 (remote/handshake.h). Empty: no
-  // authentication, and only a loopback address may be listened on.
-  std::string secret_file;
-  unsigned max_connections = 256;
-  std::chrono::milliseconds idle_timeout{300000};
-  std::chrono::milliseconds frame_timeout{10000};
-  // Buffer bytes beyond the per-connection allowances, for all
-  // connections together. At least kMinBufferBudget (one largest frame).
-  std::uint64_t buffer_budget = 128u << 20;
-  NodeLimits limits;
-};
-
-// What the daemon needs besides its buffers: code, libc, stacks, the epoll
-// set, session objects. Measured well below this.
-inline constexpr std::uint64_t kBaseMemory = 16u << 20;
-// Per connection, besides its buffer allowance: the session object, the
-// map entry, allocator slack.
-inline constexpr std::uint64_t kConnectionOverhead = 4096;
-// The least budget: one frame of the largest size and its header.
-inline constexpr std::uint64_t kMinBufferBudget = (64u << 20) + 4096;
 // How long accepting pauses after EMFILE when no connection closes.
 inline constexpr std::chrono::milliseconds kAcceptRetry{1000};
 
-// The bound on the daemon's anonymous memory for these options.
-std::uint64_t memory_bound(const ServerOptions& options);
-
-class Server {
+// The loop behind the public Server (pmhash/memnode.h), which forwards
+// start, port, run and stop to it.
+class ServerLoop {
  public:
   // Opens the memory node at `pool_path` exclusively, loads the secret
   // file and listens. Errors: those of open_memnode() and
@@ -94,13 +71,10 @@ class Server {
   // give one), or for limits out of range; IOError when the address cannot
   // be bound.
   static Status start(const std::string& pool_path, const ServerOptions& options,
-                      std::unique_ptr<Server>* out);
-  // start() with default options listening on `listen`.
-  static Status start(const std::string& pool_path, const std::string& listen,
-                      std::unique_ptr<Server>* out);
-  ~Server();
-  Server(const Server&) = delete;
-  Server& operator=(const Server&) = delete;
+                      std::unique_ptr<ServerLoop>* out);
+  ~ServerLoop();
+  ServerLoop(const ServerLoop&) = delete;
+  ServerLoop& operator=(const ServerLoop&) = delete;
 
   std::uint16_t port() const { return port_; }
   const std::string& pool_path() const { return pool_path_; }
@@ -113,7 +87,7 @@ class Server {
  private:
   using Clock = std::chrono::steady_clock;
   struct Connection;
-  Server() = default;
+  ServerLoop() = default;
   void accept_all();
   void refuse(int fd, const Status& why);
   void pause_accepting();

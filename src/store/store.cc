@@ -1,4 +1,5 @@
-// store/store.cc - the public Store over a pool, its heap and an engine.
+// store/store.cc - the public Store: PoolStore over a pool, its heap and an
+// engine; RemoteStore over an engine whose index lives on memory nodes.
 #include "pmhash/store.h"
 #include "store/store_testing.h"
 
@@ -11,7 +12,7 @@
 #include <system_error>
 
 #include "engine/index.h"
-#include "engine/remote_index.h"
+#include "engine/remote_common/remote_index.h"
 #include "heap/heap.h"
 #include "media/region.h"
 #include "pool/pool.h"
@@ -101,28 +102,12 @@ class TransactionImpl final : public Transaction {
   bool finished_ = false;  // commit() ran, or abort()
 };
 
-class StoreImpl final : public Store {
+// What every Store does whatever holds its index: refuses calls once
+// closed, checks key and value sizes, hashes keys and hands the call to the
+// engine. PoolStore and RemoteStore add what depends on where the index
+// lives: sync, check, stats and close.
+class StoreBase : public Store {
  public:
-  StoreImpl(std::unique_ptr<pool::Pool> pool, std::unique_ptr<heap::Heap> heap,
-            std::unique_ptr<engine::Index> index, std::uint64_t recovery_ns, std::uint64_t open_ns)
-      : pool_(std::move(pool)),
-        heap_(std::move(heap)),
-        index_(std::move(index)),
-        recovery_ns_(recovery_ns),
-        open_ns_(open_ns),
-        counters_at_open_(media::counters()),
-        engine_(pool_ ? pool_->engine() : std::string()) {}
-
-  // A store whose index lives on memory nodes: no pool, no heap.
-  StoreImpl(std::string engine, std::unique_ptr<engine::Index> index, std::uint64_t open_ns)
-      : index_(std::move(index)),
-        recovery_ns_(0),
-        open_ns_(open_ns),
-        counters_at_open_(media::counters()),
-        engine_(std::move(engine)) {}
-
-  ~StoreImpl() override { (void)close(); }
-
   Status get(std::string_view key, std::string* value) const override {
     if (Status s = check_open(); !s.ok()) return s;
     if (Status s = check_key(key); !s.ok()) return s;
@@ -193,10 +178,63 @@ class StoreImpl final : public Store {
 
   std::uint64_t size() const override { return closed_ ? 0 : index_->size(); }
 
+  // (Also while close() runs in the calling thread: the crash checker asks
+  // from inside the drains of a close.)
+  std::uint64_t epoch() const { return index_ ? index_->current_epoch() : 0; }
+
+ protected:
+  StoreBase(std::string engine, std::unique_ptr<engine::Index> index, std::uint64_t open_ns)
+      : index_(std::move(index)), open_ns_(open_ns), engine_(std::move(engine)) {}
+
+  Status check_open() const {
+    if (closed_.load(std::memory_order_relaxed)) return Status::Busy("store is closed");
+    return Status::OK();
+  }
+
+  // After a write answered NoSpace: frees what the calling thread holds
+  // that no index entry needs any more; true when the write may succeed if
+  // run again.
+  virtual bool reclaim_after_no_space() { return false; }
+
+  std::unique_ptr<engine::Index> index_;
+  const std::uint64_t open_ns_;
+  const std::string engine_;
+  std::atomic<bool> closed_{false};
+
+ private:
+  // Runs a write, and once more when it found no space and
+  // reclaim_after_no_space() freed some.
+  template <typename Write>
+  Status unless_only_garbage(const Write& write) {
+    Status s = write();
+    if (!s.is_no_space() || !reclaim_after_no_space()) return s;
+    return write();
+  }
+
+  Status check_write(std::string_view key, std::string_view value) const {
+    if (Status s = check_open(); !s.ok()) return s;
+    if (Status s = check_key(key); !s.ok()) return s;
+    return check_value(value);
+  }
+};
+
+// A store whose index lives in a pool (a file, or anonymous memory): the
+// store owns the pool, the heap in it and the engine over both.
+class PoolStore final : public StoreBase {
+ public:
+  PoolStore(std::unique_ptr<pool::Pool> pool, std::unique_ptr<heap::Heap> heap,
+            std::unique_ptr<engine::Index> index, std::uint64_t recovery_ns, std::uint64_t open_ns)
+      : StoreBase(pool->engine(), std::move(index), open_ns),
+        pool_(std::move(pool)),
+        heap_(std::move(heap)),
+        recovery_ns_(recovery_ns),
+        counters_at_open_(media::counters()) {}
+
+  ~PoolStore() override { (void)close(); }
+
   Status sync() override {
     if (Status s = check_open(); !s.ok()) return s;
     if (Status s = index_->sync(); !s.ok()) return s;
-    if (!pool_) return Status::OK();
     // A file region's write-back can fail (EIO, ENOSPC) where persistent
     // memory cannot: then nothing since is known durable.
     return pool_->region().write_back_error();
@@ -204,26 +242,17 @@ class StoreImpl final : public Store {
 
   Status check() const override {
     if (Status s = check_open(); !s.ok()) return s;
-    if (!pool_) return index_->check();
     if (Status s = pool_->verify_header(); !s.ok()) return s;
     if (Status s = index_->check(); !s.ok()) return s;
     return heap_->check();
   }
 
   media::Region& region() const { return pool_->region(); }
-  // (Also while close() runs in the calling thread: the crash checker asks
-  // from inside the drains of a close.)
-  std::uint64_t epoch() const { return index_ ? index_->current_epoch() : 0; }
 
   Stats stats() const override {
     Stats st;
     if (closed_) return st;
     st.engine = engine_;
-    if (!pool_) {
-      st.open_ns = open_ns_;
-      index_->fill_stats(&st);
-      return st;
-    }
     st.granularity = std::string(media::granularity_name(pool_->region().granularity()));
     st.pool_size = pool_->header().pool_size;
     st.heap_used = heap_->used_bytes();
@@ -241,10 +270,6 @@ class StoreImpl final : public Store {
   Status close() override {
     if (closed_.exchange(true)) return Status::OK();
     index_->close();
-    if (!pool_) {
-      index_.reset();
-      return Status::OK();
-    }
     heap_->drain_all();
     pool_->mark_clean_shutdown();
     Status written = pool_->region().write_back_error();
@@ -255,43 +280,62 @@ class StoreImpl final : public Store {
   }
 
  private:
-  Status check_open() const {
-    if (closed_.load(std::memory_order_relaxed)) return Status::Busy("store is closed");
-    return Status::OK();
-  }
-  // Runs a write; when it finds the pool full, frees what this thread has
-  // retired and runs it once more. Engines retire replaced values, removed
-  // items and dropped blocks into the thread's heap log, which is emptied
-  // (after a grace period) only when it fills: until then those blocks stay
-  // allocated, and a small pool could answer NoSpace while most of it is
-  // such garbage (e.g. one key whose large value is updated again and
-  // again). A failed write changed nothing and the engine call has
-  // returned, so no read-side section is open and every logged block is
-  // unlinked: exactly when Heap::ThreadCache::drain_retired may run.
-  template <typename Write>
-  Status unless_only_garbage(const Write& write) {
-    Status s = write();
-    if (!s.is_no_space() || !heap_) return s;
+  // Engines retire replaced values, removed items and dropped blocks into
+  // the thread's heap log, which is emptied (after a grace period) only
+  // when it fills: until then those blocks stay allocated, and a small pool
+  // could answer NoSpace while most of it is such garbage (e.g. one key
+  // whose large value is updated again and again). A failed write changed
+  // nothing and the engine call has returned, so no read-side section is
+  // open and every logged block is unlinked: exactly when
+  // Heap::ThreadCache::drain_retired may run.
+  bool reclaim_after_no_space() override {
     heap::ThreadCache* tc = heap_->thread();
-    if (tc == nullptr) return s;
+    if (tc == nullptr) return false;
     tc->drain_retired();
-    return write();
-  }
-
-  Status check_write(std::string_view key, std::string_view value) const {
-    if (Status s = check_open(); !s.ok()) return s;
-    if (Status s = check_key(key); !s.ok()) return s;
-    return check_value(value);
+    return true;
   }
 
   std::unique_ptr<pool::Pool> pool_;
   std::unique_ptr<heap::Heap> heap_;
-  std::unique_ptr<engine::Index> index_;
   std::uint64_t recovery_ns_;
-  std::uint64_t open_ns_;
   media::Counters counters_at_open_;
-  std::string engine_;
-  std::atomic<bool> closed_{false};
+};
+
+// A store whose index lives on memory nodes (Options::memnodes): no pool
+// and no heap here; the engine holds its sessions with the nodes, and
+// every write is durable on them before it returns.
+class RemoteStore final : public StoreBase {
+ public:
+  RemoteStore(std::string engine, std::unique_ptr<engine::Index> index, std::uint64_t open_ns)
+      : StoreBase(std::move(engine), std::move(index), open_ns) {}
+
+  ~RemoteStore() override { (void)close(); }
+
+  Status sync() override {
+    if (Status s = check_open(); !s.ok()) return s;
+    return index_->sync();
+  }
+
+  Status check() const override {
+    if (Status s = check_open(); !s.ok()) return s;
+    return index_->check();
+  }
+
+  Stats stats() const override {
+    Stats st;
+    if (closed_) return st;
+    st.engine = engine_;
+    st.open_ns = open_ns_;
+    index_->fill_stats(&st);
+    return st;
+  }
+
+  Status close() override {
+    if (closed_.exchange(true)) return Status::OK();
+    index_->close();
+    index_.reset();
+    return Status::OK();
+  }
 };
 
 using Clock = std::chrono::steady_clock;
@@ -343,7 +387,7 @@ Status attach(std::unique_ptr<pool::Pool>& pool, const Options& options,
   pool->begin_session();
   const std::uint64_t open_ns = opening ? ns_since(started) : 0;
   const std::uint64_t ns = pool->was_clean() ? 0 : ns_since(started);
-  *store = std::make_unique<StoreImpl>(std::move(pool), std::move(heap), std::move(index), ns,
+  *store = std::make_unique<PoolStore>(std::move(pool), std::move(heap), std::move(index), ns,
                                        open_ns);
   return Status::OK();
 }
@@ -368,6 +412,9 @@ Status creation_params(const Options& options, const engine::EngineInfo** info,
   params->engine = options.engine;
   params->size = options.pool_size;
   params->force = options.force;
+  // The store owns the heap: it formats it here, inside Pool::create
+  // (before the header that makes the file a pool), and opens it in attach().
+  params->format_heap = heap::Heap::format;
   return (*info)->encode_params(options, params->engine_params.data());
 }
 
@@ -411,7 +458,7 @@ Status start_remote(const std::string& path, const Options& options, bool create
     s = Status::IOError("engine " + name + " cannot start: out of memory");
   }
   if (!s.ok()) return s;
-  *store = std::make_unique<StoreImpl>(name, std::move(index), create ? 0 : ns_since(started));
+  *store = std::make_unique<RemoteStore>(name, std::move(index), create ? 0 : ns_since(started));
   return Status::OK();
 }
 
@@ -455,11 +502,11 @@ std::vector<std::string> Store::engines() { return engine::engine_list(); }
 std::vector<std::string> Store::remote_engines() { return engine::engine_list(/*remote=*/true); }
 
 media::Region& store_testing::region(Store& store) {
-  return static_cast<StoreImpl&>(store).region();
+  return static_cast<PoolStore&>(store).region();
 }
 
 std::uint64_t store_testing::epoch(const Store& store) {
-  return static_cast<const StoreImpl&>(store).epoch();
+  return static_cast<const StoreBase&>(store).epoch();
 }
 
 Status Store::open(const std::string& path, const Options& options,

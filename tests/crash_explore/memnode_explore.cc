@@ -94,7 +94,7 @@
 #include "crash/reproducer.h"
 #include "crash/workload.h"
 #include "engine/planted.h"
-#include "engine/remote_index.h"
+#include "engine/remote_common/remote_index.h"
 #include "media/region.h"
 #include "pmhash/store.h"
 #include "pool/pool.h"

@@ -100,6 +100,7 @@ class NehashEngineTest : public ::testing::Test {
     pool::CreateParams p;
     p.engine = "nehash";
     p.size = options_.pool_size;
+    p.format_heap = heap::Heap::format;
     ASSERT_TRUE(info->encode_params(options_, p.engine_params.data()).ok());
     ASSERT_TRUE(pool::Pool::create(path_, p, &pool_).ok());
     ASSERT_TRUE(attach(info->create).ok());

@@ -584,6 +584,7 @@ class PmehEngineTest : public ::testing::Test {
     pool::CreateParams p;
     p.engine = "pmeh";
     p.size = options_.pool_size;
+    p.format_heap = heap::Heap::format;
     ASSERT_TRUE(info->encode_params(options_, p.engine_params.data()).ok());
     ASSERT_TRUE(pool::Pool::create(path_, p, &pool_).ok());
     const Status s = attach(info->create);

@@ -11,8 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "remote/memnode.h"
-#include "remote/server.h"
+#include "pmhash/memnode.h"
 
 namespace {
 

@@ -106,7 +106,7 @@
 #include <vector>
 
 #include "media/region.h"
-#include "pmhash/store.h"
+#include "pmhash/limits.h"
 
 namespace pmhash::engine::dali {
 

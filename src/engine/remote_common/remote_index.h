@@ -122,7 +122,7 @@
 #include "engine/index.h"
 #include "pmhash/options.h"
 #include "pmhash/status.h"
-#include "pmhash/store.h"
+#include "pmhash/stats.h"
 #include "remote/client.h"
 #include "remote/memnode.h"
 #include "remote/transport.h"

@@ -1,4 +1,4 @@
-// store/status.cc - names and printing of Status codes.
+// base/status.cc - names and printing of Status codes (pmhash/status.h).
 #include "pmhash/status.h"
 
 namespace pmhash {
