@@ -479,7 +479,7 @@ NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key
     return a;
   }
   // A key that goes to the conflict bucket is counted in its home word
-  // while the home lock is held (nehash.h, "Conflict counts").
+  // while the home bucket is locked (nehash.h, "Conflict counts").
   if (target.lock == conflict_lock(g)) h->fetch_add(kConflictOne, std::memory_order_relaxed);
   store_new(target, new_view(key, value, item));
   *published = item != 0;
