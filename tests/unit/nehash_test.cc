@@ -344,7 +344,7 @@ TEST_F(NehashEngineTest, TimeValuesFollowSteps1To4) {
   EXPECT_EQ(probe_top(0b1, 1).time[0], 10) << "Step 1 stamps the first key only";
   // Fill the group with lower-half keys; the key that splits it is the first
   // of the upper half, which therefore starts empty.
-  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 17);
+  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 32);
   const auto upper = find_keys(at(0b11, 2, b, 0, 0), 1);
   for (const auto& k : lower) ASSERT_TRUE(put(k, "v").ok());
   fake_now = 50;
@@ -392,11 +392,11 @@ TEST_F(NehashEngineTest, OnlyTheExpandingEntryIsLocked) {
   // full for home (0, 0).
   const auto other = find_keys(at(0b0, 1, b, 1, 2), 3);
   for (const auto& k : other) ASSERT_TRUE(put(k, "v-" + k).ok());
-  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 9);
-  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 9);
-  for (int i = 0; i < 9; ++i) {
+  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 17);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 16);
+  for (int i = 0; i < 17; ++i) {
     ASSERT_TRUE(put(lower[i], "v-" + lower[i]).ok());
-    if (i < 8) {
+    if (i < 15) {
       ASSERT_TRUE(put(upper[i], "v-" + upper[i]).ok());
     }
   }
@@ -408,7 +408,7 @@ TEST_F(NehashEngineTest, OnlyTheExpandingEntryIsLocked) {
     release.wait(0);
   });
   Status splitter_status;
-  std::thread splitter([&] { splitter_status = put(upper[8], "v-" + upper[8]); });
+  std::thread splitter([&] { splitter_status = put(upper[15], "v-" + upper[15]); });
   parked.wait(0);
   // The split of entry 1's group is parked at step 9. Everything else works.
   for (const auto& k : other) EXPECT_EQ(value_of(k), "v-" + k);
@@ -417,14 +417,14 @@ TEST_F(NehashEngineTest, OnlyTheExpandingEntryIsLocked) {
   EXPECT_TRUE(upd(other[0], "changed").ok());
   EXPECT_EQ(value_of(other[0]), "changed");
   // Reads of the parked group's keys, both halves, complete too.
-  for (int i = 0; i < 9; ++i) EXPECT_EQ(value_of(lower[i]), "v-" + lower[i]);
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(value_of(upper[i]), "v-" + upper[i]);
+  for (int i = 0; i < 17; ++i) EXPECT_EQ(value_of(lower[i]), "v-" + lower[i]);
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(value_of(upper[i]), "v-" + upper[i]);
   release.store(1);
   release.notify_all();
   splitter.join();
   NehashIndex::set_split_hook(nullptr);
   EXPECT_TRUE(splitter_status.ok()) << splitter_status.to_string();
-  EXPECT_EQ(value_of(upper[8]), "v-" + upper[8]);
+  EXPECT_EQ(value_of(upper[15]), "v-" + upper[15]);
   expect_check();
 }
 
@@ -444,47 +444,223 @@ TEST_F(NehashEngineTest, KeyLandsInTheSlotNamedByItsLowestHashBits) {
   expect_check();
 }
 
-TEST_F(NehashEngineTest, CollidingKeyGoesToConflictBucketAndIsFoundByScan) {
+TEST_F(NehashEngineTest, CollidingKeyTakesTheNextFreeSlotOfItsHomeBucket) {
   create();
   const auto keys = find_keys(at(0b0, 1, 1, 0, 9), 3);
   for (const auto& k : keys) ASSERT_TRUE(put(k, "v-" + k).ok());
   nh::GroupRef* g = group_of(keys[0]);
   EXPECT_EQ(slot(g, 0, 9).w1.load(), engine::make_key(keys[0]).h1);
-  EXPECT_EQ(slot(g, conflict_bucket(), 0).w1.load(), engine::make_key(keys[1]).h1);
-  EXPECT_EQ(slot(g, conflict_bucket(), 1).w1.load(), engine::make_key(keys[2]).h1);
+  EXPECT_EQ(slot(g, 0, 10).w1.load(), engine::make_key(keys[1]).h1);
+  EXPECT_EQ(slot(g, 0, 11).w1.load(), engine::make_key(keys[2]).h1);
+  EXPECT_EQ(valid_slots(g), 3u) << "nothing in the conflict bucket";
+  EXPECT_EQ(nh::conflict_count(g->lock[0].load()), 0u);
   expect_all_found(keys);
   EXPECT_TRUE(put(keys[2], "again").is_already_exists());
   expect_check();
 }
 
-TEST_F(NehashEngineTest, ConflictBucketOverflowSplitsTheGroupAndLosesNoInsert) {
-  options_.nehash_initial_dir_bits = 0;
+// Slot indexes wrap around: a key whose home slot is 15 goes on at 0.
+TEST_F(NehashEngineTest, FreeSlotSearchWrapsAroundTheBucket) {
   create();
-  // One home slot and 16 conflict slots hold 17 keys of one home.
-  const auto keys = find_keys(at(0, 0, 1, 1, 4), 18);
-  for (int i = 0; i < 17; ++i) ASSERT_TRUE(put(keys[i], "v-" + keys[i]).ok());
-  EXPECT_EQ(stats().splits, 0u);
-  EXPECT_EQ(stats().groups, 1u);
-  ASSERT_TRUE(put(keys[17], "v-" + keys[17]).ok());
-  EXPECT_GE(stats().splits, 1u);
+  const auto keys = find_keys(at(0b0, 1, 1, 1, 15), 2);
+  for (const auto& k : keys) ASSERT_TRUE(put(k, "v-" + k).ok());
+  nh::GroupRef* g = group_of(keys[0]);
+  EXPECT_EQ(slot(g, 1, 15).w1.load(), engine::make_key(keys[0]).h1);
+  EXPECT_EQ(slot(g, 1, 0).w1.load(), engine::make_key(keys[1]).h1);
   expect_all_found(keys);
-  EXPECT_EQ(index_->size(), 18u);
   expect_check();
 }
 
-TEST_F(NehashEngineTest, SplitKeepsLowerHalfInPlaceAndCopiesUpperHalf) {
+// The conflict bucket takes a key only when its home bucket is full, and
+// the key is counted in its home word; a slot freed in the bucket is used
+// again before the conflict bucket.
+TEST_F(NehashEngineTest, FullHomeBucketSendsKeysToTheConflictBucket) {
+  create();
+  // Keys of bucket 0 with assorted home slots, enough to fill it and more.
+  const auto keys = find_keys([](std::uint64_t h1) {
+    return nh::top_bits(h1, 1) == 0 && nh::home_bucket(h1, 1) == 0;
+  }, 19);
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(put(keys[i], "v-" + keys[i]).ok());
+  nh::GroupRef* g = group_of(keys[0]);
+  for (unsigned s = 0; s < nh::kSlotsPerBucket; ++s) EXPECT_TRUE(nh::meta_valid(meta(g, 0, s))) << s;
+  for (unsigned s = 0; s < nh::kSlotsPerBucket; ++s) {
+    EXPECT_FALSE(nh::meta_valid(meta(g, conflict_bucket(), s))) << s;
+  }
+  ASSERT_TRUE(put(keys[16], "v-" + keys[16]).ok());
+  ASSERT_TRUE(put(keys[17], "v-" + keys[17]).ok());
+  EXPECT_EQ(slot(g, conflict_bucket(), 0).w1.load(), engine::make_key(keys[16]).h1);
+  EXPECT_EQ(slot(g, conflict_bucket(), 1).w1.load(), engine::make_key(keys[17]).h1);
+  EXPECT_EQ(nh::conflict_count(g->lock[0].load()), 2u);
+  EXPECT_EQ(nh::conflict_count(g->lock[1].load()), 0u);
+  EXPECT_EQ(stats().splits, 0u);
+  expect_all_found(std::vector<std::string>(keys.begin(), keys.begin() + 18));
+  EXPECT_TRUE(put(keys[17], "again").is_already_exists()) << "found in the conflict bucket";
+  // A key of the bucket leaves: the next one takes its slot, not the
+  // conflict bucket.
+  unsigned freed = nh::kSlotsPerBucket;
+  for (unsigned s = 0; s < nh::kSlotsPerBucket; ++s) {
+    if (slot(g, 0, s).w1.load() == engine::make_key(keys[5]).h1) freed = s;
+  }
+  ASSERT_LT(freed, nh::kSlotsPerBucket);
+  ASSERT_TRUE(del(keys[5]).ok());
+  EXPECT_FALSE(nh::meta_valid(meta(g, 0, freed)));
+  ASSERT_TRUE(put(keys[18], "v-" + keys[18]).ok());
+  EXPECT_EQ(slot(g, 0, freed).w1.load(), engine::make_key(keys[18]).h1);
+  EXPECT_EQ(nh::conflict_count(g->lock[0].load()), 2u);
+  // The conflict keys stay where they are, and are still found.
+  ASSERT_TRUE(del(keys[16]).ok());
+  EXPECT_EQ(nh::conflict_count(g->lock[0].load()), 1u);
+  EXPECT_TRUE(get(keys[16], nullptr).is_not_found());
+  EXPECT_EQ(value_of(keys[17]), "v-" + keys[17]);
+  EXPECT_EQ(value_of(keys[18]), "v-" + keys[18]);
+  ASSERT_TRUE(reopen().ok());
+  g = group_of(keys[0]);
+  EXPECT_EQ(nh::conflict_count(g->lock[0].load()), 1u) << "rebuilt at open";
+  EXPECT_EQ(value_of(keys[17]), "v-" + keys[17]);
+  EXPECT_EQ(index_->size(), 17u);
+  expect_check();
+}
+
+// A reader of one bucket while its keys move around it: one writer inserts
+// keys that all share a home slot (so each lands off it, wherever a slot is
+// free at that moment), another inserts and removes keys of the same bucket
+// (which also spill into the conflict bucket). Every key acknowledged before
+// a get starts is found with its value, and no removed key is ever seen
+// with another key's value. Built for TSan: the bucket's seqlock is the
+// only thing between the reader and the writers' stores.
+TEST_F(NehashEngineTest, ReaderNeverMissesAKeyPlacedOffItsHomeSlotWhileTheBucketChurns) {
   create();
   const unsigned b = 1;
-  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 9);
-  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 8);
+  const auto anchor = find_keys(at(0b0, 1, b, 0, 3), 1, 8);
+  const auto placed = find_keys(at(0b0, 1, b, 0, 3), 8, 8);  // each off home slot 3
+  const auto churn = find_keys(at(0b0, 1, b, 0, 4), 12, 8);
+  ASSERT_TRUE(put(anchor[0], "a").ok());
+  auto value = [](const std::string& k) { return k.substr(k.size() - 7); };
+  std::atomic<int> acknowledged{0};  // placed[0 .. acknowledged) are in
+  std::atomic<bool> done{false};
+  std::atomic<int> misses{0}, wrong{0};
+  std::thread inserter([&] {
+    for (const auto& k : placed) {
+      EXPECT_TRUE(put(k, value(k)).ok()) << k;
+      acknowledged.fetch_add(1, std::memory_order_release);
+    }
+  });
+  std::thread churner([&] {
+    for (int round = 0; round < 200; ++round) {
+      for (const auto& k : churn) EXPECT_TRUE(put(k, value(k)).ok()) << k;
+      for (const auto& k : churn) EXPECT_TRUE(del(k).ok()) << k;
+    }
+    done.store(true, std::memory_order_release);
+  });
+  std::thread reader([&] {
+    for (unsigned rounds = 0; !done.load(std::memory_order_acquire) || rounds < 100; ++rounds) {
+      const int n = acknowledged.load(std::memory_order_acquire);
+      for (int i = 0; i < n; ++i) {
+        std::string v;
+        const Status st = get(placed[i], &v);
+        if (!st.ok()) {
+          misses.fetch_add(1);
+        } else if (v != value(placed[i])) {
+          wrong.fetch_add(1);
+        }
+      }
+      for (const auto& k : churn) {
+        std::string v;
+        if (get(k, &v).ok() && v != value(k)) wrong.fetch_add(1);
+      }
+    }
+  });
+  inserter.join();
+  churner.join();
+  reader.join();
+  EXPECT_EQ(misses.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(stats().splits, 0u) << "the keys stayed within one bucket and its conflict bucket";
+  nh::GroupRef* g = group_of(anchor[0]);
+  EXPECT_EQ(slot(g, 0, 3).w0.load(), nh::pack_word(anchor[0]));
+  for (const auto& k : placed) EXPECT_EQ(value_of(k), value(k));
+  EXPECT_EQ(nh::conflict_count(g->lock[0].load()), 0u) << "the churn keys are all gone";
+  EXPECT_EQ(index_->size(), 9u);
+  expect_check();
+}
+
+// A pool of layout 1 (each key in its home slot) is refused by name, and
+// left as it was: by its pool header and root, or by its root alone.
+TEST_F(NehashEngineTest, PoolOfTheOldLayoutIsRefusedWithTheLayoutVersions) {
+  const engine::EngineInfo* info = engine::find_engine("nehash");
+  pool::CreateParams p;
+  p.engine = "nehash";
+  p.size = options_.pool_size;
+  ASSERT_TRUE(info->encode_params(options_, p.engine_params.data()).ok());
+  EXPECT_EQ(p.engine_params[0], nh::kLayoutVersion);
+  p.engine_params[0] = nh::kLayoutVersionV1;
+  ASSERT_TRUE(pool::Pool::create(path_, p, &pool_).ok());
+  ASSERT_TRUE(attach(info->create).ok());
+  edit([](pool::Pool&, nh::Root& root) {
+    root.magic = nh::kRootMagicV1;
+    root.layout_version = nh::kLayoutVersionV1;
+  });
+  auto expect_refused = [&] {
+    const std::string before = file_bytes(path_);
+    const Status s = reopen();
+    EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
+    EXPECT_NE(s.message().find("nehash layout version 1"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("layout version 2"), std::string::npos) << s.message();
+    EXPECT_TRUE(file_bytes(path_) == before) << "a refused open changed the pool";
+  };
+  expect_refused();
+  // The pool header of layout 2, the root of layout 1.
+  ::unlink(path_.c_str());
+  create();
+  edit([](pool::Pool&, nh::Root& root) {
+    root.magic = nh::kRootMagicV1;
+    root.layout_version = nh::kLayoutVersionV1;
+  });
+  expect_refused();
+}
+
+TEST_F(NehashEngineTest, ConflictBucketOverflowSplitsTheGroupAndLosesNoInsert) {
+  options_.nehash_initial_dir_bits = 0;
+  create();
+  // The home bucket's 16 slots and the 16 conflict slots hold 32 keys of
+  // one home.
+  const auto keys = find_keys(at(0, 0, 1, 1, 4), 33);
+  for (int i = 0; i < 32; ++i) ASSERT_TRUE(put(keys[i], "v-" + keys[i]).ok());
+  EXPECT_EQ(stats().splits, 0u);
+  EXPECT_EQ(stats().groups, 1u);
+  ASSERT_TRUE(put(keys[32], "v-" + keys[32]).ok());
+  EXPECT_GE(stats().splits, 1u);
+  expect_all_found(keys);
+  EXPECT_EQ(index_->size(), 33u);
+  expect_check();
+}
+
+// Keys of one home slot, lower and upper halves alternating: the bucket
+// holds them at slots 0, 1, 2, ... (the upper ones all off their home slot),
+// the conflict bucket the rest. The split copies each upper key of the
+// bucket to the same slot of g1's bucket, and the conflict bucket's upper
+// keys to the free slots of their home bucket in g1.
+TEST_F(NehashEngineTest, SplitRedistributesKeysPlacedOffTheirHomeSlot) {
+  create();
+  const unsigned b = 1;
+  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 16);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 16);
   const auto upper_elsewhere = find_keys(at(0b11, 2, b, 1, 3), 1);
-  // lower[0] takes home (0, 0); the rest of home (0, 0) go to the conflict bucket.
-  for (const auto& k : lower) ASSERT_TRUE(put(k, "v-" + k).ok());
-  for (const auto& k : upper) ASSERT_TRUE(put(k, "v-" + k).ok());
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_TRUE(put(lower[i], "v-" + lower[i]).ok());
+    ASSERT_TRUE(put(upper[i], "v-" + upper[i]).ok());
+  }
   ASSERT_TRUE(put(upper_elsewhere[0], "v-" + upper_elsewhere[0]).ok());
   nh::GroupRef* g = group_of(lower[0]);
   const std::uint64_t g_off = g->off;
-  ASSERT_EQ(valid_slots(g), 18u);
+  ASSERT_EQ(valid_slots(g), 33u);
+  for (unsigned s = 0; s < nh::kSlotsPerBucket; ++s) {
+    const std::string& k = s % 2 == 0 ? lower[s / 2] : upper[s / 2];
+    ASSERT_EQ(slot(g, 0, s).w1.load(), engine::make_key(k).h1) << "bucket slot " << s;
+    const std::string& c = s % 2 == 0 ? lower[8 + s / 2] : upper[8 + s / 2];
+    ASSERT_EQ(slot(g, conflict_bucket(), s).w1.load(), engine::make_key(c).h1) << "conflict slot " << s;
+  }
+  EXPECT_EQ(nh::conflict_count(g->lock[0].load()), 16u);
   const auto trigger = find_keys(at(0b10, 2, b, 0, 0), 1);
   ASSERT_TRUE(put(trigger[0], "v-" + trigger[0]).ok());
   ASSERT_EQ(stats().splits, 1u);
@@ -493,19 +669,31 @@ TEST_F(NehashEngineTest, SplitKeepsLowerHalfInPlaceAndCopiesUpperHalf) {
   ASSERT_NE(g1, g);
   EXPECT_EQ(g1->hdr->prefix, std::uint64_t{0b11} << 62);
   EXPECT_EQ(g1->hdr->create_depth, 2u);
-  // A conflict key went home in g1 (free there), the others to its conflict
-  // bucket; a home key kept its (bucket, slot).
-  EXPECT_EQ(slot(g1, 0, 0).w1.load(), engine::make_key(upper[0]).h1);
-  EXPECT_TRUE(nh::meta_valid(meta(g1, 1, 3)));
+  for (unsigned i = 0; i < 8; ++i) {
+    // A key of the bucket keeps its slot index.
+    EXPECT_EQ(slot(g1, 0, 2 * i + 1).w1.load(), engine::make_key(upper[i]).h1) << i;
+    // A conflict key goes to the first free slot of its bucket from its
+    // home slot on: 0, 2, 4, ...
+    EXPECT_EQ(slot(g1, 0, 2 * i).w1.load(), engine::make_key(upper[8 + i]).h1) << i;
+  }
   EXPECT_EQ(slot(g1, 1, 3).w1.load(), engine::make_key(upper_elsewhere[0]).h1);
-  EXPECT_EQ(valid_slots(g1), 9u);
-  EXPECT_EQ(valid_slots(g), 10u) << "nine lower keys and the trigger";
-  EXPECT_EQ(stats().items_moved, 9u) << "the upper half's nine slots, copied once";
-  EXPECT_EQ(stats().bytes_moved, 9u * 18) << "a 16-byte slot and its 2-byte meta each";
+  EXPECT_EQ(valid_slots(g1), 17u);
+  EXPECT_EQ(nh::conflict_count(g1->lock[0].load()), 0u) << "g1's conflict bucket is empty";
+  // g keeps the lower keys where they were; the trigger takes the first
+  // slot the split freed in its bucket.
+  EXPECT_EQ(slot(g, 0, 1).w1.load(), engine::make_key(trigger[0]).h1);
+  EXPECT_TRUE(nh::meta_valid(meta(g, 0, 1)));
+  EXPECT_EQ(valid_slots(g), 17u) << "sixteen lower keys and the trigger";
+  EXPECT_EQ(nh::conflict_count(g->lock[0].load()), 8u);
+  EXPECT_EQ(stats().items_moved, 17u) << "the upper half's slots, copied once";
+  EXPECT_EQ(stats().bytes_moved, 17u * 18) << "a 16-byte slot and its 2-byte meta each";
   expect_all_found(lower);
   expect_all_found(upper);
   expect_all_found(upper_elsewhere);
   expect_all_found(trigger);
+  expect_check();
+  ASSERT_TRUE(reopen().ok());
+  expect_all_found(upper);
   expect_check();
 }
 
@@ -516,26 +704,27 @@ TEST_F(NehashEngineTest, ConflictCountsFollowTheConflictBucket) {
   create();
   const unsigned b = 1;
   const auto lower = find_keys(at(0b10, 2, b, 0, 0), 9);
-  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 8);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 23);
   const auto other = find_keys(at(0b10, 2, b, 1, 5), 1);
   auto count = [&](nh::GroupRef* g, unsigned k) { return nh::conflict_count(g->lock[k].load()); };
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(put(upper[i], "v-" + upper[i]).ok());
   for (const auto& k : lower) ASSERT_TRUE(put(k, "v-" + k).ok());
   ASSERT_TRUE(put(other[0], "v-" + other[0]).ok());
   nh::GroupRef* g = group_of(lower[0]);
-  EXPECT_EQ(count(g, 0), 8u) << "lower[0] at home, eight in the conflict bucket";
+  EXPECT_EQ(count(g, 0), 9u) << "bucket 0 full of upper keys, the lower ones in the conflict bucket";
   EXPECT_EQ(count(g, 1), 0u);
   ASSERT_TRUE(del(lower[8]).ok());
-  EXPECT_EQ(count(g, 0), 7u);
+  EXPECT_EQ(count(g, 0), 8u);
   ASSERT_TRUE(put(lower[8], "v-" + lower[8]).ok());
-  for (const auto& k : upper) ASSERT_TRUE(put(k, "v-" + k).ok());
+  for (int i = 16; i < 23; ++i) ASSERT_TRUE(put(upper[i], "v-" + upper[i]).ok());
   EXPECT_EQ(count(g, 0), 16u);
   const auto trigger = find_keys(at(0b10, 2, b, 0, 0), 1);
   ASSERT_TRUE(put(trigger[0], "v-" + trigger[0]).ok());
   ASSERT_EQ(stats().splits, 1u);
   nh::GroupRef* g1 = group_of(upper[0]);
   ASSERT_NE(g1, g);
-  EXPECT_EQ(count(g, 0), 9u) << "eight lower conflict keys and the trigger";
-  EXPECT_EQ(count(g1, 0), 7u) << "upper[0] went home in the new group, seven did not";
+  EXPECT_EQ(count(g, 0), 9u) << "the nine lower conflict keys; the trigger went to the emptied bucket";
+  EXPECT_EQ(count(g1, 0), 7u) << "g1's bucket 0 holds sixteen upper keys, the other seven did not fit";
   EXPECT_EQ(count(g1, 1), 0u);
   // A miss in a bucket with no conflict keys, and one in a bucket with some.
   const auto absent_home = find_keys(at(0b10, 2, b, 0, 0), 1);
@@ -559,66 +748,72 @@ TEST_F(NehashEngineTest, SplitClearsStaleSlots) {
   create();
   const unsigned b = 1;
   const auto lower = find_keys(at(0b10, 2, b, 0, 0), 1);
-  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 16);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 31);
   ASSERT_TRUE(put(lower[0], "v").ok());
   for (const auto& k : upper) ASSERT_TRUE(put(k, "v").ok());
   nh::GroupRef* g = group_of(lower[0]);
   const auto trigger = find_keys(at(0b10, 2, b, 0, 0), 1);
   ASSERT_TRUE(put(trigger[0], "v").ok());
   ASSERT_EQ(stats().splits, 1u);
-  // The upper keys' old conflict slots keep their words but are not VALID.
+  // The upper keys' old slots, in the bucket and the conflict bucket, keep
+  // their words but are not VALID.
   unsigned stale_words = 0;
-  for (unsigned s = 0; s < nh::kSlotsPerBucket; ++s) {
-    const std::uint64_t w1 = slot(g, conflict_bucket(), s).w1.load();
-    if (nh::top_bits(w1, 2) == 0b11) {
-      ++stale_words;
-      EXPECT_FALSE(nh::meta_valid(meta(g, conflict_bucket(), s))) << "conflict slot " << s;
+  for (unsigned k : {0u, conflict_bucket()}) {
+    for (unsigned s = 0; s < nh::kSlotsPerBucket; ++s) {
+      const std::uint64_t w1 = slot(g, k, s).w1.load();
+      if (nh::top_bits(w1, 2) == 0b11) {
+        ++stale_words;
+        EXPECT_FALSE(nh::meta_valid(meta(g, k, s))) << "bucket " << k << " slot " << s;
+      }
     }
   }
-  EXPECT_GE(stale_words, 15u);
+  EXPECT_GE(stale_words, 30u) << "the trigger reused one of them";
   EXPECT_EQ(valid_slots(g), 2u);
   expect_check();
 }
 
-// A writer that reaches a splitting group takes its home slot's lock, sees
-// SPLITTING and unlocks (which subtracts its bit). When that lock is held
-// while step 10 locks the same bucket to clear its stale slots, the split
-// must wait for it: taking the bit over would release it twice, and the
-// borrow would leave slot locks set for good (every later reader and writer
-// of those slots would spin). The hook plays that writer on bucket 0, with
-// the lock word operations of NehashIndex::lock and unlock, and lets it go
-// once the split has taken the rest of the bucket (or, had it taken the bit
-// over, released the bucket).
+// A writer that reaches a splitting group takes its home bucket's lock,
+// sees SPLITTING and unlocks (which subtracts its bits). When that lock is
+// held while step 10 locks the same bucket to clear its stale slots, the
+// split must wait for it: taking the bits over would release them twice,
+// and the borrow would leave slot locks set for good (every later reader
+// and writer of the bucket would spin) and the conflict count wrong. The
+// hook plays that writer on bucket 1, with the lock word operations of
+// NehashIndex::lock_bucket and unlock_bucket, and lets it go once the split
+// has cleaned bucket 0 (step 10 cleans the buckets in order).
 TEST_F(NehashEngineTest, SplitCleaningWaitsForAWriterBackingOffItsHomeLock) {
   create();
   const unsigned b = 1;
   const auto lower = find_keys(at(0b10, 2, b, 0, 0), 2);
-  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 16);
-  // Stale in bucket 0 after the split, so step 10 locks bucket 0.
-  const auto upper_in_bucket_0 = find_keys(at(0b11, 2, b, 0, 15), 1);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 31);
+  // Stale in bucket 1 after the split, so step 10 locks bucket 1.
+  const auto upper_in_bucket_1 = find_keys(at(0b11, 2, b, 1, 15), 1);
   ASSERT_TRUE(put(lower[0], "v").ok());
-  ASSERT_TRUE(put(upper_in_bucket_0[0], "v").ok());
+  ASSERT_TRUE(put(upper_in_bucket_1[0], "v").ok());
   for (const auto& k : upper) ASSERT_TRUE(put(k, "v").ok());
   nh::GroupRef* g = group_of(lower[0]);
-  std::atomic<std::uint64_t>& word = g->lock[0];
-  const std::uint64_t bit = std::uint64_t{1} << 15;
+  std::atomic<std::uint64_t>& word = g->lock[1];
+  const std::uint64_t count_before = nh::conflict_count(word.load());
   std::thread writer;
   NehashIndex::set_split_hook([&] {
-    // Step 9: the writer takes its home lock (nobody else holds it).
+    // Step 9: the writer takes its home bucket (nobody else holds it).
     std::uint64_t cur = word.load();
     ASSERT_EQ(cur & nh::kSlotLockMask, 0u);
-    ASSERT_TRUE(word.compare_exchange_strong(cur, cur | bit));
-    const std::uint64_t version = cur >> 16;
-    writer = std::thread([&word, bit, version] {
+    ASSERT_TRUE(word.compare_exchange_strong(cur, cur | nh::kSlotLockMask));
+    writer = std::thread([&word, g] {
+      // Bucket 0 cleaned: only lower[0] is left VALID there.
       for (;;) {
-        const std::uint64_t w = word.load();
-        if ((w & nh::kSlotLockMask) == nh::kSlotLockMask || w >> 16 != version) break;
+        unsigned valid = 0;
+        for (unsigned s = 0; s < nh::kSlotsPerBucket; ++s) {
+          valid += nh::meta_valid(nh::group_metas(g->hdr)[0].meta[s].load());
+        }
+        if (valid == 1 && (g->lock[0].load() & nh::kSlotLockMask) == 0) break;
         std::this_thread::yield();
       }
-      word.fetch_add(nh::kVersionOne - bit);  // the writer backs off: unlock
+      word.fetch_add(nh::kVersionOne - nh::kSlotLockMask);  // the writer backs off: unlock
     });
   });
-  const Status s = put(lower[1], "v");  // home (0, 0) and no free conflict slot: splits
+  const Status s = put(lower[1], "v");  // home bucket 0 and no free conflict slot: splits
   if (writer.joinable()) writer.join();
   NehashIndex::set_split_hook(nullptr);
   ASSERT_TRUE(s.ok()) << s.to_string();
@@ -627,10 +822,11 @@ TEST_F(NehashEngineTest, SplitCleaningWaitsForAWriterBackingOffItsHomeLock) {
   for (unsigned k = 0; k <= conflict_bucket(); ++k) {
     ASSERT_EQ(g->lock[k].load() & nh::kSlotLockMask, 0u) << "bucket " << k;
   }
-  EXPECT_FALSE(nh::meta_valid(meta(g, 0, 15))) << "the stale copy is cleared";
-  EXPECT_EQ(value_of(upper_in_bucket_0[0]), "v");
-  const auto fresh = find_keys(at(0b10, 2, b, 0, 15), 1);
-  EXPECT_TRUE(put(fresh[0], "v").ok());  // home (0, 15) of g, whose lock the writer held
+  EXPECT_EQ(nh::conflict_count(word.load()), count_before);
+  EXPECT_FALSE(nh::meta_valid(meta(g, 1, 15))) << "the stale copy is cleared";
+  EXPECT_EQ(value_of(upper_in_bucket_1[0]), "v");
+  const auto fresh = find_keys(at(0b10, 2, b, 1, 15), 1);
+  EXPECT_TRUE(put(fresh[0], "v").ok());  // home bucket 1 of g, which the writer held
   EXPECT_EQ(value_of(fresh[0]), "v");
   expect_check();
 }
@@ -680,7 +876,7 @@ TEST_F(NehashEngineTest, KeysWithIdenticalHashUseOverflowBlocksWhenTheDirectoryC
 // group below a main node at the bound hangs again in one-time and
 // two-time nodes, instead of a main node 2^3 times the bound.
 TEST_F(NehashEngineTest, OpenHangsGroupsDeeperThanTheMainNodeBoundBelowIt) {
-  options_.nehash_initial_dir_bits = 0;
+  options_.nehash_initial_dir_bits = 2;  // the main node starts at its bound
   nh::testing::set_max_main_bits(2);
   create();
   // The same 3000 keys whichever tests ran before in this process (the depth
@@ -735,8 +931,9 @@ TEST_F(NehashEngineTest, SplitThatCannotAllocateReturnsNoSpaceAndKeepsEverything
   options_.nehash_initial_dir_bits = 0;
   create();
   const unsigned b = 8;
-  const auto same_home = find_keys(at(0, 0, b, 3, 3), 18, 8);
-  for (int i = 0; i < 17; ++i) ASSERT_TRUE(put(same_home[i], "v").ok());
+  // The home bucket's 16 slots and the 16 conflict slots: 32 keys.
+  const auto same_home = find_keys(at(0, 0, b, 3, 3), 33, 8);
+  for (int i = 0; i < 32; ++i) ASSERT_TRUE(put(same_home[i], "v").ok());
   // Fill the pool with large values under other homes until it refuses.
   std::vector<std::string> big;
   const auto homes = find_keys([](std::uint64_t h1) { return nh::home_bucket(h1, 8) != 3; }, 64);
@@ -748,20 +945,20 @@ TEST_F(NehashEngineTest, SplitThatCannotAllocateReturnsNoSpaceAndKeepsEverything
   }
   ASSERT_FALSE(big.empty());
   const std::uint64_t used = heap_->used_bytes();
-  const Status s = put(same_home[17], "v");  // inline: only the split allocates
+  const Status s = put(same_home[32], "v");  // inline: only the split allocates
   EXPECT_TRUE(s.is_no_space()) << s.to_string();
   EXPECT_EQ(heap_->used_bytes(), used);
   EXPECT_EQ(stats().splits, 0u);
   EXPECT_EQ(stats().groups, 1u);
-  EXPECT_TRUE(get(same_home[17], nullptr).is_not_found());
-  for (int i = 0; i < 17; ++i) EXPECT_EQ(value_of(same_home[i]), "v");
+  EXPECT_TRUE(get(same_home[32], nullptr).is_not_found());
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(value_of(same_home[i]), "v");
   for (const auto& k : big) EXPECT_EQ(value_of(k), std::string(100000, 'b'));
   expect_check();
   // Room again: the same insert succeeds.
   ASSERT_TRUE(del(big[0]).ok());
   ASSERT_TRUE(del(big[1]).ok());
   heap_->drain_all();
-  EXPECT_TRUE(put(same_home[17], "v").ok());
+  EXPECT_TRUE(put(same_home[32], "v").ok());
   expect_check();
 }
 
@@ -882,18 +1079,18 @@ TEST_F(NehashEngineTest, RemovePointerRetiresItsItem) {
   expect_check();
 }
 
-TEST_F(NehashEngineTest, RemoveFromConflictBucketKeepsHomeKey) {
+TEST_F(NehashEngineTest, RemoveOffItsHomeSlotKeepsTheHomeKey) {
   create();
   const auto k = find_keys(at(0, 1, 1, 1, 8), 3);
   for (const auto& x : k) ASSERT_TRUE(put(x, "v-" + x).ok());
   nh::GroupRef* g = group_of(k[0]);
   ASSERT_TRUE(del(k[1]).ok());
-  EXPECT_FALSE(nh::meta_valid(meta(g, conflict_bucket(), 0)));
+  EXPECT_FALSE(nh::meta_valid(meta(g, 1, 9)));
   EXPECT_TRUE(nh::meta_valid(meta(g, 1, 8)));
   EXPECT_EQ(value_of(k[0]), "v-" + k[0]);
   EXPECT_EQ(value_of(k[2]), "v-" + k[2]);
   EXPECT_TRUE(get(k[1], nullptr).is_not_found());
-  // And the home key goes while the conflict key stays.
+  // And the home key goes while the key off its home slot stays.
   ASSERT_TRUE(del(k[0]).ok());
   EXPECT_EQ(value_of(k[2]), "v-" + k[2]);
   expect_check();
@@ -1306,9 +1503,10 @@ class NehashSplitCrashTest : public NehashCrashTest {
     options_.nehash_initial_dir_bits = 0;
     create();
     EXPECT_EQ(pool_->region().granularity(), media::Granularity::kCacheLine);
-    // 17 inline keys of one home fill the group; the 18th splits it.
-    const auto keys = find_keys(at(0, 0, 1, 1, 6), 18, 8);
-    for (int i = 0; i < 17; ++i) EXPECT_TRUE(put(keys[i], "v" + std::to_string(i)).ok());
+    // 32 inline keys of one home bucket fill it and the conflict bucket;
+    // the 33rd splits the group.
+    const auto keys = find_keys(at(0, 0, 1, 1, 6), 33, 8);
+    for (int i = 0; i < 32; ++i) EXPECT_TRUE(put(keys[i], "v" + std::to_string(i)).ok());
     pool_->region().persist_all();
     testing::PersistenceSim sim(pool_->region());
     const auto* root = reinterpret_cast<const nh::Root*>(pool_->root());
@@ -1350,12 +1548,12 @@ class NehashSplitCrashTest : public NehashCrashTest {
           violation(where + ": " + r.open.to_string() + " / " + r.check.to_string());
           return;
         }
-        for (int i = 0; i < 17; ++i) {
+        for (int i = 0; i < 32; ++i) {
           if (!r.values.count(keys[i]) || r.values.at(keys[i]) != "v" + std::to_string(i)) {
             violation(where + ": key " + std::to_string(i) + " lost or changed");
           }
         }
-        if (r.values.count(keys[17])) violation(where + ": the unacknowledged insert is there");
+        if (r.values.count(keys[32])) violation(where + ": the unacknowledged insert is there");
       };
       for (const testing::CrashChoice& c : choices) {
         const Recovered r = recover(s.crash_image(c), keys, crash_recovery);
@@ -1373,7 +1571,7 @@ class NehashSplitCrashTest : public NehashCrashTest {
         out.rows.splits_committed += r.counters.splits_committed;
       }
     });
-    EXPECT_TRUE(put(keys[17], "v17").ok());
+    EXPECT_TRUE(put(keys[32], "v32").ok());
     sim.set_crash_point_hook(nullptr);
     return out;
   }
@@ -1437,14 +1635,22 @@ class NehashWriteCrashTest : public NehashCrashTest {
     options_.pool_size = pool::kMinPoolSize;
     options_.nehash_initial_dir_bits = 0;
     create();
-    // Two keys sharing a home (the second lives in the conflict bucket), a
-    // third elsewhere that no operation touches, and one written last.
+    // Two keys sharing a home bucket that 15 others fill up to one slot (so
+    // the second lives in the conflict bucket), a third elsewhere that no
+    // operation touches, and one written last.
     const auto pair = find_keys(at(0, 0, 1, 0, 9), 2, 8);
     const auto other = find_keys(at(0, 0, 1, 1, 2), 2, 8);
-    const std::vector<std::string> keys = {pair[0], pair[1], other[0], other[1]};
+    const auto fillers =
+        find_keys([](std::uint64_t h1) { return nh::home_bucket(h1, 1) == 0; }, 15, 8);
+    std::vector<std::string> keys = {pair[0], pair[1], other[0], other[1]};
     std::map<std::string, std::string> now;  // acknowledged state
     EXPECT_TRUE(put(other[0], "stays").ok());
     now[other[0]] = "stays";
+    for (const std::string& f : fillers) {
+      EXPECT_TRUE(put(f, "f").ok());
+      now[f] = "f";
+      keys.push_back(f);
+    }
     pool_->region().persist_all();
     testing::PersistenceSim sim(pool_->region());
     // The images of one drain, kept until the write returns: recovery may

@@ -41,12 +41,14 @@ std::int64_t now_ns();
 
 // --- groups in DRAM -------------------------------------------------------------
 // Lock word of one bucket:
-//   bits 0..15   the slot locks (writers only)
+//   bits 0..15   the locks (writers only): a home bucket is locked as a
+//                whole (all 16 bits at once); the conflict bucket and an
+//                overflow block one slot (bit) at a time
 //   bits 16..20  conflict count (home buckets only): how many VALID slots of
 //                the group's conflict bucket hold a key whose home bucket
-//                this is, 0..16. Changed only by a writer holding the home
-//                lock of such a key, or by a split under SPLITTING; rebuilt
-//                at open (nehash.h, "Conflict counts").
+//                this is, 0..16. Changed only by a writer holding this
+//                bucket's lock, or by a split under SPLITTING; rebuilt at
+//                open (nehash.h, "Conflict counts").
 //   bits 21..63  a version bumped by every unlock (readers' seqlock)
 inline constexpr std::uint64_t kSlotLockMask = 0xFFFF;
 inline constexpr unsigned kConflictShift = 16;

@@ -25,11 +25,17 @@ constexpr std::uint64_t magic_word(const char (&s)[9]) {
   return w;
 }
 
-inline constexpr std::uint64_t kRootMagic = magic_word("NEHASHR1");
-inline constexpr std::uint64_t kSegmentMagic = magic_word("NEHRECS1");
-inline constexpr std::uint64_t kGroupMagic = magic_word("NEHGRP01");
-inline constexpr std::uint64_t kOverflowMagic = magic_word("NEHOVFL1");
-inline constexpr std::uint32_t kLayoutVersion = 1;
+// Layout 2: a key may sit in any slot of its home bucket (nehash.h,
+// "Operations"). Layout 1 kept each key in its home slot or the conflict
+// bucket; open refuses a layout-1 pool by name (its root magic and its
+// pool-header version) rather than reading its slots under the wrong rules.
+inline constexpr std::uint64_t kRootMagic = magic_word("NEHASHR2");
+inline constexpr std::uint64_t kSegmentMagic = magic_word("NEHRECS2");
+inline constexpr std::uint64_t kGroupMagic = magic_word("NEHGRP02");
+inline constexpr std::uint64_t kOverflowMagic = magic_word("NEHOVFL2");
+inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint64_t kRootMagicV1 = magic_word("NEHASHR1");
+inline constexpr std::uint32_t kLayoutVersionV1 = 1;
 
 // --- creation parameters (pool header engine_params) -------------------------
 inline constexpr unsigned kMinBucketBits = 1;
@@ -37,7 +43,7 @@ inline constexpr unsigned kMaxBucketBits = 10;
 inline constexpr unsigned kMaxInitialDirBits = 16;
 
 struct Params {
-  std::uint8_t version;           // 1
+  std::uint8_t version;           // kLayoutVersion
   std::uint8_t bucket_bits;       // b
   std::uint8_t initial_dir_bits;  // G0
 };
@@ -151,8 +157,10 @@ inline Bucket* group_buckets(GroupHeader* g, unsigned b) {
   return reinterpret_cast<Bucket*>(reinterpret_cast<std::byte*>(g + 1) + bucket_dir_bytes(b));
 }
 
-// A key's home: bucket (h1 >> 4) mod 2^b, slot h1 mod 16. Neither depends on
-// the directory depth, so a split never moves a key to another slot index.
+// A key's home: bucket (h1 >> 4) mod 2^b, and in it the slot h1 mod 16, the
+// first one an insert tries. A key lives in any slot of its home bucket (or
+// the conflict bucket, or an overflow block). Neither depends on the
+// directory depth, so a split keeps a key's slot index in the new group.
 constexpr unsigned home_bucket(std::uint64_t h1, unsigned b) {
   return static_cast<unsigned>((h1 >> kSlotBits) & ((std::uint64_t{1} << b) - 1));
 }

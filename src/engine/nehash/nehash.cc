@@ -30,15 +30,12 @@ NehashIndex::~NehashIndex() { close(); }
 // Slots, locks and the readers' seqlock
 // ---------------------------------------------------------------------------
 
-NehashIndex::Place NehashIndex::home(GroupRef* g, std::uint64_t h1) const {
-  const unsigned k = home_bucket(h1, b_);
-  const unsigned s = home_slot(h1);
+NehashIndex::Place NehashIndex::place(GroupRef* g, std::size_t k, unsigned s) const {
   return {&g->lock[k], &group_metas(g->hdr)[k].meta[s], &group_buckets(g->hdr, b_)[k].slot[s], s};
 }
 
 NehashIndex::Place NehashIndex::conflict(GroupRef* g, unsigned s) const {
-  const std::size_t k = std::size_t{1} << b_;
-  return {&g->lock[k], &group_metas(g->hdr)[k].meta[s], &group_buckets(g->hdr, b_)[k].slot[s], s};
+  return place(g, std::size_t{1} << b_, s);
 }
 
 std::atomic<std::uint64_t>* NehashIndex::conflict_lock(GroupRef* g) const {
@@ -65,6 +62,22 @@ void NehashIndex::count_conflicts(GroupRef* g) const {
 
 NehashIndex::Place NehashIndex::overflow_place(OverflowRef* o, unsigned s) {
   return {&o->lock, &o->block->meta.meta[s], &o->block->bucket.slot[s], s};
+}
+
+void NehashIndex::lock_bucket(std::atomic<std::uint64_t>* word) {
+  for (unsigned spins = 0;; ++spins) {
+    std::uint64_t cur = word->load(std::memory_order_relaxed);
+    if ((cur & kSlotLockMask) == 0 &&
+        word->compare_exchange_weak(cur, cur | kSlotLockMask, std::memory_order_seq_cst)) {
+      break;
+    }
+    if (spins > 64) std::this_thread::yield();
+  }
+}
+
+void NehashIndex::unlock_bucket(std::atomic<std::uint64_t>* word) {
+  // All 16 bits cleared and the version bumped in one step (as unlock()).
+  word->fetch_add(kVersionOne - kSlotLockMask, std::memory_order_release);
 }
 
 void NehashIndex::lock(const Place& p) {
@@ -136,17 +149,23 @@ bool NehashIndex::matches(const View& v, const Key& key) const {
   return item != nullptr && item_key(item) == key.bytes;
 }
 
-NehashIndex::Place NehashIndex::locate(GroupRef* g, const Key& key, const Place& home_place) const {
-  // The caller holds the home lock: the home slot cannot change under us.
-  View h{home_place.meta->load(std::memory_order_relaxed),
-         home_place.slot->w0.load(std::memory_order_relaxed),
-         home_place.slot->w1.load(std::memory_order_relaxed)};
-  if (matches(h, key)) return home_place;
+NehashIndex::Place NehashIndex::locate(GroupRef* g, const Key& key) const {
+  // The caller holds the key's home bucket: no slot of it changes under us.
+  const unsigned k = home_bucket(key.h1, b_);
+  const unsigned hs = home_slot(key.h1);
   const std::uint16_t fp = fingerprint(key.h2);
+  for (unsigned i = 0; i < kSlotsPerBucket; ++i) {
+    const Place p = place(g, k, (hs + i) & (kSlotsPerBucket - 1));
+    const std::uint16_t m = p.meta->load(std::memory_order_relaxed);
+    if (!meta_valid(m) || meta_fp(m) != fp) continue;
+    const View v{m, p.slot->w0.load(std::memory_order_relaxed),
+                 p.slot->w1.load(std::memory_order_relaxed)};
+    if (matches(v, key)) return p;
+  }
   // A count of 0 means no conflict slot holds a key of this bucket: the
   // count is never below them (C1-C3), and only a writer holding the key's
-  // home lock, which we hold, could add the key there.
-  const bool none = conflict_count(home_place.lock->load(std::memory_order_relaxed)) == 0;
+  // home bucket, as we do, could add the key there.
+  const bool none = conflict_count(g->lock[k].load(std::memory_order_relaxed)) == 0;
   for (unsigned s = 0; s < kSlotsPerBucket && !none; ++s) {
     const Place c = conflict(g, s);
     const std::uint16_t m = c.meta->load(std::memory_order_relaxed);
@@ -164,7 +183,10 @@ NehashIndex::Place NehashIndex::locate(GroupRef* g, const Key& key, const Place&
 }
 
 bool NehashIndex::has_room(GroupRef* g, std::uint64_t h1) const {
-  if (!meta_valid(home(g, h1).meta->load())) return true;
+  const unsigned k = home_bucket(h1, b_);
+  for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+    if (!meta_valid(group_metas(g->hdr)[k].meta[s].load())) return true;
+  }
   for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
     if (!meta_valid(conflict(g, s).meta->load())) return true;
   }
@@ -184,72 +206,83 @@ Status NehashIndex::get(const Key& key, std::string* value) {
   rcu::ReadGuard guard;
   const std::uint16_t fp = fingerprint(key.h2);
   const bool unpersisted = planted::active(planted::kNehashReadUnpersisted);
+  const unsigned k = home_bucket(key.h1, b_);
+  const unsigned hs = home_slot(key.h1);
   for (;;) {
     const Leaf leaf = dir_->find(key.h1);
     GroupRef* g = leaf.group;
     if (g == nullptr) return Status::NotFound();
+    // Every writer of the key holds its home bucket's lock (all 16 bits of
+    // the bucket's word) from before its first store until its last drain
+    // (quiescent unlock). The bucket is read under one seqlock over that
+    // word: it was unlocked at the start, and a hit or a NotFound is
+    // answered only if the word did not move until the end (nehash.h,
+    // "Durable linearizability", R1-R2): no writer of the bucket was in
+    // flight meanwhile, so every store the scan saw was durable.
+    std::atomic<std::uint64_t>* const word = &g->lock[k];
+    BucketMeta& metas = group_metas(g->hdr)[k];
+    Slot* const slots = group_buckets(g->hdr, b_)[k].slot;
+    // The lock word, the bucket's metas and the home slot are three lines
+    // whose addresses depend only on g: start the two pool lines before
+    // the lock word's load, so that the three misses overlap.
+    __builtin_prefetch(&metas);
+    __builtin_prefetch(&slots[hs]);
+    std::uint64_t home_word = word->load(std::memory_order_acquire);
+    for (unsigned spins = 0; (home_word & kSlotLockMask) != 0 && !unpersisted; ++spins) {
+      if (spins > 64) std::this_thread::yield();
+      home_word = word->load(std::memory_order_acquire);
+    }
     View found;
     bool hit = false;
     std::uint64_t damaged = 0;  // a slot of the key's h1 whose item fails the check
-    // Every writer of the key holds its home slot's lock from before its
-    // first store until its last drain (quiescent unlock). A NotFound is
-    // answered only if that lock was free at the start of the scan and its
-    // word did not move until the end (nehash.h, "Durable
-    // linearizability", R2): no writer of the key was in flight meanwhile,
-    // so every write of the key the scan could see is durable.
-    const Place home_place = home(g, key.h1);
-    // The lock word, the home meta and the home slot are three lines whose
-    // addresses depend only on g: start the two pool lines before the
-    // lock word's load, so that the three misses overlap.
-    __builtin_prefetch(home_place.meta);
-    __builtin_prefetch(home_place.slot);
-    std::uint64_t home_word = home_place.lock->load(std::memory_order_acquire);
-    const std::uint64_t home_bit = std::uint64_t{1} << home_place.bit;
-    for (unsigned spins = 0; (home_word & home_bit) != 0 && !unpersisted; ++spins) {
-      if (spins > 64) std::this_thread::yield();
-      home_word = home_place.lock->load(std::memory_order_acquire);
-    }
-    auto try_place = [&](const Place& p) {
-      // Acquire (R2): a meta a writer stored after taking the home lock
-      // makes the final load of the home word below see that lock; and
-      // each meta load stays before that final load.
-      const std::uint16_t m = p.meta->load(std::memory_order_acquire);
-      if (!meta_valid(m) || meta_fp(m) != fp) return false;
-      // A hit is read under the slot's seqlock, which waits out the
-      // writer's lock, so it is durable (R1).
-      const View v = unpersisted ? View{p.meta->load(std::memory_order_acquire),
-                                        p.slot->w0.load(std::memory_order_acquire),
-                                        p.slot->w1.load(std::memory_order_acquire)}
-                                 : read(p);
+    auto consider = [&](const View& v) {
       if (!meta_is_inline(v.meta) && v.w1 == key.h1 && !readable(v)) {
         damaged = pool::pptr_offset(v.w0);
-        return false;
+        return;
       }
-      if (!matches(v, key)) return false;
-      found = v;
-      return hit = true;
+      if (matches(v, key)) {
+        found = v;
+        hit = true;
+      }
     };
+    // The bucket: its 16 fingerprints, the home slot's first; only a slot
+    // whose fingerprint matches is read. Acquire loads (R2): a meta or word
+    // a writer stored after locking the bucket makes the final load of the
+    // word below see that lock; and each load stays before that final load.
+    for (unsigned i = 0; i < kSlotsPerBucket && !hit; ++i) {
+      const unsigned s = (hs + i) & (kSlotsPerBucket - 1);
+      const std::uint16_t m = metas.meta[s].load(std::memory_order_acquire);
+      if (!meta_valid(m) || meta_fp(m) != fp) continue;
+      consider(View{m, slots[s].w0.load(std::memory_order_acquire),
+                    slots[s].w1.load(std::memory_order_acquire)});
+    }
     // The conflict bucket and the overflow chain are scanned only if the
     // home word counts a conflict slot of this home bucket, or the group
     // has overflow blocks (nehash.h, "Conflict counts", R2'): a writer that
-    // puts the key there holds its home lock, so it changes the word this
-    // scan compares at its end.
+    // puts the key there holds its home bucket, so it changes the word this
+    // scan compares at its end. Their slots are read under their own
+    // seqlocks (R1).
     OverflowRef* chain = g->overflow.load(std::memory_order_acquire);
-    if (!try_place(home_place) && (conflict_count(home_word) != 0 || chain != nullptr)) {
+    if (!hit && (conflict_count(home_word) != 0 || chain != nullptr)) {
+      auto try_place = [&](const Place& p) {
+        const std::uint16_t m = p.meta->load(std::memory_order_acquire);
+        if (!meta_valid(m) || meta_fp(m) != fp) return;
+        consider(unpersisted ? View{p.meta->load(std::memory_order_acquire),
+                                    p.slot->w0.load(std::memory_order_acquire),
+                                    p.slot->w1.load(std::memory_order_acquire)}
+                             : read(p));
+      };
       for (unsigned s = 0; s < kSlotsPerBucket && !hit; ++s) try_place(conflict(g, s));
       for (OverflowRef* o = chain; o != nullptr && !hit;
            o = o->next.load(std::memory_order_acquire)) {
         for (unsigned s = 0; s < kSlotsPerBucket && !hit; ++s) try_place(overflow_place(o, s));
       }
     }
-    // R2: a writer of the key locked its home slot during the scan (also a
-    // split, which locks every slot it cleans): scan again. Acquire, and
-    // before the covers() check below, so that a split seen here is seen
-    // there too.
-    if (!hit && !unpersisted &&
-        home_place.lock->load(std::memory_order_acquire) != home_word) {
-      continue;
-    }
+    // R1-R2: a writer of the bucket (any of its keys; also a split, which
+    // locks every bucket it cleans) ran during the scan: scan again.
+    // Acquire, and before the covers() check below, so that a split seen
+    // here is seen there too.
+    if (!unpersisted && word->load(std::memory_order_acquire) != home_word) continue;
     // A split may have moved the key's half to a new group after we loaded
     // g: only an answer from a group that still covers the key counts.
     if (!g->covers(key.h1)) continue;
@@ -367,12 +400,13 @@ NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key
     }
     return a;
   }
-  const Place h = home(g, key.h1);
-  lock(h);
+  const unsigned k = home_bucket(key.h1, b_);
+  std::atomic<std::uint64_t>* const h = &g->lock[k];
+  lock_bucket(h);
   // Dekker handshake with the splitter: it stores SPLITTING, then reads our
-  // lock word; we stored our lock bit, then read its state (both seq_cst).
+  // lock word; we stored our lock bits, then read its state (both seq_cst).
   if (g->state.load(std::memory_order_seq_cst) & kSplitting) {
-    unlock(h);
+    unlock_bucket(h);
     a.kind = Attempt::kWaitSplit;
     a.group = g;
     return a;
@@ -380,36 +414,41 @@ NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key
   // The depth cannot change while we hold a lock of g.
   const unsigned d = g->depth.load(std::memory_order_acquire);
   if (!in_range(key.h1, g->prefix, d)) {
-    unlock(h);
+    unlock_bucket(h);
     a.kind = Attempt::kRetry;
     return a;
   }
-  const Place at = locate(g, key, h);
+  const Place at = locate(g, key);
   if (at) {
     if (mode == Mode::kInsert) {
       a.status = Status::AlreadyExists("key exists");
     } else {
-      const bool other = at.lock != h.lock || at.bit != h.bit;
+      // A conflict or overflow slot has its own lock; a slot of the home
+      // bucket is ours already.
+      const bool other = at.lock != h;
       if (other) lock(at);
       const View old{at.meta->load(), at.slot->w0.load(), at.slot->w1.load()};
       update_slot(tc, at, old, new_view(key, value, item));
       *published = item != 0;
       if (other) unlock(at);
     }
-    unlock(h);
+    unlock_bucket(h);
     return a;
   }
   if (mode == Mode::kUpdate) {
-    unlock(h);
+    unlock_bucket(h);
     a.status = Status::NotFound();
     return a;
   }
-  // Target: the home slot, else a free conflict slot, else (at max depth) a
-  // free overflow slot.
+  // Target: the first free slot of the home bucket from the home slot on,
+  // else a free conflict slot, else a free overflow slot.
   Place target;
-  if (!meta_valid(h.meta->load(std::memory_order_relaxed))) {
-    target = h;
-  } else {
+  const unsigned hs = home_slot(key.h1);
+  for (unsigned i = 0; i < kSlotsPerBucket && !target; ++i) {
+    const Place p = place(g, k, (hs + i) & (kSlotsPerBucket - 1));
+    if (!meta_valid(p.meta->load(std::memory_order_relaxed))) target = p;
+  }
+  if (!target) {
     for (unsigned s = 0; s < kSlotsPerBucket && !target; ++s) {
       const Place c = conflict(g, s);
       if (meta_valid(c.meta->load(std::memory_order_relaxed)) || !try_lock(c)) continue;
@@ -433,21 +472,21 @@ NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key
     }
   }
   if (!target) {
-    unlock(h);
+    unlock_bucket(h);
     a.kind = Attempt::kSplit;
     a.group = g;
     a.depth = d;
     return a;
   }
   // A key that goes to the conflict bucket is counted in its home word
-  // while the home lock is held (nehash.h, "Conflict counts").
-  if (target.lock == conflict_lock(g)) h.lock->fetch_add(kConflictOne, std::memory_order_relaxed);
+  // while the home bucket is locked (nehash.h, "Conflict counts").
+  if (target.lock == conflict_lock(g)) h->fetch_add(kConflictOne, std::memory_order_relaxed);
   store_new(target, new_view(key, value, item));
   *published = item != 0;
   add_count(tc, 1);
   dir_->stamp_insert(leaf);
-  if (target.lock != h.lock) unlock(target);
-  unlock(h);
+  if (target.lock != h) unlock(target);
+  unlock_bucket(h);
   return a;
 }
 
@@ -509,21 +548,21 @@ Status NehashIndex::remove(const Key& key) {
       rcu::ReadGuard guard;
       GroupRef* g = dir_->find(key.h1).group;
       if (g == nullptr) return Status::NotFound();
-      const Place h = home(g, key.h1);
-      lock(h);
+      std::atomic<std::uint64_t>* const h = &g->lock[home_bucket(key.h1, b_)];
+      lock_bucket(h);
       if (g->state.load(std::memory_order_seq_cst) & kSplitting) {
-        unlock(h);
+        unlock_bucket(h);
         wait_for = g;
       } else if (!g->covers(key.h1)) {
-        unlock(h);
+        unlock_bucket(h);
         continue;
       } else {
-        const Place at = locate(g, key, h);
+        const Place at = locate(g, key);
         if (!at) {
-          unlock(h);
+          unlock_bucket(h);
           return Status::NotFound();
         }
-        const bool other = at.lock != h.lock || at.bit != h.bit;
+        const bool other = at.lock != h;
         if (other) lock(at);
         const std::uint16_t m = at.meta->load(std::memory_order_relaxed);
         if (!meta_is_inline(m)) {
@@ -535,10 +574,10 @@ Status NehashIndex::remove(const Key& key) {
         at.meta->store(static_cast<std::uint16_t>(m & ~kMetaValid), std::memory_order_release);
         // The removal is durable before it is acknowledged.
         region_.persist(at.meta, sizeof(std::uint16_t));
-        if (at.lock == conflict_lock(g)) h.lock->fetch_sub(kConflictOne, std::memory_order_relaxed);
+        if (at.lock == conflict_lock(g)) h->fetch_sub(kConflictOne, std::memory_order_relaxed);
         add_count(tc, -1);
         if (other) unlock(at);
-        unlock(h);
+        unlock_bucket(h);
         return Status::OK();
       }
     }
@@ -601,8 +640,7 @@ Status NehashIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
         };
         for (std::size_t k = 0; k < buckets_per_group(b_); ++k) {
           for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
-            take({&g->lock[k], &group_metas(g->hdr)[k].meta[s],
-                  &group_buckets(g->hdr, b_)[k].slot[s], s});
+            take(place(g, k, s));
           }
         }
         for (OverflowRef* o = g->overflow.load(std::memory_order_acquire); o != nullptr;
@@ -651,7 +689,7 @@ void NehashIndex::recount() const {
     };
     for (std::size_t k = 0; k < buckets_per_group(b_); ++k) {
       for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
-        count({&g.lock[k], &group_metas(g.hdr)[k].meta[s], &group_buckets(g.hdr, b_)[k].slot[s], s});
+        count(place(&g, k, s));
       }
     }
     for (OverflowRef* o = g.overflow.load(); o != nullptr; o = o->next.load()) {

@@ -18,9 +18,15 @@
 // On-media layout (layout.h has every field)
 // ---------------------------------------------------------------------------
 //
+//   Layout version 2 (pool-header parameter and root; magics end in 2): a
+//   key may sit in any slot of its home bucket. A layout-1 pool (pool-header
+//   version 1 or root magic "NEHASHR1": each key in its home slot or the
+//   conflict bucket) is refused at open by name (InvalidArgument naming both
+//   versions), before anything of it is read or written.
+//
 //   pool root (8576 B)
 //   +---------------------------------------------------------------------+
-//   | magic "NEHASHR1", version, b, G0 (checked against the pool header)  |
+//   | magic "NEHASHR2", version 2, b, G0 (checked against the pool header)|
 //   | rec_segments[32]   offsets of the Rec_BG_TABLE segments             |
 //   | item_count, count_valid   saved by a clean close                    |
 //   | op_log[256]        one 32-byte OpLog per heap thread slot           |
@@ -64,8 +70,8 @@
 //   group is named by a run of 2^(node depth - L) entries of one node.
 //
 //   Bit budget (Fig. 3): directory bits from the top (at most kMaxDepth);
-//   bucket = (h1 >> 4) mod 2^b; slot = h1 mod 16. Bucket and slot do not
-//   depend on the depth, so a split never changes them.
+//   home bucket = (h1 >> 4) mod 2^b; home slot = h1 mod 16. Neither depends
+//   on the depth, so a split never changes them.
 //
 //   Lookup: at most three acquire loads of entry words, lock-free, inside an
 //   RCU read-side section. A split re-points entries by single stores; a new
@@ -108,25 +114,44 @@
 // ---------------------------------------------------------------------------
 // Operations and persist order (§3, §4.1)
 // ---------------------------------------------------------------------------
-//   A key's home is its (bucket, slot); it lives there, in the conflict
-//   bucket, or (at kMaxDepth) in an overflow block. No probing.
-//   Slot locks (writers only): bit s of the bucket's DRAM lock word; unlock
-//   adds kVersionOne - bit (clears it and bumps the version). Every writer of
-//   a key takes its home lock first, so one key's writers are serialised;
-//   then a conflict or overflow slot's lock if it needs one. After the home
-//   lock a writer reads the group's SPLITTING state (seq_cst, Dekker with the
-//   splitter), backs off if set, and waits outside its read section.
-//   Quiescent unlock: a slot lock is released only once every store to the
-//   slot and its meta is durable.
+//   A key lives in any slot of its home bucket (DEPARTURE: the paper gives
+//   each key one slot), in the group's conflict bucket only if its home
+//   bucket was full when it was inserted, or (no split possible) in an
+//   overflow block. An insert takes the first free slot of the home bucket
+//   from the home slot on (wrapping at 16), so a key is mostly at its home
+//   slot; a key stays where it was put (a slot freed later in its bucket
+//   does not draw it back from the conflict bucket).
+//   Locks (writers only; DRAM lock words, directory.h):
+//     home bucket     all 16 bits of the bucket's word, set by one CAS once
+//                     none is set; unlock adds kVersionOne - 0xFFFF (clears
+//                     them and bumps the version). A slot of the bucket may
+//                     hold any of its keys, so a writer owns the bucket, not
+//                     a slot (per-slot locks would let a key's writer and
+//                     the home writer of the slot it sits in deadlock).
+//     conflict slot,  bit s of the conflict bucket's or the overflow
+//     overflow slot   block's word; unlock adds kVersionOne - bit.
+//   Every writer of a key takes its home bucket first, so one key's writers
+//   are serialised; then a conflict or overflow slot's lock if it needs one
+//   (the conflict bucket and the overflow blocks are nobody's home bucket:
+//   no cycle). After the home bucket a writer reads the group's SPLITTING
+//   state (seq_cst, Dekker with the splitter), backs off if set, and waits
+//   outside its read section.
+//   Quiescent unlock: a lock is released only once every store made under
+//   it (slot words and metas) is durable.
 //
-//   get        lock-free: seqlock over the lock word (wait while the slot's
-//              bit is set; retry if the version moved); home slot, then the
-//              conflict bucket's slots whose fp matches, then overflow.
+//   get        lock-free: one seqlock over the home bucket's word (wait
+//              while any of its 16 bits is set; retry if the word moved):
+//              the bucket's 16 fps (one 32-byte meta entry), home slot
+//              first, reading only the slots whose fp matches; then, if
+//              the count says so, the conflict bucket's matching slots and
+//              overflow, each under its own slot's seqlock.
 //              Writers store words and metas with release after locking,
 //              readers load them with acquire (no standalone fences: TSan
 //              cannot check those).
 //   insert     item (if not inline), flush | slot words, flush -> drain #1 |
-//              meta VALID -> drain #2. No free target -> unlock, split, retry.
+//              meta VALID -> drain #2. Target: the first free slot of the
+//              home bucket from the home slot on, else a free conflict
+//              slot, else a free overflow slot; none -> unlock, split, retry.
 //   update a   inline, same value length: store w1, persist.
 //          b   pointer to pointer: new item; retire old -> drain #1 | w0,
 //              persist.
@@ -151,8 +176,8 @@
 // ---------------------------------------------------------------------------
 // Every write is durable when it returns; no call answers from a store a
 // crash could still take back. The publishes and the drains that make them
-// durable, all under the slot's lock (the writer also holds the key's home
-// lock throughout):
+// durable, all under the slot's lock (the key's home bucket; for a conflict
+// or overflow slot also that slot's bit, the home bucket held throughout):
 //   P1  insert: meta VALID -> drain #2 -> unlock
 //   P2  update a/b: w1 or w0 -> persist -> unlock; c: slot and meta ->
 //       drain #3 (the op-log record already commits it) -> unlock
@@ -162,31 +187,34 @@
 //       locks, drained (#3) before unlock. Recovery of a committed split
 //       clears them again.
 //   P5  group creation: table word persisted before the entry is published.
-// So a slot lock is released only once every store made under it is
-// durable (quiescent unlock), and the lock word (DRAM) is the "not yet
-// durable" mark: while a slot's bit is set, its meta and words may hold a
-// store a crash can lose. The answers:
-//   R1  get hit: the slot is read under its seqlock, which waits while the
-//       bit is set and retries if the version moved, so the copy is one
-//       that was durable before its writer unlocked (P1-P3); an item a
-//       pointer slot names was drained before the slot (insert drain #1).
-//   R2  get NotFound: the home lock word is loaded (acquire) with its bit
-//       clear before the scan, and loaded again after it: unchanged, no
-//       writer of the key (each holds the home lock, P1-P3) nor a split
-//       cleaning its bucket (P4) ran meanwhile, so the metas the scan
-//       skipped were durable. Else the scan runs again. (Other slots of the
-//       same bucket bump the word too: a spurious retry, never a wrong
-//       answer.)
+// So a lock is released only once every store made under it is durable
+// (quiescent unlock), and the lock word (DRAM) is the "not yet durable"
+// mark: while a bucket's bits are set, its metas and words may hold a store
+// a crash can lose. The answers:
+//   R1  get hit in the home bucket: the home word is loaded (acquire) with
+//       no bit set before the scan and again after it; the answer is kept
+//       only if it did not move, so the copy is one that was durable before
+//       its writer unlocked (P1-P3). A hit in a conflict or overflow slot is
+//       read under that slot's seqlock (wait while its bit is set, retry if
+//       the version moved) and kept under the home word's check too. An
+//       item a pointer slot names was drained before the slot (insert
+//       drain #1).
+//   R2  get NotFound: the same two loads of the home word: unchanged, no
+//       writer of the key (each holds the home bucket, P1-P3) nor a split
+//       cleaning the bucket (P4) ran meanwhile, so the metas the scan
+//       skipped were durable. Else the scan runs again. (Writers of the
+//       bucket's other keys bump the word too: a spurious retry, never a
+//       wrong answer.)
 //   R3  insert AlreadyExists, update/remove NotFound: decided under the
-//       key's home lock, after every earlier writer of the key unlocked, so
-//       on durable slots; a conflict or overflow slot is read under its
-//       seqlock (R1).
+//       key's home bucket lock, after every earlier writer of the key
+//       unlocked, so on durable slots; a conflict or overflow slot is read
+//       under its seqlock (R1).
 //   R4  a group reached through the directory is durable (P4, P5); a
 //       reader of a group a split left keeps an answer only if the group
 //       still covers the key.
 // ReadOptions::snapshot is get(): the latest durable state (every answer
-// is durable, R1-R4). Costs: none on a hit; a NotFound loads the home lock
-// word twice (a DRAM line it reads anyway).
+// is durable, R1-R4). Costs: the home word is loaded twice (a DRAM line the
+// get reads anyway).
 //
 // Conflict counts (GAP; DRAM only). Bits 16..20 of a home bucket's lock
 // word count the VALID slots of the group's conflict bucket whose key has
@@ -195,9 +223,11 @@
 // blocks, so a miss on an uncontended bucket reads the lock word, the home
 // meta and nothing else of the pool.
 //   C1  an insert into a conflict slot adds one to its home word while it
-//       holds the key's home lock, before it stores the slot; a remove of a
-//       conflict slot subtracts one, also under the home lock, after it
-//       clears VALID. Overflow slots are not counted.
+//       holds the key's home bucket, before it stores the slot; a remove of
+//       a conflict slot subtracts one, also under the home bucket, after it
+//       clears VALID. Overflow slots are not counted. (A key goes to the
+//       conflict bucket only when its bucket is full, but the count rules
+//       do not depend on why.)
 //   C2  a split counts its new group's conflict bucket before the directory
 //       names the group; its step 10 subtracts one for each conflict slot
 //       it clears, after the clear.
@@ -205,9 +235,9 @@
 //       the cleaning of W1, before serving. A count is never lower than
 //       the number of VALID conflict slots whose key has its bucket as
 //       home (C1-C3 add before a store and subtract after a clear).
-//   A writer's lookup under the key's home lock (insert, update, remove)
+//   A writer's lookup under the key's home bucket (insert, update, remove)
 //   skips the conflict bucket on a count of 0 as well: only a writer
-//   holding that lock could have put the key there.
+//   holding that bucket could have put the key there.
 //   R2' a NotFound that skipped the conflict bucket: the home word, count
 //       included, was the same at the start and at the end of the scan
 //       (R2), so no writer of the key ran in between, and any conflict slot
@@ -218,10 +248,13 @@
 // Cache lines of a get (8-byte pair, b = 6; measured in
 // docs/results/nehash/): the directory entry (1 to 3 node lines, the main
 // node mostly cached), the GroupRef, then three independent lines fetched
-// together: the home lock word, the bucket's metas and the home slot (the
-// two pool lines are prefetched before the lock word is loaded). A miss
-// with a zero conflict count stops there; a key in the conflict bucket adds
-// the conflict metas and its slot. One hash per call (the store's Key).
+// together: the home lock word, the bucket's metas and the home slot's line
+// (the two pool lines are prefetched before the lock word is loaded). A
+// key off its home slot may sit in another of the bucket's four lines; a
+// fingerprint that matches by chance (1 in 64 per VALID slot) reads one
+// more. A miss with a zero conflict count stops there; a key in the
+// conflict bucket adds the conflict metas and its slot. One hash per call
+// (the store's Key).
 //
 // Drains per write of an 8-byte pair, and why none can go (a slot is 16
 // bytes and its meta lies in another line; the crash model keeps only
@@ -236,18 +269,21 @@
 // ---------------------------------------------------------------------------
 // Split (§4.2; DEPARTURE: in place, the paper gives no procedure)
 // ---------------------------------------------------------------------------
-//   g keeps the lower half (prefix P); g1 gets P | 1 << (63 - d). A home key
-//   keeps its (bucket, slot) in g1; a conflict key goes home in g1 if free,
-//   else to g1's conflict bucket. Pointer slots are copied as they are (w1
-//   gives h1; inline keys are rehashed): no item is read.
+//   g keeps the lower half (prefix P); g1 gets P | 1 << (63 - d). A key of
+//   bucket k keeps its (k, slot) in g1 (the buckets are copied first); a
+//   conflict key goes to the first free slot of its home bucket in g1 from
+//   its home slot on, else to g1's conflict bucket (at most 16 come from
+//   g's: they fit). Pointer slots are copied as they are (w1 gives h1;
+//   inline keys are rehashed): no item is read.
 //    0 dir_mutex_ shared; SPLITTING on g; wait until g has no slot lock
 //    1 choose the directory action (D: expand, return; kMaxDepth: overflow)
 //    2 id1   3 g1 zeroed (intent 1), header, upper half, flush
 //    4 op_log[t].op = kSplit(d, g); flush        5 drain #1
 //    6 table[id1] = g1 | d+1; table[g] = g | d+1; flush   7 drain #2 (commit)
 //    8 clear intent 1   9 DRAM: g1's GroupRef, g.depth = d+1, directory action
-//   10 clear VALID of g's slots outside its new range, under all 16 locks of
-//      each bucket concerned   11 drain #3
+//   10 clear VALID of g's slots outside its new range, under the lock of
+//      each bucket concerned (all 16 bits, one CAS once none is set, as a
+//      writer takes its home bucket)   11 drain #3
 //   12 op_log[t].op = 0 (no drain)   13 clear SPLITTING, wake writers
 //   Recovery of a kSplit(g, d) record, with E1 = "a live group has prefix
 //   P | 1 << (63 - d) and creation depth d+1" and B = "g's entry says > d":
@@ -267,8 +303,9 @@
 // Open: the rebuild (§5; paper Steps 1-6), O(groups + threads), never O(keys)
 // ---------------------------------------------------------------------------
 //   Phase V (reads only; a rejected pool is left byte-for-byte unchanged):
-//   V0 root magic, version, b and G0 equal to the pool header; segments
-//      allocated, large enough, right magic and index.
+//   V0 pool-header version 2 and root magic and version of layout 2 (a
+//      layout-1 pool is refused by name); b and G0 equal to the pool
+//      header; segments allocated, large enough, right magic and index.
 //   1  every table word; per live entry one group header (magic, bg_id, b,
 //      create_depth <= L <= kMaxDepth, zero prefix bits below create_depth);
 //      overflow chains only at kMaxDepth. Holes go to the id free list.
@@ -310,8 +347,9 @@
 //   leaf's group covers it; each group named by exactly its run in one node;
 //   table entries and GroupRefs one to one with equal depths. 6 durations
 //   >= 0, time stamps not in the future. 7 every VALID slot well formed,
-//   inline exactly when the pair fits, in its group's range, right fp, home
-//   slots at home, pointer slots naming an allocated item with state ==
+//   inline exactly when the pair fits, in its group's range, right fp, a
+//   key of bucket k in its home bucket k (the conflict bucket and overflow
+//   blocks: any), pointer slots naming an allocated item with state ==
 //   w1 == the key's h1. 8 no key twice. 9 each overflow block on one chain
 //   (not "only at kMaxDepth": see the DRAM bound). 10 the count; every
 //   allocated block is a group, segment, overflow block or exactly one

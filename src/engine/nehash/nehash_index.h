@@ -93,13 +93,19 @@ class NehashIndex final : public Index {
   };
 
   // --- slots ---
-  Place home(GroupRef* g, std::uint64_t h1) const;
+  // Slot s of bucket k (k = 2^b: the conflict bucket).
+  Place place(GroupRef* g, std::size_t k, unsigned s) const;
   Place conflict(GroupRef* g, unsigned s) const;
   static Place overflow_place(OverflowRef* o, unsigned s);
   std::atomic<std::uint64_t>* conflict_lock(GroupRef* g) const;
   // Sets the conflict counts of g's home lock words from its conflict
   // bucket (open, and a split's new group before it is published).
   void count_conflicts(GroupRef* g) const;
+  // A home bucket's lock: all 16 bits of its word, taken and released at
+  // once (writers of the bucket's keys, nehash.h "Operations").
+  static void lock_bucket(std::atomic<std::uint64_t>* word);
+  static void unlock_bucket(std::atomic<std::uint64_t>* word);
+  // One slot's lock: a conflict or overflow slot.
   static void lock(const Place& p);
   static bool try_lock(const Place& p);
   static void unlock(const Place& p);
@@ -112,8 +118,8 @@ class NehashIndex final : public Index {
   // lengths of at most 8, or an item that lies in the heap (`in_block`:
   // inside its own heap block). False only on a damaged pool.
   bool readable(const View& v, bool in_block = false) const;
-  // Where `key` is in g, given that the caller holds its home lock.
-  Place locate(GroupRef* g, const Key& key, const Place& home_place) const;
+  // Where `key` is in g, given that the caller holds its home bucket.
+  Place locate(GroupRef* g, const Key& key) const;
   bool has_room(GroupRef* g, std::uint64_t h1) const;
 
   // --- writing ---

@@ -28,7 +28,7 @@ Status encode_params(const Options& o, std::uint8_t* out) {
                                    std::to_string(kMaxInitialDirBits) + ", got " +
                                    std::to_string(o.nehash_initial_dir_bits));
   }
-  const Params p{1, static_cast<std::uint8_t>(o.nehash_bucket_bits),
+  const Params p{kLayoutVersion, static_cast<std::uint8_t>(o.nehash_bucket_bits),
                  static_cast<std::uint8_t>(o.nehash_initial_dir_bits)};
   std::memcpy(out, &p, sizeof(p));
   return Status::OK();
@@ -123,7 +123,18 @@ Status NehashIndex::format() {
 Status NehashIndex::recover() {
   Params p{};
   std::memcpy(&p, env_.pool->header().engine_params, sizeof(p));
-  if (p.version != 1 || p.bucket_bits < kMinBucketBits || p.bucket_bits > kMaxBucketBits ||
+  // A layout-1 pool (each key in its home slot) says so in its pool header
+  // and its root: refused by name, before any slot is read under rules it
+  // was not written by.
+  if (p.version == kLayoutVersionV1 || root_->magic == kRootMagicV1) {
+    return Status::InvalidArgument(
+        "pool " + env_.pool->path() + ": nehash layout version " +
+        std::to_string(kLayoutVersionV1) + " (each key in its home slot); this build reads only " +
+        "layout version " + std::to_string(kLayoutVersion) +
+        " (a key in any slot of its home bucket) and does not convert pools: read it out with "
+        "'pmhash scan' of a build of layout 1 and load it into a new pool");
+  }
+  if (p.version != kLayoutVersion || p.bucket_bits < kMinBucketBits || p.bucket_bits > kMaxBucketBits ||
       p.initial_dir_bits > kMaxInitialDirBits) {
     return fail("pool-header parameters {version " + std::to_string(p.version) + ", b " +
                 std::to_string(p.bucket_bits) + ", G0 " + std::to_string(p.initial_dir_bits) +
@@ -405,7 +416,10 @@ Status NehashIndex::recover() {
       return meta_valid(m) && !meta_is_inline(m) &&
              pool::pptr_offset(pl.slot->w0.load()) == off && pl.slot->w1.load() == key.h1;
     };
-    if (names(home(g, key.h1))) return true;
+    const unsigned k = home_bucket(key.h1, b_);
+    for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+      if (names(place(g, k, s))) return true;
+    }
     for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
       if (names(conflict(g, s))) return true;
     }
@@ -563,9 +577,8 @@ Status NehashIndex::check() {
         err = where + " has a wrong fingerprint";
         return;
       }
-      if (home_k >= 0 &&
-          (home_bucket(h1, b_) != static_cast<unsigned>(home_k) || home_slot(h1) != p.bit)) {
-        err = where + " holds a key whose home is elsewhere";
+      if (home_k >= 0 && home_bucket(h1, b_) != static_cast<unsigned>(home_k)) {
+        err = where + " holds a key whose home bucket is elsewhere";
         return;
       }
       if (!keys.insert(key).second) {
@@ -577,8 +590,7 @@ Status NehashIndex::check() {
     const std::size_t conflict_k = std::size_t{1} << b_;
     for (std::size_t k = 0; k <= conflict_k; ++k) {
       for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
-        slot({&g.lock[k], &group_metas(g.hdr)[k].meta[s], &group_buckets(g.hdr, b_)[k].slot[s], s},
-             k == conflict_k ? -1 : static_cast<long>(k),
+        slot(place(&g, k, s), k == conflict_k ? -1 : static_cast<long>(k),
              "group " + std::to_string(g.bg_id) + " bucket " + std::to_string(k) + " slot " +
                  std::to_string(s));
       }

@@ -161,14 +161,13 @@ bool NehashIndex::clean_stale(GroupRef* g, bool lock_buckets) {
     if (!found) continue;
     any = true;
     // All 16 slot locks: readers of the bucket wait, then retry on the
-    // version bump and fail the covering check. Taken one by one, as a
-    // writer takes one: a writer that reached g may hold its home slot's
-    // lock for a moment while it sees SPLITTING and backs off, and taking
-    // that bit over (fetch_or) would let both release it, the second
-    // subtraction borrowing and leaving slot locks set for good.
-    if (lock_buckets) {
-      for (unsigned s = 0; s < kSlotsPerBucket; ++s) lock(Place{&g->lock[k], nullptr, nullptr, s});
-    }
+    // version bump and fail the covering check. Taken by one CAS once no
+    // bit is set, as a writer takes its home bucket: a writer that reached
+    // g may hold the bucket for a moment while it sees SPLITTING and backs
+    // off, and taking its bits over (fetch_or) would let both release them,
+    // the second subtraction borrowing into the conflict count and leaving
+    // slot locks set for good.
+    if (lock_buckets) lock_bucket(&g->lock[k]);
     const bool conflict_bucket = k == (std::size_t{1} << b_);
     for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
       if (stale(s)) {
@@ -188,7 +187,7 @@ bool NehashIndex::clean_stale(GroupRef* g, bool lock_buckets) {
       }
     }
     region_.flush(&metas, sizeof(BucketMeta));
-    if (lock_buckets) g->lock[k].fetch_add(kVersionOne - kSlotLockMask, std::memory_order_release);
+    if (lock_buckets) unlock_bucket(&g->lock[k]);
   }
   return any;
 }
@@ -257,8 +256,8 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
     finish();
     return s;
   }
-  // 3. The upper half's group, with the keys that move. Slot indexes do not
-  //    depend on the depth, so a home key keeps its (bucket, slot).
+  // 3. The upper half's group, with the keys that move. Buckets do not
+  //    depend on the depth, so a key of a bucket keeps its (bucket, slot).
   std::uint64_t off1 = 0;
   if (Status s = tc->allocate(group_bytes(b_), &off1, /*zero=*/true, kBlockIntent); !s.ok()) {
     release_id(id1);
@@ -299,11 +298,17 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
       std::size_t tk = k;
       unsigned ts = s;
       if (k == conflict_k) {
-        // A conflict key goes home in g1 if that slot is free, else to g1's
-        // conflict bucket (at most 16 keys come from g's: they fit).
+        // A conflict key goes to the first free slot of its home bucket in
+        // g1 from its home slot on (the buckets were copied first, each key
+        // at its own slot index), else to g1's conflict bucket (at most 16
+        // keys come from g's: they fit).
         tk = home_bucket(h, b_);
-        ts = home_slot(h);
-        if (meta_valid(metas1[tk].meta[ts].load(std::memory_order_relaxed))) {
+        ts = kSlotsPerBucket;
+        for (unsigned i = 0; i < kSlotsPerBucket && ts == kSlotsPerBucket; ++i) {
+          const unsigned c = (home_slot(h) + i) & (kSlotsPerBucket - 1);
+          if (!meta_valid(metas1[tk].meta[c].load(std::memory_order_relaxed))) ts = c;
+        }
+        if (ts == kSlotsPerBucket) {
           tk = conflict_k;
           ts = 0;
           while (meta_valid(metas1[tk].meta[ts].load(std::memory_order_relaxed))) ++ts;
