@@ -389,7 +389,7 @@ class RemoteEngineTest : public ::testing::Test {
     run_processes(o, steps);
   }
 
-  // ---- membership (engine/remote_index.h) ----
+  // ---- membership (engine/remote_common/remote_index.h) ----
 
   // A fresh memory node "<dir>/<name>" of the fixture's size.
   std::string make_node(const std::string& name) {

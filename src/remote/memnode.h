@@ -22,7 +22,7 @@
 //              +4224 membership record: kMembershipSize bytes (zero at
 //                    create): which index this node belongs to, at which
 //                    position, in which generation. The same for every
-//                    engine; its layout is engine/remote_index.h's.
+//                    engine; its layout is engine/remote_common/remote_index.h's.
 //   16384    allocatable bytes (zero at create), handed out by bump, up to
 //            the pool's size
 //

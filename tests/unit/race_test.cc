@@ -273,7 +273,7 @@ TEST_F(RaceProcessTest, ProcessesOnTwoShmNodes) { run_processes(options(), 2500)
 
 TEST_F(RaceProcessTest, ProcessesOnTwoTcpNodesOverLoopback) { run_processes_on_tcp(500); }
 
-// ---- membership, generation, lease (engine/remote_index.h) ----
+// ---- membership, generation, lease (engine/remote_common/remote_index.h) ----
 TEST_F(RaceTest, WrongNodeListsAreRefusedAtAttachAndChangeNothing) {
   expect_wrong_node_lists_refused();
 }

@@ -408,7 +408,7 @@ TEST_F(SepHashTest, BadInputIsRefusedWithAClearError) {
   expect_refuses_bad_input(options(), "sephash");
 }
 
-// ---- membership, generation, lease (engine/remote_index.h) ----
+// ---- membership, generation, lease (engine/remote_common/remote_index.h) ----
 TEST_F(SepHashTest, WrongNodeListsAreRefusedAtAttachAndChangeNothing) {
   expect_wrong_node_lists_refused();
 }
