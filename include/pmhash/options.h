@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-// Size limits of keys and values (DESIGN.md, "Hashing and keys").
+// Size limits of keys and values (docs/architecture.md, "Keys and hashing").
 #include "pmhash/limits.h"
 
 namespace pmhash {

@@ -13,7 +13,7 @@
 // when the thread exits or the store is closed. At most kMaxThreads threads
 // may use one Store at the same time (pmhash/limits.h); more get Status::Busy.
 //
-// Durability (Options::durability, DESIGN.md "Durability contract"):
+// Durability (Options::durability, docs/architecture.md, "Durability contract"):
 // with kStrict, a mutating call that returns OK is durable before it returns.
 #pragma once
 

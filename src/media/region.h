@@ -1,6 +1,6 @@
 // media/region.h - a mapped byte range and how its bytes become durable.
 //
-// A Region is the only way engines reach persistence (DESIGN.md, "media").
+// A Region is the only way engines reach persistence (docs/architecture.md, "Layers").
 // Its *granularity* says what makes a store durable:
 //
 //   kByte       eADR, or CXL with global persistent flush: a store is durable
