@@ -594,6 +594,7 @@ TEST_F(NehashEngineTest, PoolOfTheOldLayoutIsRefusedWithTheLayoutVersions) {
   ASSERT_TRUE(info->encode_params(options_, p.engine_params.data()).ok());
   EXPECT_EQ(p.engine_params[0], nh::kLayoutVersion);
   p.engine_params[0] = nh::kLayoutVersionV1;
+  p.format_heap = heap::Heap::format;
   ASSERT_TRUE(pool::Pool::create(path_, p, &pool_).ok());
   ASSERT_TRUE(attach(info->create).ok());
   edit([](pool::Pool&, nh::Root& root) {
