@@ -1,0 +1,92 @@
+// pmhash/engines.h - what each engine is: its descriptor.
+//
+// Every engine declares one EngineDescriptor in its own folder
+// (src/engine/<name>/descriptor.cc); the registry (src/engine/registry.cc)
+// is the only list of them. Front ends - the CLI, the benchmarks, the
+// server - learn everything they print or accept about an engine from here:
+// its name, what it is, where its index lives, what it can do, the options
+// it takes (Options::set) and the properties its Stats carry.
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace pmhash {
+
+// Where an engine keeps its index.
+enum class Location : unsigned char {
+  kPoolFile,     // a pool file (Store::create / Store::open with a path)
+  kMemoryNodes,  // memory nodes (Options::memnodes, an empty path)
+};
+
+// What an engine can do. Front ends and the store decide from these, never
+// from an engine's name.
+struct Capabilities {
+  bool strict = true;            // Durability::kStrict
+  bool epoch = false;            // Durability::kEpoch
+  bool transactions = false;     // Store::begin
+  bool snapshot_reads = false;   // ReadOptions::snapshot reads an older durable state
+  bool shrink = false;           // the index gives space back as keys go
+  bool background_threads = false;  // the index runs threads of its own
+};
+
+enum class OptionType : unsigned char {
+  kUnsigned,  // a decimal integer in [min, max]
+  kBool,      // true/false, on/off, 1/0, yes/no
+  kDouble,    // a decimal number in [min, max]
+};
+
+// When an option takes effect.
+enum class OptionScope : unsigned char {
+  kCreate,  // chosen at create and kept with the index; an open uses the kept value
+  kOpen,    // chosen by every create and open
+};
+
+// One engine option, named "<engine>.<option>" (e.g. "pmeh.zone_bits").
+struct OptionSpec {
+  std::string_view name;
+  OptionType type = OptionType::kUnsigned;
+  std::string_view default_value;  // as text, e.g. "6", "true", "0.05"
+  double min = 0;                  // numbers: the inclusive range
+  double max = 0;
+  // Numbers: when not empty, the only values accepted besides the range
+  // check, comma-separated ("4,8,16,32,64").
+  std::string_view allowed = {};
+  OptionScope scope = OptionScope::kOpen;
+  std::string_view doc;
+};
+
+// One named counter an engine reports in Stats::properties, named
+// "<engine>.<counter>" (e.g. "nehash.splits").
+struct PropertySpec {
+  std::string_view name;
+  std::string_view doc;
+};
+
+struct EngineDescriptor {
+  std::string_view name;
+  std::string_view summary;  // one line: what the engine is
+  std::string_view paper;    // the design it implements
+  Location location = Location::kPoolFile;
+  Capabilities capabilities;
+  std::span<const OptionSpec> options;
+  std::span<const PropertySpec> properties;
+  // An engine still being built: it can be created and opened by name,
+  // but finished_engines() leaves it out.
+  bool in_progress = false;
+};
+
+// Every engine of this build, in the registry's order.
+std::span<const EngineDescriptor* const> all_engines();
+// The finished engines (not in_progress), in the registry's order.
+std::vector<const EngineDescriptor*> finished_engines();
+// nullptr when no engine has this name.
+const EngineDescriptor* find_engine(std::string_view name);
+// The first finished engine of a location: what a create that names no
+// engine makes.
+const EngineDescriptor* default_engine(Location location);
+// An option of an engine by its full name; nullptr when it has none.
+const OptionSpec* find_option(const EngineDescriptor& engine, std::string_view name);
+
+}  // namespace pmhash
