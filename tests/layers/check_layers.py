@@ -53,6 +53,7 @@ PUBLIC = {
     "stats.h": "base",
     "transaction.h": "base",
     "memnode.h": "remote",
+    "engines.h": "engine",
     "store.h": "store",
 }
 
