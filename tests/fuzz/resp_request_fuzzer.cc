@@ -42,7 +42,11 @@ Outcome run(std::string_view bytes, std::size_t chunk, const RequestLimits& limi
     }
     if (r == RequestParser::Result::kRequest) {
       if (parser.consumed() == 0 || parser.consumed() > buffer.size()) broken();
-      if (parser.args().empty() || parser.args().size() > limits.max_args) broken();
+      // A multibulk request has at most max_args arguments; an inline one
+      // as many words as its line (at most max_inline bytes) holds.
+      if (parser.args().empty() || parser.args().size() > std::max(limits.max_args, limits.max_inline)) {
+        broken();
+      }
       std::vector<std::string> args;
       for (std::string_view a : parser.args()) {
         if (a.size() > limits.max_bulk) broken();
@@ -65,7 +69,7 @@ Outcome run(std::string_view bytes, std::size_t chunk, const RequestLimits& limi
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  const std::size_t chunk = std::size_t{data[0] % 16} + 1;
+  const std::size_t chunk = static_cast<std::size_t>(data[0] % 16) + 1;
   const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   RequestLimits limits;
   limits.max_bulk = 512;
