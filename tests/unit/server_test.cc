@@ -14,6 +14,7 @@
 #include "scratch_file.h"
 #include "server/commands.h"
 #include "server/server.h"
+#include "subprocess.h"
 
 namespace pmhash::server {
 namespace {
@@ -319,6 +320,56 @@ TEST_F(ServerTest, ShutdownStopsTheServer) {
   std::string value;
   EXPECT_TRUE(reopened->get("k", &value).ok());
   EXPECT_EQ(value, "v");
+}
+
+// The real redis-cli (Debian's redis-tools, installed by scripts/bootstrap.sh).
+constexpr const char* kRedisCli = "/usr/bin/redis-cli";
+
+TEST_F(ServerTest, RedisCliRunsCommandsInBothProtocols) {
+  start();
+  const std::string p = std::to_string(port());
+  auto cli = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"-p", p});
+    return pmhash::testing::run_program(kRedisCli, args);
+  };
+  EXPECT_EQ(cli({"set", "greeting", "hello world"}).out, "OK\n");
+  EXPECT_EQ(cli({"get", "greeting"}).out, "hello world\n");
+  EXPECT_EQ(cli({"-3", "get", "greeting"}).out, "hello world\n");
+  EXPECT_EQ(cli({"exists", "greeting", "nothing"}).out, "1\n");
+  EXPECT_EQ(cli({"dbsize"}).out, "1\n");
+  EXPECT_NE(cli({"info", "persistence"}).out.find("pmhash_engine:"), std::string::npos);
+  EXPECT_EQ(cli({"select", "3"}).out.rfind("ERR DB index is out of range\n", 0), 0u);
+}
+
+TEST_F(ServerTest, RedisCliPipeMassInsertionLandsEveryKey) {
+  start();
+  pmhash::testing::ScratchDir scratch("pmhash-server-pipe");
+  const std::string file = scratch.str() + "/commands";
+  std::string commands;
+  for (int i = 0; i < 20000; ++i) {
+    commands += RespClient::encode({"SET", "pipe:" + std::to_string(i), "value " + std::to_string(i)});
+  }
+  pmhash::testing::write_file(file, commands);
+  const auto r = pmhash::testing::run_program(
+      "/bin/sh", {"-c", std::string(kRedisCli) + " -p " + std::to_string(port()) + " --pipe < " + file});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("errors: 0, replies: 20000"), std::string::npos) << r.out;
+  RespClient c(port());
+  EXPECT_EQ(c.call({"DBSIZE"}), "(integer) 20000");
+  EXPECT_EQ(c.call({"GET", "pipe:12345"}), "value 12345");
+}
+
+TEST_F(ServerTest, RedisCliStatReadsTheServersCounters) {
+  start();
+  RespClient c(port());
+  for (int i = 0; i < 42; ++i) ASSERT_EQ(c.call({"SET", "k" + std::to_string(i), "v"}), "OK");
+  // --stat prints a row per interval until stopped; timeout(1) stops it,
+  // and stdbuf makes it write each row as it comes (a pipe is not a tty).
+  const auto r = pmhash::testing::run_program(
+      "/usr/bin/timeout",
+      {"1", "/usr/bin/stdbuf", "-oL", kRedisCli, "-p", std::to_string(port()), "--stat", "-i", "0.2"});
+  EXPECT_NE(r.out.find("keys"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("\n42 "), std::string::npos) << r.out;
 }
 
 TEST(GlobMatch, FollowsRedisPatterns) {

@@ -528,6 +528,7 @@ std::string info_text(Call& c, std::string_view section) {
   if (all || section == "clients") {
     out += "# Clients\r\n";
     field("connected_clients", num(n.connected.load()));
+    field("blocked_clients", "0");
     field("maxclients", num(c.server.config().max_clients));
     out += "\r\n";
   }
