@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 
+#include "pmhash/engines.h"
 #include "pmhash/store.h"
 #include "server/server.h"
 
@@ -157,7 +158,9 @@ int run(int argc, char** argv) {
   config.port = static_cast<std::uint16_t>(port);
 
   pmhash::Options options;
-  if (!engine.empty()) options.engine = engine;
+  // No engine named: a create makes the default engine of where the index
+  // lives, an open takes whatever the pool or the nodes hold.
+  options.engine = engine;
   options.memnodes = memnodes;
   options.durability = durability == "epoch" ? pmhash::Durability::kEpoch : pmhash::Durability::kStrict;
   options.epoch_ms = epoch_ms;
@@ -171,8 +174,15 @@ int run(int argc, char** argv) {
     // --create makes the pool only when it is missing (or with --force), so
     // the same command starts the server again after a stop or a crash.
     const bool exists = ::access(pool.c_str(), F_OK) == 0;
-    s = create && (force || !exists) ? Store::create(pool, options, &store)
-                                     : Store::open(pool, options, &store);
+    if (create && (force || !exists)) {
+      pmhash::Options create_options = options;
+      if (create_options.engine.empty()) {
+        create_options.engine = std::string(pmhash::default_engine(pmhash::Location::kPoolFile)->name);
+      }
+      s = Store::create(pool, create_options, &store);
+    } else {
+      s = Store::open(pool, options, &store);
+    }
   } else {
     s = Store::open("", options, &store);
     if (!s.ok() && create) s = Store::create("", options, &store);
