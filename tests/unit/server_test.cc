@@ -156,6 +156,9 @@ TEST_F(ServerTest, InfoReportsTheStoreAndTheServer) {
   EXPECT_EQ(keyspace.find("# Server"), std::string::npos);
   EXPECT_NE(keyspace.find("db0:keys=1,"), std::string::npos);
   EXPECT_EQ(c.call({"COMMAND", "COUNT"}).rfind("(integer) ", 0), 0u);
+  EXPECT_EQ(c.call({"CONFIG", "GET", "save", "APPENDONLY"}), "[save, , appendonly, no]");
+  EXPECT_EQ(c.call({"CONFIG", "GET", "pmhash-dur*"}), "[pmhash-durability, strict]");
+  EXPECT_EQ(c.call({"CONFIG", "SET", "maxclients", "7"}).rfind("(error) ERR CONFIG SET maxclients: ", 0), 0u);
   EXPECT_EQ(c.call({"COMMAND", "INFO", "get", "nosuch"}).rfind("[[get, (integer) 2, [", 0), 0u);
 }
 

@@ -398,10 +398,69 @@ void cmd_info(Call& c) {
 
 void cmd_command(Call& c);
 
+// CONFIG GET pattern...: what applies of Redis's parameters, and pmhash's
+// own, from the configuration the server started with. The server takes
+// its configuration at start only: CONFIG SET changes nothing.
+void cmd_config(Call& c) {
+  const std::string sub = lower(c.args[1]);
+  const ServerConfig& cfg = c.server.config();
+  if (sub == "get" && c.args.size() >= 3) {
+    const Stats st = c.server.store().stats();
+    const std::pair<std::string_view, std::string> params[] = {
+        {"bind", cfg.bind},
+        {"port", std::to_string(c.server.port())},
+        {"maxclients", std::to_string(cfg.max_clients)},
+        {"requirepass", cfg.requirepass},
+        {"databases", "1"},
+        {"save", ""},
+        {"appendonly", "no"},
+        {"timeout", "0"},
+        {"io-threads", std::to_string(cfg.workers)},
+        {"proto-max-bulk-len", std::to_string(cfg.limits.max_bulk)},
+        {"client-query-buffer-limit", std::to_string(cfg.limits.max_request)},
+        {"maxmemory", "0"},
+        {"pmhash-engine", st.engine},
+        {"pmhash-durability", cfg.durability},
+        {"pmhash-pool-size", std::to_string(st.pool_size)},
+    };
+    std::vector<const std::pair<std::string_view, std::string>*> hits;
+    for (const auto& p : params) {
+      for (std::size_t i = 2; i < c.args.size(); ++i) {
+        if (glob_match(c.args[i], p.first, /*nocase=*/true)) {
+          hits.push_back(&p);
+          break;
+        }
+      }
+    }
+    c.out.map(hits.size());
+    for (const auto* p : hits) {
+      c.out.bulk(p->first);
+      c.out.bulk(p->second);
+    }
+    return;
+  }
+  if (sub == "set" && c.args.size() >= 4) {
+    return c.out.error("ERR CONFIG SET " + std::string(c.args[2]) +
+                       ": pmhash-server takes its configuration at start (pmhash-server --help)");
+  }
+  if (sub == "resetstat" && c.args.size() == 2) {
+    ServerCounters& n = c.server.counters();
+    for (auto* counter : {&n.connections_received, &n.connections_rejected, &n.commands, &n.protocol_errors,
+                          &n.output_limit_closes, &n.output_pauses, &n.output_high_water, &n.bytes_in,
+                          &n.bytes_out}) {
+      counter->store(0, std::memory_order_relaxed);
+    }
+    return c.out.simple("OK");
+  }
+  c.out.error("ERR unknown subcommand or wrong number of arguments for '" + std::string(c.args[1]) +
+              "'. Try CONFIG HELP.");
+}
+
 const Command kCommands[] = {
     {"auth", -2, kNoAuth | kFast | kStale | kLoading, 0, 0, 0, "Authenticates the connection.", cmd_auth},
     {"bgsave", -1, kAdmin, 0, 0, 0, "Makes every acknowledged write durable.", cmd_bgsave},
     {"client", -2, kAdmin | kStale | kLoading, 0, 0, 0, "Connection commands.", cmd_client},
+    {"config", -2, kAdmin | kStale | kLoading, 0, 0, 0, "The server's configuration.", cmd_config},
     {"command", -1, kLoading | kStale, 0, 0, 0, "Details about the commands.", cmd_command},
     {"dbsize", 1, kReadonly | kFast, 0, 0, 0, "The number of keys.", cmd_dbsize},
     {"del", -2, kWrite, 1, -1, 1, "Deletes keys.", cmd_del},
@@ -544,6 +603,7 @@ std::string info_text(Call& c, std::string_view section) {
     out += "# Persistence\r\n";
     field("loading", "0");
     field("pmhash_engine", st.engine);
+    field("pmhash_durability", c.server.config().durability);
     field("pmhash_granularity", st.granularity);
     field("pmhash_clean_shutdown", st.clean_shutdown ? "1" : "0");
     field("pmhash_recovery_us", num(st.recovery_ns / 1000));

@@ -156,6 +156,7 @@ int run(int argc, char** argv) {
     if (!read_password_file(requirepass_file, &config.requirepass, &error)) return fail(error, 2);
   }
   config.port = static_cast<std::uint16_t>(port);
+  config.durability = durability;
 
   pmhash::Options options;
   // No engine named: a create makes the default engine of where the index

@@ -57,6 +57,8 @@ struct ServerConfig {
   unsigned max_clients = 10000;
   // Empty: no password, and loopback only.
   std::string requirepass;
+  // The store's durability, for INFO and CONFIG GET ("strict" or "epoch").
+  std::string durability = "strict";
   RequestLimits limits;
   std::uint64_t output_pause = std::uint64_t{1} << 20;
   std::uint64_t output_limit = std::uint64_t{256} << 20;
