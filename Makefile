@@ -64,14 +64,19 @@
 #   make fuzz        every fuzz target for FUZZ_SECONDS each (default 600;
 #                    clang, ASan + UBSan, build/fuzz): Store::open on damaged
 #                    pools, a memory node's request handling, the tcp
-#                    client's reply parsing (scripts/fuzz.sh)
+#                    client's reply parsing, pmhash-server's RESP parser
+#                    (scripts/fuzz.sh)
+# The Redis-protocol server (docs/server.md):
+#   make cluster     three pmhash-servers (pools in ./data/cluster) behind
+#                    nutcracker on 127.0.0.1:22121; scripts/cluster.sh has
+#                    the shapes and flags, `scripts/cluster.sh stop` ends it
 # Crash checking (docs/crash-consistency.md):
 #   make crash-long  the crash checker at length for every engine (hours;
 #                    knobs in scripts/crash-long.sh)
 
 .PHONY: run test bootstrap bootstrap-plot build-release build-asan build-tsan \
         build-fuzz bench bench-full bench-dali bench-nehash bench-pmeh bench-sephash results figures crash-long \
-        costs \
+        costs cluster \
         fuzz clean
 
 bootstrap:
@@ -142,6 +147,9 @@ bench-sephash: build-release bootstrap-plot
 	  --csv docs/results/sephash/runs.csv > docs/results/sephash/runs.txt
 	cat docs/results/sephash/runs.txt
 	.venv/bin/python bench/plot_remote.py docs/results/sephash/runs.csv
+
+cluster: build-release
+	./scripts/cluster.sh start
 
 crash-long: build-release
 	./scripts/crash-long.sh build/release

@@ -21,6 +21,9 @@ packages=(
   # The fuzz build (tests/fuzz): clang, and the runtime behind
   # -fsanitize=fuzzer,address,undefined, which clang only recommends.
   clang libclang-rt-14-dev
+  # pmhash-server's tests speak to it with the real Redis tools (redis-cli)
+  # and through the twemproxy proxy (nutcracker).
+  redis-tools nutcracker
 )
 if [ "${1:-}" = costs ]; then
   # make costs (scripts/costs.sh): perf record and perf stat.

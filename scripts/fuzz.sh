@@ -3,7 +3,8 @@
 # the other:
 #   pool_open        Store::open on damaged pools, for SECONDS (default 60)
 #   memnode_request  a memory node's handling of a connection's bytes, and
-#   tcp_reply        the tcp client's handling of a node's replies, for
+#   tcp_reply        the tcp client's handling of a node's replies, and
+#   resp_request     pmhash-server's Redis-protocol request parser, for
 #                    WIRE_SECONDS each (default: SECONDS)
 # `make test` runs a bounded session (60 s, 30 s each), `make fuzz` a longer
 # one (FUZZ_SECONDS for every target). Exits non-zero when an input crashes
@@ -66,4 +67,7 @@ run memnode_request "$wire_seconds" tests/fuzz/corpus-memnode-request 8192 \
   "a memory node's handling of a connection's bytes" || status=1
 run tcp_reply "$wire_seconds" tests/fuzz/corpus-tcp-reply 16384 \
   "the tcp client's handling of a node's replies" || status=1
+# A few pipelined requests, split into reads of 1 to 16 bytes.
+run resp_request "$wire_seconds" tests/fuzz/corpus-resp-request 4096 \
+  "the Redis-protocol request parser" || status=1
 exit "$status"

@@ -1,0 +1,69 @@
+// server/commands.h - the Redis commands pmhash-server runs, each against
+// the Store API.
+//
+// A command is one row of a table: its name, its arity (Redis's
+// convention: n > 0 exactly n words with the name, n < 0 at least -n), its
+// flags and its key positions (what COMMAND INFO reports, and what
+// clients and proxies read to route it), and the function that runs it.
+// Replies and errors follow Redis's for the same input, so a client cannot
+// tell the difference except where the server says so in an error.
+//
+// Strings only: every value is a Redis string, so TYPE answers "string" or
+// "none" and no command ever answers -WRONGTYPE. One database: SELECT 0
+// only.
+//
+// What a command promises about durability is the store's: with strict
+// durability a reply is sent only after the write it reports is durable.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "server/resp.h"
+
+namespace pmhash::server {
+
+class Server;
+
+// One connection's state the commands see and change.
+struct Session {
+  std::uint64_t id = 0;
+  std::string address;  // "ip:port" of the peer
+  std::string name;     // CLIENT SETNAME
+  std::uint64_t connected_unix = 0;
+  bool authenticated = false;
+  Protocol protocol = Protocol::kResp2;
+  // Set by a command: send the replies so far, then close (QUIT).
+  bool close_after_reply = false;
+  std::string last_command;
+};
+
+// The sessions of every worker, for CLIENT LIST.
+class SessionRegistry {
+ public:
+  void add(Session* s);
+  void remove(Session* s);
+  // One line per session, CLIENT LIST's format, under the registry's lock.
+  std::string list() const;
+  static std::string describe(const Session& s);
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::uint64_t, Session*> sessions_;
+};
+
+// Runs one request. `args` is the request (args[0] the command name, any
+// case); the reply (or error) is appended through `out`.
+void execute(Server& server, SessionRegistry& sessions, Session& session,
+             std::span<const std::string_view> args, ReplyWriter& out);
+
+// Redis's glob-style pattern (KEYS, SCAN MATCH, CONFIG GET): * ? [abc]
+// [^a-z] and \ to escape.
+bool glob_match(std::string_view pattern, std::string_view text, bool nocase = false);
+
+}  // namespace pmhash::server
