@@ -159,8 +159,7 @@ void cmd_hello(Call& c) {
                        "authenticate the client and select the RESP protocol version at the same "
                        "time");
   }
-  c.session.protocol = proto;
-  c.session.name = name;
+  c.sessions.set_identity(c.session, name, proto);
   c.out.set_protocol(proto);
   c.out.map(7);
   c.out.bulk("server");
@@ -374,16 +373,14 @@ void cmd_client(Call& c) {
         return c.out.error("ERR Client names cannot contain spaces, newlines or special characters.");
       }
     }
-    c.session.name = std::string(c.args[2]);
+    c.sessions.set_identity(c.session, std::string(c.args[2]), c.session.protocol);
     return c.out.simple("OK");
   }
   if (sub == "list" && c.args.size() == 2) {
-    c.session.last_command = "client|list";
     return c.out.verbatim("txt", c.sessions.list());
   }
   if (sub == "info" && c.args.size() == 2) {
-    c.session.last_command = "client|info";
-    return c.out.verbatim("txt", SessionRegistry::describe(c.session) + "\n");
+    return c.out.verbatim("txt", SessionRegistry::describe(c.session) + " cmd=client|info\n");
   }
   c.out.error("ERR unknown subcommand or wrong number of arguments for '" + std::string(c.args[1]) +
               "'. Try CLIENT HELP.");
@@ -646,12 +643,17 @@ void SessionRegistry::remove(Session* s) {
   sessions_.erase(s->id);
 }
 
+void SessionRegistry::set_identity(Session& s, std::string name, Protocol protocol) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s.name = std::move(name);
+  s.protocol = protocol;
+}
+
 std::string SessionRegistry::describe(const Session& s) {
   const std::uint64_t now = now_us() / 1000000;
   return "id=" + std::to_string(s.id) + " addr=" + s.address + " name=" + s.name +
          " age=" + std::to_string(now - std::min(now, s.connected_unix)) + " db=0 resp=" +
-         (s.protocol == Protocol::kResp3 ? "3" : "2") + " cmd=" +
-         (s.last_command.empty() ? "NULL" : s.last_command);
+         (s.protocol == Protocol::kResp3 ? "3" : "2");
 }
 
 std::string SessionRegistry::list() const {
@@ -682,7 +684,6 @@ void execute(Server& server, SessionRegistry& sessions, Session& session, Args a
   if ((cmd->arity > 0 && n != cmd->arity) || (cmd->arity < 0 && n < -cmd->arity)) {
     return wrong_args(call, cmd->name);
   }
-  session.last_command = std::string(cmd->name);
   cmd->run(call);
 }
 

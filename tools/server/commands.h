@@ -30,7 +30,9 @@ namespace pmhash::server {
 
 class Server;
 
-// One connection's state the commands see and change.
+// One connection's state the commands see and change. Only the worker that
+// owns the connection writes it; name and protocol, which CLIENT LIST reads
+// from other workers, change under the registry's lock (set_identity).
 struct Session {
   std::uint64_t id = 0;
   std::string address;  // "ip:port" of the peer
@@ -40,7 +42,6 @@ struct Session {
   Protocol protocol = Protocol::kResp2;
   // Set by a command: send the replies so far, then close (QUIT).
   bool close_after_reply = false;
-  std::string last_command;
 };
 
 // The sessions of every worker, for CLIENT LIST.
@@ -48,8 +49,11 @@ class SessionRegistry {
  public:
   void add(Session* s);
   void remove(Session* s);
+  // Sets a session's name and protocol (CLIENT SETNAME, HELLO).
+  void set_identity(Session& s, std::string name, Protocol protocol);
   // One line per session, CLIENT LIST's format, under the registry's lock.
   std::string list() const;
+  // One session's line; the caller holds the lock or owns the session.
   static std::string describe(const Session& s);
 
  private:
