@@ -43,14 +43,13 @@
 // --pmeh-workers, --pmeh-delegate-reads, --pmeh-segment-kib and
 // --pmeh-zone-bits set one
 // value for every pmeh store. All are usage errors without pmeh in
-// --engine. pmeh's rows get a second line: bytes its splits moved per key
-// the phase inserted, slots moved, segments, delegated operations and read
-// retries (also in the JSON and the CSV).
+// --engine. A pmhash row gets a second line: the engine's properties that
+// are not zero in the phase, by name (also in the JSON and the CSV).
 //
 // Open time. --reopen, after the load phase of each pmhash store, copies
 // the quiescent open pool (a crash image), closes the store, opens it again
 // and opens the copy (pmhash_table.h); each open's Stats::open_ns, the keys,
-// nehash's bucket groups and the heap bytes per key go to the table, the
+// the heap bytes per key and the engine's properties go to the table, the
 // JSON and the CSV. The run phase then runs on the reopened store.
 //
 // Sequence. --sequence makes one store per engine and thread count instead
@@ -1063,7 +1062,7 @@ void add_options(CLI::App& app, Config& config) {
   app.add_flag("--reopen", config.reopen,
                "after the load phase, close each pmhash store and open it again, and open a crash "
                "image of it (a copy of the quiescent open pool); reports each open's time "
-               "(Stats::open_ns), keys, nehash groups, pmeh segments and heap bytes per key");
+               "(Stats::open_ns), keys, heap bytes per key and the engine's properties");
   app.add_option("--quiesce-timeout", config.quiesce_timeout_s,
                  "seconds to wait for a resize to finish after a phase")
       ->capture_default_str();

@@ -350,7 +350,10 @@ RunRecord run_pmhash(const Config& config, const Dataset& data, unsigned threads
   run.granularity = table.stats().granularity;
   run_phases(table, data, threads, config.check, run, [&] {
     const Stats s = table.stats();
-    run.shape = Shape{s.items, s.slots, s.load_factor, s.levels, s.expansions, s.items_moved};
+    const std::string engine = s.engine + ".";
+    run.shape = Shape{s.items, s.slots, s.load_factor,
+                      static_cast<unsigned>(s.property(engine + "levels")),
+                      s.property(engine + "expansions"), s.property(engine + "items_moved")};
   });
   table.close();
   return run;

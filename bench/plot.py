@@ -275,8 +275,6 @@ PHASE_FIELDS = {
     "flushes_per_op": nullable(NUM), "fences_per_op": nullable(NUM),
     "bytes_per_key": nullable(NUM),
     "bytes_kind": nullable(one_of("pool", "files", "dram")),
-    "expansions": nullable(INT), "items_moved": nullable(INT),
-    "items_moved_per_resize": nullable(NUM),
 }
 
 
@@ -996,10 +994,20 @@ def pmeh_option(run, name):
     return options.get(name)
 
 
+def prop(measure, engine, counter):
+    """The engine's property "<engine>.<counter>" of a phase or an open, or
+    None. Results written before properties had their own object keep the
+    counter as a field of its own, under the same name."""
+    properties = measure.get("properties")
+    if properties is None:
+        return measure.get(counter)
+    return properties.get(f"{engine}.{counter}")
+
+
 def plot_data_movement(canvas):
     runs = [r for r in canvas.runs
             if r["engine"] in ("pmeh", "nehash") and r["load"] is not None
-            and r["load"].get("items_moved") is not None and r["load"]["ops"] > 0]
+            and prop(r["load"], r["engine"], "items_moved") is not None and r["load"]["ops"] > 0]
     if not runs:
         raise Skip("no pmeh or nehash load phase with items_moved")
     sizes = sorted(set(r["load"]["ops"] for r in runs))
@@ -1014,7 +1022,7 @@ def plot_data_movement(canvas):
 
     panels = [
         (axes[0], "slots moved per inserted key",
-         lambda r: r["load"]["items_moved"] / r["load"]["ops"]),
+         lambda r: prop(r["load"], r["engine"], "items_moved") / r["load"]["ops"]),
         (axes[1], "pool heap bytes per key after the load",
          lambda r: r["load"].get("bytes_per_key")),
     ]
@@ -1137,13 +1145,14 @@ def plot_open_time(canvas):
     for kind, marker in (("clean", "o"), ("crash", "x")):
         for r in pmeh:
             m = r["reopen"][kind]
-            if m is None or not m.get("segments"):
+            segments = None if m is None else prop(m, "pmeh", "segments")
+            if not segments:
                 continue
-            ax.scatter([m["segments"]], [m["open_ns"] / 1e6], marker=marker,
+            ax.scatter([segments], [m["open_ns"] / 1e6], marker=marker,
                        color="crimson", s=28)
             if kind == "clean":
                 ax.annotate(f"pmeh k={pmeh_option(r, 'pmeh_split_bits')}, {human(m['items'])} keys",
-                            (m["segments"], m["open_ns"] / 1e6), fontsize=6,
+                            (segments, m["open_ns"] / 1e6), fontsize=6,
                             xytext=(3, -8), textcoords="offset points")
     if nehash or pmeh:
         palette = canvas.plt.get_cmap("viridis")
@@ -1155,15 +1164,16 @@ def plot_open_time(canvas):
         for kind, marker in (("clean", "o"), ("crash", "x")):
             for r in first.values():
                 m = r["reopen"][kind]
-                if m is None or m["groups"] == 0:
+                groups = None if m is None else prop(m, "nehash", "groups")
+                if not groups:
                     continue
                 b = bucket_bits_of(r)
                 shade = palette(((b or 6) - 1) / 9)
-                ax.scatter([m["groups"]], [m["open_ns"] / 1e6], marker=marker,
+                ax.scatter([groups], [m["open_ns"] / 1e6], marker=marker,
                            color=shade, s=28)
                 if kind == "clean":
                     ax.annotate(f"b={b}, {human(m['items'])} keys",
-                                (m["groups"], m["open_ns"] / 1e6), fontsize=6,
+                                (groups, m["open_ns"] / 1e6), fontsize=6,
                                 xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -1347,7 +1357,7 @@ def bucket_bits_lines(runs):
             row.append(cell(mean([r["run"]["ops_per_s"] / 1e6 for r in at
                                   if r["run"] and r["run"]["mix"].get("read", 0) == 1]), ".2f"))
         first = mine[0]["load"]
-        groups = first.get("groups")
+        groups = prop(first, "nehash", "groups")
         items = first["ops"]
         row.append(cell(groups, "d"))
         row.append(cell(first["slots"] / items if first.get("slots") else None, ".1f"))
@@ -1364,7 +1374,7 @@ def movement_lines(runs):
     per inserted key against 1.44/k, splits, segments, load factor and heap
     bytes per key, per series and key count."""
     loads = [r for r in runs if r["engine"] in ("pmeh", "nehash") and r["workload"] == "load"
-             and r["load"] is not None and r["load"].get("bytes_moved") is not None]
+             and r["load"] is not None and prop(r["load"], r["engine"], "bytes_moved") is not None]
     if not loads:
         return []
     lines = ["Data movement of splits during the load (per inserted key; expected "
@@ -1377,9 +1387,13 @@ def movement_lines(runs):
         k = pmeh_option(r, "pmeh_split_bits")
         expected = f"{1.44 / k:.2f}" if k else ("0.72" if r["engine"] == "nehash" else "-")
         lf = p["load_factor"][-1][1] if p.get("load_factor") else None
+        inserted = p["ops"] or 1
+        moved = prop(p, r["engine"], "items_moved") / inserted
+        moved_bytes = prop(p, r["engine"], "bytes_moved") / inserted
         lines.append(f"| {r['series']} | {r['threads']} | {human(p['ops'])} | "
-                     f"{p['items_moved_per_insert']:.2f} | {expected} | "
-                     f"{p['bytes_moved_per_insert']:.1f} | {p['splits']} | {p.get('segments') or '-'} | "
+                     f"{moved:.2f} | {expected} | "
+                     f"{moved_bytes:.1f} | {prop(p, r['engine'], 'splits')} | "
+                     f"{prop(p, r['engine'], 'segments') or '-'} | "
                      f"{'-' if lf is None else format(lf, '.2f')} | "
                      f"{'-' if p.get('bytes_per_key') is None else format(p['bytes_per_key'], '.0f')} |")
     lines.append("")
@@ -1422,9 +1436,9 @@ def reopen_lines(runs):
         crash = f"{min(crashes) / 1e6:.2f} ms" if crashes else "-"
         per_key = f"{min(crashes) / items:.0f} ns" if crashes else "-"
         first = opens[0]["clean"]
-        groups = str(first["groups"]) if first["groups"] else "-"
-        if first.get("segments"):
-            groups = f"{first['segments']} segments"
+        groups = str(prop(first, "nehash", "groups") or "-")
+        if prop(first, "pmeh", "segments"):
+            groups = f"{prop(first, 'pmeh', 'segments')} segments"
         lines.append(f"| {name} | {human(items)} | {groups} | {first['bytes_per_key']:.0f} | "
                      f"{clean:.2f} ms | {crash} | {per_key} |")
     lines.append("")

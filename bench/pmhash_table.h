@@ -48,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "pmhash/engines.h"
 #include "pmhash/options.h"
 #include "pmhash/status.h"
 #include "pmhash/store.h"
@@ -64,17 +65,34 @@ struct OpenMeasure {
   bool clean_shutdown = true;     // false: the open ran crash recovery
   double wall_s = 0;              // Store::open as the caller saw it
   std::uint64_t items = 0;
-  std::uint64_t groups = 0;       // nehash: bucket groups (0 for other engines)
-  std::uint64_t segments = 0;     // pmeh: live segments (0 for other engines)
   std::uint64_t slots = 0;
   std::uint64_t heap_used = 0;
   std::uint64_t dram_bytes = 0;   // Stats::dram_bytes (nehash: its directory)
   double check_s = 0;             // Store::check after the open (0: not run)
+  std::vector<TableProperty> properties;  // the engine's, right after the open
 
   double bytes_per_key() const {
     return items == 0 ? 0 : static_cast<double>(heap_used) / static_cast<double>(items);
   }
 };
+
+// A store's properties (Stats::properties), each with the kind its
+// engine's descriptor declares.
+inline std::vector<TableProperty> table_properties(const Stats& st) {
+  const EngineDescriptor* engine = find_engine(st.engine);
+  std::vector<TableProperty> out;
+  out.reserve(st.properties.size());
+  for (const Property& p : st.properties) {
+    bool since_open = true;
+    if (engine != nullptr) {
+      for (const PropertySpec& spec : engine->properties) {
+        if (spec.name == p.name) since_open = spec.kind == PropertyKind::kSinceOpen;
+      }
+    }
+    out.push_back(TableProperty{p.name, p.value, since_open});
+  }
+  return out;
+}
 
 // What PmhashTable::reopen measured.
 struct ReopenOutcome {
@@ -278,23 +296,10 @@ class PmhashTable final : public Table {
     out.bytes_kind = "pool";
     out.flushes = now.flushes - at_start_.flushes;
     out.fences = now.fences - at_start_.fences;
-    out.expansions = now.expansions;
-    out.items_moved = now.items_moved;
     out.slots = now.slots;
-    if (engine_ == "nehash") out.groups = now.groups;
-    if (engine_ == "pmeh" || engine_ == "nehash") {
-      out.bytes_moved = now.bytes_moved;
-      out.splits = now.splits;
-    }
-    if (engine_ == "pmeh") {
-      out.delegated_ops = now.delegated_ops;
-      out.read_retries = now.read_retries;
-      out.segments = now.segments;
-      out.zone_switches = now.zone_switches;
-      out.direct_ops = now.direct_ops;
-      out.eager_split_completions = now.eager_split_completions;
-    }
-    if (durability_ == Durability::kEpoch) out.durability_points = now.epoch_fences;
+    out.properties = table_properties(now);
+    // Each epoch that ended made everything before it durable.
+    if (durability_ == Durability::kEpoch) out.durability_points = now.durable_epoch;
     out.resizing = now.resizing;
     return out;
   }
@@ -394,9 +399,8 @@ class PmhashTable final : public Table {
     m.recovery_ns = st.recovery_ns;
     m.clean_shutdown = st.clean_shutdown;
     m.items = st.items;
-    m.groups = st.groups;
-    m.segments = st.segments;
     m.slots = st.slots;
+    m.properties = table_properties(st);
     m.heap_used = st.heap_used;
     m.dram_bytes = st.dram_bytes;
     if (check) {

@@ -140,10 +140,12 @@ int run(const Config& config) {
   expect(size == n, "size() after the read-back is " + std::to_string(size) + ", expected " +
                         std::to_string(n));
   std::cout << "table:     " << stats.engine << ", " << stats.items << " keys in " << stats.slots
-            << " slots, load factor " << fixed(stats.load_factor, 3) << ", " << stats.levels
-            << " levels, granularity " << stats.granularity << ", heap used "
+            << " slots, load factor " << fixed(stats.load_factor, 3) << ", granularity " << stats.granularity << ", heap used "
             << fixed(static_cast<double>(stats.heap_used) / (1 << 20), 1) << " MiB of "
             << fixed(static_cast<double>(stats.pool_size) / (1 << 20), 0) << " MiB\n";
+  for (const Property& p : stats.properties) {
+    std::cout << "           " << p.name << " " << p.value << "\n";
+  }
   std::cout << "sample:    " << data.key(0) << " " << data.value(0, 0) << "\n";
 
   s = store->close();

@@ -163,15 +163,21 @@ Report client(const Config& cfg, const Options& o, const Run& run, unsigned c, i
                                         .count());
   r.ops = to - from;
   const pmhash::Stats after = st->stats();
-  r.round_trips = after.round_trips - before.round_trips;
-  r.verbs = after.remote_verbs - before.remote_verbs;
-  r.bytes = after.remote_bytes - before.remote_bytes;
-  r.merges = after.merges - before.merges;
-  r.splits = after.expansions - before.expansions;
-  r.moved = after.bytes_moved - before.bytes_moved;
-  r.freed = after.remote_bytes_freed - before.remote_bytes_freed;
-  r.reused = after.remote_bytes_reused - before.remote_bytes_reused;
-  r.bumped = after.remote_bytes_bumped - before.remote_bytes_bumped;
+  // The engine's property "<engine>.<counter>" counted in this run (0 when
+  // the engine keeps no such counter).
+  const auto counted = [&](const char* counter) {
+    const std::string name = after.engine + "." + counter;
+    return after.property(name) - before.property(name);
+  };
+  r.round_trips = counted("round_trips");
+  r.verbs = counted("remote_verbs");
+  r.bytes = counted("remote_bytes");
+  r.merges = counted("merges");
+  r.splits = counted("splits");
+  r.moved = counted("split_bytes");
+  r.freed = counted("bytes_freed");
+  r.reused = counted("bytes_reused");
+  r.bumped = counted("bytes_bumped");
   if (Status s = st->close(); !s.ok()) return fail("close: " + s.to_string());
   return r;
 }

@@ -27,6 +27,27 @@ std::optional<double> durable_every_ms(const PhaseOutcome& m) {
   return 1000 * (m.seconds + m.quiesce_seconds) / static_cast<double>(n);
 }
 
+// The engine's properties in a phase: a count since open as its share of
+// the phase (after - before), the index's shape as it is after.
+std::vector<TableProperty> phase_properties(const PhaseOutcome& p) {
+  std::vector<TableProperty> out = p.after.properties;
+  for (TableProperty& q : out) {
+    if (!q.since_open) continue;
+    for (const TableProperty& b : p.before.properties) {
+      if (b.name == q.name) q.value -= b.value;
+    }
+  }
+  return out;
+}
+
+// {"name": value, ...}; null for a table with no properties (a peer).
+json properties_json(const std::vector<TableProperty>& properties) {
+  if (properties.empty()) return nullptr;
+  json j = json::object();
+  for (const TableProperty& q : properties) j[q.name] = q.value;
+  return j;
+}
+
 template <typename T>
 json optional_json(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
@@ -45,12 +66,6 @@ std::optional<double> per_op(const std::optional<std::uint64_t>& before,
                              const std::optional<std::uint64_t>& after, std::uint64_t ops) {
   if (!before || !after || ops == 0) return std::nullopt;
   return static_cast<double>(*after - *before) / static_cast<double>(ops);
-}
-
-std::optional<std::uint64_t> delta(const std::optional<std::uint64_t>& before,
-                                   const std::optional<std::uint64_t>& after) {
-  if (!before || !after) return std::nullopt;
-  return *after - *before;
 }
 
 // Bytes per key after the phase: the table's own storage, else the DRAM the
@@ -86,19 +101,6 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
   for (const auto& [ops, lf] : p.load_factor) load_factor.push_back({ops, lf});
   std::string kind;
   const std::optional<double> bpk = bytes_per_key(p, dram, &kind);
-  const std::optional<std::uint64_t> expansions = delta(p.before.expansions, p.after.expansions);
-  const std::optional<std::uint64_t> moved = delta(p.before.items_moved, p.after.items_moved);
-  std::optional<double> moved_per_resize;
-  if (expansions && moved && *expansions > 0) {
-    moved_per_resize = static_cast<double>(*moved) / static_cast<double>(*expansions);
-  }
-  // pmeh: data movement per key the phase inserted.
-  const std::uint64_t inserted = p.by_type[static_cast<int>(OpType::kInsert)].count();
-  const std::optional<std::uint64_t> bytes_moved = delta(p.before.bytes_moved, p.after.bytes_moved);
-  auto per_insert = [&](const std::optional<std::uint64_t>& v) -> json {
-    if (!v || !p.after.bytes_moved || inserted == 0) return nullptr;
-    return static_cast<double>(*v) / static_cast<double>(inserted);
-  };
   json transactions = nullptr;
   if (mix.has(OpType::kTxn)) {
     transactions = {{"committed", p.ok},
@@ -127,22 +129,8 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
       {"bytes_per_key", optional_json(bpk)},
       {"bytes_kind", kind.empty() ? json(nullptr) : json(kind)},
       {"load_factor_after", optional_json(p.after.load_factor)},
-      {"expansions", optional_json(expansions)},
-      {"items_moved", optional_json(moved)},
-      {"items_moved_per_resize", optional_json(moved_per_resize)},
       {"slots", optional_json(p.after.slots)},
-      {"groups", optional_json(p.after.groups)},
-      {"bytes_moved", optional_json(bytes_moved)},
-      {"bytes_moved_per_insert", per_insert(bytes_moved)},
-      {"items_moved_per_insert", per_insert(moved)},
-      {"splits", optional_json(delta(p.before.splits, p.after.splits))},
-      {"delegated_ops", optional_json(delta(p.before.delegated_ops, p.after.delegated_ops))},
-      {"read_retries", optional_json(delta(p.before.read_retries, p.after.read_retries))},
-      {"segments", optional_json(p.after.segments)},
-      {"zone_switches", optional_json(delta(p.before.zone_switches, p.after.zone_switches))},
-      {"direct_ops", optional_json(delta(p.before.direct_ops, p.after.direct_ops))},
-      {"eager_split_completions",
-       optional_json(delta(p.before.eager_split_completions, p.after.eager_split_completions))},
+      {"properties", properties_json(phase_properties(p))},
       {"durable_every_ms", optional_json(durable_every_ms(p))},
       {"quiesce_s", p.quiesce_seconds},
       {"stream_exhausted", p.stream_exhausted},
@@ -152,11 +140,11 @@ json phase_json(const RunResult& r, const PhaseOutcome& p, std::optional<std::ui
 json open_json(const OpenMeasure& m) {
   return {{"open_ns", m.open_ns},     {"recovery_ns", m.recovery_ns},
           {"clean_shutdown", m.clean_shutdown}, {"wall_s", m.wall_s},
-          {"items", m.items},         {"groups", m.groups},
-          {"segments", m.segments},
+          {"items", m.items},
           {"slots", m.slots},         {"heap_used", m.heap_used},
           {"dram_bytes", m.dram_bytes},
-          {"bytes_per_key", m.bytes_per_key()}, {"check_s", m.check_s}};
+          {"bytes_per_key", m.bytes_per_key()}, {"check_s", m.check_s},
+          {"properties", properties_json(m.properties)}};
 }
 
 json reopen_json(const ReopenOutcome& r) {
@@ -396,37 +384,25 @@ void print_row(std::ostream& out, const RunResult& r, const std::string& name) {
                 m.after.load_factor ? fixed(*m.after.load_factor, 2).c_str() : "-",
                 durability_text(r, m).c_str());
   out << line;
-  if (m.after.segments) print_pmeh_line(out, m);  // pmeh only
+  print_properties_line(out, m);
   if (r.reopen) print_reopen(out, *r.reopen);
 }
 
-void print_pmeh_line(std::ostream& out, const PhaseOutcome& m) {
-  const auto d = [](const std::optional<std::uint64_t>& before,
-                    const std::optional<std::uint64_t>& after) {
-    return before && after ? *after - *before : 0;
-  };
-  const std::uint64_t inserted = m.by_type[static_cast<int>(OpType::kInsert)].count();
-  const std::uint64_t bytes = d(m.before.bytes_moved, m.after.bytes_moved);
-  out << "             pmeh: ";
-  if (inserted != 0) {
-    out << fixed(static_cast<double>(bytes) / static_cast<double>(inserted), 2)
-        << " B moved/inserted key, ";
+void print_properties_line(std::ostream& out, const PhaseOutcome& m) {
+  std::string text;
+  for (const TableProperty& q : phase_properties(m)) {
+    if (q.value == 0) continue;
+    text += (text.empty() ? "" : ", ") + q.name + " " + std::to_string(q.value);
   }
-  out << d(m.before.items_moved, m.after.items_moved) << " slots moved in "
-      << d(m.before.splits, m.after.splits) << " splits, " << m.after.segments.value_or(0)
-      << " segments, " << d(m.before.delegated_ops, m.after.delegated_ops) << " delegated, "
-      << d(m.before.read_retries, m.after.read_retries) << " read retries, "
-      << d(m.before.zone_switches, m.after.zone_switches) << " zone switches, "
-      << d(m.before.direct_ops, m.after.direct_ops) << " direct, "
-      << d(m.before.eager_split_completions, m.after.eager_split_completions)
-      << " eager split completions\n";
+  if (!text.empty()) out << "             " << text << "\n";
 }
 
 void print_reopen(std::ostream& out, const ReopenOutcome& r) {
   const auto shape = [](const OpenMeasure& m) {
     std::string text = std::to_string(m.items) + " keys";
-    if (m.groups != 0) text += ", " + std::to_string(m.groups) + " groups";
-    if (m.segments != 0) text += ", " + std::to_string(m.segments) + " segments";
+    for (const TableProperty& q : m.properties) {
+      if (!q.since_open && q.value != 0) text += ", " + q.name + " " + std::to_string(q.value);
+    }
     return text + ", " + fixed(m.bytes_per_key(), 1) + " heap B/key";
   };
   out << "             reopen: clean open " << fixed(r.clean.open_ns / 1e6, 2) << " ms ("
@@ -475,12 +451,10 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
   out << "engine,kind,durability,threads,workload,distribution,load_ops,load_seconds,"
          "load_ops_per_s,run_ops,run_seconds,run_ops_per_s,ceiling_fraction,p50_ns,p90_ns,"
          "p99_ns,p999_ns,max_ns,flushes_per_op,fences_per_op,bytes_per_key,bytes_kind,"
-         "items_moved_per_resize,txn_aborts,durable_every_ms,series,nehash_bucket_bits,"
-         "nehash_initial_dir_bits,slots,groups,reopen_items,reopen_groups,clean_open_ns,"
-         "crash_open_ns,crash_recovery_ns,reopen_bytes_per_key,bytes_moved,items_moved,"
-         "bytes_moved_per_insert,splits,segments,delegated_ops,read_retries,pmeh_split_bits,"
-         "pmeh_split_step,pmeh_opportunistic,reopen_segments,zone_switches,direct_ops,"
-         "eager_split_completions,load_factor_after,sequence_step\n";
+         "txn_aborts,durable_every_ms,series,nehash_bucket_bits,"
+         "nehash_initial_dir_bits,slots,reopen_items,clean_open_ns,"
+         "crash_open_ns,crash_recovery_ns,reopen_bytes_per_key,pmeh_split_bits,"
+         "pmeh_split_step,pmeh_opportunistic,load_factor_after,sequence_step,properties\n";
   for (const RunResult& r : runs) {
     const json j = run_json(r);
     const json& m = r.run ? j["run"] : j["load"];
@@ -502,35 +476,33 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
         << num(lat["p999"]) << ',' << num(lat["max"]) << ',' << num(m["flushes_per_op"]) << ','
         << num(m["fences_per_op"]) << ',' << num(m["bytes_per_key"]) << ','
         << (m["bytes_kind"].is_null() ? "" : m["bytes_kind"].get<std::string>()) << ','
-        << num(m["items_moved_per_resize"]) << ','
         << (m["transactions"].is_null() ? "" : std::to_string(m["transactions"]["aborts"].get<std::uint64_t>()))
         << ',' << num(m["durable_every_ms"]) << ',' << csv_field(j["series"].get<std::string>())
         << ',' << csv_optional(r.nehash_bucket_bits) << ',' << csv_optional(r.nehash_initial_dir_bits)
-        << ',' << num(m["slots"]) << ',' << num(m["groups"]) << ',';
+        << ',' << num(m["slots"]) << ',';
     if (r.reopen) {
       const ReopenOutcome& o = *r.reopen;
-      out << o.clean.items << ',' << o.clean.groups << ',' << o.clean.open_ns << ','
+      out << o.clean.items << ',' << o.clean.open_ns << ','
           << (o.crash ? std::to_string(o.crash->open_ns) : "") << ','
           << (o.crash ? std::to_string(o.crash->recovery_ns) : "") << ','
           << fixed(o.clean.bytes_per_key(), 2);
     } else {
-      out << ",,,,,";
+      out << ",,,,";
     }
-    const bool pmeh = r.pmeh_options.has_value();
-    out << ',' << num(m["bytes_moved"]) << ',' << (m["bytes_moved"].is_null() ? "" : num(m["items_moved"])) << ','
-        << num(m["bytes_moved_per_insert"]) << ',' << num(m["splits"]) << ','
-        << num(m["segments"]) << ',' << num(m["delegated_ops"]) << ',' << num(m["read_retries"])
-        << ',';
-    if (pmeh) {
+    out << ',';
+    if (r.pmeh_options.has_value()) {
       out << r.pmeh_options->pmeh_split_bits << ',' << r.pmeh_options->pmeh_split_step << ','
           << (r.pmeh_options->pmeh_opportunistic ? "on" : "off");
     } else {
       out << ",,";
     }
-    out << ',' << (r.reopen && pmeh ? std::to_string(r.reopen->clean.segments) : "");
-    out << ',' << num(m["zone_switches"]) << ',' << num(m["direct_ops"]) << ','
-        << num(m["eager_split_completions"]);
     out << ',' << num(m["load_factor_after"]) << ',' << csv_optional(r.sequence_step);
+    // The measured phase's properties, "name=value" joined by ';'.
+    std::string properties;
+    for (const TableProperty& q : phase_properties(r.measured())) {
+      properties += (properties.empty() ? "" : ";") + q.name + "=" + std::to_string(q.value);
+    }
+    out << ',' << properties;
     out << '\n';
   }
 }

@@ -43,13 +43,11 @@
 //     timeseries {interval_s, t_s: [end of each interval, s], ops_per_s: [...]}
 //     (the last interval may be shorter), load_factor [[ops, lf]...],
 //     flushes_per_op, fences_per_op, bytes_per_key, bytes_kind,
-//     load_factor_after (the table's load factor after the phase), slots and
-//     groups after the phase (pmhash; groups: nehash's bucket groups), expansions,
-//     items_moved, items_moved_per_resize, and for pmeh (else null, all
-//     counted in the phase): bytes_moved (split moves' slot and meta
-//     bytes), bytes_moved_per_insert and items_moved_per_insert (over the
-//     keys the phase inserted), splits, delegated_ops, read_retries, and
-//     segments after the phase; durable_every_ms (epoch
+//     load_factor_after (the table's load factor after the phase), slots
+//     after the phase (pmhash), properties (pmhash, else null: the engine's
+//     properties by name, {"nehash.splits": 3, ...} (pmhash engines
+//     describes them); a PropertyKind::kSinceOpen property as counted in the phase,
+//     a kNow one as it is after the phase); durable_every_ms (epoch
 //     durability: the phase's time over the epochs ended or syncs done in
 //     it, the loss interval achieved), quiesce_s, stream_exhausted.
 //   Fields that do not apply to a table are null.
@@ -57,10 +55,10 @@
 //   REOPEN (--reopen; pmhash_table.h): copy_s, image_bytes, clean: OPEN,
 //     crash: OPEN or null, crash_skipped: why crash is null, or null.
 //   OPEN: open_ns and recovery_ns (Stats), clean_shutdown (false: recovery
-//     ran), wall_s (Store::open as called), items, groups, segments (pmeh),
-//     slots, heap_used,
+//     ran), wall_s (Store::open as called), items, slots, heap_used,
 //     dram_bytes (what the index keeps in DRAM: nehash's directory),
-//     bytes_per_key (heap_used / items), check_s.
+//     bytes_per_key (heap_used / items), check_s, properties (the
+//     engine's, right after the open).
 //
 // The ceiling of a phase (bench --limits, ceilings.h) charges each read one
 // random line read (independent_reads_per_s), each insert, update or delete
@@ -147,11 +145,11 @@ void print_row(std::ostream& out, const RunResult& r, const std::string& name);
 // The line above the rows of one --sequence store: its engine and threads.
 void print_sequence_header(std::ostream& out, const std::string& label);
 void print_skipped_row(std::ostream& out, const SkippedRun& s);
-// The line under a row with --reopen: open times, keys, groups, bytes/key.
+// The line under a row with --reopen: open times, keys, bytes/key.
 void print_reopen(std::ostream& out, const ReopenOutcome& r);
-// The line under a pmeh row: bytes moved per inserted key, slots moved,
-// segments, delegated operations, read retries of the measured phase.
-void print_pmeh_line(std::ostream& out, const PhaseOutcome& m);
+// The line under a pmhash row: the engine's non-zero properties in the
+// measured phase (PHASE's "properties"); nothing when all are zero.
+void print_properties_line(std::ostream& out, const PhaseOutcome& m);
 void print_ceilings(std::ostream& out, const std::vector<Ceilings>& ceilings);
 
 // One CSV line per run, with a header line.

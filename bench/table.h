@@ -126,6 +126,13 @@ Status retry_aborted(Attempt attempt, std::uint64_t* aborts) {
 }
 
 // What a table can report about itself; absent fields do not apply.
+// One engine property as a table reports it.
+struct TableProperty {
+  std::string name;  // "<engine>.<counter>"
+  std::uint64_t value = 0;
+  bool since_open = true;  // PropertyKind::kSinceOpen: a phase's share is after - before
+};
+
 struct TableStats {
   std::optional<std::uint64_t> items;
   std::optional<double> load_factor;       // items / slots
@@ -133,23 +140,10 @@ struct TableStats {
   std::string bytes_kind;                  // "pool", "files" or "dram"
   std::optional<std::uint64_t> flushes;    // since the table was created
   std::optional<std::uint64_t> fences;
-  std::optional<std::uint64_t> expansions; // resizes
-  std::optional<std::uint64_t> items_moved;
   std::optional<std::uint64_t> slots;      // index capacity (pmhash)
-  std::optional<std::uint64_t> groups;     // nehash: bucket groups
-  // pmeh (Stats, counted since the store was opened): bytes split moves
-  // copied, segment splits, operations an owner thread ran for a caller,
-  // optimistic reads run again; and the live segments.
-  std::optional<std::uint64_t> bytes_moved;
-  std::optional<std::uint64_t> splits;
-  std::optional<std::uint64_t> delegated_ops;
-  std::optional<std::uint64_t> read_retries;
-  std::optional<std::uint64_t> segments;
-  // pmeh: zone mode switches, writes callers ran themselves in SHARED
-  // zones, and splits completed early (Stats, since open).
-  std::optional<std::uint64_t> zone_switches;
-  std::optional<std::uint64_t> direct_ops;
-  std::optional<std::uint64_t> eager_split_completions;
+  // pmhash: the engine's properties (Stats::properties), each with its
+  // kind from the engine's descriptor; empty for the peers.
+  std::vector<TableProperty> properties;
   // Epoch durability: the points at which everything written before became
   // durable (epochs a pmhash engine ended, syncs a peer completed) since the
   // table was created. The run's seconds over their count is the interval

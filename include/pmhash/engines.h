@@ -57,11 +57,19 @@ struct OptionSpec {
   std::string_view doc;
 };
 
+// What a property's value is, so that a front end can tell a phase's
+// share of it (after - before) from the index's shape after it.
+enum class PropertyKind : unsigned char {
+  kSinceOpen,  // counts events since the store was opened (splits, retries)
+  kNow,        // the index's shape when stats() ran (levels, segments)
+};
+
 // One named counter an engine reports in Stats::properties, named
 // "<engine>.<counter>" (e.g. "nehash.splits").
 struct PropertySpec {
   std::string_view name;
   std::string_view doc;
+  PropertyKind kind = PropertyKind::kSinceOpen;
 };
 
 struct EngineDescriptor {

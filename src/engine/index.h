@@ -72,6 +72,9 @@ class Index {
   virtual std::uint64_t size() const = 0;
   virtual Status sync() = 0;
   virtual Status check() = 0;
+  // Fills the index's part of Stats: items, slots, load_factor, resizing,
+  // dram_bytes, the epoch fields where the engine has them, and exactly the
+  // properties its descriptor declares, in that order.
   virtual void fill_stats(Stats* stats) const = 0;
   // Epoch engines: the epoch operations run in now (tests); 0 otherwise.
   virtual std::uint64_t current_epoch() const { return 0; }

@@ -285,7 +285,7 @@ TEST_F(NehashBench, TheBucketBitsSweepCreatesEachStoreWithItsBits) {
     if (run["engine"] == "clevel") {
       EXPECT_EQ(series, "clevel");
       EXPECT_TRUE(run["options"].is_null());
-      EXPECT_TRUE(run["load"]["groups"].is_null());
+      EXPECT_FALSE(run["load"]["properties"].contains("nehash.groups"));
       continue;
     }
     const unsigned b = run["options"]["nehash_bucket_bits"];
@@ -293,7 +293,7 @@ TEST_F(NehashBench, TheBucketBitsSweepCreatesEachStoreWithItsBits) {
     EXPECT_EQ(run["options"]["nehash_initial_dir_bits"], 2);
     // The store's capacity per group says its b: 2^b buckets and a conflict
     // bucket, 16 slots each.
-    const auto groups = run["load"]["groups"].get<std::uint64_t>();
+    const auto groups = run["load"]["properties"]["nehash.groups"].get<std::uint64_t>();
     const auto slots = run["load"]["slots"].get<std::uint64_t>();
     ASSERT_GT(groups, 0u) << series;
     EXPECT_EQ(slots, groups * ((std::uint64_t{1} << b) + 1) * 16) << series;
@@ -360,10 +360,11 @@ TEST_F(NehashBench, ReopenReportsTheOpenTimeKeysAndGroupsOfACleanAndACrashOpen) 
     EXPECT_EQ(clean["items"].get<std::uint64_t>(), kRecords) << where;
     EXPECT_GT(clean["bytes_per_key"].get<double>(), 16.0) << where;
     if (engine == "nehash") {
-      EXPECT_EQ(clean["groups"], run["load"]["groups"]) << where;
-      EXPECT_GT(clean["groups"].get<std::uint64_t>(), 0u) << where;
+      EXPECT_EQ(clean["properties"]["nehash.groups"], run["load"]["properties"]["nehash.groups"])
+          << where;
+      EXPECT_GT(clean["properties"]["nehash.groups"].get<std::uint64_t>(), 0u) << where;
     } else {
-      EXPECT_EQ(clean["groups"].get<std::uint64_t>(), 0u) << where;
+      EXPECT_FALSE(clean["properties"].contains("nehash.groups")) << where;
     }
     if (engine == "dali") {
       // Its epoch thread writes the pool: no copy is a crash image.
@@ -377,7 +378,9 @@ TEST_F(NehashBench, ReopenReportsTheOpenTimeKeysAndGroupsOfACleanAndACrashOpen) 
     EXPECT_GT(crash["open_ns"].get<std::uint64_t>(), 0u) << where;
     EXPECT_GT(crash["recovery_ns"].get<std::uint64_t>(), 0u) << where;
     EXPECT_EQ(crash["items"].get<std::uint64_t>(), kRecords) << where;
-    EXPECT_EQ(crash["groups"], clean["groups"]) << where;
+    EXPECT_EQ(crash["properties"].value("nehash.groups", std::uint64_t{0}),
+              clean["properties"].value("nehash.groups", std::uint64_t{0}))
+        << where;
     EXPECT_GT(reopen["image_bytes"].get<std::uint64_t>(), 0u) << where;
     // The run phase ran on the reopened store: its inserts all landed.
     if (run["workload"] == "nehash-g") {

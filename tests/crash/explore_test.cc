@@ -134,15 +134,15 @@ TEST_P(CrashExplore, EveryCrashImageRecoversToAPromisedState) {
   EXPECT_GT(sum_field(summary_, "recovery_images"), 0u) << "no recovery was crashed";
   EXPECT_EQ(sum_field(summary_, "violations"), 0u);
   if (GetParam() == "nehash") {
-    EXPECT_GT(sum_field(summary_, "splits"), 0u) << "no group split was crashed";
-    EXPECT_GT(sum_field(summary_, "full_expansions"), 0u) << "no full expansion was crashed";
+    EXPECT_GT(sum_field(summary_, "nehash.splits"), 0u) << "no group split was crashed";
+    EXPECT_GT(sum_field(summary_, "nehash.full_expansions"), 0u) << "no full expansion was crashed";
   }
   if (GetParam() == "pmeh") {
     // Each run splits a segment and installs a deeper directory (the old
     // one is retired once its zone filled into the new: a run ends with one
-    // live directory, so "directories" says nothing here).
-    EXPECT_GE(sum_field(summary_, "splits"), 2u) << "no segment split was crashed";
-    EXPECT_GE(sum_field(summary_, "expansions"), 2u) << "no directory install was crashed";
+    // live directory, so "pmeh.directories" says nothing here).
+    EXPECT_GE(sum_field(summary_, "pmeh.splits"), 2u) << "no segment split was crashed";
+    EXPECT_GE(sum_field(summary_, "pmeh.directory_installs"), 2u) << "no directory install was crashed";
   }
 }
 

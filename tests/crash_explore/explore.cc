@@ -285,18 +285,22 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-// " (40 groups, 39 splits, 3 full expansions)" for a nehash store,
-// " (57 segments, 8 splits, 3 directories)" for a pmeh store, else "".
+// The engine's non-zero properties, " (nehash.groups 40, nehash.splits
+// 39, ...)", else "".
 std::string engine_shape(const Stats& st) {
-  if (st.engine == "nehash") {
-    return " (" + std::to_string(st.groups) + " groups, " + std::to_string(st.splits) + " splits, " +
-           std::to_string(st.full_expansions) + " full expansions)";
+  std::string out;
+  for (const Property& p : st.properties) {
+    if (p.value == 0) continue;
+    out += (out.empty() ? " (" : ", ") + p.name + " " + std::to_string(p.value);
   }
-  if (st.engine == "pmeh") {
-    return " (" + std::to_string(st.segments) + " segments, " + std::to_string(st.splits) + " splits, " +
-           std::to_string(st.levels) + " directories)";
-  }
-  return "";
+  return out.empty() ? out : out + ")";
+}
+
+// The engine's properties as JSON members, ",\"nehash.groups\":40,...".
+std::string properties_json(const Stats& st) {
+  std::string out;
+  for (const Property& p : st.properties) out += ",\"" + p.name + "\":" + std::to_string(p.value);
+  return out;
 }
 
 // The calling thread's name ("pmeh-owner-1", "workload-0"), else its id.
@@ -1312,15 +1316,14 @@ int Explorer::run() {
 
   std::printf(
       "engine %s seed %llu threads %u ops %llu granularity %s durability %s%s%s: %llu crash points, %llu explored, "
-      "%llu crash images, %llu crashes during recovery, %llu violations, largest dirty set %llu, %llu expansions%s, "
+      "%llu crash images, %llu crashes during recovery, %llu violations, largest dirty set %llu%s, "
       "%.1f s\n",
       c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
       static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.durability.c_str(),
       c_.plant.empty() ? "" : (" planted " + c_.plant).c_str(), c_.shared ? " shared-keys" : "",
       static_cast<unsigned long long>(crash_points), static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
       static_cast<unsigned long long>(recovery_images_), static_cast<unsigned long long>(violations_.load()),
-      static_cast<unsigned long long>(largest_dirty_), static_cast<unsigned long long>(shape.expansions),
-      engine_shape(shape).c_str(), seconds);
+      static_cast<unsigned long long>(largest_dirty_), engine_shape(shape).c_str(), seconds);
   if (turns_) {
     std::printf("turns: %llu passed at drains and operation starts, %llu guest reads at other threads' drains, "
                 "%llu stalled waits, %zu calls\n",
@@ -1333,8 +1336,7 @@ int Explorer::run() {
                    "{\"engine\":\"%s\",\"seed\":%llu,\"threads\":%u,\"ops\":%llu,\"granularity\":\"%s\","
                    "\"durability\":\"%s\",\"shared\":%s,\"turn_passes\":%llu,\"guest_reads\":%llu,\"stalls\":%llu,"
                    "\"planted\":\"%s\",\"crash_points\":%llu,\"explored\":%llu,\"images\":%llu,"
-                   "\"recovery_images\":%llu,\"violations\":%llu,\"expansions\":%llu,\"splits\":%llu,"
-                   "\"full_expansions\":%llu,\"segments\":%llu,\"directories\":%llu,\"seconds\":%.1f}\n",
+                   "\"recovery_images\":%llu,\"violations\":%llu%s,\"seconds\":%.1f}\n",
                    c_.engine.c_str(), static_cast<unsigned long long>(c_.w.seed), c_.w.threads,
                    static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.durability.c_str(),
                    c_.shared ? "true" : "false", static_cast<unsigned long long>(turns_ ? turns_->passes() : 0),
@@ -1344,10 +1346,7 @@ int Explorer::run() {
                    static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
                    static_cast<unsigned long long>(recovery_images_),
                    static_cast<unsigned long long>(violations_.load()),
-                   static_cast<unsigned long long>(shape.expansions), static_cast<unsigned long long>(shape.splits),
-                   static_cast<unsigned long long>(shape.full_expansions),
-                   static_cast<unsigned long long>(shape.segments), static_cast<unsigned long long>(shape.levels),
-                   seconds);
+                   properties_json(shape).c_str(), seconds);
       std::fclose(f);
     }
   }

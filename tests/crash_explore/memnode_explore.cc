@@ -888,7 +888,8 @@ int Explorer::run() {
       c_.plant.empty() ? "" : (" planted " + c_.plant).c_str(), static_cast<unsigned long long>(points_),
       static_cast<unsigned long long>(points_explored_), static_cast<unsigned long long>(images_),
       static_cast<unsigned long long>(violations_.load()), static_cast<unsigned long long>(largest_dirty_),
-      static_cast<unsigned long long>(shape.merges), static_cast<unsigned long long>(shape.expansions), seconds);
+      static_cast<unsigned long long>(shape.property(c_.engine + ".merges")),
+      static_cast<unsigned long long>(shape.property(c_.engine + ".splits")), seconds);
   if (!c_.summary.empty()) {
     if (FILE* f = std::fopen(c_.summary.c_str(), "a")) {
       std::fprintf(f,
@@ -900,8 +901,8 @@ int Explorer::run() {
                    static_cast<unsigned long long>(c_.w.ops), c_.granularity.c_str(), c_.plant.c_str(),
                    static_cast<unsigned long long>(points_), static_cast<unsigned long long>(points_explored_),
                    static_cast<unsigned long long>(images_), static_cast<unsigned long long>(violations_.load()),
-                   static_cast<unsigned long long>(shape.merges), static_cast<unsigned long long>(shape.expansions),
-                   seconds);
+                   static_cast<unsigned long long>(shape.property(c_.engine + ".merges")),
+                   static_cast<unsigned long long>(shape.property(c_.engine + ".splits")), seconds);
       std::fclose(f);
     }
   }

@@ -1184,7 +1184,7 @@ std::vector<Image> build_pmeh_images() {
   region.set_observer(nullptr);
   std::vector<std::byte> mid_split = std::move(copier.image);
   if (mid_split.empty()) {
-    fail("pmeh: " + std::to_string(store->stats().splits) + " splits, " + std::to_string(copier.seen()) +
+    fail("pmeh: " + std::to_string(store->stats().property("pmeh.splits")) + " splits, " + std::to_string(copier.seen()) +
          " seen completing: fewer than " + std::to_string(kPmehSplitCopied));
   }
   for (unsigned i = 0; i < kPmehKeys; i += 7) {

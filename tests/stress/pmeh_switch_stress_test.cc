@@ -164,10 +164,10 @@ TEST_F(PmehSwitchStressTest, HotSpotSwitchesZoneToSharedAndBack) {
   phase.store(2, std::memory_order_release);
   for (auto& th : threads) th.join();
   const Stats st = h_.stats();
-  EXPECT_GE(hot.zone_switches, 1u);
-  EXPECT_GE(st.zone_switches, 2u);
-  EXPECT_GT(st.direct_ops, 0u);
-  EXPECT_EQ(st.shared_zones, 0u) << "no other zone switched for long";
+  EXPECT_GE(hot.property("pmeh.zone_switches"), 1u);
+  EXPECT_GE(st.property("pmeh.zone_switches"), 2u);
+  EXPECT_GT(st.property("pmeh.direct_ops"), 0u);
+  EXPECT_EQ(st.property("pmeh.shared_zones"), 0u) << "no other zone switched for long";
   final_check(ws, bad);
   EXPECT_EQ(bad.count(), 0);
 }
@@ -213,8 +213,8 @@ std::uint64_t hand_over_loop(testing::PmehHarness& h, unsigned zone, unsigned ro
   p.check_regimes(false);
   if (verify) {
     EXPECT_EQ(done, rounds) << "the loop ran out of time";
-    EXPECT_EQ(h.stats().zone_switches, 2u * done);
-    EXPECT_GT(h.stats().direct_ops, 0u);
+    EXPECT_EQ(h.stats().property("pmeh.zone_switches"), 2u * done);
+    EXPECT_GT(h.stats().property("pmeh.direct_ops"), 0u);
     std::size_t live = 0;
     for (const Writer& w : ws) {
       w.verify(h.index(), bad);

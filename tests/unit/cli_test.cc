@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "pmhash/engines.h"
 #include "pmhash/store.h"
 #include "remote/memnode.h"
 #include "subprocess.h"
@@ -150,6 +151,7 @@ TEST_F(CliTest, MemoryNodeIndexesTakeMemnodesInsteadOfAPool) {
   nlohmann::json j = nlohmann::json::parse(ok({"info", "--memnodes", nodes, "--json"}));
   EXPECT_EQ(j["engine"], "sephash");
   EXPECT_EQ(j["items"], 2);
+  EXPECT_TRUE(j["properties"].contains("sephash.round_trips")) << j.dump();
 
   // Refused, with one line naming what is wrong; the index stays.
   const std::vector<std::vector<std::string>> refused = {
@@ -315,14 +317,30 @@ TEST_F(CliTest, InfoJsonReportsEngineAndItems) {
   EXPECT_TRUE(j.value("clean_shutdown", false));
   EXPECT_GE(j.value("slots", std::uint64_t{0}), 6u);
   EXPECT_GT(j.value("dram_bytes", std::uint64_t{0}), 0u);  // clevel's tag filters
-  for (const char* field : {"granularity", "heap_used", "heap_free", "load_factor", "levels",
-                            "resizing", "recovery_ns"}) {
+  for (const char* field : {"granularity", "heap_used", "heap_free", "load_factor", "resizing",
+                            "recovery_ns", "flushes", "fences"}) {
     EXPECT_TRUE(j.contains(field)) << field;
   }
+  // clevel's properties, by name, in its descriptor's order; no epoch
+  // fields (clevel keeps no epochs).
+  // (Parsed again keeping the members' order.)
+  const auto ordered = nlohmann::ordered_json::parse(ok({"info", pool_, "--json"}));
+  ASSERT_TRUE(ordered.contains("properties")) << ordered.dump();
+  std::vector<std::string> names;
+  for (const auto& [name, value] : ordered["properties"].items()) {
+    names.push_back(name);
+    EXPECT_TRUE(value.is_number_unsigned()) << name;
+  }
+  std::vector<std::string> declared;
+  for (const pmhash::PropertySpec& p : pmhash::find_engine("clevel")->properties) declared.emplace_back(p.name);
+  EXPECT_EQ(names, declared);
+  EXPECT_EQ(j["properties"].value("clevel.levels", std::uint64_t{0}), 2u);
+  EXPECT_FALSE(j.contains("epoch")) << j.dump();
 
   const std::string text = ok({"info", pool_});
   EXPECT_NE(text.find("clevel"), std::string::npos) << text;
   EXPECT_NE(text.find("clean shutdown"), std::string::npos) << text;
+  EXPECT_NE(text.find("clevel.levels:"), std::string::npos) << text;
 }
 
 TEST_F(CliTest, DaliPoolsTakeEpochDurabilityAndInfoShowsTheEpochs) {
@@ -357,12 +375,12 @@ TEST_F(CliTest, NehashPoolsTakeTheirCreationOptionsAndInfoShowsGroupsAndOpenTime
   // A group of b = 2 has 4 buckets and a conflict bucket of 16 slots: 80
   // slots, so 2000 keys need at least 25 groups. (b = 6, the default,
   // would give 1040 slots per group.)
-  const std::uint64_t groups = j.value("groups", std::uint64_t{0});
+  const std::uint64_t groups = j["properties"].value("nehash.groups", std::uint64_t{0});
   EXPECT_GE(groups, 25u);
   EXPECT_EQ(j.value("slots", std::uint64_t{0}), groups * 80);
   EXPECT_GT(j.value("open_ns", std::uint64_t{0}), 0u);
   const std::string text = ok({"info", pool_});
-  EXPECT_NE(text.find("groups:"), std::string::npos) << text;
+  EXPECT_NE(text.find("nehash.groups:"), std::string::npos) << text;
   EXPECT_NE(text.find("open:"), std::string::npos) << text;
 }
 
@@ -396,20 +414,21 @@ TEST_F(CliTest, PmehPoolsTakeTheirOptionsAndInfoShowsSegmentsDirectoriesAndSplit
   EXPECT_EQ(small.value("items", std::uint64_t{0}), 4001u);
   // Two zones start with two segments; 4001 keys in 4 KiB segments need
   // splits, so there are more, each with the same number of slots.
-  const std::uint64_t segments = small.value("segments", std::uint64_t{0});
+  const std::uint64_t segments = small["properties"].value("pmeh.segments", std::uint64_t{0});
   const std::uint64_t slots = small.value("slots", std::uint64_t{0});
   EXPECT_GT(segments, 2u);
   ASSERT_GT(segments, 0u);
   EXPECT_EQ(slots % segments, 0u) << slots << " slots in " << segments << " segments";
   EXPECT_GE(slots, 4001u);
-  EXPECT_GE(small.value("directories", std::uint64_t{0}), 1u);
-  for (const char* field : {"splits", "splits_in_flight", "directory_installs", "items_moved",
-                            "bytes_moved", "delegated_ops", "read_retries", "open_ns"}) {
-    EXPECT_TRUE(small.contains(field)) << field << "\n" << small.dump();
+  EXPECT_GE(small["properties"].value("pmeh.directories", std::uint64_t{0}), 1u);
+  for (const char* field : {"pmeh.directory_installs", "pmeh.items_moved", "pmeh.bytes_moved",
+                            "pmeh.delegated_ops", "pmeh.read_retries"}) {
+    EXPECT_TRUE(small["properties"].contains(field)) << field << "\n" << small.dump();
   }
+  EXPECT_TRUE(small.contains("open_ns")) << small.dump();
   const std::string text = ok({"info", pool_});
-  for (const char* row : {"segments:", "directories:", "splits:", "in flight", "moved:",
-                          "delegated:", "read retries:"}) {
+  for (const char* row : {"pmeh.segments:", "pmeh.directories:", "pmeh.splits:", "resizing:",
+                          "pmeh.bytes_moved:", "pmeh.delegated_ops:", "pmeh.read_retries:"}) {
     EXPECT_NE(text.find(row), std::string::npos) << row << "\n" << text;
   }
   // The same keys in 16 KiB segments (the default): four times the bytes,
@@ -418,13 +437,13 @@ TEST_F(CliTest, PmehPoolsTakeTheirOptionsAndInfoShowsSegmentsDirectoriesAndSplit
   ok({"create", large, "--engine", "pmeh", "--size", "64M", "--pmeh-zone-bits", "1"});
   ok({"load", large, "--records", "4000"});
   const nlohmann::json big = info_json(large);
-  const std::uint64_t big_segments = big.value("segments", std::uint64_t{0});
+  const std::uint64_t big_segments = big["properties"].value("pmeh.segments", std::uint64_t{0});
   ASSERT_GT(big_segments, 0u);
   EXPECT_GE(big.value("slots", std::uint64_t{0}) / big_segments, 4 * (slots / segments));
-  // Other engines' pools have no pmeh rows.
+  // Other engines' pools have no pmeh properties.
   create_pool(path("clevel"));
   const nlohmann::json clevel = info_json(paths_.back());
-  EXPECT_FALSE(clevel.contains("segments")) << clevel.dump();
+  EXPECT_FALSE(clevel["properties"].contains("pmeh.segments")) << clevel.dump();
 }
 
 TEST_F(CliTest, PmehOptionsForAnotherEngineOrOutOfRangeAreUsageErrors) {

@@ -107,8 +107,8 @@ TEST_F(PmehStoreTest, EngineIsListedAndCreatedByName) {
   create();
   const Stats st = store_->stats();
   EXPECT_EQ(st.engine, "pmeh");
-  EXPECT_EQ(st.segments, 16u) << "one segment per zone at create";
-  EXPECT_EQ(st.levels, 1u) << "one directory";
+  EXPECT_EQ(st.property("pmeh.segments"), 16u) << "one segment per zone at create";
+  EXPECT_EQ(st.property("pmeh.directories"), 1u) << "one directory";
   EXPECT_EQ(st.slots, 16u * pm::buckets_per_segment(14) * pm::kSlotsPerBucket);
   expect_check();
 }
@@ -332,7 +332,7 @@ TEST_F(PmehStoreTest, SplitThatCannotAllocateReturnsNoSpaceAndKeepsEverything) {
   }
   ASSERT_TRUE(s.is_no_space()) << s.to_string();
   EXPECT_NE(s.message().find("pool"), std::string::npos) << s.message();
-  EXPECT_GT(store_->stats().splits, 0u);
+  EXPECT_GT(store_->stats().property("pmeh.splits"), 0u);
   EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(inserted));
   for (int i = 0; i < inserted; ++i) ASSERT_EQ(get(small_key(i)), small_value(i)) << i;
   std::string v;
@@ -349,7 +349,7 @@ TEST_F(PmehStoreTest, WritesAreDelegatedAndReadsRunOnTheCaller) {
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
   for (int i = 0; i < 100; ++i) ASSERT_EQ(get(key(i)), value(i));
   Stats st = store_->stats();
-  EXPECT_EQ(st.delegated_ops, 100u) << "the 100 inserts; no read";
+  EXPECT_EQ(st.property("pmeh.delegated_ops"), 100u) << "the 100 inserts; no read";
   ASSERT_TRUE(store_->close().ok());
   store_.reset();
   Options o = options_;
@@ -358,7 +358,7 @@ TEST_F(PmehStoreTest, WritesAreDelegatedAndReadsRunOnTheCaller) {
   ASSERT_TRUE(Store::open(path_, o, &store_).ok());
   for (int i = 0; i < 100; ++i) ASSERT_EQ(get(key(i)), value(i));
   st = store_->stats();
-  EXPECT_EQ(st.delegated_ops, 100u) << "the 100 reads";
+  EXPECT_EQ(st.property("pmeh.delegated_ops"), 100u) << "the 100 reads";
 }
 
 // Many callers, few owners: each caller's result is its own.
@@ -422,17 +422,17 @@ TEST_F(PmehStoreTest, AutoWriteModeGoesDirectWhenOwnersAndCallersFillTheCores) {
     if (direct) {
       // Polls the owners' switch (no timing: each owner applies its
       // requests at its next loop round).
-      while (store_->stats().shared_zones < 16) std::this_thread::yield();
+      while (store_->stats().property("pmeh.shared_zones") < 16) std::this_thread::yield();
     }
     const Stats before = store_->stats();
     for (int i = 1; i < 200; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
     const Stats after = store_->stats();
-    EXPECT_EQ(after.shared_zones, direct ? 16u : 0u);
+    EXPECT_EQ(after.property("pmeh.shared_zones"), direct ? 16u : 0u);
     // No split at 200 keys in 16 segments of 16 KiB: with every zone
     // SHARED, no write needs an owner.
-    EXPECT_EQ(after.splits, 0u);
-    EXPECT_EQ(after.direct_ops - before.direct_ops, direct ? 199u : 0u);
-    EXPECT_EQ(after.delegated_ops - before.delegated_ops, direct ? 0u : 199u);
+    EXPECT_EQ(after.property("pmeh.splits"), 0u);
+    EXPECT_EQ(after.property("pmeh.direct_ops") - before.property("pmeh.direct_ops"), direct ? 199u : 0u);
+    EXPECT_EQ(after.property("pmeh.delegated_ops") - before.property("pmeh.delegated_ops"), direct ? 0u : 199u);
     for (int i = 0; i < 200; ++i) ASSERT_EQ(get(key(i)), value(i)) << i;
     expect_check();
     store_.reset();
@@ -443,17 +443,17 @@ TEST_F(PmehStoreTest, AutoWriteModeGoesDirectWhenOwnersAndCallersFillTheCores) {
   options_.pmeh_write_mode = pm::kWriteDelegated;
   create();
   for (int i = 0; i < 50; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
-  EXPECT_EQ(store_->stats().direct_ops, 0u);
-  EXPECT_EQ(store_->stats().shared_zones, 0u);
+  EXPECT_EQ(store_->stats().property("pmeh.direct_ops"), 0u);
+  EXPECT_EQ(store_->stats().property("pmeh.shared_zones"), 0u);
   store_.reset();
   ::unlink(path_.c_str());
   options_.pmeh_workers = 1;
   options_.pmeh_write_mode = pm::kWriteDirect;
   create();
-  EXPECT_EQ(store_->stats().shared_zones, 16u);
+  EXPECT_EQ(store_->stats().property("pmeh.shared_zones"), 16u);
   for (int i = 0; i < 50; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
-  EXPECT_EQ(store_->stats().direct_ops, 50u);
-  EXPECT_EQ(store_->stats().delegated_ops, 0u);
+  EXPECT_EQ(store_->stats().property("pmeh.direct_ops"), 50u);
+  EXPECT_EQ(store_->stats().property("pmeh.delegated_ops"), 0u);
   expect_check();
 }
 
@@ -490,9 +490,9 @@ TEST_F(PmehStoreTest, DirectWritersToOneZoneDuringSplitsKeepEveryKey) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong.load(), 0u);
   const Stats st = store_->stats();
-  EXPECT_GT(st.splits, 0u) << "the zone split while its callers wrote directly";
-  EXPECT_GT(st.direct_ops, 0u);
-  EXPECT_EQ(st.shared_zones, 1u);
+  EXPECT_GT(st.property("pmeh.splits"), 0u) << "the zone split while its callers wrote directly";
+  EXPECT_GT(st.property("pmeh.direct_ops"), 0u);
+  EXPECT_EQ(st.property("pmeh.shared_zones"), 1u);
   for (unsigned t = 0; t < writers; ++t) {
     for (int i = 0; i < per; ++i) {
       const std::string k = "d" + std::to_string(t) + "-" + std::to_string(i);
@@ -669,16 +669,16 @@ TEST_P(PmehSplitTest, FirstSplitMovesEveryKeyToItsChildOnce) {
   std::size_t n = 0;
   for (; n < keys.size(); ++n) {
     ASSERT_TRUE(insert(keys[n], "v" + std::to_string(n)).ok()) << n;
-    if (stats().splits > 0) break;
+    if (stats().property("pmeh.splits") > 0) break;
   }
   ASSERT_LT(n, keys.size()) << "no split";
   const Stats st = stats();
-  EXPECT_EQ(st.splits, 1u);
+  EXPECT_EQ(st.property("pmeh.splits"), 1u);
   // The insert that found its window full split first, then went into a
   // child: the n keys before it were moved.
-  EXPECT_EQ(st.items_moved, n);
-  EXPECT_EQ(st.bytes_moved, 18 * n);
-  EXPECT_EQ(st.segments, 2 + (1u << k) - 1) << "zone 1's segment and the 2^k children";
+  EXPECT_EQ(st.property("pmeh.items_moved"), n);
+  EXPECT_EQ(st.property("pmeh.bytes_moved"), 18 * n);
+  EXPECT_EQ(st.property("pmeh.segments"), 2 + (1u << k) - 1) << "zone 1's segment and the 2^k children";
   EXPECT_EQ(pmeh().segment_depth(engine::make_key(keys[0]).h1), 1 + k);
   EXPECT_EQ(st.items, n + 1);
   for (std::size_t i = 0; i <= n; ++i) ASSERT_EQ(get(keys[i]), "v" + std::to_string(i)) << i;
@@ -698,12 +698,12 @@ TEST_F(PmehEngineTest, DirectoryGrowsOnceAndEachZoneFillsAtItsOwnNextWrite) {
   EXPECT_EQ(pmeh().zone_dir_id(1), 0u);
   const std::vector<std::string> z0 = zone_keys(0, 2000);
   std::size_t n = 0;
-  for (; n < z0.size() && stats().splits == 0; ++n) ASSERT_TRUE(insert(z0[n], "x").ok());
-  ASSERT_EQ(stats().splits, 1u);
+  for (; n < z0.size() && stats().property("pmeh.splits") == 0; ++n) ASSERT_TRUE(insert(z0[n], "x").ok());
+  ASSERT_EQ(stats().property("pmeh.splits"), 1u);
   // The split of a depth-1 segment into 8 needs G = 4: one new directory,
   // and only the splitting zone moved into it.
-  EXPECT_EQ(stats().levels, 2u);
-  EXPECT_EQ(stats().expansions, 1u);
+  EXPECT_EQ(stats().property("pmeh.directories"), 2u);
+  EXPECT_EQ(stats().property("pmeh.directory_installs"), 1u);
   EXPECT_EQ(pmeh().dir_depth(1), 4u);
   EXPECT_EQ(pmeh().zone_dir_id(0), 1u);
   EXPECT_EQ(pmeh().zone_dir_id(1), 0u) << "zone 1 has not written since";
@@ -713,14 +713,14 @@ TEST_F(PmehEngineTest, DirectoryGrowsOnceAndEachZoneFillsAtItsOwnNextWrite) {
   EXPECT_EQ(pmeh().zone_dir_id(1), 0u) << "a read does not fill";
   ASSERT_TRUE(insert(z1[0], "y").ok());
   EXPECT_EQ(pmeh().zone_dir_id(1), 1u) << "zone 1's first write filled it";
-  EXPECT_EQ(stats().splits, 1u) << "without a split";
+  EXPECT_EQ(stats().property("pmeh.splits"), 1u) << "without a split";
   EXPECT_EQ(get(z1[0]), "y");
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(get(z0[i]), "x") << i;
   expect_check();
   // Every zone left directory 0: zone 1's fill retired it.
-  EXPECT_EQ(stats().levels, 1u);
+  EXPECT_EQ(stats().property("pmeh.directories"), 1u);
   reopen();
-  EXPECT_EQ(stats().levels, 1u);
+  EXPECT_EQ(stats().property("pmeh.directories"), 1u);
   EXPECT_EQ(pmeh().zone_dir_id(0), 1u);
   EXPECT_EQ(pmeh().zone_dir_id(1), 1u);
   EXPECT_EQ(get(z1[0]), "y");
@@ -730,12 +730,12 @@ TEST_F(PmehEngineTest, DirectoryGrowsOnceAndEachZoneFillsAtItsOwnNextWrite) {
 TEST_F(PmehEngineTest, ZoneThatNeverWritesKeepsTheOldDirectoryAcrossReopen) {
   create();
   const std::vector<std::string> z0 = zone_keys(0, 2000);
-  for (std::size_t n = 0; n < z0.size() && stats().splits == 0; ++n) {
+  for (std::size_t n = 0; n < z0.size() && stats().property("pmeh.splits") == 0; ++n) {
     ASSERT_TRUE(insert(z0[n], "x").ok());
   }
   ASSERT_EQ(pmeh().zone_dir_id(1), 0u);
   reopen();
-  EXPECT_EQ(stats().levels, 2u) << "zone 1 still lives in directory 0";
+  EXPECT_EQ(stats().property("pmeh.directories"), 2u) << "zone 1 still lives in directory 0";
   EXPECT_EQ(pmeh().zone_dir_id(0), 1u);
   EXPECT_EQ(pmeh().zone_dir_id(1), 0u);
   expect_check();
@@ -750,8 +750,8 @@ TEST_F(PmehEngineTest, ManySplitsAndDirectoriesKeepEveryKey) {
     ASSERT_TRUE(insert(k, i % 2 ? "v" : "a value longer than eight").ok()) << i;
   }
   const Stats st = stats();
-  EXPECT_GT(st.splits, 20u);
-  EXPECT_GE(st.expansions, 2u);
+  EXPECT_GT(st.property("pmeh.splits"), 20u);
+  EXPECT_GE(st.property("pmeh.directory_installs"), 2u);
   EXPECT_EQ(st.items, static_cast<std::uint64_t>(n));
   for (int i = 0; i < n; ++i) {
     ASSERT_EQ(get("key-" + std::to_string(i)), i % 2 ? "v" : "a value longer than eight") << i;
@@ -785,7 +785,7 @@ TEST_F(PmehEngineTest, ReadersDuringSplitsFindEveryStableKey) {
   writer.join();
   reader.join();
   EXPECT_EQ(wrong.load(), 0u);
-  EXPECT_GT(stats().splits, 3u);
+  EXPECT_GT(stats().property("pmeh.splits"), 3u);
   expect_check();
 }
 
@@ -797,7 +797,7 @@ TEST_F(PmehEngineTest, ForEachAfterSplitsReportsEveryKeyOnce) {
     want.insert("f" + std::to_string(i));
     ASSERT_TRUE(insert("f" + std::to_string(i), "v").ok());
   }
-  ASSERT_GT(stats().splits, 1u);
+  ASSERT_GT(stats().property("pmeh.splits"), 1u);
   std::set<std::string> got;
   unsigned twice = 0;
   ASSERT_TRUE(index_
@@ -875,7 +875,7 @@ TEST_F(PmehGradualTest, GradualSplitMovesWindowPlusStepPerWrite) {
   want.add((home(trigger) + 1) % nb);
   EXPECT_EQ(moved(0).count(), 2u);
   EXPECT_TRUE(moved(0).covers(want));
-  EXPECT_EQ(stats().splits, 0u) << "not complete";
+  EXPECT_EQ(stats().property("pmeh.splits"), 0u) << "not complete";
   // A write in another zone does not step zone 0's split.
   const Moved before_other = moved(0);
   ASSERT_TRUE(insert(zone_keys(1, 1)[0], "z1").ok());
@@ -904,8 +904,8 @@ TEST_F(PmehGradualTest, GradualSplitMovesWindowPlusStepPerWrite) {
   EXPECT_GE(steps, (nb - 2) / (b + 2));
   EXPECT_LE(steps, (nb - 2 + b - 1) / b);
   const Stats st = stats();
-  EXPECT_EQ(st.splits, 1u);
-  EXPECT_EQ(st.eager_split_completions, 0u);
+  EXPECT_EQ(st.property("pmeh.splits"), 1u);
+  EXPECT_EQ(st.property("pmeh.eager_split_completions"), 0u);
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(get(z0[i]), "v") << i;
   expect_check();
 }
@@ -916,12 +916,12 @@ TEST_F(PmehGradualTest, StepZeroSplitsAtOnce) {
   create();
   const std::vector<std::string> z0 = zone_keys(0, 3000);
   std::size_t n = 0;
-  while (stats().splits == 0) {
+  while (stats().property("pmeh.splits") == 0) {
     ASSERT_TRUE(insert(z0[n++], "v").ok());
     ASSERT_FALSE(pmeh().split_in_flight(0)) << "a split is never left in flight with B = 0";
   }
   // Every key of S was moved by the one insert that split.
-  EXPECT_EQ(stats().items_moved, n - 1);
+  EXPECT_EQ(stats().property("pmeh.items_moved"), n - 1);
   EXPECT_EQ(pmeh().segment_depth(engine::make_key(z0[0]).h1), 3u);
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(get(z0[i]), "v") << i;
   expect_check();
@@ -981,7 +981,7 @@ TEST_F(PmehGradualTest, ReadsDuringGradualSplitSeeEveryKey) {
   writer.join();
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_GT(reads, 0u);
-  EXPECT_GT(stats().splits, 2u);
+  EXPECT_GT(stats().property("pmeh.splits"), 2u);
   expect_check();
 }
 
@@ -1000,7 +1000,7 @@ TEST_F(PmehGradualTest, FullChildWindowCompletesParentSplitFirst) {
   // Fill one window of child 0 while S still splits.
   const std::vector<std::string> fill = placed_keys("c", 0, 7, nb, 2 * pm::kSlotsPerBucket + 1);
   std::size_t used = 0;
-  while (stats().splits == 0) {
+  while (stats().property("pmeh.splits") == 0) {
     ASSERT_LT(used, fill.size());
     ASSERT_TRUE(pmeh().split_in_flight(0));
     keys.push_back(fill[used++]);
@@ -1009,8 +1009,8 @@ TEST_F(PmehGradualTest, FullChildWindowCompletesParentSplitFirst) {
   // The insert that found child 0's window full completed S first, then
   // split child 0 (which is in flight now).
   const Stats st = stats();
-  EXPECT_EQ(st.eager_split_completions, 1u);
-  EXPECT_EQ(st.splits, 1u);
+  EXPECT_EQ(st.property("pmeh.eager_split_completions"), 1u);
+  EXPECT_EQ(st.property("pmeh.splits"), 1u);
   EXPECT_TRUE(pmeh().split_in_flight(0));
   EXPECT_EQ(pmeh().segment_depth(engine::make_key(fill[0]).h1), 1u) << "child 0 of S, splitting";
   for (const std::string& k : keys) ASSERT_EQ(get(k), "v") << k;
@@ -1026,7 +1026,7 @@ TEST_F(PmehGradualTest, SecondSplitInZoneCompletesTheFirstEagerly) {
   const unsigned nb = pmeh().nb();
   std::vector<std::string> keys;
   // A first split, completed: children 0 and 1 are the zone's segments.
-  for (int i = 0; stats().splits == 0; ++i) {
+  for (int i = 0; stats().property("pmeh.splits") == 0; ++i) {
     keys.push_back("p" + std::to_string(i));
     ASSERT_TRUE(insert(keys.back(), "v").ok());
   }
@@ -1040,7 +1040,7 @@ TEST_F(PmehGradualTest, SecondSplitInZoneCompletesTheFirstEagerly) {
     ASSERT_TRUE(insert(keys.back(), "v").ok());
   }
   const std::uint64_t first = pmeh().split_segment(0);
-  EXPECT_EQ(stats().eager_split_completions, 0u);
+  EXPECT_EQ(stats().property("pmeh.eager_split_completions"), 0u);
   // Child 1 fills a window: its split must first complete child 0's.
   const std::vector<std::string> b = placed_keys("b", 1, 20, nb, 2 * pm::kSlotsPerBucket + 1);
   used = 0;
@@ -1050,8 +1050,8 @@ TEST_F(PmehGradualTest, SecondSplitInZoneCompletesTheFirstEagerly) {
     ASSERT_TRUE(insert(keys.back(), "v").ok());
   }
   const Stats st = stats();
-  EXPECT_EQ(st.eager_split_completions, 1u);
-  EXPECT_EQ(st.splits, 2u) << "the first split and child 0's";
+  EXPECT_EQ(st.property("pmeh.eager_split_completions"), 1u);
+  EXPECT_EQ(st.property("pmeh.splits"), 2u) << "the first split and child 0's";
   EXPECT_TRUE(pmeh().split_in_flight(0)) << "child 1's split";
   EXPECT_EQ(pmeh().segment_depth(engine::make_key(a[0]).h1), 2u);
   for (const std::string& k : keys) ASSERT_EQ(get(k), "v") << k;
@@ -1072,7 +1072,7 @@ TEST_F(PmehGradualTest, IdleOwnerStepsTheSplitToCompletion) {
   create();
   const std::vector<std::string> z0 = zone_keys(0, 3000);
   std::size_t n = 0;
-  while (!pmeh().split_in_flight(0) && stats().splits == 0) {
+  while (!pmeh().split_in_flight(0) && stats().property("pmeh.splits") == 0) {
     ASSERT_TRUE(insert(z0[n], "v" + std::to_string(n)).ok());
     ++n;
   }
@@ -1084,8 +1084,8 @@ TEST_F(PmehGradualTest, IdleOwnerStepsTheSplitToCompletion) {
     std::this_thread::yield();
   }
   EXPECT_FALSE(pmeh().split_in_flight(0));
-  EXPECT_EQ(stats().splits, 1u);
-  EXPECT_EQ(stats().eager_split_completions, 0u);
+  EXPECT_EQ(stats().property("pmeh.splits"), 1u);
+  EXPECT_EQ(stats().property("pmeh.eager_split_completions"), 0u);
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(get(z0[i]), "v" + std::to_string(i)) << i;
   expect_check();
 }
@@ -1099,16 +1099,16 @@ TEST_F(PmehGradualTest, OldDirectoryFreedWhenEveryZoneFilled) {
   ASSERT_NE(dir0, 0u);
   const std::vector<std::string> z0 = zone_keys(0, 2000);
   std::size_t n = 0;
-  while (stats().splits == 0) ASSERT_TRUE(insert(z0[n++], "x").ok());
+  while (stats().property("pmeh.splits") == 0) ASSERT_TRUE(insert(z0[n++], "x").ok());
   ASSERT_EQ(pmeh().zone_dir_id(0), 1u);
   ASSERT_EQ(pmeh().zone_dir_id(1), 0u);
-  EXPECT_EQ(stats().levels, 2u) << "zone 1 still uses directory 0";
+  EXPECT_EQ(stats().property("pmeh.directories"), 2u) << "zone 1 still uses directory 0";
   EXPECT_EQ(root->dir_array[0].load(), dir0);
   // Zone 1's first write fills it into directory 1: no zone uses 0 any more.
   const std::string k1 = zone_keys(1, 1)[0];
   ASSERT_TRUE(insert(k1, "y").ok());
   EXPECT_EQ(pmeh().zone_dir_id(1), 1u);
-  EXPECT_EQ(stats().levels, 1u) << "directory 0 retired while the store runs";
+  EXPECT_EQ(stats().property("pmeh.directories"), 1u) << "directory 0 retired while the store runs";
   EXPECT_EQ(root->dir_array[0].load(), 0u);
   expect_check();  // empties the retire logs (after a grace period)
   EXPECT_FALSE(heap_->is_allocated(dir0)) << "directory 0's block is free";
@@ -1116,7 +1116,7 @@ TEST_F(PmehGradualTest, OldDirectoryFreedWhenEveryZoneFilled) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(get(z0[i]), "x") << i;
   reopen();
   EXPECT_EQ(pmeh().open_counters().directories_freed, 0u) << "nothing left for open to free";
-  EXPECT_EQ(stats().levels, 1u);
+  EXPECT_EQ(stats().property("pmeh.directories"), 1u);
   expect_check();
 }
 
@@ -1186,7 +1186,7 @@ TEST_F(PmehGradualTest, DirectWriteIntoAMovedWindowGoesToTheChildAndAnUnmovedOne
   want[out] = "o";
   EXPECT_EQ(pmeh().delegated_ops(), delegated_after + 1);
   EXPECT_FALSE(pmeh().split_in_flight(0));
-  EXPECT_EQ(stats().splits, 1u);
+  EXPECT_EQ(stats().property("pmeh.splits"), 1u);
   EXPECT_EQ(pmeh().segment_depth(engine::make_key(out).h1), 1u);
   for (const auto& [k, v] : want) ASSERT_EQ(get(k), v) << k;
   EXPECT_TRUE(absent(in[2]));
@@ -1206,7 +1206,7 @@ TEST_F(PmehGradualTest, SharedZoneSplitCompletesRightAfterTheWriteThatStartedIt)
   options_.pmeh_write_mode = pm::kWriteDirect;
   create();
   std::vector<std::string> keys;
-  for (int i = 0; !pmeh().split_in_flight(0) && stats().splits == 0; ++i) {
+  for (int i = 0; !pmeh().split_in_flight(0) && stats().property("pmeh.splits") == 0; ++i) {
     keys.push_back("p" + std::to_string(i));
     ASSERT_TRUE(insert(keys.back(), "v").ok());
   }
@@ -1217,8 +1217,8 @@ TEST_F(PmehGradualTest, SharedZoneSplitCompletesRightAfterTheWriteThatStartedIt)
     std::this_thread::yield();
   }
   EXPECT_FALSE(pmeh().split_in_flight(0));
-  EXPECT_EQ(stats().splits, 1u);
-  EXPECT_EQ(stats().eager_split_completions, 0u);
+  EXPECT_EQ(stats().property("pmeh.splits"), 1u);
+  EXPECT_EQ(stats().property("pmeh.eager_split_completions"), 0u);
   EXPECT_EQ(pmeh().delegated_ops(), 1u);
   EXPECT_EQ(pmeh().segment_depth(engine::make_key(keys[0]).h1), 1u);
   for (const std::string& k : keys) ASSERT_EQ(get(k), "v") << k;
@@ -1269,7 +1269,7 @@ TEST_F(PmehGradualTest, DirectWritersRacingSplitsKeepEveryKey) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong.load(), 0u);
-  EXPECT_GT(stats().splits, 1u);
+  EXPECT_GT(stats().property("pmeh.splits"), 1u);
   EXPECT_GT(pmeh().direct_ops(), 0u);
   auto verify = [&] {
     for (unsigned t = 0; t < writers; ++t) {
@@ -1404,7 +1404,7 @@ TEST_F(PmehGradualTest, OpenReadsNoSegmentButSplitting) {
   const auto second = pmeh().open_counters();
   EXPECT_EQ(second.splits_resumed, 4u);
   EXPECT_EQ(second.segments_read, first.segments_read) << "independent of the key count";
-  EXPECT_GT(stats().segments, 40u) << "many segments, none read by open";
+  EXPECT_GT(stats().property("pmeh.segments"), 40u) << "many segments, none read by open";
   expect_check();
 }
 
@@ -1540,7 +1540,7 @@ class PmehSplitCrashTest : public PmehCrashTest {
     const std::vector<std::string> keys = zone_keys(0, 2000);
     std::size_t n = 0;
     create();
-    while (stats().splits == 0) EXPECT_TRUE(insert(keys[n++], "v").ok());
+    while (stats().property("pmeh.splits") == 0) EXPECT_TRUE(insert(keys[n++], "v").ok());
     shut();
     ::unlink(path_.c_str());
     create();
@@ -1598,7 +1598,7 @@ class PmehSplitCrashTest : public PmehCrashTest {
     });
     EXPECT_TRUE(insert(keys[n], "last").ok());
     sim.set_crash_point_hook(nullptr);
-    EXPECT_EQ(stats().splits, 1u);
+    EXPECT_EQ(stats().property("pmeh.splits"), 1u);
     return out;
   }
 };
@@ -1772,15 +1772,15 @@ class PmehGradualCrashTest : public PmehCrashTest {
       }
     });
     for (std::size_t i = n; i < end; ++i) {
-      const std::uint64_t before = stats().items_moved;
+      const std::uint64_t before = stats().property("pmeh.items_moved");
       EXPECT_TRUE(insert(keys[i], "v" + std::to_string(i)).ok()) << i;
-      out.batches += stats().items_moved != before || prev_moved != before;
-      prev_moved = stats().items_moved;
+      out.batches += stats().property("pmeh.items_moved") != before || prev_moved != before;
+      prev_moved = stats().property("pmeh.items_moved");
       acked.store(i + 1);
     }
     sim.set_crash_point_hook(nullptr);
     EXPECT_FALSE(pmeh().split_in_flight(0));
-    EXPECT_EQ(stats().splits, 1u);
+    EXPECT_EQ(stats().property("pmeh.splits"), 1u);
     return out;
   }
 };
@@ -1921,7 +1921,7 @@ TEST_F(PmehCrashTest, RecoverOldDirectoryRetirement) {
   create();
   const std::vector<std::string> z0 = zone_keys(0, 2000);
   std::vector<std::string> keys;
-  while (stats().splits == 0) {
+  while (stats().property("pmeh.splits") == 0) {
     keys.push_back(z0[keys.size()]);
     ASSERT_TRUE(insert(keys.back(), "x").ok());
   }
@@ -1953,7 +1953,7 @@ TEST_F(PmehCrashTest, RecoverOldDirectoryRetirement) {
   });
   ASSERT_TRUE(insert(k1, "y").ok());
   sim.set_crash_point_hook(nullptr);
-  EXPECT_EQ(stats().levels, 1u);
+  EXPECT_EQ(stats().property("pmeh.directories"), 1u);
   EXPECT_EQ(violations, 0u) << first;
   EXPECT_GE(drains, 3u) << "fill entries, fill bit, retire entries, the cleared word";
   EXPECT_GT(images, 10u);

@@ -81,9 +81,9 @@ TEST_F(PmehZonesTest, ForcedSwitchBothWaysKeepsKeys) {
   EXPECT_EQ(p.zone_mode(zone), pm::kShared);
   EXPECT_EQ(p.zone_mode(6), pm::kOwned);
   Stats st = h_.stats();
-  EXPECT_EQ(st.zone_switches, 1u);
-  EXPECT_EQ(st.shared_zones, 1u);
-  const std::uint64_t splits_before = st.splits;
+  EXPECT_EQ(st.property("pmeh.zone_switches"), 1u);
+  EXPECT_EQ(st.property("pmeh.shared_zones"), 1u);
+  const std::uint64_t splits_before = st.property("pmeh.splits");
   // SHARED: new keys (their splits go to the owner), updates that change
   // form, removes, reads.
   for (int i = 300; i < 1200; ++i) {
@@ -102,16 +102,16 @@ TEST_F(PmehZonesTest, ForcedSwitchBothWaysKeepsKeys) {
   EXPECT_TRUE(h_.index().update(engine::make_key(keys[1]), "x").is_not_found());
   EXPECT_TRUE(h_.index().remove(engine::make_key(keys[1])).is_not_found());
   st = h_.stats();
-  EXPECT_GT(st.splits, splits_before) << "the zone split while SHARED";
-  EXPECT_GT(st.direct_ops, 0u);
+  EXPECT_GT(st.property("pmeh.splits"), splits_before) << "the zone split while SHARED";
+  EXPECT_GT(st.property("pmeh.direct_ops"), 0u);
   expect_model(model);
 
   p.force_mode(zone, false);
   EXPECT_EQ(p.zone_mode(zone), pm::kOwned);
   st = h_.stats();
-  EXPECT_EQ(st.zone_switches, 2u);
-  EXPECT_EQ(st.shared_zones, 0u);
-  const std::uint64_t direct = st.direct_ops;
+  EXPECT_EQ(st.property("pmeh.zone_switches"), 2u);
+  EXPECT_EQ(st.property("pmeh.shared_zones"), 0u);
+  const std::uint64_t direct = st.property("pmeh.direct_ops");
   for (int i = 1200; i < 1500; ++i) {
     ASSERT_TRUE(put(keys[i], value(i, 3)).ok()) << i;
     model[keys[i]] = value(i, 3);
@@ -120,14 +120,14 @@ TEST_F(PmehZonesTest, ForcedSwitchBothWaysKeepsKeys) {
     ASSERT_TRUE(put(keys[i], value(i + 1, 4)).ok()) << i;
     model[keys[i]] = value(i + 1, 4);
   }
-  EXPECT_EQ(h_.stats().direct_ops, direct) << "OWNED again: every write is delegated";
+  EXPECT_EQ(h_.stats().property("pmeh.direct_ops"), direct) << "OWNED again: every write is delegated";
   expect_model(model);
 
   // And once more to SHARED: the zone's keys are all there.
   p.force_mode(zone, true);
   expect_model(model);
   p.force_mode(zone, false);
-  EXPECT_EQ(h_.stats().zone_switches, 4u);
+  EXPECT_EQ(h_.stats().property("pmeh.zone_switches"), 4u);
 }
 
 TEST_F(PmehZonesTest, DirectOpsAreCountedAndNotDelegated) {
@@ -145,9 +145,9 @@ TEST_F(PmehZonesTest, DirectOpsAreCountedAndNotDelegated) {
     ASSERT_TRUE(h_.index().remove(engine::make_key(keys[i])).ok());
   }
   const Stats after = h_.stats();
-  EXPECT_EQ(after.direct_ops - before.direct_ops, 70u);
-  EXPECT_EQ(after.delegated_ops, before.delegated_ops);
-  EXPECT_EQ(after.splits, before.splits);
+  EXPECT_EQ(after.property("pmeh.direct_ops") - before.property("pmeh.direct_ops"), 70u);
+  EXPECT_EQ(after.property("pmeh.delegated_ops"), before.property("pmeh.delegated_ops"));
+  EXPECT_EQ(after.property("pmeh.splits"), before.property("pmeh.splits"));
   for (std::size_t i = 0; i < keys.size(); ++i) {
     EXPECT_EQ(get(keys[i]), i % 2 == 0 ? "<absent>" : "cc") << i;
   }
@@ -155,8 +155,8 @@ TEST_F(PmehZonesTest, DirectOpsAreCountedAndNotDelegated) {
   // A write in an OWNED zone is delegated, not direct.
   ASSERT_TRUE(put(h_.zone_keys(zone + 1, 1, "e")[0], "x").ok());
   const Stats last = h_.stats();
-  EXPECT_EQ(last.direct_ops, after.direct_ops);
-  EXPECT_EQ(last.delegated_ops, after.delegated_ops + 1);
+  EXPECT_EQ(last.property("pmeh.direct_ops"), after.property("pmeh.direct_ops"));
+  EXPECT_EQ(last.property("pmeh.delegated_ops"), after.property("pmeh.delegated_ops") + 1);
 }
 
 // Z = 4 (16 zones), W = 2: a zone goes SHARED at a share >= max(1/4, 2/16)
@@ -195,7 +195,7 @@ TEST_F(PmehZonesTest, MonitorSwitchesAHotSpotAndNotUniformLoad) {
     EXPECT_TRUE(p.run_monitor_window(counts(7, 9000, 67), no_backlog()).empty()) << w;
   }
   EXPECT_EQ(p.run_monitor_window(counts(7, 9000, 67), no_backlog()), std::vector<unsigned>{7});
-  EXPECT_EQ(h_.stats().zone_switches, 3u);
+  EXPECT_EQ(h_.stats().property("pmeh.zone_switches"), 3u);
   // Zone 4 (owner 0) at 17 %: below the hot share of 1/4, and its owner
   // carries 20 % < 1.5 f: stays OWNED.
   std::vector<std::uint64_t> c(zones, 50);
@@ -243,10 +243,10 @@ TEST_F(PmehZonesTest, SwitchOffNeverSwitches) {
     }
   }
   const Stats st = h_.stats();
-  EXPECT_EQ(st.zone_switches, 0u);
-  EXPECT_EQ(st.shared_zones, 0u);
-  EXPECT_EQ(st.direct_ops, 0u);
-  EXPECT_EQ(st.delegated_ops, 3 * keys.size());
+  EXPECT_EQ(st.property("pmeh.zone_switches"), 0u);
+  EXPECT_EQ(st.property("pmeh.shared_zones"), 0u);
+  EXPECT_EQ(st.property("pmeh.direct_ops"), 0u);
+  EXPECT_EQ(st.property("pmeh.delegated_ops"), 3 * keys.size());
 }
 
 }  // namespace

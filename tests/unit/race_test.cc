@@ -82,11 +82,11 @@ TEST_F(RaceTest, OperationsFollowAModelThroughSplits) {
   ASSERT_NO_FATAL_FAILURE(run_model(*st, 12000, 3000, &model));
   const Stats stats = st->stats();
   EXPECT_EQ(stats.engine, "race");
-  EXPECT_GT(stats.expansions, 4u);  // splits
-  EXPECT_GT(stats.items_moved, 0u);
-  EXPECT_GT(stats.bytes_moved, stats.expansions * 8 * 192);
-  EXPECT_GT(stats.round_trips, 12000u);
-  EXPECT_GT(stats.remote_bytes, stats.round_trips);
+  EXPECT_GT(stats.property("race.splits"), 4u);  // splits
+  EXPECT_GT(stats.property("race.items_moved"), 0u);
+  EXPECT_GT(stats.property("race.split_bytes"), stats.property("race.splits") * 8 * 192);
+  EXPECT_GT(stats.property("race.round_trips"), 12000u);
+  EXPECT_GT(stats.property("race.remote_bytes"), stats.property("race.round_trips"));
   ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
 }
 
@@ -96,7 +96,7 @@ TEST_F(RaceTest, SplitsPastTheInitialDepthKeepEveryKey) {
   Model model;
   ASSERT_NO_FATAL_FAILURE(load(*st, 0, 20000, &model));
   // 20000 keys in subtables of 168 slots: at least 2^7 subtables, from 2.
-  EXPECT_GE(st->stats().expansions, 126u);
+  EXPECT_GE(st->stats().property("race.splits"), 126u);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
 }
 
@@ -104,7 +104,7 @@ TEST_F(RaceTest, ThreadsWriteTheirOwnKeys) {
   auto st = create(options());
   ASSERT_NE(st, nullptr);
   ASSERT_NO_FATAL_FAILURE(run_threads(*st));
-  EXPECT_GT(st->stats().expansions, 4u);
+  EXPECT_GT(st->stats().property("race.splits"), 4u);
 }
 
 // Four clients insert the same absent key at once, round after round:
@@ -149,7 +149,7 @@ TEST_F(RaceTest, ConcurrentInsertsOfOneKeyExactlyOneSucceeds) {
     ASSERT_TRUE(st->get("same-" + std::to_string(r), &got).ok());
     EXPECT_EQ(got, "t" + std::to_string(winner)) << "round " << r;
   }
-  EXPECT_GT(st->stats().expansions, 0u);
+  EXPECT_GT(st->stats().property("race.splits"), 0u);
   const Status c = st->check();
   EXPECT_TRUE(c.ok()) << c.to_string();
 }
@@ -181,7 +181,7 @@ TEST_F(RaceTest, ReadersDuringEachSplitStepFindEveryKey) {
   engine::race::set_split_hook_for_testing(nullptr);
   EXPECT_EQ(missed.load(), 0u);
   for (unsigned s = 0; s < kSplitSteps; ++s) EXPECT_GT(steps[s], 2u) << step_name(SplitStep(s));
-  EXPECT_EQ(st->stats().lock_takeovers, 0u);
+  EXPECT_EQ(st->stats().property("race.lock_takeovers"), 0u);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
 }
 
@@ -192,7 +192,7 @@ TEST_F(RaceTest, ReadersRacingSplitsNeverMissAKey) {
   ASSERT_NE(st, nullptr);
   Model before;
   ASSERT_NO_FATAL_FAILURE(load(*st, 0, 1000, &before));
-  const std::uint64_t splits0 = st->stats().expansions;
+  const std::uint64_t splits0 = st->stats().property("race.splits");
   std::atomic<bool> done{false};
   std::atomic<unsigned> missed{0}, passes{0};
   std::vector<std::thread> readers;
@@ -214,7 +214,7 @@ TEST_F(RaceTest, ReadersRacingSplitsNeverMissAKey) {
   for (auto& th : readers) th.join();
   EXPECT_EQ(missed.load(), 0u);
   EXPECT_GT(passes.load(), 0u);
-  EXPECT_GT(st->stats().expansions, splits0 + 20);
+  EXPECT_GT(st->stats().property("race.splits"), splits0 + 20);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, after));
 }
 
@@ -428,7 +428,7 @@ class RaceSplitLockTest : public RaceTest {
     ASSERT_TRUE(c.ok()) << c.to_string();
     EXPECT_GE(waited, lease_ms() * 0.9) << "check() did not wait for the lease";
     EXPECT_LT(waited, lease_ms() + kMarginMs);
-    EXPECT_EQ(st->stats().lock_takeovers, 1u);
+    EXPECT_EQ(st->stats().property("race.lock_takeovers"), 1u);
     if (forward) {
       EXPECT_GT(taker_steps.load(), 0u) << "the split was undone, not finished";
     } else {
@@ -438,9 +438,9 @@ class RaceSplitLockTest : public RaceTest {
     const Status g = st->get(unacked, &got);
     EXPECT_TRUE(g.is_not_found()) << g.to_string();  // its entry was never placed
     ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
-    const std::uint64_t splits = st->stats().expansions;
+    const std::uint64_t splits = st->stats().property("race.splits");
     ASSERT_NO_FATAL_FAILURE(load(*st, next, next + 3000, &model));
-    EXPECT_GT(st->stats().expansions, splits + 4);
+    EXPECT_GT(st->stats().property("race.splits"), splits + 4);
     ASSERT_TRUE(st->insert(unacked, "later").ok());
     model[unacked] = "later";
     ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
@@ -523,7 +523,7 @@ TEST_F(RaceSplitLockTest, ATakerThatStopsMidwayIsTakenOverByTheNext) {
   const Status second = st->check();
   engine::race::set_split_hook_for_testing(nullptr);
   ASSERT_TRUE(second.ok()) << second.to_string();
-  EXPECT_EQ(st->stats().lock_takeovers, 2u);
+  EXPECT_EQ(st->stats().property("race.lock_takeovers"), 2u);
   ASSERT_NO_FATAL_FAILURE(load(*st, next, next + 2000, &model));
   ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
 }
@@ -556,7 +556,7 @@ TEST_F(RaceSplitLockTest, ManyWaitersOnAStoppedSplitTakeItOverOnce) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong.load(), 0u);
-  EXPECT_EQ(st->stats().lock_takeovers, 1u);
+  EXPECT_EQ(st->stats().property("race.lock_takeovers"), 1u);
   for (unsigned i = next; i < next + kThreads * kEach; ++i) model.emplace(key_of(i), value_of(i, 0));
   ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
 }
@@ -665,7 +665,7 @@ TEST_F(RaceSplitLockTest, ASplitterThatWakesAfterATakeoverWritesNothing) {
   engine::race::set_split_hook_for_testing(nullptr);
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_GT(other.size(), 0u);
-  EXPECT_EQ(st->stats().lock_takeovers, 1u);
+  EXPECT_EQ(st->stats().property("race.lock_takeovers"), 1u);
   EXPECT_EQ(later.load(), 0u) << "the sleeper went on after the takeover";
   ASSERT_TRUE(busy.is_busy()) << busy.to_string();
   EXPECT_NE(busy.message().find("half its lease"), std::string::npos) << busy.to_string();

@@ -361,7 +361,7 @@ TEST_P(SepHashLostReplyTest, ABlockPushedWithoutAReplyIsNeverHandedOutTwice) {
   // The client knows what became of it: pushed (the reply was lost), or
   // not, and then the record's block may still be written by the late
   // request: given up.
-  const std::uint64_t leaked = a->stats().remote_bytes_leaked;
+  const std::uint64_t leaked = a->stats().property("sephash.bytes_leaked");
   if (fate == Fate::kLoseReply) {
     EXPECT_EQ(leaked, 0u);
   } else {
@@ -380,7 +380,7 @@ TEST_P(SepHashLostReplyTest, ABlockPushedWithoutAReplyIsNeverHandedOutTwice) {
   auto c = open(options());
   ASSERT_NE(c, nullptr);
   ASSERT_NO_FATAL_FAILURE(write_keys(*c, 300000, 316000, &model));
-  EXPECT_GT(c->stats().remote_blocks_reused, 2000u);  // it took what a and b handed back
+  EXPECT_GT(c->stats().property("sephash.blocks_reused"), 2000u);  // it took what a and b handed back
   ASSERT_TRUE(c->close().ok());
   c.reset();
   model.insert(mb.begin(), mb.end());
@@ -432,7 +432,7 @@ TEST_P(SepHashLostReplyTest, APopWithoutAReplyTakesNothingThatStaysOnTheStack) {
   // popping the same head would have written the same word), or not
   // popped (late: the client's settling CAS ran first, so the pop never
   // can).
-  const std::uint64_t leaked = b->stats().remote_bytes_leaked;
+  const std::uint64_t leaked = b->stats().property("sephash.bytes_leaked");
   if (fate == Fate::kLoseReply) {
     EXPECT_GE(leaked, sh::kFreeRecordBytes);
   } else {
@@ -474,10 +474,10 @@ TEST_F(SepHashReuseTest, AMergeWhosePublishReplyIsLostFreesOnlyWhatItDropped) {
   }
   const Stats st = a->stats();
   EXPECT_GE(lost.load(), 10u);
-  EXPECT_GE(st.expansions, 4u);  // splits too
+  EXPECT_GE(st.property("sephash.splits"), 4u);  // splits too
   EXPECT_EQ(failures.load(), 0u);
-  EXPECT_EQ(st.remote_bytes_leaked, 0u);
-  EXPECT_GT(st.remote_blocks_reused, 1000u);
+  EXPECT_EQ(st.property("sephash.bytes_leaked"), 0u);
+  EXPECT_GT(st.property("sephash.blocks_reused"), 1000u);
   ASSERT_TRUE(a->close().ok());
   a.reset();
   ASSERT_NO_FATAL_FAILURE(expect_all_holds(model));
@@ -532,7 +532,7 @@ TEST_F(SepHashReuseTest, ClientsLosingEverySecondStackReplyNeverShareABlock) {
     auto d = open(options());
     ASSERT_NE(d, nullptr);
     ASSERT_NO_FATAL_FAILURE(write_keys(*d, 900000, 912000, &all));
-    EXPECT_GT(d->stats().remote_blocks_reused, 100u);  // it took what the others handed back
+    EXPECT_GT(d->stats().property("sephash.blocks_reused"), 100u);  // it took what the others handed back
     ASSERT_TRUE(d->close().ok());
   }
   remote::set_fate_hook_for_testing(nullptr);

@@ -83,10 +83,10 @@ TEST_F(SepHashTest, OperationsFollowAModelThroughMergesAndSplits) {
   ASSERT_NO_FATAL_FAILURE(run_model(*st, 12000, 3000, &model));
   const Stats stats = st->stats();
   EXPECT_EQ(stats.engine, "sephash");
-  EXPECT_GT(stats.merges, 20u);
-  EXPECT_GT(stats.expansions, 4u);  // splits
-  EXPECT_GT(stats.round_trips, 12000u);
-  EXPECT_GT(stats.remote_bytes, stats.round_trips);
+  EXPECT_GT(stats.property("sephash.merges"), 20u);
+  EXPECT_GT(stats.property("sephash.splits"), 4u);  // splits
+  EXPECT_GT(stats.property("sephash.round_trips"), 12000u);
+  EXPECT_GT(stats.property("sephash.remote_bytes"), stats.property("sephash.round_trips"));
   ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
 }
 
@@ -96,7 +96,7 @@ TEST_F(SepHashTest, SplitsAtDepthsThatReReadItemsKeepEveryKey) {
   ASSERT_NE(st, nullptr);
   Model model;
   ASSERT_NO_FATAL_FAILURE(load(*st, 0, 20000, &model));
-  EXPECT_GE(st->stats().expansions, 60u);
+  EXPECT_GE(st->stats().property("sephash.splits"), 60u);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
 }
 
@@ -112,7 +112,7 @@ TEST_F(SepHashTest, ThreeNodesKeepEverySegmentWithItsItems) {
   ASSERT_NE(st, nullptr);
   Model model;
   ASSERT_NO_FATAL_FAILURE(run_model(*st, 8000, 2500, &model));
-  EXPECT_GT(st->stats().expansions, 4u);
+  EXPECT_GT(st->stats().property("sephash.splits"), 4u);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
   ASSERT_TRUE(st->close().ok());
   auto again = open(o);
@@ -172,16 +172,16 @@ TEST_F(SepHashTest, AnAppendWithAStaleSignIsNotLost) {
     // Another thread, so another client: enough appends to the same
     // CurSeg to fill it and make it merge at least once.
     std::thread other([&] {
-      const std::uint64_t merges = st->stats().merges;
+      const std::uint64_t merges = st->stats().property("sephash.merges");
       for (const std::string& k : same) EXPECT_TRUE(st->insert(k, "other").ok());
-      EXPECT_GT(st->stats().merges, merges);
+      EXPECT_GT(st->stats().property("sephash.merges"), merges);
     });
     other.join();
   });
   ASSERT_TRUE(st->insert(victim, "mine").ok());
   engine::sephash::set_append_hook_for_testing(nullptr);
   ASSERT_TRUE(fired);
-  EXPECT_GE(st->stats().read_retries, 1u);  // the stale append ran again
+  EXPECT_GE(st->stats().property("sephash.append_retries"), 1u);  // the stale append ran again
   std::string got;
   ASSERT_TRUE(st->get(victim, &got).ok());
   EXPECT_EQ(got, "mine");
@@ -230,10 +230,10 @@ TEST_F(SepHashTest, SpaceStopsGrowingUnderUpdatesOfAFixedKeySet) {
   }
   const std::uint64_t after_last = bumped();
   const Stats stats = st->stats();
-  EXPECT_GT(stats.merges, 100u);
-  EXPECT_GT(stats.remote_blocks_freed, 10u * kKeys);
-  EXPECT_GT(stats.remote_blocks_reused, 10u * kKeys);
-  EXPECT_EQ(stats.remote_bytes_bumped, after_last);  // one store did all the allocating
+  EXPECT_GT(stats.property("sephash.merges"), 100u);
+  EXPECT_GT(stats.property("sephash.blocks_freed"), 10u * kKeys);
+  EXPECT_GT(stats.property("sephash.blocks_reused"), 10u * kKeys);
+  EXPECT_EQ(stats.property("sephash.bytes_bumped"), after_last);  // one store did all the allocating
   // Rounds 4 to 10 wrote `written_after_round3` bytes of items (more in
   // 64-byte units) and a MainSeg per merge. Without reuse the nodes would
   // have grown by at least that much; with it, they may grow only by
@@ -319,8 +319,8 @@ TEST_F(SepHashTest, ReadersSeeOnlyWrittenValuesWhileBlocksAreReused) {
   EXPECT_EQ(bad.load(), 0u);
   EXPECT_GT(reads.load(), 1000u);
   const Stats stats = st->stats();
-  EXPECT_GT(stats.merges, 20u);
-  EXPECT_GT(stats.remote_blocks_reused, 1000u);
+  EXPECT_GT(stats.property("sephash.merges"), 20u);
+  EXPECT_GT(stats.property("sephash.blocks_reused"), 1000u);
   for (unsigned k = 0; k < kKeys; ++k) {
     std::string got;
     ASSERT_TRUE(st->get(key_of(k), &got).ok());
@@ -345,7 +345,7 @@ TEST_F(SepHashTest, CloseHandsBlocksBackAndANewClientReusesThem) {
       }
     }
     const Stats stats = st->stats();
-    handed = stats.remote_blocks_freed - stats.remote_blocks_reused;
+    handed = stats.property("sephash.blocks_freed") - stats.property("sephash.blocks_reused");
     EXPECT_GT(handed, 200u);
     ASSERT_TRUE(st->close().ok());
   }
@@ -360,8 +360,8 @@ TEST_F(SepHashTest, CloseHandsBlocksBackAndANewClientReusesThem) {
     model[key_of(i)] = value_of(i, 6);
   }
   const Stats stats = again->stats();
-  EXPECT_GE(stats.remote_blocks_reused, writes);
-  EXPECT_EQ(stats.remote_bytes_bumped, 0u);
+  EXPECT_GE(stats.property("sephash.blocks_reused"), writes);
+  EXPECT_EQ(stats.property("sephash.bytes_bumped"), 0u);
   EXPECT_EQ(bumped(), before);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*again, model));
 }
@@ -377,7 +377,7 @@ TEST_F(SepHashTest, AClientThatFreesMoreThanItWritesSharesTheSurplus) {
   for (unsigned i = 0; i < kKeys; ++i) ASSERT_TRUE(a->insert(key_of(i), "v").ok());
   for (unsigned i = 0; i < kKeys; ++i) ASSERT_TRUE(a->remove(key_of(i)).ok());
   const Stats sa = a->stats();
-  EXPECT_GT(sa.remote_blocks_freed - sa.remote_blocks_reused, 8000u);
+  EXPECT_GT(sa.property("sephash.blocks_freed") - sa.property("sephash.blocks_reused"), 8000u);
   // The nodes' stacks (layout.h, FreeTable) hold records now, a still open.
   auto stacked = [&] {
     engine::sephash::IndexRoot root{};
@@ -400,7 +400,7 @@ TEST_F(SepHashTest, AClientThatFreesMoreThanItWritesSharesTheSurplus) {
     ASSERT_TRUE(b->insert(key_of(i), "w").ok());
     model[key_of(i)] = "w";
   }
-  EXPECT_GT(b->stats().remote_blocks_reused, 0u);
+  EXPECT_GT(b->stats().property("sephash.blocks_reused"), 0u);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*b, model));
 }
 
@@ -508,7 +508,7 @@ class SepHashLockTest : public SepHashTest {
     std::string got;
     const Status g = st->get(unacked, &got);
     EXPECT_TRUE(g.is_not_found()) << g.to_string();  // its entry was never placed
-    EXPECT_EQ(st->stats().lock_takeovers, 1u);
+    EXPECT_EQ(st->stats().property("sephash.lock_takeovers"), 1u);
     ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
     ASSERT_NO_FATAL_FAILURE(load(*st, next, next + 3000, &model));
     ASSERT_TRUE(st->insert(unacked, "later").ok());
@@ -619,7 +619,7 @@ class SepHashLockTest : public SepHashTest {
     }
     for (auto& th : threads) th.join();
     EXPECT_EQ(wrong.load(), 0u);
-    EXPECT_EQ(st->stats().lock_takeovers, 1u);
+    EXPECT_EQ(st->stats().property("sephash.lock_takeovers"), 1u);
     for (unsigned i = next; i < next + kThreads * kEach; ++i) model.emplace(key_of(i), value_of(i, 0));
     ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
   }
@@ -667,7 +667,7 @@ TEST_F(SepHashLockTest, CheckAfterAKilledSplitterFinishesItFirst) {
   ASSERT_NE(st, nullptr);
   const Status c = st->check();
   EXPECT_TRUE(c.ok()) << c.to_string();
-  EXPECT_EQ(st->stats().lock_takeovers, 1u);
+  EXPECT_EQ(st->stats().property("sephash.lock_takeovers"), 1u);
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
 }
 
@@ -769,7 +769,7 @@ TEST_F(SepHashLockTest, AHolderThatWakesAfterATakeoverWritesNothing) {
   engine::sephash::set_lock_hook_for_testing(nullptr);
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_GT(other.size(), 0u);
-  EXPECT_EQ(st->stats().lock_takeovers, 1u);
+  EXPECT_EQ(st->stats().property("sephash.lock_takeovers"), 1u);
   model.insert(other.begin(), other.end());
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
   ASSERT_TRUE(busy.is_busy()) << busy.to_string();
@@ -1212,7 +1212,7 @@ TEST_F(SepHashTest, AnAppendWhoseSpeculationHitTheOldSignSetsTheBitOfTheNewState
     fill.push_back(next_key(&next, [&](const std::string& k) { return bit_of(k) / 64 != word; }));
   }
   ASSERT_TRUE(st->insert(first, "1").ok());
-  const std::uint64_t merges = st->stats().merges;
+  const std::uint64_t merges = st->stats().property("sephash.merges");
   AppendWatch watch(nodes_[0]);
   watch.start([&] {
     std::thread t([&] {
@@ -1222,7 +1222,7 @@ TEST_F(SepHashTest, AnAppendWhoseSpeculationHitTheOldSignSetsTheBitOfTheNewState
   });
   ASSERT_TRUE(st->upsert(key, "2").ok());
   watch.stop();
-  EXPECT_EQ(st->stats().merges, merges + 1);
+  EXPECT_EQ(st->stats().property("sephash.merges"), merges + 1);
   ASSERT_EQ(watch.bit_set_at_slot_cas.size(), 1u);
   EXPECT_TRUE(watch.bit_set_at_slot_cas[0]);
   const unsigned bit = bit_of(key);

@@ -99,6 +99,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "pmhash/engines.h"
 #include "pmhash/options.h"
 #include "pmhash/status.h"
 #include "pmhash/store.h"
@@ -558,6 +559,15 @@ std::string human_bytes(std::uint64_t bytes) {
   return buf;
 }
 
+// Whether the store's engine keeps epochs (Capabilities::epoch): info
+// prints the epoch fields only then.
+bool has_epochs(const pmhash::Stats& st) {
+  const pmhash::EngineDescriptor* e = pmhash::find_engine(st.engine);
+  return e != nullptr && e->capabilities.epoch;
+}
+
+// The common core, then the engine's properties by name, in its
+// descriptor's order.
 std::string info_text(const pmhash::Stats& st) {
   auto bytes = [](std::uint64_t n) { return std::to_string(n) + " (" + human_bytes(n) + ")"; };
   char load_factor[32];
@@ -567,7 +577,7 @@ std::string info_text(const pmhash::Stats& st) {
     std::snprintf(shutdown, sizeof shutdown, "recovered (%.2f ms)",
                   static_cast<double>(st.recovery_ns) / 1e6);
   }
-  const std::pair<const char*, std::string> rows[] = {
+  const std::pair<std::string, std::string> rows[] = {
       {"engine", st.engine},
       {"granularity", st.granularity},
       {"pool size", bytes(st.pool_size)},
@@ -577,31 +587,16 @@ std::string info_text(const pmhash::Stats& st) {
       {"items", std::to_string(st.items)},
       {"slots", std::to_string(st.slots)},
       {"load factor", load_factor},
-      {"levels", std::to_string(st.levels)},
       {"resizing", st.resizing ? "yes" : "no"},
       {"shutdown", shutdown},
   };
-  std::vector<std::pair<const char*, std::string>> all(std::begin(rows), std::end(rows));
+  std::vector<std::pair<std::string, std::string>> all(std::begin(rows), std::end(rows));
   char open[32];
   std::snprintf(open, sizeof open, "%.2f ms", static_cast<double>(st.open_ns) / 1e6);
   all.emplace_back("open", open);
-  if (st.engine == "nehash") {
-    all.emplace_back("groups", std::to_string(st.groups));
-    all.emplace_back("splits", std::to_string(st.splits) + " since open");
-    all.emplace_back("full expand", std::to_string(st.full_expansions) + " since open");
-  }
-  if (st.engine == "pmeh") {
-    all.emplace_back("segments", std::to_string(st.segments));
-    all.emplace_back("directories", std::to_string(st.levels));
-    all.emplace_back("splits", std::to_string(st.splits) + " since open, " +
-                                   (st.resizing ? "one or more in flight" : "none in flight"));
-    all.emplace_back("moved", std::to_string(st.items_moved) + " slots, " +
-                                  bytes(st.bytes_moved) + " since open");
-    all.emplace_back("dir installs", std::to_string(st.expansions) + " since open");
-    all.emplace_back("delegated", std::to_string(st.delegated_ops) + " ops since open");
-    all.emplace_back("read retries", std::to_string(st.read_retries) + " since open");
-  }
-  if (st.epoch != 0) {
+  all.emplace_back("flushes", std::to_string(st.flushes) + " since open");
+  all.emplace_back("fences", std::to_string(st.fences) + " since open");
+  if (has_epochs(st)) {
     std::string failed;
     for (std::uint64_t e : st.failed_epochs) failed += (failed.empty() ? "" : ", ") + std::to_string(e);
     all.emplace_back("epoch", std::to_string(st.epoch));
@@ -609,17 +604,22 @@ std::string info_text(const pmhash::Stats& st) {
     all.emplace_back("failed", failed.empty() ? "none" : failed);
     all.emplace_back("swept", st.swept ? "yes" : "no (sweep after a crash in progress)");
   }
+  for (const pmhash::Property& p : st.properties) all.emplace_back(p.name, std::to_string(p.value));
+  std::size_t width = 13;
+  for (const auto& row : all) width = std::max(width, row.first.size() + 1);
   std::string out;
   for (const auto& [label, value] : all) {
     out += label;
     out += ':';
-    out.append(std::max<std::size_t>(13, std::strlen(label) + 1) - std::strlen(label), ' ');
+    out.append(width - label.size(), ' ');
     out += value;
     out += '\n';
   }
   return out;
 }
 
+// The common core under its own keys, the engine's properties under
+// "properties" ({"nehash.splits": 3, ...}, in its descriptor's order).
 std::string info_json(const pmhash::Stats& st) {
   nlohmann::ordered_json j;
   j["engine"] = st.engine;
@@ -631,35 +631,21 @@ std::string info_json(const pmhash::Stats& st) {
   j["items"] = st.items;
   j["slots"] = st.slots;
   j["load_factor"] = st.load_factor;
-  j["levels"] = st.levels;
   j["resizing"] = st.resizing;
   j["clean_shutdown"] = st.clean_shutdown;
   j["recovery_ns"] = st.recovery_ns;
   j["open_ns"] = st.open_ns;
-  if (st.engine == "nehash") {
-    j["groups"] = st.groups;
-    j["splits"] = st.splits;
-    j["full_expansions"] = st.full_expansions;
-    j["rule1_nodes"] = st.rule1_nodes;
-    j["rule2_nodes"] = st.rule2_nodes;
-  }
-  if (st.engine == "pmeh") {
-    j["segments"] = st.segments;
-    j["directories"] = st.levels;
-    j["splits"] = st.splits;
-    j["splits_in_flight"] = st.resizing;
-    j["directory_installs"] = st.expansions;
-    j["items_moved"] = st.items_moved;
-    j["bytes_moved"] = st.bytes_moved;
-    j["delegated_ops"] = st.delegated_ops;
-    j["read_retries"] = st.read_retries;
-  }
-  if (st.epoch != 0) {
+  j["flushes"] = st.flushes;
+  j["fences"] = st.fences;
+  if (has_epochs(st)) {
     j["epoch"] = st.epoch;
     j["durable_epoch"] = st.durable_epoch;
     j["failed_epochs"] = st.failed_epochs;
     j["swept"] = st.swept;
   }
+  nlohmann::ordered_json properties = nlohmann::ordered_json::object();
+  for (const pmhash::Property& p : st.properties) properties[p.name] = p.value;
+  j["properties"] = std::move(properties);
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 

@@ -857,12 +857,15 @@ void ClevelIndex::fill_stats(Stats* st) const {
   st->slots = slots();
   st->load_factor = st->slots == 0 ? 0 : static_cast<double>(st->items) / st->slots;
   const Ctx c = load_ctx();
-  st->levels = c.levels();
   st->resizing = c.resizing();
-  st->expansions = expansions_.load();
-  st->shrinks = shrinks_.load();
-  st->items_moved = moved_.load();
-  for (const auto& r : rejections_) st->filter_rejections += r.v.load(std::memory_order_relaxed);
+  std::uint64_t rejections = 0;
+  for (const auto& r : rejections_) rejections += r.v.load(std::memory_order_relaxed);
+  // In the descriptor's order (descriptor.cc).
+  st->add_property("clevel.levels", c.levels());
+  st->add_property("clevel.expansions", expansions_.load());
+  st->add_property("clevel.shrinks", shrinks_.load());
+  st->add_property("clevel.items_moved", moved_.load());
+  st->add_property("clevel.filter_rejections", rejections);
   rcu::ReadGuard guard;  // filters are freed after a grace period
   for (const auto& entry : filters_) {
     if (const TagFilter* f = entry.load(std::memory_order_acquire)) st->dram_bytes += f->bytes();

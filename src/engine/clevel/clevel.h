@@ -106,7 +106,7 @@
 //     the filters are not ready before the rehash thread's pass).
 //   - check() completes the filters itself, then verifies the invariant.
 //   Updates store a pointer with the same key, hence the same tag: no add.
-//   Stats::filter_rejections counts the buckets filters spared (striped
+//   The property clevel.filter_rejections counts the buckets filters spared (striped
 //   per thread, plain adds: approximate).
 
 // ---------------------------------------------------------------------------

@@ -4,6 +4,17 @@
 
 namespace pmhash::engine::clevel {
 
+// Stats::properties, in this order (ClevelIndex::fill_stats).
+constexpr PropertySpec kProperties[] = {
+    {"clevel.levels", "levels in the level list now (two, three while a resize runs)",
+     PropertyKind::kNow},
+    {"clevel.expansions", "resizes that added a larger level, since open"},
+    {"clevel.shrinks", "resizes that added a smaller level, since open"},
+    {"clevel.items_moved", "items resizes moved out of the level being emptied, since open"},
+    {"clevel.filter_rejections",
+     "bucket searches a tag filter spared, since open (approximate: striped, relaxed counts)"},
+};
+
 // registry.cc declares it.
 extern const EngineDescriptor kDescriptor;
 const EngineDescriptor kDescriptor = {
@@ -23,7 +34,7 @@ const EngineDescriptor kDescriptor = {
     // Named "clevel.<option>": Options::set takes them; the store checks them.
     .options = {},
     // Named "clevel.<counter>": the index fills them in Stats::properties.
-    .properties = {},
+    .properties = kProperties,
 };
 
 }  // namespace pmhash::engine::clevel

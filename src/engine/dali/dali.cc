@@ -783,15 +783,16 @@ void DaliIndex::fill_stats(Stats* st) const {
   st->items = size();
   st->slots = sh.buckets();
   st->load_factor = static_cast<double>(st->items) / static_cast<double>(st->slots);
-  st->levels = sh.level;
-  st->expansions = splits_.load(std::memory_order_relaxed);
-  st->items_moved = copied_.load(std::memory_order_relaxed);
   st->dram_bytes = (stripe_mask_ + 1) * sizeof(std::uint32_t);
   st->epoch = epochs_->current();
   st->durable_epoch = epochs_->durable_through();
   st->failed_epochs = failed_;
-  st->epoch_fences = epochs_->fences();
   st->swept = swept_.load();
+  // In the descriptor's order (descriptor.cc).
+  st->add_property("dali.level", sh.level);
+  st->add_property("dali.splits", splits_.load(std::memory_order_relaxed));
+  st->add_property("dali.records_copied", copied_.load(std::memory_order_relaxed));
+  st->add_property("dali.epoch_fences", epochs_->fences());
 }
 
 }  // namespace pmhash::engine::dali

@@ -4,6 +4,15 @@
 
 namespace pmhash::engine::dali {
 
+// Stats::properties, in this order (DaliIndex::fill_stats).
+constexpr PropertySpec kProperties[] = {
+    {"dali.level", "the table's level: it has 2^level + (buckets split this round) buckets",
+     PropertyKind::kNow},
+    {"dali.splits", "buckets split (linear-hashing growth), since open"},
+    {"dali.records_copied", "records bucket splits copied into the two new lists, since open"},
+    {"dali.epoch_fences", "global fences that closed an epoch, since open"},
+};
+
 // registry.cc declares it.
 extern const EngineDescriptor kDescriptor;
 const EngineDescriptor kDescriptor = {
@@ -23,7 +32,7 @@ const EngineDescriptor kDescriptor = {
     // Named "dali.<option>": Options::set takes them; the store checks them.
     .options = {},
     // Named "dali.<counter>": the index fills them in Stats::properties.
-    .properties = {},
+    .properties = kProperties,
 };
 
 }  // namespace pmhash::engine::dali

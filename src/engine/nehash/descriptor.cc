@@ -4,6 +4,22 @@
 
 namespace pmhash::engine::nehash {
 
+// Stats::properties, in this order (NehashIndex::fill_stats).
+constexpr PropertySpec kProperties[] = {
+    {"nehash.groups", "bucket groups now", PropertyKind::kNow},
+    {"nehash.depth", "deepest directory level in use now (1 to 3)", PropertyKind::kNow},
+    {"nehash.splits", "group splits, since open"},
+    {"nehash.one_time_nodes", "one-time expansion nodes installed, since open"},
+    {"nehash.two_time_nodes",
+     "two-time expansion nodes installed (Rule 1 and Rule 2 together), since open"},
+    {"nehash.rule1_nodes", "two-time expansion nodes of four entries (Rule 1), since open"},
+    {"nehash.rule2_nodes", "two-time expansion nodes of two entries (Rule 2), since open"},
+    {"nehash.full_expansions", "full main-directory expansions, since open"},
+    {"nehash.items_moved", "slots group splits moved, since open (items stay put)"},
+    {"nehash.bytes_moved",
+     "bytes group splits copied, since open: a 16-byte slot and its 2-byte meta per moved slot"},
+};
+
 // registry.cc declares it.
 extern const EngineDescriptor kDescriptor;
 const EngineDescriptor kDescriptor = {
@@ -23,7 +39,7 @@ const EngineDescriptor kDescriptor = {
     // Named "nehash.<option>": Options::set takes them; the store checks them.
     .options = {},
     // Named "nehash.<counter>": the index fills them in Stats::properties.
-    .properties = {},
+    .properties = kProperties,
 };
 
 }  // namespace pmhash::engine::nehash

@@ -715,20 +715,23 @@ Status NehashIndex::sync() {
 void NehashIndex::fill_stats(Stats* st) const {
   st->items = size();
   const std::uint64_t groups = dir_->group_count();
-  st->groups = groups;
   st->slots = groups * buckets_per_group(b_) * kSlotsPerBucket;
   st->load_factor = st->slots == 0 ? 0 : static_cast<double>(st->items) / st->slots;
   const Directory::Counters& c = dir_->counters();
-  st->levels = dir_->levels_in_use();
-  st->expansions = c.one_time_nodes.load() + c.two_time_nodes.load() + c.full_expansions.load();
-  st->splits = splits_.load();
+  const std::uint64_t moved = items_moved_.load();
+  // In the descriptor's order (descriptor.cc).
+  st->add_property("nehash.groups", groups);
+  st->add_property("nehash.depth", dir_->levels_in_use());
+  st->add_property("nehash.splits", splits_.load());
+  st->add_property("nehash.one_time_nodes", c.one_time_nodes.load());
+  st->add_property("nehash.two_time_nodes", c.two_time_nodes.load());
+  st->add_property("nehash.rule1_nodes", c.rule1_nodes.load());
+  st->add_property("nehash.rule2_nodes", c.rule2_nodes.load());
+  st->add_property("nehash.full_expansions", c.full_expansions.load());
+  st->add_property("nehash.items_moved", moved);
   // A moved slot is its 16 bytes and its 2-byte meta (items stay put), as
   // pmeh counts them.
-  st->items_moved = items_moved_.load();
-  st->bytes_moved = st->items_moved * (sizeof(Slot) + sizeof(std::uint16_t));
-  st->full_expansions = c.full_expansions.load();
-  st->rule1_nodes = c.rule1_nodes.load();
-  st->rule2_nodes = c.rule2_nodes.load();
+  st->add_property("nehash.bytes_moved", moved * (sizeof(Slot) + sizeof(std::uint16_t)));
   rcu::ReadGuard guard;  // nodes are freed after a grace period
   st->dram_bytes = dir_->dram_bytes();
 }

@@ -355,10 +355,10 @@
 //   allocated block is a group, segment, overflow block or exactly one
 //   slot's item.
 //
-// Stats: groups, splits, full_expansions, rule1_nodes, rule2_nodes;
-// levels = deepest directory level in use; expansions = one-time and
-// two-time nodes made + full expansions; dram_bytes = nodes, GroupRefs and
-// lock words. open_ns (the rebuild time, clean opens too) is measured by
+// Stats: the properties nehash.groups, nehash.depth (deepest directory
+// level in use), nehash.splits, the expansion nodes made by kind and the
+// full expansions, slots and bytes moved (descriptor.cc); dram_bytes =
+// nodes, GroupRefs and lock words. open_ns (the rebuild time, clean opens too) is measured by
 // the store for every engine.
 #pragma once
 

@@ -875,15 +875,10 @@ void PmehIndex::fill_stats(Stats* st) const {
       }
     }
   }
-  st->segments = segments;
-  st->delegated_ops = delegated_.load(std::memory_order_relaxed);
-  st->read_retries = read_retries_.load(std::memory_order_relaxed);
-  st->zone_switches = zone_switches_.load(std::memory_order_relaxed);
-  st->direct_ops = direct_ops();
+  std::uint64_t shared_zones = 0;
   for (unsigned z = 0; z < (1u << z_); ++z) {
-    if (zones_[z].mode.load(std::memory_order_relaxed) != kOwned) ++st->shared_zones;
+    if (zones_[z].mode.load(std::memory_order_relaxed) != kOwned) ++shared_zones;
   }
-  st->eager_split_completions = eager_.load(std::memory_order_relaxed);
   // Children of the splits in flight hold slots too.
   std::uint64_t children = 0;
   {
@@ -899,12 +894,21 @@ void PmehIndex::fill_stats(Stats* st) const {
   }
   st->slots = (segments + children) * nb_ * kSlotsPerBucket;
   st->load_factor = st->slots == 0 ? 0 : static_cast<double>(st->items) / st->slots;
-  st->levels = levels;
-  st->splits = splits_.load(std::memory_order_relaxed);
-  st->items_moved = items_moved_.load(std::memory_order_relaxed);
+  const std::uint64_t moved = items_moved_.load(std::memory_order_relaxed);
+  // In the descriptor's order (descriptor.cc).
+  st->add_property("pmeh.directories", levels);
+  st->add_property("pmeh.directory_installs", expansions_.load(std::memory_order_relaxed));
+  st->add_property("pmeh.segments", segments);
+  st->add_property("pmeh.splits", splits_.load(std::memory_order_relaxed));
+  st->add_property("pmeh.items_moved", moved);
   // 16-byte slot and 2-byte meta per moved pair (items are not copied).
-  st->bytes_moved = st->items_moved * (sizeof(Slot) + sizeof(std::uint16_t));
-  st->expansions = expansions_.load(std::memory_order_relaxed);
+  st->add_property("pmeh.bytes_moved", moved * (sizeof(Slot) + sizeof(std::uint16_t)));
+  st->add_property("pmeh.delegated_ops", delegated_.load(std::memory_order_relaxed));
+  st->add_property("pmeh.read_retries", read_retries_.load(std::memory_order_relaxed));
+  st->add_property("pmeh.eager_split_completions", eager_.load(std::memory_order_relaxed));
+  st->add_property("pmeh.zone_switches", zone_switches_.load(std::memory_order_relaxed));
+  st->add_property("pmeh.shared_zones", shared_zones);
+  st->add_property("pmeh.direct_ops", direct_ops());
   st->dram_bytes = sizeof(Zone) * (std::size_t{1} << z_) + sizeof(Mailbox) * kMaxThreads +
                    sizeof(Owner) * owners_.size() + sizeof(Dir) * levels;
 }

@@ -66,7 +66,7 @@
 // slot names it and never changed (no reclamation: RACE has none either,
 // and neither do we: blocks of updated and removed keys, and those of
 // inserts that lost a race, stay allocated). A block whose checksum fails
-// is read again (Stats::read_retries) and, past the timeout, Corruption.
+// is read again (race.read_retries) and, past the timeout, Corruption.
 // Allocation: per-client 64 KiB chunks by FAA on the node's bump word
 // (engine/remote_common/remote_index.h), subtables and the directory by FAA directly.
 //
@@ -169,9 +169,9 @@
 // this split, a taker of it, N's own splits and a taker of an ancestor's
 // split change them does not matter: each word ends naming the deepest
 // subtable of its suffix (a CAS moves a word only deeper).
-// Stats: expansions (splits), items_moved (entries moved), bytes_moved
+// Properties: race.splits, race.items_moved (entries moved), race.split_bytes
 // (the new subtable, the intent, the old one's headers and slots,
-// directory words), lock_takeovers, read_retries (views read again because
+// directory words), race.lock_takeovers, race.read_retries (views read again because
 // a split tore them, waits for a thaw, strays taken back, KV blocks read
 // again after a bad checksum).
 //

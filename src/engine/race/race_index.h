@@ -92,12 +92,13 @@ struct Kv : remote_index::RecordBytes<KvHeader> {
 // What splits, takeovers and retries did since open (race.h, "Split").
 struct SplitCounters {
   std::atomic<std::uint64_t> splits{0}, bytes{0}, moved{0}, retries{0}, takeovers{0};
+  // In the descriptor's order (descriptor.cc), after the remote counters.
   void fill(Stats* st) const {
-    st->expansions = splits.load(std::memory_order_relaxed);
-    st->bytes_moved = bytes.load(std::memory_order_relaxed);
-    st->items_moved = moved.load(std::memory_order_relaxed);
-    st->read_retries = retries.load(std::memory_order_relaxed);
-    st->lock_takeovers = takeovers.load(std::memory_order_relaxed);
+    st->add_property("race.splits", splits.load(std::memory_order_relaxed));
+    st->add_property("race.items_moved", moved.load(std::memory_order_relaxed));
+    st->add_property("race.split_bytes", bytes.load(std::memory_order_relaxed));
+    st->add_property("race.read_retries", retries.load(std::memory_order_relaxed));
+    st->add_property("race.lock_takeovers", takeovers.load(std::memory_order_relaxed));
   }
 };
 
@@ -142,7 +143,7 @@ class RaceIndex final : public Index {
   void close() override { sessions_.clear(); }
 
   void fill_stats(Stats* st) const override {
-    sessions_.fill_stats(st);
+    sessions_.fill_stats(st, "race");
     counters_.fill(st);
   }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "engine/remote_common/properties.h"
 #include "remote/memnode.h"
 
 namespace pmhash::engine::remote_index {
@@ -613,10 +614,16 @@ void Counters::add(const remote::ClientCounters& c) {
   bytes.fetch_add(c.bytes, std::memory_order_relaxed);
 }
 
-void Counters::fill(Stats* st) const {
-  st->round_trips = round_trips.load(std::memory_order_relaxed);
-  st->remote_verbs = verbs.load(std::memory_order_relaxed);
-  st->remote_bytes = bytes.load(std::memory_order_relaxed);
+void Counters::fill(Stats* st, std::string_view engine) const {
+  static_assert(kRemoteCounterCount == 3, "one value per entry of kRemoteCounters");
+  const std::uint64_t values[kRemoteCounterCount] = {
+      round_trips.load(std::memory_order_relaxed),
+      verbs.load(std::memory_order_relaxed),
+      bytes.load(std::memory_order_relaxed),
+  };
+  for (std::size_t i = 0; i < kRemoteCounterCount; ++i) {
+    st->add_property(std::string(engine) + "." + std::string(kRemoteCounters[i].suffix), values[i]);
+  }
 }
 
 }  // namespace pmhash::engine::remote_index

@@ -387,7 +387,9 @@ Status raise_global_depth(Link& link, std::uint64_t global_off, std::uint64_t se
 struct Counters {
   std::atomic<std::uint64_t> round_trips{0}, verbs{0}, bytes{0};
   void add(const remote::ClientCounters& c);
-  void fill(Stats* st) const;  // round_trips, remote_verbs, remote_bytes
+  // Adds "<engine>.round_trips", ".remote_verbs", ".remote_bytes"
+  // (properties.h, kRemoteCounters).
+  void fill(Stats* st, std::string_view engine) const;
 };
 
 // Sessions (a Link and what the engine caches with it), one per thread at
@@ -480,10 +482,11 @@ class SessionPool {
     idle_.clear();
   }
 
-  // The remote counters, the nodes' total size as pool_size, and
+  // The remote counters as the properties of `engine` (the first ones
+  // its descriptor declares), the nodes' total size as pool_size, and
   // granularity "remote".
-  void fill_stats(Stats* st) const {
-    counters_.fill(st);
+  void fill_stats(Stats* st, std::string_view engine) const {
+    counters_.fill(st, engine);
     std::lock_guard<std::mutex> g(mu_);
     st->pool_size = pool_size_;
     st->granularity = "remote";

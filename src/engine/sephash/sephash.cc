@@ -22,18 +22,19 @@ Status SepHashIndex::get(const Key& key, std::string* value) {
 }
 
 void SepHashIndex::fill_stats(Stats* st) const {
-  sessions_.fill_stats(st);
-  st->merges = merges_.load(std::memory_order_relaxed);
-  st->read_retries = stale_appends_.load(std::memory_order_relaxed);
-  st->expansions = splits_.load(std::memory_order_relaxed);
-  st->bytes_moved = split_bytes_.load(std::memory_order_relaxed);
-  st->remote_blocks_freed = blocks_freed_.load(std::memory_order_relaxed);
-  st->remote_bytes_freed = bytes_freed_.load(std::memory_order_relaxed);
-  st->remote_blocks_reused = blocks_reused_.load(std::memory_order_relaxed);
-  st->remote_bytes_reused = bytes_reused_.load(std::memory_order_relaxed);
-  st->remote_bytes_bumped = bytes_bumped_.load(std::memory_order_relaxed);
-  st->lock_takeovers = takeovers_.load(std::memory_order_relaxed);
-  st->remote_bytes_leaked = bytes_leaked_.load(std::memory_order_relaxed);
+  // In the descriptor's order (descriptor.cc): the remote counters first.
+  sessions_.fill_stats(st, "sephash");
+  st->add_property("sephash.merges", merges_.load(std::memory_order_relaxed));
+  st->add_property("sephash.splits", splits_.load(std::memory_order_relaxed));
+  st->add_property("sephash.split_bytes", split_bytes_.load(std::memory_order_relaxed));
+  st->add_property("sephash.append_retries", stale_appends_.load(std::memory_order_relaxed));
+  st->add_property("sephash.blocks_freed", blocks_freed_.load(std::memory_order_relaxed));
+  st->add_property("sephash.bytes_freed", bytes_freed_.load(std::memory_order_relaxed));
+  st->add_property("sephash.blocks_reused", blocks_reused_.load(std::memory_order_relaxed));
+  st->add_property("sephash.bytes_reused", bytes_reused_.load(std::memory_order_relaxed));
+  st->add_property("sephash.bytes_bumped", bytes_bumped_.load(std::memory_order_relaxed));
+  st->add_property("sephash.bytes_leaked", bytes_leaked_.load(std::memory_order_relaxed));
+  st->add_property("sephash.lock_takeovers", takeovers_.load(std::memory_order_relaxed));
 }
 
 Status SepHashIndex::format(bool force) {

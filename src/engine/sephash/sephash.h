@@ -182,7 +182,7 @@
 // state. So no slot is free while a merge runs, and a stale appender's CAS
 // finds the word changed and fails; the check after the CAS is the second
 // line (the merge takes the lock before it reads a slot).
-//   Stats::read_retries counts the appends made again.
+//   The property sephash.append_retries counts the appends made again.
 //
 // ---- 5. Merge ----
 // The client that finds every slot taken merges the segment. In this
@@ -285,7 +285,7 @@
 // came after the timeout) or may still run (over tcp, a request the client
 // gave up on can reach the node later, even after the client's next
 // request). No block may then be owned twice; where the client cannot
-// tell, it gives the block up (Stats::remote_bytes_leaked): a leak is
+// tell, it gives the block up (sephash.bytes_leaked): a leak is
 // acceptable, a block owned twice never is.
 //   Push of a free record (write the record, CAS the head from h to
 // h' = (tag+1, the record)). Every change of a head adds 1 to its tag, so
