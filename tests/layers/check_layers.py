@@ -51,7 +51,6 @@ PUBLIC = {
     "limits.h": "base",
     "options.h": "base",
     "stats.h": "base",
-    "engines.h": "base",
     "transaction.h": "base",
     "memnode.h": "remote",
     "engines.h": "engine",
