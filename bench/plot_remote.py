@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plots what pmhash-remote-bench wrote with --csv as PNG figures.
+"""Plots what pmhash-bench wrote with --csv for the memory-node engines as PNG figures.
 
     bench/plot_remote.py [--out DIR] RUNS.csv
 
@@ -170,7 +170,7 @@ def save(plt, fig, out, name):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="Plots pmhash-remote-bench --csv output.")
+    ap = argparse.ArgumentParser(description="Plots pmhash-bench --csv output of the memory-node engines.")
     ap.add_argument("csv")
     ap.add_argument("--out", help="directory of the figures (default: the CSV's)")
     args = ap.parse_args()

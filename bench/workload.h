@@ -1,5 +1,5 @@
 // bench/workload.h - keys, values and timed multi-threaded phases shared by
-// the benchmark programs (pmhash-microbench, pmhash-readback).
+// pmhash-bench's micro workload and pmhash-readback.
 //
 // Records. A data set holds the records of tools/common/records.h: the
 // code format for pmhash-bench (keys of at least 11 bytes are text there,
@@ -13,15 +13,14 @@
 // Everything is generated before timing and stored in contiguous buffers; the
 // timed loops only index them.
 //
-// Phases. run_phase() starts T threads, lines them up on a std::barrier with
-// the timing thread, takes the time when the barrier opens, and stops the
-// clock when the last worker arrives at the closing barrier. Thread t handles
+// Phases. run_phase() starts T threads, lines them up on a std::barrier,
+// and times the phase from the first worker's start to the last worker's
+// end, each taken by the worker itself. Thread t handles
 // the index range [n*t/T, n*(t+1)/T). Each worker counts operations whose
 // outcome was not the expected one and keeps the first such message, so a
 // benchmark fails loudly instead of measuring a broken table.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <barrier>
 #include <chrono>
@@ -56,16 +55,6 @@ using records::decode_binary_key;
 using records::encode;
 using records::encode_key;
 using records::mix;
-
-// The --key-size and --value-size flags, the same in every bench program.
-inline void add_item_size_options(CLI::App& app, std::size_t* key_size, std::size_t* value_size) {
-  app.add_option("--key-size", *key_size, "bytes per key (at least 11)")
-      ->check(CLI::Range(kMinKeySize, pmhash::kMaxKeySize))
-      ->capture_default_str();
-  app.add_option("--value-size", *value_size, "bytes per value")
-      ->check(CLI::Range(std::size_t{0}, pmhash::kMaxValueSize))
-      ->capture_default_str();
-}
 
 // A key as error messages show it: as is when every byte is printable,
 // else "0x" and its bytes in hex (binary keys).
@@ -169,7 +158,12 @@ struct PhaseResult {
 // unexpected outcome if any worker saw one.
 template <typename Fn>
 PhaseResult run_phase(const std::string& name, unsigned threads, std::uint64_t ops, Fn fn) {
+  using Clock = std::chrono::steady_clock;
   std::vector<Tally> tallies(threads);
+  // Each worker's start and end: the phase runs from the first start to the
+  // last end. Times taken by the workers themselves, so a timing thread that
+  // is descheduled when the barrier opens cannot shorten the phase.
+  std::vector<Clock::time_point> starts(threads), ends(threads);
   std::barrier sync(static_cast<std::ptrdiff_t>(threads) + 1);
   std::vector<std::thread> workers;
   workers.reserve(threads);
@@ -178,15 +172,17 @@ PhaseResult run_phase(const std::string& name, unsigned threads, std::uint64_t o
       const std::uint64_t begin = ops * t / threads;
       const std::uint64_t end = ops * (t + 1) / threads;
       sync.arrive_and_wait();  // start line
+      starts[t] = Clock::now();
       fn(begin, end, tallies[t]);
+      ends[t] = Clock::now();
       sync.arrive_and_wait();  // finish line
     });
   }
   sync.arrive_and_wait();
-  const auto start = std::chrono::steady_clock::now();
   sync.arrive_and_wait();
-  const auto stop = std::chrono::steady_clock::now();
   for (auto& w : workers) w.join();
+  const Clock::time_point start = *std::min_element(starts.begin(), starts.end());
+  const Clock::time_point stop = *std::max_element(ends.begin(), ends.end());
 
   std::uint64_t unexpected = 0;
   std::string first;
