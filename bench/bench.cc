@@ -1003,7 +1003,7 @@ void add_options(CLI::App& app, Config& config) {
       ->capture_default_str();
   app.add_option("--seed", config.seed, "seed of keys and operation streams")
       ->capture_default_str();
-  app.add_option("--json", config.json_path, "write the results as JSON (plot with bench/plot.py)");
+  app.add_option("--json", config.json_path, "write the results as JSON (plot with bench/plot)");
   app.add_option("--csv", config.csv_path, "write one CSV line per run");
   app.add_flag("--limits", config.limits_only, "only measure this machine's ceilings");
   app.add_flag("--list-engines", config.list_engines,

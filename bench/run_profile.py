@@ -15,7 +15,7 @@ in a step repeated over a list), runs each step, and stops at the first
 that fails. Extra arguments go to every pmhash-bench run, last; a flag
 they give replaces the profile's (as --preset does).
 
-Plots run bench/plot.py with the interpreter of the project's .venv (made by
+Plots run bench/plot (a package) with the interpreter of the project's .venv (made by
 scripts/bootstrap-plot.sh). The kill step runs the `pmhash` tool of
 BUILD_DIR: for each record count N and each engine, it loads N/2 records,
 starts loading N*10 more and SIGKILLs the loader after `after` seconds,
@@ -36,7 +36,7 @@ import tomllib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILES = os.path.join(ROOT, "bench", "profiles.toml")
 VENV_PYTHON = os.path.join(".venv", "bin", "python")
-PLOT = os.path.join("bench", "plot.py")
+PLOT = os.path.join("bench", "plot")
 
 
 class ProfileError(Exception):
@@ -121,9 +121,7 @@ def run_plot(out, step, names, missing_ok=False):
             raise ProfileError(f"plot: no file matches {os.path.join(out, pattern)}")
         inputs += [f for f in found if f not in inputs]
     into = os.path.join(out, substitute(step.get("into", "."), names))
-    args = [VENV_PYTHON, step.get("program", PLOT)]
-    if "program" not in step:
-        args += ["--out", os.path.normpath(into)]
+    args = [VENV_PYTHON, PLOT, "--out", os.path.normpath(into)]
     if "figures" in step:
         args += ["--figures", step["figures"]]
     subprocess.run(args + inputs, check=True)
