@@ -40,10 +40,13 @@
 #                    memory nodes with 1, 2 and 4 client
 #                    processes: insert, read, YCSB A/B/C over shm (0 and
 #                    2000 ns injected latency) and tcp loopback, into
-#                    docs/results/sephash/runs.csv (SEPHASH_RECORDS, default
-#                    200000)
+#                    docs/results/sephash/runs.{json,csv,txt} (SEPHASH_RECORDS,
+#                    default 200000)
+# Every bench target above runs a profile of bench/profiles.toml through
+# scripts/bench.sh, and pmhash-bench is the one benchmark program.
 #   make figures     regenerate every figure in docs/results from its JSON
-#   make bench       pmhash-microbench, pmhash against libcuckoo, repeated
+#   make bench       pmhash-bench's micro workload: clevel against
+#                    libcuckoo, repeated, into data/results/micro
 #   make costs       the cost account, into docs/results/costs.md: the
 #                    ceilings (incl. 8- and 16-byte non-temporal store +
 #                    fence, and the page size), then per engine (clevel,
@@ -114,7 +117,7 @@ fuzz: build-fuzz
 	./scripts/fuzz.sh $(FUZZ_SECONDS)
 
 bench: build-release
-	./build/release/bench/pmhash-microbench
+	./scripts/bench.sh micro build/release
 
 bench-full: build-release bootstrap-plot
 	./scripts/bench.sh full build/release
@@ -141,12 +144,7 @@ costs:
 
 SEPHASH_RECORDS ?= 200000
 bench-sephash: build-release bootstrap-plot
-	mkdir -p docs/results/sephash
-	./build/release/bench/pmhash-remote-bench --engine sephash,race --transport shm,tcp --latency-ns 0,2000 \
-	  --clients 1,2,4 --workload insert,read,a,b,c --records $(SEPHASH_RECORDS) \
-	  --csv docs/results/sephash/runs.csv > docs/results/sephash/runs.txt
-	cat docs/results/sephash/runs.txt
-	.venv/bin/python bench/plot_remote.py docs/results/sephash/runs.csv
+	SEPHASH_RECORDS=$(SEPHASH_RECORDS) ./scripts/bench.sh sephash build/release
 
 cluster: build-release
 	./scripts/cluster.sh start
@@ -154,36 +152,10 @@ cluster: build-release
 crash-long: build-release
 	./scripts/crash-long.sh build/release
 
+# The plot steps of the profiles whose results are committed under
+# docs/results (bench/profiles.toml), on the JSON there.
 figures: bootstrap-plot
-	.venv/bin/python bench/plot.py --out docs/results docs/results/*.json
-	for part in disk shm; do \
-	  if [ -f docs/results/dali/$$part.json ]; then \
-	    .venv/bin/python bench/plot.py --out docs/results/dali/$$part docs/results/dali/$$part.json; \
-	  fi; \
-	done
-	if [ -f docs/results/nehash/ycsb.json ]; then \
-	  n=docs/results/nehash; \
-	  .venv/bin/python bench/plot.py --out $$n --figures throughput,scaling,latency_cdf,op_latency_cdf $$n/ycsb.json && \
-	  .venv/bin/python bench/plot.py --out $$n --figures bucket_bits $$n/sweep.json && \
-	  .venv/bin/python bench/plot.py --out $$n --figures open_time $$n/open-*.json $$n/sweep.json; \
-	fi
-	if [ -d docs/results/pmeh ]; then \
-	  p=docs/results/pmeh; \
-	  for part in uniform skewed; do \
-	    if [ -f $$p/$$part.json ]; then \
-	      .venv/bin/python bench/plot.py --out $$p/$$part --figures throughput,scaling,latency_cdf $$p/$$part.json; \
-	    fi; \
-	  done; \
-	  if ls $$p/movement-*.json >/dev/null 2>&1; then \
-	    .venv/bin/python bench/plot.py --out $$p --figures data_movement $$p/movement-*.json; \
-	  fi; \
-	  if [ -f $$p/step.json ]; then \
-	    .venv/bin/python bench/plot.py --out $$p --figures split_step $$p/step.json; \
-	  fi; \
-	  if ls $$p/open-*.json >/dev/null 2>&1; then \
-	    .venv/bin/python bench/plot.py --out $$p --figures open_time $$p/open-*.json; \
-	  fi; \
-	fi
+	./scripts/bench.sh --figures results dali nehash pmeh sephash
 
 clean:
 	rm -rf build

@@ -86,11 +86,13 @@
 #include <vector>
 
 #include "ceilings.h"
+#include "microbench.h"
 #include "phase.h"
 #include "pmhash/options.h"
 #include "preset.h"
 #include "pmhash/store.h"
 #include "pmhash_table.h"
+#include "remote_bench.h"
 #include "report.h"
 #include "table.h"
 #include "workload.h"
@@ -143,6 +145,9 @@ struct Config {
   // run phase in the order given (see "Sequence" at the head of the file).
   bool sequence = false;
   std::string preset;  // only for --help: presets are expanded before parsing
+  // The flags of the micro workload and of the memory-node engines' runs.
+  MicroFlags micro;
+  RemoteFlags remote;
 };
 
 // Where the files of one run go: the pool file, and the peers' directories.
@@ -997,7 +1002,7 @@ void add_options(CLI::App& app, Config& config) {
       ->capture_default_str();
   app.add_option("--seed", config.seed, "seed of keys and operation streams")
       ->capture_default_str();
-  app.add_option("--json", config.json_path, "write the results as JSON (plot with bench/plot.py)");
+  app.add_option("--json", config.json_path, "write the results as JSON (plot with bench/plot)");
   app.add_option("--csv", config.csv_path, "write one CSV line per run");
   app.add_flag("--limits", config.limits_only, "only measure this machine's ceilings");
   app.add_flag("--list-engines", config.list_engines,
@@ -1066,6 +1071,71 @@ void add_options(CLI::App& app, Config& config) {
   app.add_option("--quiesce-timeout", config.quiesce_timeout_s,
                  "seconds to wait for a resize to finish after a phase")
       ->capture_default_str();
+  add_micro_options(app, &config.micro);
+  add_remote_options(app, &config.remote);
+}
+
+// The micro workload (microbench.h): the common flags that apply to it.
+std::optional<MicroConfig> micro_config(const Config& config, const std::string& command) {
+  if (std::find(config.workloads.begin(), config.workloads.end(), "micro") == config.workloads.end()) {
+    return std::nullopt;
+  }
+  if (config.workloads.size() != 1) throw Failure("--workload micro runs alone");
+  MicroConfig m;
+  m.libcuckoo = false;
+  m.engine.clear();
+  for (const std::string& e : config.engines) {
+    if (e == "libcuckoo") {
+      m.libcuckoo = true;
+    } else if (m.engine.empty()) {
+      m.engine = e;
+    } else {
+      throw Failure("--workload micro measures one pmhash engine (and libcuckoo): --engine " + e);
+    }
+  }
+  if (m.engine.empty()) throw Failure("--workload micro needs a pmhash engine in --engine");
+  std::string known;
+  for (const std::string& e : Store::engines()) known += (known.empty() ? "" : ", ") + e;
+  probe_pmhash_engine(m.engine, known);
+  if (config.granularity == "none") throw Failure("--workload micro needs a pool: --granularity");
+  m.threads = config.threads;
+  m.records = config.records;
+  m.key_size = config.key_size;
+  m.value_size = config.value_size;
+  m.pool_dir = resolve_paths(config.pool).dir;
+  m.pool_size = config.micro.pool_size;
+  m.granularity = config.granularity;
+  m.initial_level_log2 = config.micro.initial_level_log2;
+  m.seed = config.seed;
+  m.check = config.check;
+  m.repeat = config.micro.repeat;
+  m.tag_filter = config.micro.tag_filter;
+  m.json_path = config.json_path;
+  m.csv_path = config.csv_path;
+  m.command = command;
+  return m;
+}
+
+// The memory-node engines' runs (remote_bench.h), when --engine names one.
+std::optional<RemoteConfig> remote_config(const Config& config, const std::string& command) {
+  if (std::none_of(config.engines.begin(), config.engines.end(), is_remote_engine)) {
+    return std::nullopt;
+  }
+  RemoteConfig r;
+  r.flags = config.remote;
+  r.engines = config.engines;
+  r.clients = config.threads;
+  r.workloads = config.workloads;
+  r.records = config.records;
+  r.ops = config.ops.value_or(0);
+  r.key_size = config.key_size;
+  r.value_size = config.value_size;
+  r.dir = resolve_paths(config.pool).dir;
+  r.seed = config.seed;
+  r.csv_path = config.csv_path;
+  r.json_path = config.json_path;
+  r.command = command;
+  return r;
 }
 
 int run(int argc, char** argv) {
@@ -1100,6 +1170,19 @@ int run(int argc, char** argv) {
 
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i == 0 ? "" : " ") + shell_quote(argv[i]);
+
+  // The micro workload and the memory-node engines run in their own modules.
+  std::optional<MicroConfig> micro;
+  std::optional<RemoteConfig> remote;
+  try {
+    remote = remote_config(config, command);
+    if (!remote) micro = micro_config(config, command);
+  } catch (const Failure& e) {
+    std::cerr << "pmhash-bench: " << e.what() << "\n";
+    return 2;
+  }
+  if (remote) return run_remote(*remote);
+  if (micro) return run_micro(*micro);
 
   std::vector<EngineSpec> engines;
   std::vector<WorkloadSpec> specs;

@@ -1,8 +1,9 @@
-// bench/microbench.cc - pmhash-microbench: throughput of one shared table
-// under T threads, pmhash against a volatile yardstick (libcuckoo).
+// bench/microbench.cc - pmhash-bench's micro workload (microbench.h):
+// throughput of one shared table under T threads, pmhash against a volatile
+// yardstick (libcuckoo).
 //
 // For every thread count T of --threads, and for each table (a pmhash store
-// of --engine in a fresh pool file under --pool-dir; libcuckoo's
+// of --engine in a fresh pool file in --pool's directory; libcuckoo's
 // cuckoohash_map in DRAM), five phases run back to back on the same table,
 // each timed on its own with T threads started together (workload.h):
 //
@@ -56,28 +57,14 @@
 #include "pmhash/options.h"
 #include "pmhash/status.h"
 #include "pmhash/store.h"
+#include "microbench.h"
+#include "report.h"
 #include "workload.h"
 
 namespace pmhash::bench {
 namespace {
 
-struct Config {
-  std::vector<unsigned> threads = {1, 2};
-  std::uint64_t records = 2'000'000;
-  std::size_t key_size = 16;
-  std::size_t value_size = 16;
-  std::string engine = "clevel";
-  std::string pool_dir = "/dev/shm";
-  std::uint64_t pool_size = 0;  // 0: derived from records and sizes
-  std::string granularity = "cache_line";
-  unsigned initial_level_log2 = 10;
-  std::uint64_t seed = 1;
-  bool check = true;
-  bool libcuckoo = true;
-  unsigned repeat = 3;
-  bool tag_filter = true;
-  std::string json_path;
-};
+using Config = MicroConfig;
 
 // Time allowed for a resize to finish after a phase before the table is
 // declared stuck.
@@ -125,7 +112,7 @@ std::string show(std::string_view key) { return "'" + std::string(key) + "'"; }
 class PmhashTable {
  public:
   PmhashTable(const Config& config, unsigned threads) {
-    path_ = config.pool_dir + "/pmhash-microbench-" + std::to_string(::getpid()) + "-t" +
+    path_ = config.pool_dir + "/pmhash-bench-micro-" + std::to_string(::getpid()) + "-t" +
             std::to_string(threads) + ".pool";
     Options options;
     options.engine = config.engine;
@@ -136,7 +123,7 @@ class PmhashTable {
     const Status s = Store::create(path_, options, &store_);
     if (!s.ok()) {
       throw Failure("cannot create pool " + path_ + ": " + s.to_string() +
-                    " (choose another directory with --pool-dir or a size with --pool-size)");
+                    " (choose another directory with --pool or a size with --pool-size)");
     }
   }
 
@@ -406,7 +393,7 @@ double median(std::vector<double> v) {
 void print_report(const Config& config, const std::vector<Group>& groups) {
   const std::string granularity = groups.empty() ? "" : groups.front().reps.front().pmhash->granularity;
   const std::size_t reps = groups.empty() ? 0 : groups.front().reps.size();
-  std::cout << "\npmhash-microbench: " << config.records << " records, key " << config.key_size
+  std::cout << "\npmhash-bench, workload micro: " << config.records << " records, key " << config.key_size
             << " B, value " << config.value_size << " B, engine " << config.engine << ", pool in "
             << config.pool_dir << ", granularity " << granularity << ", seed " << config.seed
             << "\n\nthroughput, Mops/s, median of " << reps
@@ -476,24 +463,38 @@ void print_report(const Config& config, const std::vector<Group>& groups) {
   std::cout << "\nall checks passed: every operation had the expected outcome\n";
 }
 
-nlohmann::json to_json(const RunRecord& run) {
-  nlohmann::json phases = nlohmann::json::object();
+nlohmann::json to_json(const Config& config, const RunRecord& run) {
+  const bool pmhash = run.table == "pmhash";
+  nlohmann::json phases = nlohmann::json::array();
   for (std::size_t ph = 0; ph < kPhases; ++ph) {
     const PhaseRecord& r = run.phases[ph];
-    nlohmann::json j = {{"ops", r.result.ops},
+    nlohmann::json j = {{"name", kPhaseNames[ph]},
+                        {"ops", r.result.ops},
                         {"seconds", r.result.seconds},
-                        {"mops", r.result.mops()}};
+                        {"ops_per_s", r.result.mops() * 1e6},
+                        {"flushes_per_op", nullptr},
+                        {"fences_per_op", nullptr},
+                        {"resize_tail_s", nullptr}};
     if (r.flushes_per_op) {
       j["flushes_per_op"] = *r.flushes_per_op;
       j["fences_per_op"] = *r.fences_per_op;
-      j["resize_tail_seconds"] = r.resize_tail_seconds;
+      j["resize_tail_s"] = r.resize_tail_seconds;
     }
-    phases[kPhaseNames[ph]] = j;
+    phases.push_back(j);
   }
-  nlohmann::json out = {{"table", run.table},
+  const std::string engine = pmhash ? config.engine : run.table;
+  nlohmann::json out = {{"engine", engine},
+                        {"series", engine},
+                        {"kind", pmhash ? "pmhash" : "peer"},
+                        {"durability", pmhash ? "strict" : "none"},
                         {"threads", run.threads},
+                        {"workload", "micro"},
                         {"repetition", run.repetition},
-                        {"phases", phases}};
+                        {"granularity", pmhash ? nlohmann::json(run.granularity) : nlohmann::json()},
+                        {"load", nullptr},
+                        {"run", nullptr},
+                        {"phases", phases},
+                        {"after_insert", nullptr}};
   if (run.shape) {
     out["after_insert"] = {{"items", run.shape->items},
                            {"slots", run.shape->slots},
@@ -501,17 +502,26 @@ nlohmann::json to_json(const RunRecord& run) {
                            {"levels", run.shape->levels},
                            {"expansions", run.shape->expansions},
                            {"items_moved", run.shape->items_moved}};
-    out["granularity"] = run.granularity;
   }
   return out;
 }
 
+// The pmhash-bench/1 document (report.h), with the runs of microbench.h.
 void write_json(const Config& config, const std::deque<RunRecord>& runs) {
+  std::vector<std::string> engines = {config.engine};
+  if (config.libcuckoo) engines.emplace_back("libcuckoo");
   nlohmann::json doc;
-  doc["config"] = {{"records", config.records},
+  doc["format"] = "pmhash-bench/1";
+  doc["command"] = config.command;
+  doc["git_revision"] = git_revision();
+  doc["started_at"] = utc_now();
+  doc["machine"] = machine_json();
+  doc["config"] = {{"workloads", {"micro"}},
+                   {"records", config.records},
                    {"key_size", config.key_size},
                    {"value_size", config.value_size},
-                   {"engine", config.engine},
+                   {"engines", engines},
+                   {"threads", config.threads},
                    {"pool_dir", config.pool_dir},
                    {"pool_size", config.pool_size},
                    {"granularity", config.granularity},
@@ -519,13 +529,34 @@ void write_json(const Config& config, const std::deque<RunRecord>& runs) {
                    {"seed", config.seed},
                    {"repeat", config.repeat},
                    {"tag_filter", config.tag_filter},
-                   {"hardware_threads", std::thread::hardware_concurrency()}};
+                   {"check", config.check}};
+  doc["ceilings"] = nlohmann::json::array();
   doc["runs"] = nlohmann::json::array();
-  for (const RunRecord& run : runs) doc["runs"].push_back(to_json(run));
+  for (const RunRecord& run : runs) doc["runs"].push_back(to_json(config, run));
+  doc["skipped"] = nlohmann::json::array();
   std::ofstream out(config.json_path);
-  out << doc.dump(2) << "\n";
+  out << doc.dump() << "\n";
   out.close();
   expect(static_cast<bool>(out), "cannot write " + config.json_path);
+}
+
+// One line per run and phase.
+void write_csv(const Config& config, const std::deque<RunRecord>& runs) {
+  std::ofstream out(config.csv_path);
+  out << "engine,threads,workload,repetition,phase,ops,seconds,ops_per_s,flushes_per_op,"
+         "fences_per_op\n";
+  for (const RunRecord& run : runs) {
+    const std::string engine = run.table == "pmhash" ? config.engine : run.table;
+    for (std::size_t ph = 0; ph < kPhases; ++ph) {
+      const PhaseRecord& r = run.phases[ph];
+      out << engine << "," << run.threads << ",micro," << run.repetition << "," << kPhaseNames[ph]
+          << "," << r.result.ops << "," << r.result.seconds << "," << r.result.mops() * 1e6 << ","
+          << (r.flushes_per_op ? std::to_string(*r.flushes_per_op) : "") << ","
+          << (r.fences_per_op ? std::to_string(*r.fences_per_op) : "") << "\n";
+    }
+  }
+  out.close();
+  expect(static_cast<bool>(out), "cannot write " + config.csv_path);
 }
 
 int run(const Config& config) {
@@ -562,65 +593,41 @@ int run(const Config& config) {
   }
   print_report(config, groups);
   if (!config.json_path.empty()) write_json(config, runs);
+  if (!config.csv_path.empty()) write_csv(config, runs);
   return 0;
 }
 
 }  // namespace
-}  // namespace pmhash::bench
 
-int main(int argc, char** argv) {
-  using pmhash::bench::Config;
-  Config config;
-  CLI::App app{"pmhash-microbench: multi-threaded insert/search/update/delete throughput of a "
-               "pmhash store against libcuckoo, on one shared table per run"};
-  app.add_option("--threads", config.threads, "thread counts to run, comma-separated")
-      ->delimiter(',')
-      ->check(CLI::Range(1u, pmhash::kMaxThreads))
-      ->capture_default_str();
-  app.add_option("--records", config.records, "keys inserted, searched, updated and deleted")
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{UINT32_MAX}))
-      ->capture_default_str();
-  pmhash::bench::add_item_size_options(app, &config.key_size, &config.value_size);
-  app.add_option("--engine", config.engine, "pmhash engine to measure")->capture_default_str();
-  app.add_option("--pool-dir", config.pool_dir,
-                 "directory for the temporary pool files (removed afterwards)")
-      ->check(CLI::ExistingDirectory)
-      ->capture_default_str();
-  app.add_option("--pool-size", config.pool_size,
-                 "pool file size in bytes (default: max(1 GiB, records x (200 + 2 x (key + value))))");
-  app.add_option("--granularity", config.granularity,
-                 "persistence granularity forced through PMEM2_FORCE_GRANULARITY; auto: let "
-                 "libpmem2 detect it")
-      ->check(CLI::IsMember({"byte", "cache_line", "page", "auto"}))
-      ->capture_default_str();
-  app.add_option("--initial-level-log2", config.initial_level_log2,
-                 "first level of a new table has 2^n buckets (libcuckoo starts with as many slots)")
+void add_micro_options(CLI::App& app, MicroFlags* flags) {
+  app.add_option("--initial-level-log2", flags->initial_level_log2,
+                 "micro: first level of a new table has 2^n buckets (libcuckoo starts with as "
+                 "many slots)")
       ->check(CLI::Range(1u, 30u))
       ->capture_default_str();
-  app.add_option("--seed", config.seed, "seed of keys, values and access order")
-      ->capture_default_str();
-  app.add_option("--repeat", config.repeat,
-                 "runs per thread count (pmhash then libcuckoo each time); the report gives "
-                 "medians")
+  app.add_option("--repeat", flags->repeat,
+                 "micro: runs per thread count (pmhash then libcuckoo each time); the report "
+                 "gives medians")
       ->check(CLI::Range(1u, 100u))
       ->capture_default_str();
-  app.add_option("--json", config.json_path, "also write the results as JSON to this file");
-  app.add_flag("--no-check", [&](std::int64_t) { config.check = false; },
-               "skip Store::check() between phases (per-operation checks stay)");
-  app.add_flag("--no-tag-filter", [&](std::int64_t) { config.tag_filter = false; },
-               "clevel without its DRAM tag filters (Options::clevel_tag_filter)");
-  app.add_flag("--no-libcuckoo", [&](std::int64_t) { config.libcuckoo = false; },
-               "measure pmhash only");
-  CLI11_PARSE(app, argc, argv);
+  app.add_flag("!--no-tag-filter", flags->tag_filter,
+               "micro: clevel without its DRAM tag filters (Options::clevel_tag_filter)");
+  app.add_option("--pool-size", flags->pool_size,
+                 "micro: pool file size in bytes (default: max(1 GiB, records x (200 + 2 x (key "
+                 "+ value))))");
+}
 
+int run_micro(MicroConfig config) {
   if (config.pool_size == 0) {
     const std::uint64_t per_record = 200 + 2 * (config.key_size + config.value_size);
     config.pool_size = std::max<std::uint64_t>(std::uint64_t{1} << 30, config.records * per_record);
   }
   try {
-    return pmhash::bench::run(config);
-  } catch (const pmhash::bench::Failure& e) {
-    std::cerr << "pmhash-microbench: FAILED: " << e.what() << "\n";
+    return run(config);
+  } catch (const Failure& e) {
+    std::cerr << "pmhash-bench: micro: FAILED: " << e.what() << "\n";
     return 1;
   }
 }
+
+}  // namespace pmhash::bench

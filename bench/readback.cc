@@ -17,9 +17,10 @@
 //   5. size() must be N; print the table's shape and one sample record, which
 //      scripts/run.sh looks up again with `pmhash get`.
 //
-// The keys are those of pmhash-microbench with the same --seed and
-// --key-size; they are printable, so the sample can be passed on a command
-// line.
+// The records are those `pmhash load` writes with the same --seed,
+// --key-size and --value-size (the decimal records of
+// tools/common/records.h); they are printable, so the sample can be passed
+// on a command line.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -42,7 +43,7 @@ struct Config {
   unsigned threads = 2;
   std::size_t key_size = 16;
   std::size_t value_size = 16;
-  std::uint64_t seed = 1;
+  std::uint64_t seed = 0;  // as `pmhash load`'s
 };
 
 constexpr std::chrono::seconds kResizeTimeout{60};
@@ -88,7 +89,8 @@ void print_phase(const char* label, const PhaseResult& r, unsigned threads) {
 }
 
 int run(const Config& config) {
-  const Dataset data(config.records, config.key_size, config.value_size, config.seed, false);
+  const Dataset data(config.records, config.key_size, config.value_size, config.seed, false,
+                     records::Format::kDecimal);
   const std::uint64_t n = data.records();
 
   std::unique_ptr<Store> store = open_store(config.pool);
@@ -167,7 +169,12 @@ int main(int argc, char** argv) {
   app.add_option("--threads", config.threads, "threads of the load and of the read-back")
       ->check(CLI::Range(1u, pmhash::kMaxThreads))
       ->capture_default_str();
-  pmhash::bench::add_item_size_options(app, &config.key_size, &config.value_size);
+  app.add_option("--key-size", config.key_size, "bytes per key")
+      ->check(CLI::Range(std::size_t{1}, pmhash::kMaxKeySize))
+      ->capture_default_str();
+  app.add_option("--value-size", config.value_size, "bytes per value")
+      ->check(CLI::Range(std::size_t{0}, pmhash::kMaxValueSize))
+      ->capture_default_str();
   app.add_option("--seed", config.seed, "seed of the keys and values")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

@@ -1,32 +1,35 @@
-// pmhash-remote-bench: throughput and remote traffic of the indexes on
-// memory nodes (sephash, and race, the RACE-hashing baseline), with client
+// bench/remote_bench.cc - pmhash-bench's runs of the engines on memory
+// nodes (remote_bench.h): throughput and remote traffic, with client
 // processes.
 //
-//   pmhash-remote-bench --engine sephash,race --transport shm,tcp
-//       --latency-ns 0,2000 --clients 1,2,4 --workload insert,read,a,b,c
-//       --records 200000
+//   pmhash-bench --engine sephash,race --transport shm,tcp
+//       --latency-ns 0,2000 --threads 1,2,4 --workload insert,read,a,b,c
+//       --records 200000 --key-size 8 --value-size 8
 //
 // Every engine of --engine runs each combination in turn, on fresh nodes
 // of the same transport, with the same workload.
-// For every combination it makes fresh memory nodes (pool files in --dir;
+// For every combination it makes fresh memory nodes (pool files in --pool;
 // for tcp, a pmhash-memnode loop per node in a child process on loopback),
 // creates the index, and forks the client processes. "insert" measures the
 // load phase: the clients insert --records keys, each its own share. The
 // other workloads load first (untimed), then run --ops operations spread
 // over the clients: read (100% reads), YCSB A (50% reads, 50% updates), B
-// (95/5), C (100% reads), keys drawn scrambled-zipfian (0.99). Keys are 8
-// bytes, values --value-size bytes. Clients start together (a pipe
+// (95/5), C (100% reads), keys drawn scrambled-zipfian (0.99). Keys are the
+// code-format records of tools/common/records.h, --key-size bytes; values
+// --value-size bytes. Clients start together (a pipe
 // barrier) and report operations, time and their Stats counters; a wrong
 // answer (a missing key, a failed write) fails the run.
 //
 // Output: one line per run (engine, throughput, round trips, verbs and
 // bytes per operation, merges, splits, bytes splits wrote, and the remote
-// KiB merges freed, allocations reused and new space took), and with --csv
-// a CSV file that also has the bytes written per split.
+// KiB merges freed, allocations reused and new space took), with --csv a
+// CSV file that also has the bytes written per split, and with --json the
+// pmhash-bench/1 document (remote_bench.h).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -38,36 +41,19 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "key_chooser.h"
 #include "pmhash/memnode.h"
 #include "pmhash/store.h"
+#include "records.h"
+#include "remote_bench.h"
+#include "report.h"
 
+namespace pmhash::bench {
 namespace {
 
-using pmhash::Options;
-using pmhash::Status;
-using pmhash::Store;
-
-struct Config {
-  std::vector<std::string> engines = {"sephash"};
-  std::vector<std::string> transports = {"shm"};
-  std::vector<unsigned> latencies = {0};
-  std::vector<unsigned> clients = {1, 2, 4};
-  std::vector<std::string> workloads = {"insert", "read", "a", "b", "c"};
-  unsigned nodes = 2;
-  std::uint64_t records = 200000;
-  std::uint64_t ops = 0;  // 0: --records
-  unsigned value_size = 8;
-  std::string dir = "/dev/shm";
-  std::uint64_t node_size = std::uint64_t{1} << 30;
-  std::uint64_t seed = 1;
-  std::string csv;
-  unsigned sephash_main_max_slots = Options{}.sephash_main_max_slots;
-  // tcp: the nodes' secret file (their authentication in the bootstrap
-  // is then part of each connection's setup); empty: none.
-  std::string secret_file;
-};
+using Config = RemoteConfig;
 
 // What a client process reports.
 struct Report {
@@ -79,14 +65,6 @@ struct Report {
   char error[256] = {};
 };
 
-std::string key_of(std::uint64_t i, std::uint64_t seed) {
-  // A bijection of the index: distinct 8-byte keys, spread over the hash.
-  std::uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-  x ^= x >> 29;
-  std::string k(8, '\0');
-  std::memcpy(k.data(), &x, 8);
-  return k;
-}
 
 // A memory-node daemon loop in a child process.
 pid_t start_daemon(const std::string& pool, const std::string& secret_file, std::uint16_t* port) {
@@ -140,6 +118,8 @@ Report client(const Config& cfg, const Options& o, const Run& run, unsigned c, i
   std::mt19937_64 rng(cfg.seed * 1000 + c);
   pmhash::bench::Zipfian zipf(cfg.records);
   const std::string value(cfg.value_size, 'v'), value2(cfg.value_size, 'w');
+  const records::RecordGen keys(records::Format::kCode, cfg.seed, cfg.key_size, cfg.value_size);
+  std::string k(cfg.key_size, '\0');
   char go = 0;
   if (::read(go_fd, &go, 1) != 1) return fail("no start signal");
   const pmhash::Stats before = st->stats();
@@ -147,11 +127,12 @@ Report client(const Config& cfg, const Options& o, const Run& run, unsigned c, i
   std::string got;
   for (std::uint64_t i = from; i < to; ++i) {
     if (load) {
-      if (!st->insert(key_of(i, cfg.seed), value).ok()) ++r.wrong;
+      keys.key(i, k.data());
+      if (!st->insert(k, value).ok()) ++r.wrong;
       continue;
     }
     const std::uint64_t rec = pmhash::bench::fnv1a64(zipf.next(rng)) % cfg.records;
-    const std::string k = key_of(rec, cfg.seed);
+    keys.key(rec, k.data());
     if (rng() % 100 < read_pct) {
       if (!st->get(k, &got).ok()) ++r.wrong;
     } else {
@@ -237,48 +218,113 @@ bool run_clients(const Config& cfg, const Options& o, const Run& run, Report* su
   return ok;
 }
 
+// A JSON number per operation, null without operations.
+nlohmann::json per_op(std::uint64_t total, std::uint64_t ops) {
+  return ops == 0 ? nlohmann::json() : nlohmann::json(static_cast<double>(total) / static_cast<double>(ops));
+}
+
+// One run of the pmhash-bench/1 document (remote_bench.h).
+nlohmann::json run_json(const Run& run, const Report& r) {
+  const double seconds = static_cast<double>(r.ns) / 1e9;
+  const nlohmann::json phase = {
+      {"ops", r.ops},
+      {"seconds", seconds},
+      {"ops_per_s", seconds > 0 ? static_cast<double>(r.ops) / seconds : 0.0},
+      {"round_trips_per_op", per_op(r.round_trips, r.ops)},
+      {"verbs_per_op", per_op(r.verbs, r.ops)},
+      {"bytes_per_op", per_op(r.bytes, r.ops)},
+      {"merges", r.merges},
+      {"splits", r.splits},
+      {"split_bytes", r.moved},
+      {"split_bytes_per_split", per_op(r.moved, r.splits)},
+      {"freed_bytes", r.freed},
+      {"reused_bytes", r.reused},
+      {"new_bytes", r.bumped}};
+  const bool load = run.workload == "insert";
+  return {{"engine", run.engine},
+          {"series", run.engine},
+          {"kind", "memnode"},
+          {"durability", "strict"},
+          {"threads", run.clients},
+          {"clients", run.clients},
+          {"transport", run.transport},
+          {"latency_ns", run.latency_ns},
+          {"workload", run.workload},
+          {"load", load ? phase : nlohmann::json()},
+          {"run", load ? nlohmann::json() : phase}};
+}
+
+// A bad flag: the message, exit status 2.
+int usage(const std::string& what) {
+  std::cerr << "pmhash-bench: " << what << "\n";
+  return 2;
+}
+
+template <typename T>
+bool member(const std::vector<T>& set, const T& item) {
+  return std::find(set.begin(), set.end(), item) != set.end();
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  Config cfg;
-  CLI::App app{"pmhash-remote-bench: indexes on memory nodes, with client processes"};
-  app.add_option("--engine", cfg.engines, "engines on memory nodes to compare: sephash, race "
-                                         "(comma-separated)")
+bool is_remote_engine(const std::string& engine) {
+  return member(Store::remote_engines(), engine.substr(0, engine.find(':')));
+}
+
+void add_remote_options(CLI::App& app, RemoteFlags* flags) {
+  app.add_option("--transport", flags->transports,
+                 "memory-node engines: shm, tcp (comma-separated)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"sephash", "race"}));
-  app.add_option("--transport", cfg.transports, "shm, tcp (comma-separated)")
+      ->check(CLI::IsMember({"shm", "tcp"}))
+      ->capture_default_str();
+  app.add_option("--latency-ns", flags->latencies,
+                 "memory-node engines, shm: injected round-trip latencies to sweep")
       ->delimiter(',')
-      ->check(CLI::IsMember({"shm", "tcp"}));
-  app.add_option("--latency-ns", cfg.latencies, "shm: injected round-trip latencies to sweep")
-      ->delimiter(',');
-  app.add_option("--clients", cfg.clients, "client process counts to sweep")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 64));
-  app.add_option("--workload", cfg.workloads, "insert, read, a, b, c")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"insert", "read", "a", "b", "c"}));
-  app.add_option("--nodes", cfg.nodes, "memory nodes")->check(CLI::Range(1, 16))->capture_default_str();
-  app.add_option("--records", cfg.records, "keys loaded")->check(CLI::Range(1, 1 << 30))->capture_default_str();
-  app.add_option("--ops", cfg.ops, "operations of a run phase (default: --records)");
-  app.add_option("--value-size", cfg.value_size, "bytes per value")->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--dir", cfg.dir, "directory of the memory-node pool files")->capture_default_str();
-  app.add_option("--node-size", cfg.node_size, "bytes per memory node (K, M, G)")
+      ->capture_default_str();
+  app.add_option("--nodes", flags->nodes, "memory-node engines: memory nodes")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  app.add_option("--node-size", flags->node_size, "memory-node engines: bytes per node (K, M, G)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
-  app.add_option("--seed", cfg.seed, "key and operation seed")->capture_default_str();
-  app.add_option("--sephash-main-max-slots", cfg.sephash_main_max_slots,
-                 "sephash: slots a MainSeg may hold before its segment splits")
-      ->capture_default_str();
-  app.add_option("--csv", cfg.csv, "also write the results as CSV");
-  app.add_option("--secret-file", cfg.secret_file,
-                 "tcp: start the memory nodes with this secret file and connect with it");
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--sephash-main-max-slots", flags->sephash_main_max_slots,
+                 "sephash: slots a MainSeg may hold before its segment splits (default: the "
+                 "library's)");
+  app.add_option("--secret-file", flags->secret_file,
+                 "memory-node engines, tcp: start the nodes with this secret file and connect "
+                 "with it");
+}
 
+int run_remote(const RemoteConfig& config) {
+  const Config& cfg = config;
+  for (const std::string& e : cfg.engines) {
+    if (!is_remote_engine(e) || e.find(':') != std::string::npos) {
+      std::string known;
+      for (const std::string& r : Store::remote_engines()) known += (known.empty() ? "" : ", ") + r;
+      return usage("--engine " + e + ": runs on memory nodes take only engines that live there (" +
+                   known + "), without a durability suffix");
+    }
+  }
+  for (const std::string& w : cfg.workloads) {
+    if (!member<std::string>({"insert", "read", "a", "b", "c"}, w)) {
+      return usage("--workload " + w + ": memory-node engines run insert, read, a, b or c");
+    }
+  }
+  for (unsigned c : cfg.clients) {
+    if (c < 1 || c > 64) return usage("--threads: 1 to 64 client processes");
+  }
+  if (cfg.records < 1 || cfg.records > (std::uint64_t{1} << 30)) {
+    return usage("--records: 1 to 2^30 for memory-node engines");
+  }
+  if (cfg.key_size < records::kMinCodeKeySize || cfg.value_size < 1 || cfg.value_size > 4096) {
+    return usage("memory-node engines take --key-size of at least 8 and --value-size of 1 to 4096");
+  }
+  nlohmann::json runs = nlohmann::json::array();
   std::ofstream csv;
-  if (!cfg.csv.empty()) {
-    csv.open(cfg.csv);
+  if (!cfg.csv_path.empty()) {
+    csv.open(cfg.csv_path);
     if (!csv) {
-      std::cerr << "pmhash-remote-bench: cannot write " << cfg.csv << "\n";
+      std::cerr << "pmhash-bench: cannot write " << cfg.csv_path << "\n";
       return 2;
     }
     csv << "engine,transport,latency_ns,clients,workload,ops,mops,round_trips_per_op,"
@@ -289,9 +335,9 @@ int main(int argc, char** argv) {
               "net", "lat_ns", "cli", "work", "Mops/s", "rtt/op", "verbs/op", "bytes/op", "merges",
               "splits", "split_bytes", "freed_KiB", "reuse_KiB", "new_KiB");
   bool all_ok = true;
-  for (const std::string& transport : cfg.transports) {
-    for (unsigned lat : cfg.latencies) {
-      if (transport == "tcp" && lat != cfg.latencies.front()) continue;  // shm only
+  for (const std::string& transport : cfg.flags.transports) {
+    for (unsigned lat : cfg.flags.latencies) {
+      if (transport == "tcp" && lat != cfg.flags.latencies.front()) continue;  // shm only
       for (unsigned clients : cfg.clients) {
         for (const std::string& workload : cfg.workloads) {
           for (const std::string& engine : cfg.engines) {
@@ -299,19 +345,19 @@ int main(int argc, char** argv) {
             std::vector<std::string> pools;
             std::vector<pid_t> daemons;
             std::string specs;
-            for (unsigned n = 0; n < cfg.nodes; ++n) {
-              pools.push_back(cfg.dir + "/pmhash-remote-bench-" + std::to_string(::getpid()) +
+            for (unsigned n = 0; n < cfg.flags.nodes; ++n) {
+              pools.push_back(cfg.dir + "/pmhash-bench-" + std::to_string(::getpid()) +
                               "-mn" + std::to_string(n));
-              if (Status s = pmhash::remote::create_memnode(pools.back(), cfg.node_size, true);
+              if (Status s = pmhash::remote::create_memnode(pools.back(), cfg.flags.node_size, true);
                   !s.ok()) {
-                std::cerr << "pmhash-remote-bench: " << s.to_string() << "\n";
+                std::cerr << "pmhash-bench: " << s.to_string() << "\n";
                 return 1;
               }
               if (transport == "tcp") {
                 std::uint16_t port = 0;
-                daemons.push_back(start_daemon(pools.back(), cfg.secret_file, &port));
+                daemons.push_back(start_daemon(pools.back(), cfg.flags.secret_file, &port));
                 if (port == 0) {
-                  std::cerr << "pmhash-remote-bench: daemon for " << pools.back() << " failed\n";
+                  std::cerr << "pmhash-bench: daemon for " << pools.back() << " failed\n";
                   return 1;
                 }
                 specs += (specs.empty() ? "" : ",") + std::string("tcp:127.0.0.1:") + std::to_string(port);
@@ -322,18 +368,20 @@ int main(int argc, char** argv) {
             Options o;
             o.engine = engine;
             o.memnodes = specs;
-            o.memnode_secret_file = cfg.secret_file;
+            o.memnode_secret_file = cfg.flags.secret_file;
             o.remote_latency_ns = run.latency_ns;
             // A loaded machine may take long for a round trip; the lock
             // lease must be at least twice the timeout (sephash refuses
             // less; race derives its lease from the timeout).
             o.remote_timeout_ms = 10000;
             o.sephash_lock_lease_ms = 2 * o.remote_timeout_ms;
-            o.sephash_main_max_slots = cfg.sephash_main_max_slots;
+            if (cfg.flags.sephash_main_max_slots != 0) {
+              o.sephash_main_max_slots = cfg.flags.sephash_main_max_slots;
+            }
             std::unique_ptr<Store> st;
             bool ok = true;
             if (Status s = Store::create("", o, &st); !s.ok() || !st->close().ok()) {
-              std::cerr << "pmhash-remote-bench: create: " << s.to_string() << "\n";
+              std::cerr << "pmhash-bench: create: " << s.to_string() << "\n";
               ok = false;
             }
             Report r;
@@ -355,6 +403,7 @@ int main(int argc, char** argv) {
                           static_cast<unsigned long long>(r.reused / 1024),
                           static_cast<unsigned long long>(r.bumped / 1024));
               std::fflush(stdout);
+              runs.push_back(run_json(run, r));
               if (csv) {
                 csv << engine << "," << transport << "," << run.latency_ns << "," << clients << ","
                     << workload << "," << r.ops << "," << ops / static_cast<double>(r.ns) * 1e3 << ","
@@ -376,5 +425,38 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (!cfg.json_path.empty()) {
+    nlohmann::json doc;
+    doc["format"] = "pmhash-bench/1";
+    doc["command"] = cfg.command;
+    doc["git_revision"] = git_revision();
+    doc["started_at"] = utc_now();
+    doc["machine"] = machine_json();
+    doc["config"] = {{"workloads", cfg.workloads},
+                     {"records", cfg.records},
+                     {"ops", cfg.ops != 0 ? cfg.ops : cfg.records},
+                     {"key_size", cfg.key_size},
+                     {"value_size", cfg.value_size},
+                     {"engines", cfg.engines},
+                     {"threads", cfg.clients},
+                     {"transports", cfg.flags.transports},
+                     {"latencies_ns", cfg.flags.latencies},
+                     {"nodes", cfg.flags.nodes},
+                     {"node_size", cfg.flags.node_size},
+                     {"pool_dir", cfg.dir},
+                     {"seed", cfg.seed}};
+    doc["ceilings"] = nlohmann::json::array();
+    doc["runs"] = std::move(runs);
+    doc["skipped"] = nlohmann::json::array();
+    std::ofstream out(cfg.json_path);
+    out << doc.dump() << "\n";
+    out.close();
+    if (!out) {
+      std::cerr << "pmhash-bench: cannot write " << cfg.json_path << "\n";
+      return 1;
+    }
+  }
   return all_ok ? 0 : 1;
 }
+
+}  // namespace pmhash::bench

@@ -1,5 +1,5 @@
 // bench/report.h - what pmhash-bench writes: the table on stdout, the JSON
-// document (format "pmhash-bench/1", read by bench/plot.py) and the CSV.
+// document (format "pmhash-bench/1", read by bench/plot) and the CSV.
 //
 // JSON layout (every number in base units: seconds, ns, bytes, ops/s):
 //
@@ -31,6 +31,10 @@
 //     "skipped": [ { engine, kind, threads, workload, reason } ] }
 //                 (runs not made: an engine without transactions under the
 //                 txn workload; reason is the table's one-line note)
+//   The runs of the micro workload (bench/microbench.h: "phases" instead
+//   of load and run) and of the engines on memory nodes
+//   (bench/remote_bench.h: kind "memnode") are the same document with the
+//   fields their headers list.
 //
 //   PHASE: ops, seconds, monotonic_ns {start, end} (steady_clock, to split
 //     a profile by phase), ops_per_s, ceiling_ops_per_s, ceiling_fraction,

@@ -132,16 +132,13 @@ std::optional<WorkloadSpec> parse_workload(std::string_view name, std::string* e
 }
 
 KeySpace::KeySpace(std::size_t key_size, std::size_t value_size, std::uint64_t seed)
-    : key_size_(key_size), value_size_(value_size), salt_(mix(seed)) {
+    : gen_(records::Format::kCode, seed, key_size, value_size) {
   if (key_size < kMinBinaryKeySize) {
     throw Failure("key size " + std::to_string(key_size) + " is too small: keys need at least " +
                   std::to_string(kMinBinaryKeySize) + " bytes to be distinct");
   }
   values_.resize(kValuePool * value_size);
-  const std::uint64_t value_salt = mix(seed + 1);
-  for (std::size_t i = 0; i < kValuePool; ++i) {
-    encode(mix(i ^ value_salt), values_.data() + i * value_size, value_size);
-  }
+  for (std::size_t i = 0; i < kValuePool; ++i) gen_.value(i, 0, values_.data() + i * value_size);
 }
 
 LoadKeys::LoadKeys(const KeySpace& space, std::uint64_t records)

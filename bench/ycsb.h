@@ -45,12 +45,13 @@
 // --distribution overrides the default of every workload except read-neg,
 // insert and delete, whose keys are fixed by what they measure.
 //
-// Keys. Record r's key is encode_key(mix(r ^ mix(seed))) from workload.h,
+// Keys. Record r's key is the code-format key of tools/common/records.h,
 // key_size bytes (text from 11 bytes on, binary for 8 to 10 bytes, so that
 // the papers' 8-byte keys can be measured); records inserted by the run
 // phase continue the numbering at N; never-inserted keys are records from
-// 2^40 on. Values come from a pool of kValuePool pre-generated values;
-// operation j writes value j mod kValuePool.
+// 2^40 on. Values come from a pool of kValuePool pre-generated values (the
+// inserted values of records 0 to kValuePool - 1); operation j writes value
+// j mod kValuePool.
 //
 // Streams. The run phase's operations are drawn as one global sequence
 // (deterministic by --seed and the workload) with YCSB's key choosers
@@ -140,26 +141,18 @@ class KeySpace {
   // key_size: at least kMinBinaryKeySize (throws Failure otherwise).
   KeySpace(std::size_t key_size, std::size_t value_size, std::uint64_t seed);
 
-  std::size_t key_size() const { return key_size_; }
-  std::size_t value_size() const { return value_size_; }
+  std::size_t key_size() const { return gen_.key_size(); }
+  std::size_t value_size() const { return gen_.value_size(); }
 
   // Writes record r's key to out[0, key_size).
-  void key(std::uint64_t record, char* out) const {
-    encode_key(mix(record ^ salt_), out, key_size_);
-  }
-  std::string key(std::uint64_t record) const {
-    std::string k(key_size_, '\0');
-    key(record, k.data());
-    return k;
-  }
+  void key(std::uint64_t record, char* out) const { gen_.key(record, out); }
+  std::string key(std::uint64_t record) const { return gen_.key(record); }
   std::string_view value(std::uint64_t j) const {
-    return {values_.data() + (j % kValuePool) * value_size_, value_size_};
+    return {values_.data() + (j % kValuePool) * value_size(), value_size()};
   }
 
  private:
-  std::size_t key_size_;
-  std::size_t value_size_;
-  std::uint64_t salt_;
+  records::RecordGen gen_;
   std::vector<char> values_;
 };
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepares the Python environment that bench/plot.py needs: a project-local
+# Prepares the Python environment that bench/plot needs: a project-local
 # virtual environment at .venv/ (beside scripts/) holding matplotlib from PyPI.
 #
 # Idempotent: the venv is created only if missing, and pip runs only if
@@ -9,7 +9,7 @@
 # Needs python3 and python3-venv (Debian packages, see scripts/bootstrap.sh).
 # Override the interpreter with PYTHON=/path/to/python3.
 #
-# Use afterwards:  .venv/bin/python bench/plot.py RESULT.json
+# Use afterwards:  .venv/bin/python bench/plot RESULT.json
 set -euo pipefail
 
 matplotlib_pin="matplotlib==3.9.4"   # has a cp311 manylinux wheel

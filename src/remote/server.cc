@@ -64,7 +64,7 @@ Status ServerLoop::start(const std::string& pool_path, const ServerOptions& opti
         "port could read and write every byte of the pool. Give --secret-file FILE (32 or more "
         "random bytes, mode 600: head -c 32 /dev/urandom > FILE && chmod 600 FILE) and the same "
         "file to every client (PMHASH_MEMNODE_SECRET_FILE, or --secret-file of pmhash and "
-        "pmhash-remote-bench), or listen on 127.0.0.1");
+        "pmhash-bench), or listen on 127.0.0.1");
   }
   auto srv = std::unique_ptr<ServerLoop>(new ServerLoop());
   srv->pool_path_ = pool_path;

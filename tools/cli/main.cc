@@ -59,17 +59,11 @@
 //
 // Records of `load`. Record i (0 <= i < N) is a pure function of
 // (i, --seed, --key-size, --value-size), so another run, or another program,
-// can rebuild any key that a load inserted:
-//   key(i)   = the w-digit zero-padded decimal of P(i), w = min(key-size, 19),
-//              repeated up to key-size bytes. P is a seeded permutation of
-//              [0, 10^w), so the N keys are distinct for every key-size that
-//              has room for N of them (N <= 10^w; load refuses larger N).
-//   value(i) = the 20-digit decimal of splitmix64(seed', i), repeated (or
-//              truncated) to value-size bytes.
-// P is built by cycle walking (Black and Rogaway, "Ciphers with arbitrary
-// finite domains", 2002): a seeded bijection on b-bit integers, 2^b >= 10^w,
-// is applied to i until the result falls below 10^w. Because 2^b < 2 * 10^w,
-// that takes fewer than two steps on average.
+// can rebuild any key that a load inserted: the decimal records of
+// tools/common/records.h (key(i) the zero-padded decimal of a seeded
+// permutation of [0, 10^min(key-size, 19)), repeated up to key-size bytes;
+// load refuses more records than that space holds). pmhash-readback loads
+// the same records.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -103,6 +97,7 @@
 #include "pmhash/options.h"
 #include "pmhash/status.h"
 #include "pmhash/store.h"
+#include "records.h"
 
 namespace {
 
@@ -662,98 +657,9 @@ int cmd_info(const Args& a) {
 // ---------------------------------------------------------------------------
 // load: the records (see the top of the file)
 
-// splitmix64's output function (Steele, Lea, Flood, "Fast splittable
-// pseudorandom number generators", OOPSLA 2014).
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-class RecordGen {
- public:
-  // Decimal digits of the permuted number; longer keys repeat them.
-  static constexpr std::size_t kMaxDigits = 19;
-
-  // Distinct keys of `key_size` bytes: 10^min(key_size, 19).
-  static std::uint64_t key_space(std::size_t key_size) {
-    std::uint64_t n = 1;
-    for (std::size_t d = 0; d < std::min(key_size, kMaxDigits); ++d) n *= 10;
-    return n;
-  }
-
-  RecordGen(std::uint64_t seed, std::size_t key_size, std::size_t value_size)
-      : key_size_(key_size),
-        value_size_(value_size),
-        digits_(std::min(key_size, kMaxDigits)),
-        domain_(key_space(key_size)),
-        value_seed_(splitmix64(seed ^ kValueSalt)) {
-    while (bits_ < 64 && (std::uint64_t{1} << bits_) < domain_) ++bits_;
-    mask_ = bits_ == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits_) - 1;
-    shift_ = (bits_ + 1) / 2;
-    for (std::size_t r = 0; r < kRounds; ++r) {
-      multiplier_[r] = splitmix64(~r) | 1;  // odd: a bijection modulo 2^bits
-      addend_[r] = splitmix64(seed + r);
-    }
-  }
-
-  void key(std::uint64_t i, std::string* out) const {
-    decimal_repeated(permute(i), digits_, key_size_, out);
-  }
-
-  void value(std::uint64_t i, std::string* out) const {
-    decimal_repeated(splitmix64(value_seed_ + i), 20, value_size_, out);
-  }
-
- private:
-  static constexpr std::size_t kRounds = 3;
-  // Separates the value stream from the key permutation of the same seed.
-  static constexpr std::uint64_t kValueSalt = 0x76616c7565730000ULL;  // "values\0\0"
-
-  // A bijection on bits_-bit integers: each step (multiply by an odd number,
-  // add, xor with a right shift of itself) is one.
-  std::uint64_t mix_bits(std::uint64_t x) const {
-    for (std::size_t r = 0; r < kRounds; ++r) {
-      x = (x * multiplier_[r] + addend_[r]) & mask_;
-      x ^= x >> shift_;
-    }
-    return x;
-  }
-
-  // Cycle walking: the first value of mix_bits^k(i), k >= 1, inside
-  // [0, domain_) is a permutation of [0, domain_).
-  std::uint64_t permute(std::uint64_t i) const {
-    std::uint64_t x = i;
-    do {
-      x = mix_bits(x);
-    } while (x >= domain_);
-    return x;
-  }
-
-  // `width` zero-padded decimal digits of n, repeated or cut to `size` bytes.
-  static void decimal_repeated(std::uint64_t n, std::size_t width, std::size_t size,
-                               std::string* out) {
-    char digits[20];
-    for (std::size_t d = width; d-- > 0;) {
-      digits[d] = static_cast<char>('0' + n % 10);
-      n /= 10;
-    }
-    out->resize(size);
-    for (std::size_t k = 0; k < size; ++k) (*out)[k] = digits[k % width];
-  }
-
-  std::size_t key_size_;
-  std::size_t value_size_;
-  std::size_t digits_;
-  std::uint64_t domain_;
-  std::uint64_t value_seed_;
-  unsigned bits_ = 1;
-  std::uint64_t mask_ = 0;
-  unsigned shift_ = 1;
-  std::uint64_t multiplier_[kRounds] = {};
-  std::uint64_t addend_[kRounds] = {};
-};
+// The decimal records of tools/common/records.h, the same as pmhash-readback
+// loads.
+using pmhash::records::RecordGen;
 
 // ---------------------------------------------------------------------------
 // load: the run
@@ -773,7 +679,7 @@ class LoadRun {
     std::uint64_t pending = 0;
     for (std::uint64_t i = begin; i < end && !stop_.load(std::memory_order_relaxed); ++i) {
       gen.key(i, &key);
-      gen.value(i, &value);
+      gen.value(i, 0, &value);
       if (Status s = store.insert(key, value); !s.ok()) {
         fail(i, key, s);
         break;
@@ -869,7 +775,7 @@ void wait_with_progress(LoadRun& run, std::uint64_t total, Clock::time_point t0)
 }
 
 int load_into(const Args& a, Store& store) {
-  const RecordGen gen(a.seed, a.key_size, a.value_size);
+  const RecordGen gen(pmhash::records::Format::kDecimal, a.seed, a.key_size, a.value_size);
   LoadRun run(a.threads);
   const Clock::time_point t0 = Clock::now();
   {
@@ -911,7 +817,7 @@ int cmd_load(const Args& a) {
   if (a.records > UINT64_MAX / pmhash::kMaxThreads) {
     return usage_error("--records: value " + std::to_string(a.records) + " is too large");
   }
-  const std::uint64_t space = RecordGen::key_space(a.key_size);
+  const std::uint64_t space = RecordGen::decimal_key_space(a.key_size);
   if (a.records > space) {
     return usage_error("--records: " + std::to_string(a.records) + " distinct keys do not fit in " +
                        std::to_string(a.key_size) + "-byte keys (at most " +

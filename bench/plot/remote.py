@@ -1,76 +1,41 @@
-#!/usr/bin/env python3
-"""Plots what pmhash-remote-bench wrote with --csv as PNG figures.
+"""The figures of the runs on memory nodes (bench/remote_bench.h: runs of
+kind "memnode"), drawn when the input has such runs.
 
-    bench/plot_remote.py [--out DIR] RUNS.csv
-
-Set-up: scripts/bootstrap-plot.sh puts matplotlib into .venv/; started by
-an interpreter without it, this script re-runs itself under .venv/bin/python.
-
-Input: one row per (engine, transport, latency_ns, clients, workload) with
-its Mops/s ("mops") and per-operation counters (the columns the benchmark
-prints; bench/remote_bench.cc).  A setting is a transport with its injected
-latency: "shm 0 ns", "shm 2000 ns", "tcp".
-
-Figures (written into DIR, default the CSV's directory; each path printed)
--------
   remote_throughput.png  one subplot per setting: Mops/s per workload, one
                          bar per engine and client count.
   remote_ratio.png       one subplot per setting: the first engine's Mops/s
-                         over the second's (e.g. sephash / race), per
-                         workload, one bar per client count; a line at 1.
+                         over the second's, per workload, one bar per client
+                         count; a line at 1. Only with two engines or more.
   remote_cost.png        round trips and payload bytes per operation per
-                         workload and engine, at one client on the first
-                         setting (the counters do not depend on transport).
+                         workload and engine, at the fewest clients on the
+                         first setting (the counters do not depend on
+                         transport).
 
-Exits 1 with a one-line message when the file cannot be used.
+A setting is a transport with its injected latency: "shm 0 ns", "shm 2000
+ns", "tcp". A run's phase is its load (workload insert) or its run.
 """
-import argparse
-import csv
+
 import os
-import sys
 from collections import OrderedDict
 
-NEEDED = ("engine", "transport", "latency_ns", "clients", "workload", "mops",
-          "round_trips_per_op", "bytes_per_op")
 
-
-def ensure_matplotlib():
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        venv = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".venv", "bin", "python")
-        if os.path.abspath(sys.executable) != os.path.abspath(venv) and os.path.exists(venv):
-            os.execv(venv, [venv] + sys.argv)
-        sys.exit("plot_remote.py: no matplotlib (run scripts/bootstrap-plot.sh)")
-
-
-def load(path):
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        sys.exit(f"plot_remote.py: {path}: {e.strerror}")
-    if not rows:
-        sys.exit(f"plot_remote.py: {path}: no rows")
-    missing = [c for c in NEEDED if c not in rows[0]]
-    if missing:
-        sys.exit(f"plot_remote.py: {path}: no column {', '.join(missing)}")
-    out = []
-    for n, r in enumerate(rows, start=2):
-        try:
-            out.append({
-                "engine": r["engine"],
-                "setting": r["transport"] if r["transport"] == "tcp"
-                else f'{r["transport"]} {int(r["latency_ns"])} ns',
-                "clients": int(r["clients"]),
-                "workload": r["workload"],
-                "mops": float(r["mops"]),
-                "rtt": float(r["round_trips_per_op"]),
-                "bytes": float(r["bytes_per_op"]),
-            })
-        except ValueError as e:
-            sys.exit(f"plot_remote.py: {path}: line {n}: {e}")
-    return out
+def rows_of(runs):
+    """One row per memory-node run: engine, setting, clients, workload,
+    mops, rtt (round trips per operation) and bytes (per operation)."""
+    rows = []
+    for r in runs:
+        phase = r["load"] if r["load"] is not None else r["run"]
+        rows.append({
+            "engine": r["engine"],
+            "setting": r["transport"] if r["transport"] == "tcp"
+            else f'{r["transport"]} {int(r["latency_ns"])} ns',
+            "clients": int(r["clients"]),
+            "workload": r["workload"],
+            "mops": phase["ops_per_s"] / 1e6,
+            "rtt": phase["round_trips_per_op"] or 0.0,
+            "bytes": phase["bytes_per_op"] or 0.0,
+        })
+    return rows
 
 
 def distinct(rows, key):
@@ -169,23 +134,16 @@ def save(plt, fig, out, name):
     return path
 
 
-def main():
-    ap = argparse.ArgumentParser(description="Plots pmhash-remote-bench --csv output.")
-    ap.add_argument("csv")
-    ap.add_argument("--out", help="directory of the figures (default: the CSV's)")
-    args = ap.parse_args()
-    rows = load(args.csv)
-    ensure_matplotlib()
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    out = args.out or os.path.dirname(os.path.abspath(args.csv))
-    os.makedirs(out, exist_ok=True)
-    for fn in (throughput, ratio, cost):
-        path = fn(plt, rows, out)
+def write_remote_figures(plt, runs, out_dir, only=None):
+    """Draws the figures above (those `only` names, or all) from the
+    memory-node runs; returns the paths written."""
+    rows = rows_of(runs)
+    paths = []
+    for stem, fn in (("remote_throughput", throughput), ("remote_ratio", ratio),
+                     ("remote_cost", cost)):
+        if only is not None and stem not in only:
+            continue
+        path = fn(plt, rows, str(out_dir))
         if path:
-            print(path)
-
-
-if __name__ == "__main__":
-    main()
+            paths.append(path)
+    return paths
