@@ -3,6 +3,7 @@
 // the server down or its memory, limits, passwords and shutdown.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -151,6 +152,15 @@ TEST_F(ServerTest, InfoReportsTheStoreAndTheServer) {
   for (const char* field : {"# Server\r\n", "redis_version:", "connected_clients:1\r\n", "# Persistence\r\n",
                             "pmhash_engine:" , "db0:keys=1,", "total_commands_processed:"}) {
     EXPECT_NE(info.find(field), std::string::npos) << field << " in\n" << info;
+  }
+  // The engine's properties, each under its name.
+  const std::string engine_section = c.call({"INFO", "pmhash"});
+  const Stats st = store_->stats();
+  ASSERT_FALSE(st.properties.empty());
+  for (const Property& p : st.properties) {
+    std::string field = p.name;
+    std::replace(field.begin(), field.end(), '.', '_');
+    EXPECT_NE(engine_section.find(field + ":"), std::string::npos) << field << " in\n" << engine_section;
   }
   const std::string keyspace = c.call({"INFO", "keyspace"});
   EXPECT_EQ(keyspace.find("# Server"), std::string::npos);

@@ -622,6 +622,19 @@ std::string info_text(Call& c, std::string_view section) {
     field("pmhash_fences", num(st.fences));
     out += "\r\n";
   }
+  // The engine's named properties (its descriptor documents each), with
+  // the dots of their names as underscores, as INFO fields are written.
+  if (all || section == "pmhash") {
+    out += "# Pmhash\r\n";
+    for (const Property& p : st.properties) {
+      std::string name = p.name;
+      for (char& ch : name) {
+        if (ch == '.') ch = '_';
+      }
+      field(name, num(p.value));
+    }
+    out += "\r\n";
+  }
   if (all || section == "keyspace") {
     out += "# Keyspace\r\n";
     if (st.items != 0) field("db0", "keys=" + num(st.items) + ",expires=0,avg_ttl=0");
