@@ -15,9 +15,12 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
+#include "engine/hash.h"
 #include "heap/checked.h"
+#include "media/region.h"
 #include "pmhash/options.h"
 
 namespace pmhash::engine {
@@ -65,6 +68,24 @@ inline const ItemHeader* checked_item(const heap::PoolView& pool, std::uint64_t 
   const std::uint64_t n = sizeof(ItemHeader) + std::uint64_t{h->key_len} + h->value_len;
   if (in_block ? pool.block_size(off) < n : !pool.contains(off, n)) return nullptr;
   return h;
+}
+
+// Heap recovery, in engines whose items carry their key's h1 as the state
+// word (nehash, pmeh): the key of the item in the allocated `size`-byte
+// block at `off` when the block holds a whole item whose state is its key's
+// h1; nothing otherwise (such as a block whose item an interrupted insert
+// never finished writing).
+inline std::optional<Key> hashed_item_key(const media::Region& region, std::uint64_t off,
+                                          std::size_t size) {
+  if (size < sizeof(ItemHeader)) return std::nullopt;
+  const auto* item = region.at<ItemHeader>(off);
+  if (item->key_len > kMaxKeySize ||
+      sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len > size) {
+    return std::nullopt;
+  }
+  const Key key = make_key(item_key(item));
+  if (item->state.load() != key.h1) return std::nullopt;
+  return key;
 }
 
 }  // namespace pmhash::engine

@@ -21,7 +21,6 @@ ClevelIndex::ClevelIndex(const Env& env)
       root_(reinterpret_cast<Root*>(env.pool->root())),
       generation_(env.pool->generation()),
       rehash_threads_(env.options.clevel_rehash_threads),
-      counts_(new Stripe[kMaxThreads]),
       use_filters_(env.options.clevel_tag_filter) {}
 
 ClevelIndex::~ClevelIndex() {
@@ -824,16 +823,14 @@ Status ClevelIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
 }
 
 void ClevelIndex::add_count(heap::ThreadCache* tc, std::int64_t delta) {
-  counts_[tc->slot()].v.fetch_add(delta, std::memory_order_relaxed);
+  count_.add(tc->slot(), delta);
 }
 
 std::uint64_t ClevelIndex::size() const {
   // The base (saved by a clean close, or counted by open before any writer
   // ran) plus every change since: exact whenever no write is in flight, and
   // O(threads) on any path (maybe_shrink calls it inside a remove).
-  std::int64_t n = count_base_.load(std::memory_order_relaxed);
-  for (unsigned i = 0; i < kMaxThreads; ++i) n += counts_[i].v.load(std::memory_order_relaxed);
-  return n < 0 ? 0 : static_cast<std::uint64_t>(n);
+  return count_.total();
 }
 
 std::uint64_t ClevelIndex::slots() const {

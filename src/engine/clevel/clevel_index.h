@@ -10,6 +10,7 @@
 
 #include "engine/clevel/layout.h"
 #include "engine/clevel/tag_filter.h"
+#include "engine/common/item_count.h"
 #include "engine/index.h"
 #include "heap/checked.h"
 #include "heap/heap.h"
@@ -179,14 +180,13 @@ class ClevelIndex final : public Index {
   std::uint64_t generation_;
   unsigned rehash_threads_;
 
+  // The item count; its base is exact once known (never on a pool whose
+  // slots open found damaged: then close() saves nothing and check()
+  // reports the damage).
+  common::ItemCount<> count_;
   struct alignas(64) Stripe {
     std::atomic<std::int64_t> v{0};
   };
-  std::unique_ptr<Stripe[]> counts_;
-  std::atomic<std::int64_t> count_base_{0};
-  // The count is exact (false only on a pool whose slots open found damaged:
-  // then close() saves nothing and check() reports the damage).
-  std::atomic<bool> count_known_{false};
   static constexpr unsigned kRejectStripes = 64;
   mutable Stripe rejections_[kRejectStripes];  // filter rejections (Stats)
 

@@ -7,7 +7,6 @@
 
 #include "engine/clevel/clevel.h"
 #include "engine/clevel/clevel_index.h"
-#include "engine/saved_count.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::clevel {
@@ -96,7 +95,7 @@ Status ClevelIndex::format() {
   // initialised").
   region_.persist(root_, sizeof(Root));
   tc->clear_intent(kLevelIntent);
-  count_known_.store(true);
+  count_.set_base(0);
   ready_ = true;
   return Status::OK();
 }
@@ -194,10 +193,7 @@ Status ClevelIndex::recover() {
   region_.drain();
   // 5. The saved item count is valid only until the next crash; without
   //    it, count now, before any writer can change what is counted.
-  if (const auto saved = take_count(region_, root_->item_count, root_->count_valid)) {
-    count_base_.store(static_cast<std::int64_t>(*saved));
-    count_known_.store(true);
-  } else {
+  if (!count_.take_saved(region_, root_->item_count, root_->count_valid)) {
     count_at_open(tc);
   }
   // 6. Tag filters (DRAM) for the live levels, empty and not yet trusted:
@@ -321,8 +317,7 @@ void ClevelIndex::count_at_open(heap::ThreadCache* tc) {
     region_.flush(s, sizeof(std::uint64_t));
   }
   region_.drain();  // the cleared PENDING bits and the unlinks, durable before we serve
-  count_base_.store(static_cast<std::int64_t>(items.size()));
-  count_known_.store(!damaged);
+  count_.set_base(static_cast<std::int64_t>(items.size()), /*known=*/!damaged);
 }
 
 bool ClevelIndex::keep_block(std::uint64_t off) {
@@ -366,8 +361,7 @@ void ClevelIndex::close() {
   if (!ready_) return;
   // Only an exact count is saved (not after open found damaged slots);
   // without one the next open counts, as after a crash.
-  if (!count_known_.load()) return;
-  save_count(region_, root_->item_count, root_->count_valid, size());
+  count_.save(region_, root_->item_count, root_->count_valid);
 }
 
 Status ClevelIndex::check() {
@@ -438,7 +432,7 @@ Status ClevelIndex::check() {
       }
     }
   }
-  if (count_known_.load() && size() != items.size()) {
+  if (count_.known() && size() != items.size()) {
     return fail("item count " + std::to_string(size()) + " but " + std::to_string(items.size()) +
                 " items in the table");
   }

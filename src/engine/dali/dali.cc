@@ -28,7 +28,6 @@ DaliIndex::DaliIndex(const Env& env)
       root_(reinterpret_cast<Root*>(env.pool->root())),
       lock_timeout_(env.options.dali_lock_timeout_ms),
       strict_(env.options.durability == Durability::kStrict),
-      counts_(new Counter[kMaxThreads]),
       retired_(new RetireList[kMaxThreads]) {}
 
 DaliIndex::~DaliIndex() { close(); }
@@ -460,17 +459,14 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
 void DaliIndex::add_count(unsigned t, std::uint32_t stripe, std::int64_t delta) {
   // (Stripe locked.) While a recount after a crash has not reached this
   // stripe yet, it will count this change itself.
-  if (!count_known_.load(std::memory_order_acquire) &&
-      !counted_[stripe].load(std::memory_order_relaxed)) {
-    return;
-  }
-  Counter& c = counts_[t];
-  c.v.store(c.v.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  if (!count_.known() && !counted_[stripe].load(std::memory_order_relaxed)) return;
+  count_.add_owned(t, delta);
   // The growth trigger reads one shared approximate counter, fed in batches.
-  c.unflushed += delta;
-  if (c.unflushed >= 64 || c.unflushed <= -64) {
-    approx_items_.fetch_add(c.unflushed, std::memory_order_relaxed);
-    c.unflushed = 0;
+  std::int64_t& unflushed = count_.extra(t).unflushed;
+  unflushed += delta;
+  if (unflushed >= 64 || unflushed <= -64) {
+    approx_items_.fetch_add(unflushed, std::memory_order_relaxed);
+    unflushed = 0;
   }
 }
 
@@ -766,10 +762,8 @@ Status DaliIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
 }
 
 std::uint64_t DaliIndex::size() const {
-  if (!count_known_.load(std::memory_order_acquire)) const_cast<DaliIndex*>(this)->recount();
-  std::int64_t n = count_base_.load(std::memory_order_relaxed);
-  for (unsigned i = 0; i < kMaxThreads; ++i) n += counts_[i].v.load(std::memory_order_relaxed);
-  return n < 0 ? 0 : static_cast<std::uint64_t>(n);
+  if (!count_.known()) const_cast<DaliIndex*>(this)->recount();
+  return count_.total();
 }
 
 Status DaliIndex::sync() {

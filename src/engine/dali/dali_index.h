@@ -14,6 +14,7 @@
 
 #include "engine/dali/epochs.h"
 #include "engine/dali/layout.h"
+#include "engine/common/item_count.h"
 #include "engine/index.h"
 #include "heap/checked.h"
 #include "heap/heap.h"
@@ -245,13 +246,15 @@ class DaliIndex final : public Index {
   bool strict_;
 
   // Item count: per thread slot, plus a base; see add_count and recount.
-  struct alignas(64) Counter {
-    std::atomic<std::int64_t> v{0};
+  // A counter stripe has one writer, the thread of its heap slot, hence
+  // add_owned (no read-modify-write). After a crash the base is not counted by
+  // total_or_count: recount walks the stripes one by one under their locks
+  // while writers run, and add_count leaves the changes of a stripe not yet
+  // counted to it, so the base is the count found, with nothing to subtract.
+  struct Unflushed {
     std::int64_t unflushed = 0;  // owner only: not yet in approx_items_
   };
-  std::unique_ptr<Counter[]> counts_;
-  std::atomic<std::int64_t> count_base_{0};
-  std::atomic<bool> count_known_{true};
+  common::ItemCount<Unflushed> count_{/*known=*/true};
   std::atomic<std::int64_t> approx_items_{0};  // for growth decisions
   std::unique_ptr<std::atomic<bool>[]> counted_;  // stripes recounted (after a crash)
   std::atomic<bool> recounting_{false};

@@ -9,7 +9,6 @@
 #include "engine/dali/dali.h"
 #include "engine/dali/dali_index.h"
 #include "engine/planted.h"
-#include "engine/saved_count.h"
 
 namespace pmhash::engine::dali {
 namespace {
@@ -293,12 +292,11 @@ Status DaliIndex::recover() {
   unlinked_at_.reset(new std::atomic<std::uint64_t>[stripe_mask_ + 1]);
   for (std::uint64_t i = 0; i <= stripe_mask_; ++i) unlinked_at_[i].store(epochs_->current());
   // The saved item count is valid only until the next crash.
-  const auto saved = take_count(region_, root_->item_count, root_->count_valid);
+  const auto saved = count_.take_saved(region_, root_->item_count, root_->count_valid);
   if (saved && !crashed) {
-    count_base_.store(static_cast<std::int64_t>(*saved));
     approx_items_.store(static_cast<std::int64_t>(*saved));
   } else {
-    count_known_.store(false);
+    count_.set_base(0, /*known=*/false);
     counted_.reset(new std::atomic<bool>[stripe_mask_ + 1]());
   }
   ready_ = true;
@@ -367,7 +365,7 @@ Status DaliIndex::start() {
     ready_ = false;
     return s;
   }
-  if (!swept_.load() || !count_known_.load()) {
+  if (!swept_.load() || !count_.known()) {
     try {
       sweeper_ = std::thread([this] { sweep(); });
     } catch (const std::system_error& e) {
@@ -393,7 +391,7 @@ bool DaliIndex::plausible_record(std::uint64_t off, std::uint64_t* steps, std::u
 
 void DaliIndex::recount() {
   std::lock_guard guard(recount_mu_);
-  if (count_known_.load()) return;
+  if (count_.known()) return;
   // Stripe by stripe under its lock. A change in a stripe counted already
   // goes to the per-thread counters; one in a stripe not yet counted is
   // seen here instead (add_count skips it): the total is exact.
@@ -418,13 +416,12 @@ void DaliIndex::recount() {
     counted_[stripe].store(true, std::memory_order_relaxed);
     unlock(stripe);
   }
-  count_base_.store(n);
   approx_items_.fetch_add(n, std::memory_order_relaxed);
-  count_known_.store(true, std::memory_order_release);
+  count_.set_base(n);
 }
 
 void DaliIndex::sweep() {
-  if (!count_known_.load()) recount();
+  if (!count_.known()) recount();
   if (swept_.load()) return;
   Status s;
   heap::ThreadCache* tc = heap_.thread(&s);
@@ -498,8 +495,7 @@ void DaliIndex::close() {
   }
   // Two fences: every operation so far is durable, and the counter says so.
   epochs_->stop();
-  if (!count_known_.load()) return;
-  save_count(region_, root_->item_count, root_->count_valid, size());
+  count_.save(region_, root_->item_count, root_->count_valid);
 }
 
 Status DaliIndex::check() {

@@ -13,17 +13,15 @@
 #include <cstring>
 #include <string_view>
 
+#include "engine/common/op_log.h"
+#include "engine/common/slot16.h"
 #include "pool/pool.h"
 #include "pool/pptr.h"
 
 namespace pmhash::engine::nehash {
 
-// An 8-character magic as the little-endian word that spells it in the pool.
-constexpr std::uint64_t magic_word(const char (&s)[9]) {
-  std::uint64_t w = 0;
-  for (int i = 7; i >= 0; --i) w = (w << 8) | static_cast<unsigned char>(s[i]);
-  return w;
-}
+// The shared slot format and op log (common/slot16.h, common/op_log.h).
+using namespace common;
 
 // Layout 2: a key may sit in any slot of its home bucket (nehash.h,
 // "Operations"). Layout 1 kept each key in its home slot or the conflict
@@ -53,60 +51,14 @@ struct Params {
 constexpr unsigned max_depth(unsigned b) { return 60 - b; }
 
 // --- slots ---------------------------------------------------------------------
-inline constexpr unsigned kSlotsPerBucket = 16;
-inline constexpr unsigned kSlotBits = 4;  // slot = h1 & 15
-inline constexpr std::size_t kInlineMax = 8;
-
-// A slot's 16-bit meta, kept in the group's bucket directory:
-//   bit 15      VALID    set last by an insert, cleared first by a remove; a
-//                        slot without it is empty whatever its words hold
-//   bit 14      INLINE   1: key and value are the slot's words; 0: w0 points
-//                        to an item and w1 holds the key's h1
-//   bits 13..10 key_len    INLINE only, 0..8
-//   bits 9..6   value_len  INLINE only, 0..8
-//   bits 5..0   fp       h2 & 63: scans skip slots whose fp differs
-inline constexpr std::uint16_t kMetaValid = 1u << 15;
-inline constexpr std::uint16_t kMetaInline = 1u << 14;
-inline constexpr unsigned kMetaKeyLenShift = 10;
-inline constexpr unsigned kMetaValueLenShift = 6;
-inline constexpr std::uint16_t kMetaLenMask = 0xF;
-inline constexpr std::uint16_t kMetaFpMask = 0x3F;
-
-constexpr std::uint16_t fingerprint(std::uint64_t h2) { return static_cast<std::uint16_t>(h2 & kMetaFpMask); }
-constexpr bool fits_inline(std::size_t key_len, std::size_t value_len) {
-  return key_len <= kInlineMax && value_len <= kInlineMax;
-}
-constexpr std::uint16_t meta_inline(std::size_t key_len, std::size_t value_len, std::uint16_t fp) {
-  return static_cast<std::uint16_t>(kMetaValid | kMetaInline | (key_len << kMetaKeyLenShift) |
-                                    (value_len << kMetaValueLenShift) | fp);
-}
-constexpr std::uint16_t meta_pointer(std::uint16_t fp) {
-  return static_cast<std::uint16_t>(kMetaValid | fp);
-}
-constexpr bool meta_valid(std::uint16_t m) { return (m & kMetaValid) != 0; }
-constexpr bool meta_is_inline(std::uint16_t m) { return (m & kMetaInline) != 0; }
-constexpr unsigned meta_key_len(std::uint16_t m) { return (m >> kMetaKeyLenShift) & kMetaLenMask; }
-constexpr unsigned meta_value_len(std::uint16_t m) { return (m >> kMetaValueLenShift) & kMetaLenMask; }
-constexpr std::uint16_t meta_fp(std::uint16_t m) { return m & kMetaFpMask; }
-
-// Up to 8 bytes as a zero-padded word, and back.
-inline std::uint64_t pack_word(std::string_view bytes) {
-  std::uint64_t w = 0;
-  std::memcpy(&w, bytes.data(), bytes.size());
-  return w;
-}
-inline std::string_view unpack_word(const std::uint64_t& w, unsigned len) {
-  return {reinterpret_cast<const char*>(&w), len};
-}
-
-// A slot, 16 bytes in its bucket:
+// The slot (16 bytes), its 16-bit meta and the word packing are
+// common/slot16.h's, bit for bit:
 //   INLINE   w0 = key, zero-padded       w1 = value, zero-padded
 //   pointer  w0 = pptr(item, tag 0)      w1 = h1 of the key
-struct Slot {
-  std::atomic<std::uint64_t> w0;
-  std::atomic<std::uint64_t> w1;
-};
-static_assert(sizeof(Slot) == 16);
+// A bucket holds 16 slots; their 16 metas are one BucketMeta of the group's
+// bucket directory, not in the bucket.
+inline constexpr unsigned kSlotsPerBucket = 16;
+inline constexpr unsigned kSlotBits = 4;  // slot = h1 & 15
 
 struct alignas(64) Bucket {
   Slot slot[kSlotsPerBucket];
@@ -231,46 +183,20 @@ constexpr unsigned rec_depth(std::uint64_t w) { return static_cast<unsigned>(w &
 constexpr std::uint64_t rec_offset(std::uint64_t w) { return w & kRecAddressMask; }
 constexpr bool rec_well_formed(std::uint64_t w) { return (w & ~pool::kOffsetMask) == 0; }
 
-// --- OpLog (one per heap thread slot) ------------------------------------------
-// Written only by the thread that owns the slot, and by recovery.
-//   op   bits 0..3  kind: kOpNone | kOpSlotUpdate | kOpSplit
-//        kOpSlotUpdate: bits 4..47 the pool offset of the 16-byte slot (16-aligned)
-//        kOpSplit:      bits 4..9 d (depth before the split), bits 10..41 BG_Id of the group
-//   meta kOpSlotUpdate: bits 0..15 the new meta, bits 16..63 the pool offset of that meta
-//   w0, w1  kOpSlotUpdate: the slot's new words
-// A record is committed once `op` is durable (its other words are drained
-// before `op` is written).
-inline constexpr std::uint64_t kOpKindMask = 0xF;
-inline constexpr std::uint64_t kOpNone = 0;
-inline constexpr std::uint64_t kOpSlotUpdate = 1;
+// --- OpLog (one per heap thread slot; common/op_log.h) ----------------------
+// Slot updates are common/op_log.h's records; nehash adds the split record:
+//   op   bits 0..3 kOpSplit, bits 4..9 d (depth before the split),
+//        bits 10..41 BG_Id of the group; meta, w0, w1 unused
 inline constexpr std::uint64_t kOpSplit = 2;
 
-struct OpLog {
-  std::atomic<std::uint64_t> op;
-  std::atomic<std::uint64_t> meta;
-  std::atomic<std::uint64_t> w0;
-  std::atomic<std::uint64_t> w1;
-};
-static_assert(sizeof(OpLog) == 32);
-
-constexpr std::uint64_t op_kind(std::uint64_t op) { return op & kOpKindMask; }
-constexpr std::uint64_t op_slot_update(std::uint64_t slot_off) { return slot_off | kOpSlotUpdate; }
-constexpr std::uint64_t op_slot_offset(std::uint64_t op) { return op & pool::kOffsetMask & ~kOpKindMask; }
 constexpr std::uint64_t op_split(unsigned d, std::uint32_t bg_id) {
   return kOpSplit | (std::uint64_t{d} << 4) | (std::uint64_t{bg_id} << 10);
 }
 constexpr unsigned op_split_depth(std::uint64_t op) { return static_cast<unsigned>((op >> 4) & 63); }
 constexpr std::uint32_t op_split_id(std::uint64_t op) { return static_cast<std::uint32_t>(op >> 10); }
 constexpr bool op_split_well_formed(std::uint64_t op) { return (op >> 42) == 0; }
-constexpr std::uint64_t log_meta(std::uint16_t meta, std::uint64_t meta_off) {
-  return meta | (meta_off << 16);
-}
-constexpr std::uint16_t log_meta_value(std::uint64_t w) { return static_cast<std::uint16_t>(w); }
-constexpr std::uint64_t log_meta_offset(std::uint64_t w) { return w >> 16; }
 
 // --- pool root ------------------------------------------------------------------
-inline constexpr unsigned kOpLogs = 256;  // one per heap thread slot (kMaxThreads)
-
 struct Root {
   std::uint64_t magic;             // kRootMagic
   std::uint32_t layout_version;    // kLayoutVersion
@@ -278,7 +204,7 @@ struct Root {
   std::uint8_t initial_dir_bits;   // G0 (likewise)
   std::uint8_t reserved0[50];
   std::atomic<std::uint64_t> rec_segments[kSegments];  // segment offsets, 0: not allocated
-  std::uint64_t item_count;        // valid only when count_valid == 1
+  std::uint64_t item_count;        // valid only when count_valid == 1 (common/item_count.h)
   std::uint64_t count_valid;       // 1 from a clean close until the next open
   std::uint64_t reserved1[6];
   OpLog op_log[kOpLogs];

@@ -16,8 +16,7 @@ NehashIndex::NehashIndex(const Env& env)
       region_(env.pool->region()),
       heap_(*env.heap),
       view_(env.pool->region(), env.pool->heap_offset(), env.pool->heap_size(), env.heap),
-      root_(reinterpret_cast<Root*>(env.pool->root())),
-      counts_(new Stripe[kMaxThreads]) {
+      root_(reinterpret_cast<Root*>(env.pool->root())) {
   Params p{};
   std::memcpy(&p, env.pool->header().engine_params, sizeof(p));
   b_ = p.bucket_bits;
@@ -357,32 +356,11 @@ void NehashIndex::update_slot(heap::ThreadCache* tc, const Place& p, const View&
     region_.persist(&p.slot->w0, sizeof(std::uint64_t));
     return;
   }
-  // (c) The meta and the words change, in two lines: through the op log.
-  OpLog& log = root_->op_log[tc->slot()];
-  log.op.store(kOpNone, std::memory_order_relaxed);
-  log.meta.store(log_meta(fresh.meta, region_.offset_of(p.meta)), std::memory_order_relaxed);
-  log.w0.store(fresh.w0, std::memory_order_relaxed);
-  log.w1.store(fresh.w1, std::memory_order_relaxed);
-  region_.flush(&log, sizeof(OpLog));
-  // Drain #1: the record's fields (and the new item, the retire entry) are
-  // durable before the record can be taken as committed.
-  region_.drain();
-  log.op.store(op_slot_update(region_.offset_of(p.slot)), std::memory_order_relaxed);
-  // Persist #2, the commit point: from here recovery writes the new slot.
-  region_.persist(&log.op, sizeof(std::uint64_t));
-  p.slot->w0.store(fresh.w0, std::memory_order_release);
-  p.slot->w1.store(fresh.w1, std::memory_order_release);
-  p.meta->store(fresh.meta, std::memory_order_release);
-  region_.flush(p.slot, sizeof(Slot));
-  region_.flush(p.meta, sizeof(std::uint16_t));
-  // Drain #3: the slot is whole on media before the record is cleared.
-  region_.drain();
-  log.op.store(kOpNone, std::memory_order_relaxed);
-  // Persist #4: a committed record always belongs to an operation in flight,
-  // so a replay never undoes a later write of this slot.
-  if (!planted::active(planted::kNehashOpLogClearNotPersisted)) {
-    region_.persist(&log.op, sizeof(std::uint64_t));
-  }
+  // (c) The meta and the words change, in two lines: through the op log
+  // (common/op_log.h; its drain #1 also covers the new item and the retire
+  // entry).
+  write_slot_update(region_, root_->op_log[tc->slot()], *p.slot, *p.meta, fresh.meta, fresh.w0,
+                    fresh.w1, planted::kNehashOpLogClearNotPersisted);
 }
 
 NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key& key,
@@ -666,17 +644,13 @@ Status NehashIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
 }
 
 void NehashIndex::add_count(heap::ThreadCache* tc, std::int64_t delta) {
-  counts_[tc->slot()].v.fetch_add(delta, std::memory_order_relaxed);
+  count_.add(tc->slot(), delta);
 }
 
-void NehashIndex::recount() const {
-  std::lock_guard lock(recount_mutex_);
-  if (count_known_.load()) return;
+std::int64_t NehashIndex::count_items() const {
   // After a crash the saved count is gone: count the VALID slots of every
   // group that lie in its range. Writes running meanwhile may or may not
   // be counted (size() is exact only when quiescent).
-  std::int64_t before = 0;
-  for (unsigned i = 0; i < kMaxThreads; ++i) before += counts_[i].v.load();
   std::int64_t n = 0;
   rcu::ReadGuard guard;
   dir_->for_each_group([&](GroupRef& g) {
@@ -696,15 +670,11 @@ void NehashIndex::recount() const {
       for (unsigned s = 0; s < kSlotsPerBucket; ++s) count(overflow_place(o, s));
     }
   });
-  count_base_.store(n - before);
-  count_known_.store(true);
+  return n;
 }
 
 std::uint64_t NehashIndex::size() const {
-  if (!count_known_.load(std::memory_order_acquire)) recount();
-  std::int64_t n = count_base_.load(std::memory_order_relaxed);
-  for (unsigned i = 0; i < kMaxThreads; ++i) n += counts_[i].v.load(std::memory_order_relaxed);
-  return n < 0 ? 0 : static_cast<std::uint64_t>(n);
+  return count_.total_or_count([this] { return count_items(); });
 }
 
 Status NehashIndex::sync() {

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/common/item_count.h"
 #include "engine/index.h"
 #include "engine/nehash/directory.h"
 #include "engine/nehash/layout.h"
@@ -153,7 +154,8 @@ class NehashIndex final : public Index {
   void wait_unlocked(GroupRef* g) const;
 
   // --- recovery and accounting (nehash_recovery.cc) ---
-  void recount() const;
+  // After a crash: the VALID slots in range, for the count's base.
+  std::int64_t count_items() const;
   void add_count(heap::ThreadCache* tc, std::int64_t delta);
   Status fail(const std::string& what) const;
 
@@ -174,13 +176,7 @@ class NehashIndex final : public Index {
   std::uint32_t next_id_ = 0;
   std::vector<std::uint32_t> free_ids_;
 
-  struct alignas(64) Stripe {
-    std::atomic<std::int64_t> v{0};
-  };
-  std::unique_ptr<Stripe[]> counts_;
-  mutable std::atomic<std::int64_t> count_base_{0};
-  mutable std::atomic<bool> count_known_{false};
-  mutable std::mutex recount_mutex_;
+  common::ItemCount<> count_;
 
   std::atomic<std::uint64_t> splits_{0};
   std::atomic<std::uint64_t> items_moved_{0};  // slots copied by splits since open

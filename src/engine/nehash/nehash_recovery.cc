@@ -11,7 +11,6 @@
 #include "engine/nehash/nehash.h"
 #include "engine/nehash/nehash_index.h"
 #include "engine/planted.h"
-#include "engine/saved_count.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::nehash {
@@ -111,7 +110,7 @@ Status NehashIndex::format() {
   // pool that open rejects ("nehash root is not initialised").
   region_.persist(root_, sizeof(Root));
   dir_ = std::make_unique<Directory>(b_, g0_);
-  count_known_.store(true);
+  count_.set_base(0);
   ready_ = true;
   return Status::OK();
 }
@@ -269,7 +268,7 @@ Status NehashIndex::recover() {
         const std::uint16_t m = log_meta_value(mw);
         const std::uint64_t meta_off = meta_of_slot(slot_off);
         const std::uint64_t w0 = log.w0.load();
-        bool ok = (op >> 48) == 0 && meta_off != 0 && log_meta_offset(mw) == meta_off;
+        bool ok = op_slot_well_formed(op) && meta_off != 0 && log_meta_offset(mw) == meta_off;
         if (ok && meta_valid(m)) {
           ok = meta_is_inline(m) ? meta_key_len(m) <= kInlineMax && meta_value_len(m) <= kInlineMax
                                  : heap_.is_allocated(pool::pptr_offset(w0));
@@ -360,11 +359,7 @@ Status NehashIndex::recover() {
 
   // W1. Replays and the kSplit rows, drained; then the records cleared.
   for (const SlotFix& f : slot_fixes) {
-    f.slot->w0.store(f.log->w0.load());
-    f.slot->w1.store(f.log->w1.load());
-    f.meta->store(log_meta_value(f.log->meta.load()));
-    region_.flush(f.slot, sizeof(Slot));
-    region_.flush(f.meta, sizeof(std::uint16_t));
+    replay_slot_update(region_, *f.log, f.slot, f.meta);
     ++open_counters_.slot_updates_replayed;
   }
   for (const SplitFix& f : split_fixes) {
@@ -377,15 +372,10 @@ Status NehashIndex::recover() {
     open_counters_.slots_read += buckets_per_group(b_) * kSlotsPerBucket;
   }
   // The replayed slots, table words and cleaned slots are durable before a
-  // record is cleared: else a crash of this recovery could keep a cleared
-  // record and lose what it stood for (a torn slot, a group at its old
-  // depth overlapping its new half, stale slots out of range), and the next
-  // recovery would not know to redo it.
-  if (!records.empty()) region_.drain();
-  for (OpLog* log : records) {
-    log->op.store(kOpNone);
-    region_.flush(&log->op, sizeof(std::uint64_t));
-  }
+  // record is cleared (a torn slot, a group at its old depth overlapping its
+  // new half, stale slots out of range would otherwise be left for a
+  // recovery that no longer knows to repair them).
+  clear_op_logs(region_, records);
   // Cleared records are durable before heap recovery decides on the blocks
   // they name, and before we serve.
   region_.drain();
@@ -399,14 +389,9 @@ Status NehashIndex::recover() {
       return true;
     }
     const std::size_t size = heap_.block_size(off);
-    if (size < sizeof(ItemHeader)) return false;
-    const auto* item = region_.at<ItemHeader>(off);
-    if (item->key_len > kMaxKeySize ||
-        sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len > size) {
-      return false;
-    }
-    const Key key = make_key(item_key(item));
-    if (item->state.load() != key.h1) return false;
+    const std::optional<Key> hashed = hashed_item_key(region_, off, size);
+    if (!hashed) return false;
+    const Key& key = *hashed;
     rcu::ReadGuard guard;
     GroupRef* g = dir_->find(key.h1).group;
     if (g == nullptr) return false;
@@ -432,10 +417,7 @@ Status NehashIndex::recover() {
   });
 
   // W3. The saved item count is valid only until the next crash.
-  if (const auto saved = take_count(region_, root_->item_count, root_->count_valid)) {
-    count_base_.store(static_cast<std::int64_t>(*saved));
-    count_known_.store(true);
-  }
+  count_.take_saved(region_, root_->item_count, root_->count_valid);
   ready_ = true;
   // Step 6 of the paper, in the background: the store serves meanwhile.
   if (env_.options.nehash_split_shallow_on_open) {
@@ -456,8 +438,7 @@ void NehashIndex::close() {
   // A rejected pool is left as it was found.
   if (!ready_) return;
   // Only a count already known is saved (close never scans the groups).
-  if (!count_known_.load()) return;
-  save_count(region_, root_->item_count, root_->count_valid, size());
+  count_.save(region_, root_->item_count, root_->count_valid);
 }
 
 Status NehashIndex::check() {
@@ -472,8 +453,8 @@ Status NehashIndex::check() {
       root_->bucket_bits != b_ || root_->initial_dir_bits != g0_) {
     return fail("root does not match the pool header");
   }
-  for (unsigned t = 0; t < kOpLogs; ++t) {
-    if (root_->op_log[t].op.load() != 0) return fail("op log " + std::to_string(t) + " is not empty");
+  if (const int t = busy_op_log(root_->op_log); t >= 0) {
+    return fail("op log " + std::to_string(t) + " is not empty");
   }
   // 2. Table.
   std::unordered_set<std::uint64_t> known;  // every block the index reaches
@@ -530,50 +511,24 @@ Status NehashIndex::check() {
     auto slot = [&](const Place& p, long home_k, const std::string& where) {
       const std::uint16_t m = p.meta->load();
       if (!meta_valid(m) || !err.empty()) return;
-      const View v{m, p.slot->w0.load(), p.slot->w1.load()};
-      std::string key;
-      std::uint64_t h1 = 0;
-      if (meta_is_inline(m)) {
-        const unsigned kl = meta_key_len(m), vl = meta_value_len(m);
-        if (kl > 8 || vl > 8 || (kl < 8 && (v.w0 >> (8 * kl)) != 0) ||
-            (vl < 8 && (v.w1 >> (8 * vl)) != 0)) {
-          err = where + " has a malformed inline slot";
-          return;
-        }
-        key = std::string(unpack_word(v.w0, kl));
-        h1 = make_key(key).h1;
-      } else {
-        const std::uint64_t ioff = pool::pptr_offset(v.w0);
-        if ((m & ~(kMetaValid | kMetaFpMask)) != 0 || v.w0 != ioff || !heap_.is_allocated(ioff)) {
-          err = where + " has a malformed pointer slot";
-          return;
-        }
-        const auto* item = region_.at<ItemHeader>(ioff);
-        if (heap_.block_size(ioff) < sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len) {
-          err = where + " names an item larger than its block";
-          return;
-        }
-        key = std::string(item_key(item));
-        h1 = v.w1;
-        const Key k = make_key(key);
-        if (item->state.load() != h1 || k.h1 != h1) {
-          err = where + " names an item whose hash does not match the slot";
-          return;
-        }
-        if (fits_inline(item->key_len, item->value_len)) {
-          err = where + " points to an item small enough to be inline";
-          return;
-        }
-        if (!known.insert(ioff).second) {
-          err = where + " names an item that another slot or block names too";
-          return;
-        }
+      SlotContent c;
+      if (std::string e = check_slot(heap_, region_, m, p.slot->w0.load(), p.slot->w1.load(),
+                                     SlotTag::kZero, &c);
+          !e.empty()) {
+        err = where + " " + e;
+        return;
+      }
+      const std::string& key = c.key;
+      const std::uint64_t h1 = c.h1;
+      if (c.item != 0 && !known.insert(c.item).second) {
+        err = where + " names an item that another slot or block names too";
+        return;
       }
       if (!in_range(h1, g.prefix, depth)) {
         err = where + " holds a key outside its group's range " + bits_string(g.prefix, depth);
         return;
       }
-      if (meta_fp(m) != fingerprint(make_key(key).h2)) {
+      if (meta_fp(m) != fingerprint(c.h2)) {
         err = where + " has a wrong fingerprint";
         return;
       }
@@ -612,7 +567,7 @@ Status NehashIndex::check() {
     return fail("table entry " + std::to_string(by_id.begin()->first) + " has no group in DRAM");
   }
   // 10. Count and leaks.
-  if (count_known_.load() && size() != items) {
+  if (count_.known() && size() != items) {
     return fail("item count " + std::to_string(size()) + " but " + std::to_string(items) +
                 " keys in the groups");
   }

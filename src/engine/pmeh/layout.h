@@ -13,17 +13,15 @@
 #include <cstring>
 #include <string_view>
 
+#include "engine/common/op_log.h"
+#include "engine/common/slot16.h"
 #include "pool/pool.h"
 #include "pool/pptr.h"
 
 namespace pmhash::engine::pmeh {
 
-// An 8-character magic as the little-endian word that spells it in the pool.
-constexpr std::uint64_t magic_word(const char (&s)[9]) {
-  std::uint64_t w = 0;
-  for (int i = 7; i >= 0; --i) w = (w << 8) | static_cast<unsigned char>(s[i]);
-  return w;
-}
+// The shared slot format and op log (common/slot16.h, common/op_log.h).
+using namespace common;
 
 inline constexpr std::uint64_t kRootMagic = magic_word("PMEHROOT");
 inline constexpr std::uint64_t kDirMagic = magic_word("PMEHDIR1");
@@ -44,63 +42,15 @@ struct Params {
   std::uint8_t segment_log2;  // s
 };
 
-// --- slots (the format of nehash's slots, §12.12) ------------------------------
-// These helpers repeat nehash/layout.h's; both engines will share them from
-// engine/slot16.h (docs/design/pmeh.md §12.12).
-inline constexpr unsigned kSlotsPerBucket = 14;
-inline constexpr std::size_t kInlineMax = 8;
-
-// A slot's 16-bit meta, in its bucket's meta array:
-//   bit 15      VALID    set last by an insert, cleared first by a remove; a
-//                        slot without it is empty whatever its words hold
-//                        (the slides' one-bit "insert finished" flag)
-//   bit 14      INLINE   1: key and value are the slot's words; 0: w0 points
-//                        to an item and w1 holds the key's h1
-//   bits 13..10 key_len    INLINE only, 0..8
-//   bits 9..6   value_len  INLINE only, 0..8
-//   bits 5..0   fp       h2 & 63: a probe skips slots whose fp differs
-inline constexpr std::uint16_t kMetaValid = 1u << 15;
-inline constexpr std::uint16_t kMetaInline = 1u << 14;
-inline constexpr unsigned kMetaKeyLenShift = 10;
-inline constexpr unsigned kMetaValueLenShift = 6;
-inline constexpr std::uint16_t kMetaLenMask = 0xF;
-inline constexpr std::uint16_t kMetaFpMask = 0x3F;
-
-constexpr std::uint16_t fingerprint(std::uint64_t h2) { return static_cast<std::uint16_t>(h2 & kMetaFpMask); }
-// The pointer tag of an item slot: a second filter before the item is read.
-constexpr std::uint16_t pointer_tag(std::uint64_t h2) { return static_cast<std::uint16_t>(h2 >> 48); }
-constexpr bool fits_inline(std::size_t key_len, std::size_t value_len) {
-  return key_len <= kInlineMax && value_len <= kInlineMax;
-}
-constexpr std::uint16_t meta_inline(std::size_t key_len, std::size_t value_len, std::uint16_t fp) {
-  return static_cast<std::uint16_t>(kMetaValid | kMetaInline | (key_len << kMetaKeyLenShift) |
-                                    (value_len << kMetaValueLenShift) | fp);
-}
-constexpr std::uint16_t meta_pointer(std::uint16_t fp) { return static_cast<std::uint16_t>(kMetaValid | fp); }
-constexpr bool meta_valid(std::uint16_t m) { return (m & kMetaValid) != 0; }
-constexpr bool meta_is_inline(std::uint16_t m) { return (m & kMetaInline) != 0; }
-constexpr unsigned meta_key_len(std::uint16_t m) { return (m >> kMetaKeyLenShift) & kMetaLenMask; }
-constexpr unsigned meta_value_len(std::uint16_t m) { return (m >> kMetaValueLenShift) & kMetaLenMask; }
-constexpr std::uint16_t meta_fp(std::uint16_t m) { return m & kMetaFpMask; }
-
-// Up to 8 bytes as a zero-padded word, and back.
-inline std::uint64_t pack_word(std::string_view bytes) {
-  std::uint64_t w = 0;
-  std::memcpy(&w, bytes.data(), bytes.size());
-  return w;
-}
-inline std::string_view unpack_word(const std::uint64_t& w, unsigned len) {
-  return {reinterpret_cast<const char*>(&w), len};
-}
-
-// A slot, 16 bytes:
+// --- slots (§12.12) -----------------------------------------------------------
+// The slot (16 bytes), its 16-bit meta and the word packing are
+// common/slot16.h's, bit for bit (the same as nehash's):
 //   INLINE   w0 = key, zero-padded         w1 = value, zero-padded
 //   pointer  w0 = pptr(item, pointer_tag)  w1 = h1 of the key
-struct Slot {
-  std::atomic<std::uint64_t> w0;
-  std::atomic<std::uint64_t> w1;
-};
-static_assert(sizeof(Slot) == 16);
+// (the tag, the top 16 bits of h2, is a second filter before the item is
+// read: SlotTag::kFromH2).
+// A bucket holds 14 slots and, in its first line, their 14 metas.
+inline constexpr unsigned kSlotsPerBucket = 14;
 
 // A bucket, 256 B (an Optane XPLine): line 0 holds the metas and slots 0..1.
 struct alignas(64) Bucket {
@@ -180,32 +130,9 @@ inline constexpr std::uint64_t kSplitCompleting = 1;
 inline constexpr std::uint64_t kSplitOffsetMask = pool::kOffsetMask & ~std::uint64_t{63};
 
 // --- OpLog (one per heap thread slot, only for update (c), §4.5) ---------------
-//   op   bits 0..3 kind: kOpNone | kOpSlotUpdate; bits 4..47 the slot's offset
-//   meta bits 0..15 the new meta, bits 16..63 the pool offset of that meta
-//   w0, w1 the slot's new words
-// A record is committed once `op` is durable (its other words are drained
-// before `op` is written).
-inline constexpr std::uint64_t kOpKindMask = 0xF;
-inline constexpr std::uint64_t kOpNone = 0;
-inline constexpr std::uint64_t kOpSlotUpdate = 1;
-
-struct OpLog {
-  std::atomic<std::uint64_t> op;
-  std::atomic<std::uint64_t> meta;
-  std::atomic<std::uint64_t> w0;
-  std::atomic<std::uint64_t> w1;
-};
-static_assert(sizeof(OpLog) == 32);
-
-constexpr std::uint64_t op_kind(std::uint64_t op) { return op & kOpKindMask; }
-constexpr std::uint64_t op_slot_update(std::uint64_t slot_off) { return slot_off | kOpSlotUpdate; }
-constexpr std::uint64_t op_slot_offset(std::uint64_t op) { return op & pool::kOffsetMask & ~kOpKindMask; }
-constexpr std::uint64_t log_meta(std::uint16_t meta, std::uint64_t meta_off) { return meta | (meta_off << 16); }
-constexpr std::uint16_t log_meta_value(std::uint64_t w) { return static_cast<std::uint16_t>(w); }
-constexpr std::uint64_t log_meta_offset(std::uint64_t w) { return w >> 16; }
+// common/op_log.h's records; pmeh writes only slot updates.
 
 // --- pool root (in the 12 KiB root area) ------------------------------------------
-inline constexpr unsigned kOpLogs = 256;      // one per heap thread slot
 inline constexpr unsigned kSplitRecords = 256;  // one per zone
 
 struct Root {
@@ -215,7 +142,7 @@ struct Root {
   std::uint8_t segment_log2;      // s (likewise)
   std::uint8_t reserved0[50];
   std::atomic<std::uint64_t> dir_array[kMaxDirs];  // directory offsets by id, 0: none
-  std::uint64_t item_count;       // valid only when count_valid == 1 (engine/saved_count.h)
+  std::uint64_t item_count;       // valid only when count_valid == 1 (common/item_count.h)
   std::uint64_t count_valid;      // 1 from a clean close until the next open
   std::uint64_t reserved1[6];
   std::atomic<std::uint64_t> split[kSplitRecords];  // split records, by zone

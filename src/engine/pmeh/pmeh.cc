@@ -36,8 +36,7 @@ PmehIndex::PmehIndex(const Env& env)
       heap_(*env.heap),
       view_(env.pool->region(), env.pool->heap_offset(), env.pool->heap_size(), env.heap),
       root_(reinterpret_cast<Root*>(env.pool->root())),
-      mailboxes_(new Mailbox[kMaxThreads]),
-      counts_(new Stripe[kMaxThreads]) {
+      mailboxes_(new Mailbox[kMaxThreads]) {
   Params p{};
   std::memcpy(&p, env.pool->header().engine_params, sizeof(p));
   z_ = p.zone_bits;
@@ -162,30 +161,9 @@ void PmehIndex::update_slot(heap::ThreadCache* tc, const Pos& at, const SlotView
     return;
   }
   // (c) The meta and the words change, in two lines: through the op log of
-  // the owner's heap slot.
-  OpLog& log = root_->op_log[tc->slot()];
-  log.op.store(kOpNone, std::memory_order_relaxed);
-  log.meta.store(log_meta(fresh.meta, region_.offset_of(&meta)), std::memory_order_relaxed);
-  log.w0.store(fresh.w0, std::memory_order_relaxed);
-  log.w1.store(fresh.w1, std::memory_order_relaxed);
-  region_.flush(&log, sizeof(OpLog));
-  // Drain #1: the record's fields (and the retire entry) are durable before
-  // the record can be taken as committed.
-  region_.drain();
-  log.op.store(op_slot_update(region_.offset_of(&slot)), std::memory_order_relaxed);
-  // Persist #2, the commit point: from here recovery writes the new slot.
-  region_.persist(&log.op, sizeof(std::uint64_t));
-  slot.w0.store(fresh.w0, std::memory_order_release);
-  slot.w1.store(fresh.w1, std::memory_order_release);
-  meta.store(fresh.meta, std::memory_order_release);
-  region_.flush(&slot, sizeof(Slot));
-  region_.flush(&meta, sizeof(std::uint16_t));
-  // Drain #3: the slot is whole on media before the record is cleared.
-  region_.drain();
-  log.op.store(kOpNone, std::memory_order_relaxed);
-  // Persist #4: a committed record always belongs to an operation in
-  // flight, so a replay never undoes a later write of this slot.
-  region_.persist(&log.op, sizeof(std::uint64_t));
+  // the owner's heap slot (common/op_log.h; its drain #1 also covers the
+  // retire entry).
+  write_slot_update(region_, root_->op_log[tc->slot()], slot, meta, fresh.meta, fresh.w0, fresh.w1);
 }
 
 // ---------------------------------------------------------------------------
@@ -368,7 +346,7 @@ Status PmehIndex::write(Request::Op op, const Key& key, std::string_view value) 
     m.announce.store(kNoZone, std::memory_order_release);
   }
   if (direct) {
-    counts_[tc->slot()].direct.fetch_add(1, std::memory_order_relaxed);
+    count_.extra(tc->slot()).direct.fetch_add(1, std::memory_order_relaxed);
     // The monitor's counts; with every zone direct for good it is off, and
     // a shared counter per zone would only move lines between the cores.
     if (!all_direct_.load(std::memory_order_relaxed)) {
@@ -629,7 +607,7 @@ bool PmehIndex::direct_write(heap::ThreadCache* tc, Request& r, Status* result) 
             return false;
           }
           h = sp->child[sp->child_of(key.h1)];
-          counts_[tc->slot()].split_direct.fetch_add(1, std::memory_order_relaxed);
+          count_.extra(tc->slot()).split_direct.fetch_add(1, std::memory_order_relaxed);
         }
         const Pos at = find(h, key);
         if (at && r.op == Request::kInsert) {
@@ -793,30 +771,24 @@ Status PmehIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
 
 std::uint64_t PmehIndex::direct_split_writes() const {
   std::uint64_t n = 0;
-  for (unsigned i = 0; i < kMaxThreads; ++i) {
-    n += counts_[i].split_direct.load(std::memory_order_relaxed);
-  }
+  count_.for_each_extra([&](const DirectOps& d) { n += d.split_direct.load(std::memory_order_relaxed); });
   return n;
 }
 
 std::uint64_t PmehIndex::direct_ops() const {
   std::uint64_t n = 0;
-  for (unsigned i = 0; i < kMaxThreads; ++i) n += counts_[i].direct.load(std::memory_order_relaxed);
+  count_.for_each_extra([&](const DirectOps& d) { n += d.direct.load(std::memory_order_relaxed); });
   return n;
 }
 
 void PmehIndex::add_count(heap::ThreadCache* tc, std::int64_t delta) {
-  counts_[tc->slot()].v.fetch_add(delta, std::memory_order_relaxed);
+  count_.add(tc->slot(), delta);
 }
 
-void PmehIndex::recount() const {
-  std::lock_guard lock(recount_mutex_);
-  if (count_known_.load()) return;
+std::int64_t PmehIndex::count_items() const {
   // After a crash the saved count is gone: count every segment's VALID
   // slots. Writes running meanwhile may or may not be counted (size() is
   // exact only when quiescent).
-  std::int64_t before = 0;
-  for (unsigned i = 0; i < kMaxThreads; ++i) before += counts_[i].v.load();
   std::int64_t n = 0;
   std::vector<std::pair<std::string, std::string>> batch;
   for (unsigned z = 0; z < (1u << z_); ++z) {
@@ -836,15 +808,11 @@ void PmehIndex::recount() const {
       x = next;
     }
   }
-  count_base_.store(n - before);
-  count_known_.store(true);
+  return n;
 }
 
 std::uint64_t PmehIndex::size() const {
-  if (!count_known_.load(std::memory_order_acquire)) recount();
-  std::int64_t n = count_base_.load(std::memory_order_relaxed);
-  for (unsigned i = 0; i < kMaxThreads; ++i) n += counts_[i].v.load(std::memory_order_relaxed);
-  return n < 0 ? 0 : static_cast<std::uint64_t>(n);
+  return count_.total_or_count([this] { return count_items(); });
 }
 
 Status PmehIndex::sync() {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/common/item_count.h"
 #include "engine/index.h"
 #include "engine/pmeh/layout.h"
 #include "heap/checked.h"
@@ -389,7 +390,8 @@ class PmehIndex final : public Index {
 
   // --- recovery and accounting (pmeh_recovery.cc) ---
   Status map_seg_state();
-  void recount() const;
+  // After a crash: every segment's VALID slots, for the count's base.
+  std::int64_t count_items() const;
   void add_count(heap::ThreadCache* tc, std::int64_t delta);
   Status fail(const std::string& what) const;
 
@@ -446,17 +448,13 @@ class PmehIndex final : public Index {
   std::atomic<unsigned> callers_{0};
   std::atomic<bool> all_direct_{false};
 
-  // Per heap slot: the item count's share, and direct ops (one counter per
+  // Per heap slot, in the item count's stripe: direct ops (one counter per
   // thread: a shared one would move its line between the cores per write).
-  struct alignas(64) Stripe {
-    std::atomic<std::int64_t> v{0};
+  struct DirectOps {
     std::atomic<std::uint64_t> direct{0};
     std::atomic<std::uint64_t> split_direct{0};  // of them, into a child of a split in flight
   };
-  std::unique_ptr<Stripe[]> counts_;
-  mutable std::atomic<std::int64_t> count_base_{0};
-  mutable std::atomic<bool> count_known_{false};
-  mutable std::mutex recount_mutex_;
+  common::ItemCount<DirectOps> count_;
 
   OpenCounters open_counters_;
   std::atomic<std::uint64_t> delegated_{0};

@@ -13,7 +13,6 @@
 #include "engine/pmeh/pmeh.h"
 #include "engine/pmeh/pmeh_index.h"
 #include "engine/planted.h"
-#include "engine/saved_count.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::pmeh {
@@ -164,7 +163,7 @@ Status PmehIndex::format() {
   newest_.store(dir_store_.back().get());
   zones_.reset(new Zone[zn]);
   for (unsigned z = 0; z < zn; ++z) zones_[z].dir.store(dir_store_.back().get());
-  count_known_.store(true);
+  count_.set_base(0);
   ready_ = true;
   return Status::OK();
 }
@@ -255,7 +254,7 @@ Status PmehIndex::recover() {
     const std::uint64_t op = log.op.load();
     if (op == 0) continue;
     const std::string who = "op log " + std::to_string(t);
-    if (op_kind(op) != kOpSlotUpdate || (op >> 48) != 0) return fail(who + " is malformed");
+    if (op_kind(op) != kOpSlotUpdate || !op_slot_well_formed(op)) return fail(who + " is malformed");
     const std::uint64_t slot_off = op_slot_offset(op);
     const std::uint64_t meta_off = log_meta_offset(log.meta.load());
     const std::uint64_t d = slot_off - meta_off;
@@ -343,22 +342,12 @@ Status PmehIndex::recover() {
   // directories no zone uses any more dropped (they are freed by heap
   // recovery: keep() says no).
   for (OpLog* log : replays) {
-    const std::uint64_t slot_off = op_slot_offset(log->op.load());
-    auto* slot = region_.at<Slot>(slot_off);
-    auto* meta = region_.at<std::atomic<std::uint16_t>>(log_meta_offset(log->meta.load()));
-    slot->w0.store(log->w0.load());
-    slot->w1.store(log->w1.load());
-    meta->store(log_meta_value(log->meta.load()));
-    region_.flush(slot, sizeof(Slot));
-    region_.flush(meta, sizeof(std::uint16_t));
-  }
-  // The replayed slots are durable before their records are cleared.
-  if (!replays.empty()) region_.drain();
-  for (OpLog* log : replays) {
-    log->op.store(kOpNone);
-    region_.flush(&log->op, sizeof(std::uint64_t));
+    replay_slot_update(region_, *log, region_.at<Slot>(op_slot_offset(log->op.load())),
+                       region_.at<std::atomic<std::uint16_t>>(log_meta_offset(log->meta.load())));
     ++open_counters_.slot_updates_replayed;
   }
+  // The replayed slots are durable before their records are cleared.
+  clear_op_logs(region_, replays);
   // COMPLETING splits (§8.2, "Split completion"): every bucket was moved
   // (the moved bits were durable before the record said COMPLETING), so the
   // whole range is re-pointed to the children. S is in its owner's retire
@@ -461,14 +450,9 @@ Status PmehIndex::recover() {
         }
       }
     }
-    if (size < sizeof(ItemHeader)) return false;
-    const auto* item = region_.at<ItemHeader>(off);
-    if (item->key_len > kMaxKeySize ||
-        sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len > size) {
-      return false;
-    }
-    const Key key = make_key(item_key(item));
-    if (item->state.load() != key.h1) return false;
+    const std::optional<Key> hashed = hashed_item_key(region_, off, size);
+    if (!hashed) return false;
+    const Key& key = *hashed;
     rcu::ReadGuard guard;
     // Open does not read directory entries (instant recovery); check()
     // validates them. One that is damaged must not be followed: a block
@@ -558,10 +542,7 @@ Status PmehIndex::recover() {
   }
 
   // W3. The saved item count is valid only until the next crash.
-  if (const auto saved = take_count(region_, root_->item_count, root_->count_valid)) {
-    count_base_.store(static_cast<std::int64_t>(*saved));
-    count_known_.store(true);
-  }
+  count_.take_saved(region_, root_->item_count, root_->count_valid);
   ready_ = true;
   return Status::OK();
 }
@@ -577,8 +558,7 @@ void PmehIndex::close() {
   // A rejected pool is left as it was found.
   if (!ready_) return;
   // Only a count already known is saved (close never scans the segments).
-  if (!count_known_.load()) return;
-  save_count(region_, root_->item_count, root_->count_valid, size());
+  count_.save(region_, root_->item_count, root_->count_valid);
 }
 
 Status PmehIndex::check() {
@@ -593,8 +573,8 @@ Status PmehIndex::check() {
       root_->zone_bits != z_ || root_->segment_log2 != s_) {
     return fail("root does not match the pool header");
   }
-  for (unsigned t = 0; t < kOpLogs; ++t) {
-    if (root_->op_log[t].op.load() != 0) return fail("op log " + std::to_string(t) + " is not empty");
+  if (const int t = busy_op_log(root_->op_log); t >= 0) {
+    return fail("op log " + std::to_string(t) + " is not empty");
   }
   for (unsigned z = 0; z < kSplitRecords; ++z) {
     const SplitState* sp = z < zn ? zones_[z].split.load() : nullptr;
@@ -647,40 +627,15 @@ Status PmehIndex::check() {
       const std::uint64_t w1 = b->slot[q].w1.load();
       const std::string where = "segment " + hex(off) + " bucket " + std::to_string(j) +
                                 " slot " + std::to_string(q);
-      std::string key;
-      std::uint64_t h1 = 0;
-      if (meta_is_inline(m)) {
-        const unsigned kl = meta_key_len(m), vl = meta_value_len(m);
-        if (kl > 8 || vl > 8 || (kl < 8 && (w0 >> (8 * kl)) != 0) ||
-            (vl < 8 && (w1 >> (8 * vl)) != 0)) {
-          return fail(where + " has a malformed inline slot");
-        }
-        key = std::string(unpack_word(w0, kl));
-        h1 = make_key(key).h1;
-      } else {
-        const std::uint64_t ioff = pool::pptr_offset(w0);
-        if ((m & ~(kMetaValid | kMetaFpMask)) != 0 || !heap_.is_allocated(ioff)) {
-          return fail(where + " has a malformed pointer slot");
-        }
-        const auto* item = region_.at<ItemHeader>(ioff);
-        if (heap_.block_size(ioff) <
-            sizeof(ItemHeader) + std::uint64_t{item->key_len} + item->value_len) {
-          return fail(where + " names an item larger than its block");
-        }
-        key = std::string(item_key(item));
-        h1 = w1;
-        const Key k = make_key(key);
-        if (item->state.load() != h1 || k.h1 != h1 || pool::pptr_tag(w0) != pointer_tag(k.h2)) {
-          return fail(where + " names an item whose hash does not match the slot");
-        }
-        if (fits_inline(item->key_len, item->value_len)) {
-          return fail(where + " points to an item small enough to be inline");
-        }
-        if (!known.insert(ioff).second) return fail(where + " names an item named elsewhere too");
+      SlotContent c;
+      if (std::string e = check_slot(heap_, region_, m, w0, w1, SlotTag::kFromH2, &c); !e.empty()) {
+        return fail(where + " " + e);
       }
-      const Key k = make_key(key);
+      const std::string& key = c.key;
+      const std::uint64_t h1 = c.h1;
+      if (c.item != 0 && !known.insert(c.item).second) return fail(where + " names an item named elsewhere too");
       if (!in_range(h1, prefix, l)) return fail(where + " holds a key outside its segment's range");
-      if (meta_fp(m) != fingerprint(k.h2)) return fail(where + " has a wrong fingerprint");
+      if (meta_fp(m) != fingerprint(c.h2)) return fail(where + " has a wrong fingerprint");
       const unsigned home = home_bucket(h1, nb_);
       if (j != home && j != (home + 1) % nb_) return fail(where + " holds a key outside its window");
       if (!keys.insert(key).second) return fail(where + " holds a key stored twice");
@@ -815,7 +770,7 @@ Status PmehIndex::check() {
     }
   }
   // 8. Count and leaks.
-  if (count_known_.load() && size() != items) {
+  if (count_.known() && size() != items) {
     return fail("item count " + std::to_string(size()) + " but " + std::to_string(items) +
                 " keys in the segments");
   }
