@@ -130,8 +130,8 @@ class PmhashTable {
     Options options;
     options.engine = config.engine;
     options.force = true;
-    options.clevel_initial_level_log2 = config.initial_level_log2;
-    options.clevel_tag_filter = config.tag_filter;
+    options.set("clevel.initial_level_log2", config.initial_level_log2);
+    options.set("clevel.tag_filter", config.tag_filter);
     options.pool_size = config.pool_size;
     const Status s = Store::create(path_, options, &store_);
     if (!s.ok()) {
@@ -605,7 +605,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-check", [&](std::int64_t) { config.check = false; },
                "skip Store::check() between phases (per-operation checks stay)");
   app.add_flag("--no-tag-filter", [&](std::int64_t) { config.tag_filter = false; },
-               "clevel without its DRAM tag filters (Options::clevel_tag_filter)");
+               "clevel without its DRAM tag filters (clevel.tag_filter)");
   app.add_flag("--no-libcuckoo", [&](std::int64_t) { config.libcuckoo = false; },
                "measure pmhash only");
   CLI11_PARSE(app, argc, argv);

@@ -40,6 +40,7 @@
 #include <CLI/CLI.hpp>
 
 #include "key_chooser.h"
+#include "pmhash/engines.h"
 #include "pmhash/memnode.h"
 #include "pmhash/store.h"
 
@@ -63,7 +64,8 @@ struct Config {
   std::uint64_t node_size = std::uint64_t{1} << 30;
   std::uint64_t seed = 1;
   std::string csv;
-  unsigned sephash_main_max_slots = Options{}.sephash_main_max_slots;
+  // -o NAME=VALUE: engine options of every store (Options::set).
+  std::vector<std::string> engine_options;
   // tcp: the nodes' secret file (their authentication in the bootstrap
   // is then part of each connection's setup); empty: none.
   std::string secret_file;
@@ -260,9 +262,17 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   app.add_option("--seed", cfg.seed, "key and operation seed")->capture_default_str();
-  app.add_option("--sephash-main-max-slots", cfg.sephash_main_max_slots,
-                 "sephash: slots a MainSeg may hold before its segment splits")
-      ->capture_default_str();
+  app.add_option("-o,--option", cfg.engine_options,
+                 "an engine option NAME=VALUE, repeatable (pmhash engines lists them)")
+      ->allow_extra_args(false)
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            const std::size_t eq = text.find('=');
+            if (eq == std::string::npos) return "'" + text + "' is not NAME=VALUE";
+            const Status s = pmhash::check_option(text.substr(0, eq), text.substr(eq + 1));
+            return s.ok() ? std::string() : s.message();
+          },
+          "", "NAME=VALUE"));
   app.add_option("--csv", cfg.csv, "also write the results as CSV");
   app.add_option("--secret-file", cfg.secret_file,
                  "tcp: start the memory nodes with this secret file and connect with it");
@@ -322,8 +332,11 @@ int main(int argc, char** argv) {
             // lease must be at least twice the timeout (sephash refuses
             // less; race derives its lease from the timeout).
             o.remote_timeout_ms = 10000;
-            o.sephash_lock_lease_ms = 2 * o.remote_timeout_ms;
-            o.sephash_main_max_slots = cfg.sephash_main_max_slots;
+            o.set("sephash.lock_lease_ms", 2 * o.remote_timeout_ms);
+            for (const std::string& e : cfg.engine_options) {
+              const std::size_t eq = e.find('=');
+              o.set(e.substr(0, eq), e.substr(eq + 1));
+            }
             std::unique_ptr<Store> st;
             bool ok = true;
             if (Status s = Store::create("", o, &st); !s.ok() || !st->close().ok()) {

@@ -4,6 +4,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +14,8 @@
 #include <memory>
 #include <sstream>
 #include <thread>
+
+#include "pmhash/engines.h"
 
 namespace pmhash::bench {
 namespace {
@@ -315,19 +318,21 @@ nlohmann::json ceilings_json(const Ceilings& c) {
 
 nlohmann::json run_json(const RunResult& r) {
   json options = nullptr;
-  if (r.nehash_bucket_bits) {
-    options = {{"nehash_bucket_bits", *r.nehash_bucket_bits},
-               {"nehash_initial_dir_bits", optional_json(r.nehash_initial_dir_bits)}};
-  }
-  if (r.pmeh_options) {
-    const Options& o = *r.pmeh_options;
-    options = {{"pmeh_zone_bits", o.pmeh_zone_bits},
-               {"pmeh_segment_kib", o.pmeh_segment_kib},
-               {"pmeh_workers", o.pmeh_workers},
-               {"pmeh_split_bits", o.pmeh_split_bits},
-               {"pmeh_split_step", o.pmeh_split_step},
-               {"pmeh_opportunistic", o.pmeh_opportunistic},
-               {"pmeh_delegate_reads", o.pmeh_delegate_reads}};
+  for (const auto& [name, value] : r.options) {
+    if (options.is_null()) options = json::object();
+    std::string key = name;
+    std::replace(key.begin(), key.end(), '.', '_');
+    const EngineDescriptor* engine = option_engine(name);
+    const OptionSpec* spec = engine != nullptr ? find_option(*engine, name) : nullptr;
+    if (spec == nullptr) {
+      options[key] = value;
+    } else if (spec->type == OptionType::kBool) {
+      options[key] = value == "true" || value == "on" || value == "1" || value == "yes";
+    } else if (spec->type == OptionType::kDouble) {
+      options[key] = std::stod(value);
+    } else {
+      options[key] = std::stoull(value);
+    }
   }
   return {{"engine", r.engine},
           {"series", r.series.empty() ? r.engine : r.series},
@@ -475,12 +480,12 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
   out << "engine,kind,durability,threads,workload,distribution,load_ops,load_seconds,"
          "load_ops_per_s,run_ops,run_seconds,run_ops_per_s,ceiling_fraction,p50_ns,p90_ns,"
          "p99_ns,p999_ns,max_ns,flushes_per_op,fences_per_op,bytes_per_key,bytes_kind,"
-         "items_moved_per_resize,txn_aborts,durable_every_ms,series,nehash_bucket_bits,"
-         "nehash_initial_dir_bits,slots,groups,reopen_items,reopen_groups,clean_open_ns,"
+         "items_moved_per_resize,txn_aborts,durable_every_ms,series,"
+         "slots,groups,reopen_items,reopen_groups,clean_open_ns,"
          "crash_open_ns,crash_recovery_ns,reopen_bytes_per_key,bytes_moved,items_moved,"
-         "bytes_moved_per_insert,splits,segments,delegated_ops,read_retries,pmeh_split_bits,"
-         "pmeh_split_step,pmeh_opportunistic,reopen_segments,zone_switches,direct_ops,"
-         "eager_split_completions,load_factor_after,sequence_step\n";
+         "bytes_moved_per_insert,splits,segments,delegated_ops,read_retries,"
+         "reopen_segments,zone_switches,direct_ops,"
+         "eager_split_completions,load_factor_after,sequence_step,options\n";
   for (const RunResult& r : runs) {
     const json j = run_json(r);
     const json& m = r.run ? j["run"] : j["load"];
@@ -505,7 +510,6 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
         << num(m["items_moved_per_resize"]) << ','
         << (m["transactions"].is_null() ? "" : std::to_string(m["transactions"]["aborts"].get<std::uint64_t>()))
         << ',' << num(m["durable_every_ms"]) << ',' << csv_field(j["series"].get<std::string>())
-        << ',' << csv_optional(r.nehash_bucket_bits) << ',' << csv_optional(r.nehash_initial_dir_bits)
         << ',' << num(m["slots"]) << ',' << num(m["groups"]) << ',';
     if (r.reopen) {
       const ReopenOutcome& o = *r.reopen;
@@ -516,22 +520,20 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
     } else {
       out << ",,,,,";
     }
-    const bool pmeh = r.pmeh_options.has_value();
     out << ',' << num(m["bytes_moved"]) << ',' << (m["bytes_moved"].is_null() ? "" : num(m["items_moved"])) << ','
         << num(m["bytes_moved_per_insert"]) << ',' << num(m["splits"]) << ','
-        << num(m["segments"]) << ',' << num(m["delegated_ops"]) << ',' << num(m["read_retries"])
-        << ',';
-    if (pmeh) {
-      out << r.pmeh_options->pmeh_split_bits << ',' << r.pmeh_options->pmeh_split_step << ','
-          << (r.pmeh_options->pmeh_opportunistic ? "on" : "off");
-    } else {
-      out << ",,";
-    }
-    out << ',' << (r.reopen && pmeh ? std::to_string(r.reopen->clean.segments) : "");
+        << num(m["segments"]) << ',' << num(m["delegated_ops"]) << ',' << num(m["read_retries"]);
+    out << ','
+        << (r.reopen && r.reopen->clean.segments != 0 ? std::to_string(r.reopen->clean.segments)
+                                                      : "");
     out << ',' << num(m["zone_switches"]) << ',' << num(m["direct_ops"]) << ','
         << num(m["eager_split_completions"]);
     out << ',' << num(m["load_factor_after"]) << ',' << csv_optional(r.sequence_step);
-    out << '\n';
+    std::string options;
+    for (const auto& [name, value] : r.options) {
+      options += (options.empty() ? "" : " ") + name + "=" + value;
+    }
+    out << ',' << csv_field(options) << '\n';
   }
 }
 

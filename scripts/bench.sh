@@ -207,7 +207,7 @@ if [ "$profile" = nehash ]; then
     --threads 1,2 --records "$records" \
     --json "$out/ycsb.json" --csv "$out/ycsb.csv" "$@"
   echo "bench.sh: nehash, part 2 of 3: bucket-directory bits 1-10, $sweep_records records"
-  "$bench" "${common[@]}" --engine nehash,clevel --nehash-bucket-bits 1,2,4,6,8,10 \
+  "$bench" "${common[@]}" --engine nehash,clevel -o nehash.bucket_bits=1,2,4,6,8,10 \
     --workload read --threads 1,2 --records "$sweep_records" --reopen --no-ceilings \
     --json "$out/sweep.json" --csv "$out/sweep.csv" "$@"
   open_files=()
@@ -252,7 +252,7 @@ if [ "$profile" = pmeh ]; then
         ;;
       skewed)
         echo "bench.sh: pmeh skewed: update/read/a, zipfian 0.99, switch on and off"
-        "$bench" "${common[@]}" --engine pmeh,clevel,nehash --pmeh-opportunistic on,off \
+        "$bench" "${common[@]}" --engine pmeh,clevel,nehash -o pmeh.opportunistic=on,off \
           --workload update,read,a --distribution zipfian --zipf 0.99 --threads 1,2 \
           --records "$records" --duration "$seconds" \
           --json "$out/skewed.json" --csv "$out/skewed.csv" "$@"
@@ -262,7 +262,7 @@ if [ "$profile" = pmeh ]; then
         # than its fair share, so the switch has nothing to do; with 8 owners
         # the hot keys' zones overload theirs and are switched to SHARED.
         echo "bench.sh: pmeh skewed: update/a, zipfian 0.99, 8 owner threads, switch on and off"
-        "$bench" "${common[@]}" --engine pmeh --pmeh-opportunistic on,off --pmeh-workers 8 \
+        "$bench" "${common[@]}" --engine pmeh -o pmeh.opportunistic=on,off -o pmeh.workers=8 \
           --workload update,a --distribution zipfian --zipf 0.99 --threads 1,2 \
           --records "$records" --duration "$seconds" --no-ceilings \
           --json "$out/skewed-w8.json" --csv "$out/skewed-w8.csv" "$@"
@@ -270,8 +270,8 @@ if [ "$profile" = pmeh ]; then
       owners)
         echo "bench.sh: pmeh owners: workload a with W = 1, W = 2, W = 2 and delegated reads"
         for variant in w1 w2 w2-delegate-reads; do
-          flags=(--pmeh-workers "${variant:1:1}")
-          if [ "$variant" = w2-delegate-reads ]; then flags+=(--pmeh-delegate-reads); fi
+          flags=(-o "pmeh.workers=${variant:1:1}")
+          if [ "$variant" = w2-delegate-reads ]; then flags+=(-o pmeh.delegate_reads=true); fi
           "$bench" "${common[@]}" --engine pmeh "${flags[@]}" --workload a \
             --distribution uniform --threads 2 --records "$records" --duration "$seconds" \
             --no-ceilings --json "$out/owners-$variant.json" --csv "$out/owners-$variant.csv" "$@"
@@ -282,7 +282,7 @@ if [ "$profile" = pmeh ]; then
         rm -f "$out"/movement-*.json "$out"/movement-*.csv
         for n in $move_records; do
           echo "bench.sh: pmeh movement: load $n keys, k = 1, 2, 3 and nehash"
-          "$bench" "${common[@]}" --engine pmeh,nehash --pmeh-split-bits 1,2,3 --workload load \
+          "$bench" "${common[@]}" --engine pmeh,nehash -o pmeh.split_bits=1,2,3 --workload load \
             --threads 2 --records "$n" --no-ceilings \
             --json "$out/movement-$n.json" --csv "$out/movement-$n.csv" "$@"
           move_files+=("$out/movement-$n.json")
@@ -291,7 +291,7 @@ if [ "$profile" = pmeh ]; then
         ;;
       step)
         echo "bench.sh: pmeh step: insert latency, split step B = 0, 1, 4, 16"
-        "$bench" "${common[@]}" --engine pmeh --pmeh-split-step 0,1,4,16 --workload insert \
+        "$bench" "${common[@]}" --engine pmeh -o pmeh.split_step=0,1,4,16 --workload insert \
           --threads 1 --records "$step_records" --ops "$step_records" --no-ceilings \
           --json "$out/step.json" --csv "$out/step.csv" "$@"
         "$python" bench/plot.py --out "$out" --figures split_step "$out/step.json"
