@@ -30,21 +30,15 @@
 // --durability for that engine, so that one run can compare an engine in
 // both modes.
 //
-// nehash. --nehash-bucket-bits B1,B2,... creates every nehash store with
-// each of those bucket-directory bits in turn, one series per value
-// ("nehash b=4"), next to the other engines (the NEHASH paper's §6.2
-// sweep); --nehash-initial-dir-bits sets the main directory's first width.
-// Both are usage errors without nehash in --engine.
-//
-// pmeh. --pmeh-split-bits K1,K2,..., --pmeh-split-step B1,B2,... and
-// --pmeh-opportunistic on,off are sweeps like --nehash-bucket-bits: every
-// pmeh entry becomes one store per combination of their values, one series
-// each, named by the values given ("pmeh k=2", "pmeh B=4 switch=off").
-// --pmeh-workers, --pmeh-delegate-reads, --pmeh-segment-kib and
-// --pmeh-zone-bits set one
-// value for every pmeh store. All are usage errors without pmeh in
-// --engine. A pmhash row gets a second line: the engine's properties that
-// are not zero in the phase, by name (also in the JSON and the CSV).
+// Engine options. -o NAME=VALUE (repeatable) sets an engine option
+// (Options::set; `pmhash engines` lists them) for every store of that
+// engine. VALUE may be a comma list of two or more values: a sweep, one
+// store per value, each its own series named by the option and the value
+// ("ENGINE split_bits=2"); several sweeps of one engine combine. A name of
+// no engine, an option the engine does not have or a value out of range is
+// a usage error, and so is an option of an engine not in --engine. A pmhash
+// row gets a second line: the engine's properties that are not zero in the
+// phase, by name (also in the JSON and the CSV).
 //
 // Open time. --reopen, after the load phase of each pmhash store, copies
 // the quiescent open pool (a crash image), closes the store, opens it again
@@ -88,6 +82,7 @@
 #include "ceilings.h"
 #include "microbench.h"
 #include "phase.h"
+#include "pmhash/engines.h"
 #include "pmhash/options.h"
 #include "preset.h"
 #include "pmhash/store.h"
@@ -130,15 +125,8 @@ struct Config {
   std::uint64_t ceiling_region_mib = 1024;
   bool check = true;
   unsigned quiesce_timeout_s = 60;
-  std::vector<unsigned> nehash_bucket_bits;  // a sweep; empty: the default
-  std::optional<unsigned> nehash_initial_dir_bits;
-  std::optional<unsigned> pmeh_workers;
-  std::vector<unsigned> pmeh_split_bits;     // a sweep; empty: the default
-  std::vector<unsigned> pmeh_split_step;     // a sweep; empty: the default
-  std::vector<std::string> pmeh_opportunistic;  // on/off, a sweep; empty: the default
-  bool pmeh_delegate_reads = false;
-  std::optional<unsigned> pmeh_segment_kib;
-  std::optional<unsigned> pmeh_zone_bits;
+  // -o NAME=VALUE[,VALUE...], in the order given (see "Engine options").
+  std::vector<std::string> engine_options;
   bool reopen = false;
   bool list_engines = false;
   // One store per engine and thread count: the load, then every workload's
@@ -202,19 +190,18 @@ struct EngineSpec {
   std::string name;
   bool pmhash = false;  // a pmhash engine, not a peer
   std::optional<Durability> durability;
-  std::optional<unsigned> bucket_bits;  // nehash in a --nehash-bucket-bits sweep
-  // pmeh in a --pmeh-split-bits, --pmeh-split-step or --pmeh-opportunistic sweep
-  std::optional<unsigned> split_bits;
-  std::optional<unsigned> split_step;
-  std::optional<bool> opportunistic;
+  // The engine options of its stores (-o), by full name, in the order given.
+  std::vector<std::pair<std::string, std::string>> options;
+  // Those of them that a sweep chose: they name the series.
+  std::vector<std::pair<std::string, std::string>> swept;
 
-  // The series in tables and figures: the name, and the swept values.
+  // The series in tables and figures: the name, and the swept values, each
+  // as the option's name after the engine's ("split_bits=2").
   std::string series() const {
     std::string text = name;
-    if (bucket_bits) text += " b=" + std::to_string(*bucket_bits);
-    if (split_bits) text += " k=" + std::to_string(*split_bits);
-    if (split_step) text += " B=" + std::to_string(*split_step);
-    if (opportunistic) text += *opportunistic ? " switch=on" : " switch=off";
+    for (const auto& [option, value] : swept) {
+      text += " " + option.substr(option.find('.') + 1) + "=" + value;
+    }
     return text;
   }
   // Distinct for every table the driver makes.
@@ -232,9 +219,6 @@ EngineSpec make_spec(const std::string& name, bool pmhash, std::optional<Durabil
   spec.durability = durability;
   return spec;
 }
-
-constexpr const char* kNehash = "nehash";
-constexpr const char* kPmeh = "pmeh";
 
 // Whether Store::create accepts `name` (an engine not in Store::engines(),
 // such as one still in progress): creates and closes a small store in DRAM.
@@ -256,86 +240,74 @@ void probe_pmhash_engine(const std::string& name, const std::string& known) {
   store->close();
 }
 
-// Expands every nehash entry into one per --nehash-bucket-bits value; a
-// usage error when a nehash flag is given without nehash in --engine.
-std::vector<EngineSpec> apply_nehash_options(const Config& config, std::vector<EngineSpec> engines) {
-  const bool nehash = std::any_of(engines.begin(), engines.end(),
-                                  [](const EngineSpec& e) { return e.name == kNehash; });
-  if (!nehash && !config.nehash_bucket_bits.empty()) {
-    throw Failure("--nehash-bucket-bits: no nehash engine in --engine (add nehash)");
-  }
-  if (!nehash && config.nehash_initial_dir_bits) {
-    throw Failure("--nehash-initial-dir-bits: no nehash engine in --engine (add nehash)");
-  }
-  if (config.nehash_bucket_bits.empty()) return engines;
-  std::vector<EngineSpec> out;
-  for (const EngineSpec& e : engines) {
-    if (e.name != kNehash) {
-      out.push_back(e);
-      continue;
+// One -o: the option's full name and its values (two or more: a sweep).
+struct EngineOption {
+  std::string name;
+  std::vector<std::string> values;
+};
+
+// Splits and checks every -o against the descriptors; Failure (a usage
+// error) for a malformed one, a name of no engine or option, or a value out
+// of range.
+std::vector<EngineOption> parse_engine_options(const std::vector<std::string>& given) {
+  std::vector<EngineOption> out;
+  for (const std::string& text : given) {
+    const std::size_t eq = text.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw Failure("-o " + text + ": not NAME=VALUE[,VALUE...] (pmhash engines lists the names)");
     }
-    for (unsigned b : config.nehash_bucket_bits) {
-      EngineSpec variant = e;
-      variant.bucket_bits = b;
-      const bool seen = std::any_of(out.begin(), out.end(),
-                                    [&](const EngineSpec& u) { return u.label() == variant.label(); });
-      if (!seen) out.push_back(variant);
+    EngineOption option{text.substr(0, eq), {}};
+    std::string_view rest = std::string_view(text).substr(eq + 1);
+    while (true) {
+      const std::size_t comma = rest.find(',');
+      option.values.emplace_back(rest.substr(0, comma));
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
     }
+    for (const std::string& v : option.values) {
+      if (Status s = check_option(option.name, v); !s.ok()) throw Failure("-o: " + s.message());
+    }
+    out.push_back(std::move(option));
   }
   return out;
 }
 
-// Expands every pmeh entry into one per combination of the --pmeh-split-bits,
-// --pmeh-split-step and --pmeh-opportunistic values; a usage error when a
-// pmeh flag is given without pmeh in --engine.
-std::vector<EngineSpec> apply_pmeh_options(const Config& config, std::vector<EngineSpec> engines) {
-  const bool pmeh = std::any_of(engines.begin(), engines.end(),
-                                [](const EngineSpec& e) { return e.name == kPmeh; });
-  if (!pmeh) {
-    const std::pair<bool, const char*> given[] = {
-        {config.pmeh_workers.has_value(), "--pmeh-workers"},
-        {!config.pmeh_split_bits.empty(), "--pmeh-split-bits"},
-        {!config.pmeh_split_step.empty(), "--pmeh-split-step"},
-        {!config.pmeh_opportunistic.empty(), "--pmeh-opportunistic"},
-        {config.pmeh_delegate_reads, "--pmeh-delegate-reads"},
-        {config.pmeh_segment_kib.has_value(), "--pmeh-segment-kib"},
-        {config.pmeh_zone_bits.has_value(), "--pmeh-zone-bits"}};
-    for (const auto& [set, flag] : given) {
-      if (set) throw Failure(std::string(flag) + ": no pmeh engine in --engine (add pmeh)");
+// Gives every entry of --engine the -o options of its engine: a single
+// value to each of its stores, a sweep as one entry per value (several
+// sweeps: one per combination). An option of an engine not in --engine is a
+// usage error.
+std::vector<EngineSpec> apply_engine_options(const Config& config,
+                                             std::vector<EngineSpec> engines) {
+  const std::vector<EngineOption> options = parse_engine_options(config.engine_options);
+  for (const EngineOption& o : options) {
+    const std::string engine(option_engine(o.name)->name);
+    const bool present = std::any_of(engines.begin(), engines.end(),
+                                     [&](const EngineSpec& e) { return e.name == engine; });
+    if (!present) {
+      throw Failure("-o " + o.name + ": no " + engine + " engine in --engine (add " + engine + ")");
     }
-    return engines;
   }
-  // Each list, or one unset value when the flag was not given.
-  auto values = [](const auto& list) {
-    using T = std::optional<typename std::decay_t<decltype(list)>::value_type>;
-    std::vector<T> out(list.begin(), list.end());
-    if (out.empty()) out.push_back(std::nullopt);
-    return out;
-  };
-  std::vector<bool> switches;
-  for (const std::string& v : config.pmeh_opportunistic) switches.push_back(v == "on");
-  std::vector<EngineSpec> out;
-  for (const EngineSpec& e : engines) {
-    if (e.name != kPmeh) {
-      out.push_back(e);
-      continue;
-    }
-    for (const std::optional<unsigned>& k : values(config.pmeh_split_bits)) {
-      for (const std::optional<unsigned>& b : values(config.pmeh_split_step)) {
-        for (const std::optional<bool>& on : values(switches)) {
-          EngineSpec variant = e;
-          variant.split_bits = k;
-          variant.split_step = b;
-          variant.opportunistic = on;
-          const bool seen = std::any_of(out.begin(), out.end(), [&](const EngineSpec& u) {
-            return u.label() == variant.label();
-          });
-          if (!seen) out.push_back(variant);
-        }
+  for (const EngineOption& o : options) {
+    const std::string_view engine = option_engine(o.name)->name;
+    std::vector<EngineSpec> out;
+    for (const EngineSpec& e : engines) {
+      if (e.name != engine) {
+        out.push_back(e);
+        continue;
+      }
+      for (const std::string& v : o.values) {
+        EngineSpec variant = e;
+        variant.options.emplace_back(o.name, v);
+        if (o.values.size() > 1) variant.swept.emplace_back(o.name, v);
+        const bool seen = std::any_of(out.begin(), out.end(), [&](const EngineSpec& u) {
+          return u.label() == variant.label();
+        });
+        if (!seen) out.push_back(variant);
       }
     }
+    engines = std::move(out);
   }
-  return out;
+  return engines;
 }
 
 std::vector<EngineSpec> resolve_engines(const std::vector<std::string>& requested) {
@@ -684,19 +656,7 @@ class Driver {
     tc.key_size = config_.key_size;
     tc.value_size = config_.value_size;
     tc.threads = threads;
-    if (engine == kNehash) {
-      tc.nehash_bucket_bits = spec.bucket_bits;
-      tc.nehash_initial_dir_bits = config_.nehash_initial_dir_bits;
-    }
-    if (engine == kPmeh) {
-      tc.pmeh_workers = config_.pmeh_workers;
-      tc.pmeh_split_bits = spec.split_bits;
-      tc.pmeh_split_step = spec.split_step;
-      tc.pmeh_opportunistic = spec.opportunistic;
-      tc.pmeh_segment_kib = config_.pmeh_segment_kib;
-      tc.pmeh_zone_bits = config_.pmeh_zone_bits;
-      if (config_.pmeh_delegate_reads) tc.pmeh_delegate_reads = true;
-    }
+    tc.engine_options = spec.options;
     try {
       if (spec.pmhash) return std::make_unique<PmhashTable>(engine, tc);
       return make_peer(engine, tc);
@@ -730,12 +690,13 @@ class Driver {
     RunResult r;
     r.engine = engine.name;
     r.series = engine.series();
-    if (auto* store = dynamic_cast<PmhashTable*>(&table); store && engine.name == kNehash) {
-      r.nehash_bucket_bits = store->options().nehash_bucket_bits;
-      r.nehash_initial_dir_bits = store->options().nehash_initial_dir_bits;
-    }
-    if (auto* store = dynamic_cast<PmhashTable*>(&table); store && engine.name == kPmeh) {
-      r.pmeh_options = store->options();
+    if (auto* store = dynamic_cast<PmhashTable*>(&table)) {
+      // Every option of the engine, as the store ran with it.
+      if (const EngineDescriptor* d = find_engine(engine.name)) {
+        for (const OptionSpec& o : d->options) {
+          r.options.emplace_back(std::string(o.name), store->options().value(o.name));
+        }
+      }
     }
     r.kind = table.kind();
     r.durability = table.durability();
@@ -884,17 +845,7 @@ class Driver {
         {"seed", config_.seed},
         {"threads", config_.threads},
         {"engines", engine_labels()},
-        {"nehash_bucket_bits", config_.nehash_bucket_bits},
-        {"nehash_initial_dir_bits", config_.nehash_initial_dir_bits
-                                        ? nlohmann::json(*config_.nehash_initial_dir_bits)
-                                        : nlohmann::json(nullptr)},
-        {"pmeh_workers", config_.pmeh_workers ? nlohmann::json(*config_.pmeh_workers) : nlohmann::json(nullptr)},
-        {"pmeh_split_bits", config_.pmeh_split_bits},
-        {"pmeh_split_step", config_.pmeh_split_step},
-        {"pmeh_opportunistic", config_.pmeh_opportunistic},
-        {"pmeh_delegate_reads", config_.pmeh_delegate_reads},
-        {"pmeh_segment_kib", config_.pmeh_segment_kib ? nlohmann::json(*config_.pmeh_segment_kib) : nlohmann::json(nullptr)},
-        {"pmeh_zone_bits", config_.pmeh_zone_bits ? nlohmann::json(*config_.pmeh_zone_bits) : nlohmann::json(nullptr)},
+        {"engine_options", config_.engine_options},
         {"reopen", config_.reopen},
         {"check", config_.check}};
     doc["ceilings"] = nlohmann::json::array();
@@ -1016,44 +967,12 @@ void add_options(CLI::App& app, Config& config) {
       ->check(CLI::Range(16, 1 << 20))
       ->capture_default_str();
   app.add_flag("!--no-check", config.check, "skip Store::check() after each phase");
-  app.add_option("--nehash-bucket-bits", config.nehash_bucket_bits,
-                 "nehash: bucket-directory bits b of each store (2^b buckets per group), "
-                 "comma-separated, 1 to 10; several values make a sweep, one series each "
-                 "(\"nehash b=4\"); default: the library's (6)")
-      ->delimiter(',')
-      ->check(CLI::Range(1u, 10u));
-  app.add_option("--nehash-initial-dir-bits", config.nehash_initial_dir_bits,
-                 "nehash: main-directory bits of a new store, 0 to 16 (default: the library's, 4)")
-      ->check(CLI::Range(0u, 16u));
-  app.add_option("--pmeh-workers", config.pmeh_workers,
-                 "pmeh: owner threads of each store, 1 to 64 (default: the library's, one per "
-                 "hardware thread)")
-      ->check(CLI::Range(1u, 64u));
-  app.add_option("--pmeh-split-bits", config.pmeh_split_bits,
-                 "pmeh: a full segment splits into 2^k, k comma-separated, 1 to 3; several values "
-                 "make a sweep, one series each (\"pmeh k=2\"); default: the library's (1)")
-      ->delimiter(',')
-      ->check(CLI::Range(1u, 3u));
-  app.add_option("--pmeh-split-step", config.pmeh_split_step,
-                 "pmeh: buckets a split moves per write, comma-separated, 0 (all at once) to 255; "
-                 "a sweep like --pmeh-split-bits (\"pmeh B=4\"); default: the library's (4)")
-      ->delimiter(',')
-      ->check(CLI::Range(0u, 255u));
-  app.add_option("--pmeh-opportunistic", config.pmeh_opportunistic,
-                 "pmeh: hot zones switch to per-segment locks, on or off, comma-separated; a sweep "
-                 "(\"pmeh switch=off\"); default: the library's (on)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"on", "off"}));
-  app.add_flag("--pmeh-delegate-reads", config.pmeh_delegate_reads,
-               "pmeh: reads go to the zone's owner thread too, instead of optimistic reads");
-  app.add_option("--pmeh-segment-kib", config.pmeh_segment_kib,
-                 "pmeh: segment size of each store in KiB: 4, 8, 16, 32 or 64 (default: the "
-                 "library's, 16)")
-      ->check(CLI::IsMember({4u, 8u, 16u, 32u, 64u}));
-  app.add_option("--pmeh-zone-bits", config.pmeh_zone_bits,
-                 "pmeh: zone bits Z of each store, 0 to 8 (2^Z zones and first segments; "
-                 "default: the library's, 6)")
-      ->check(CLI::Range(0u, 8u));
+  app.add_option("-o,--option", config.engine_options,
+                 "an engine option NAME=VALUE, repeatable; VALUE may be a comma list of two or "
+                 "more values, a sweep with one series per value (pmhash engines lists the "
+                 "options)")
+      ->type_name("NAME=VALUE[,VALUE...]")
+      ->allow_extra_args(false);
   app.add_option("--preset", config.preset,
                  "a named set of flags, expanded where it stands; flags given explicitly win "
                  "(bench/preset.h). peers-8b: the native peers' shape (every strict pmhash "
@@ -1135,6 +1054,7 @@ std::optional<RemoteConfig> remote_config(const Config& config, const std::strin
   r.csv_path = config.csv_path;
   r.json_path = config.json_path;
   r.command = command;
+  r.engine_options = config.engine_options;
   return r;
 }
 
@@ -1188,7 +1108,7 @@ int run(int argc, char** argv) {
   std::vector<WorkloadSpec> specs;
   try {
     validate(config);
-    engines = apply_pmeh_options(config, apply_nehash_options(config, resolve_engines(config.engines)));
+    engines = apply_engine_options(config, resolve_engines(config.engines));
     specs = parse_workloads(config);
     resolve_paths(config.pool);
   } catch (const Failure& e) {

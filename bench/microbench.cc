@@ -117,8 +117,8 @@ class PmhashTable {
     Options options;
     options.engine = config.engine;
     options.force = true;
-    options.clevel_initial_level_log2 = config.initial_level_log2;
-    options.clevel_tag_filter = config.tag_filter;
+    options.set("clevel.initial_level_log2", config.initial_level_log2);
+    options.set("clevel.tag_filter", config.tag_filter);
     options.pool_size = config.pool_size;
     const Status s = Store::create(path_, options, &store_);
     if (!s.ok()) {
@@ -611,7 +611,7 @@ void add_micro_options(CLI::App& app, MicroFlags* flags) {
       ->check(CLI::Range(1u, 100u))
       ->capture_default_str();
   app.add_flag("!--no-tag-filter", flags->tag_filter,
-               "micro: clevel without its DRAM tag filters (Options::clevel_tag_filter)");
+               "micro: clevel without its DRAM tag filters (clevel.tag_filter)");
   app.add_option("--pool-size", flags->pool_size,
                  "micro: pool file size in bytes (default: max(1 GiB, records x (200 + 2 x (key "
                  "+ value))))");

@@ -56,7 +56,7 @@ struct ViewHashCompare {
 // The slots of a new clevel table with default options (levels of 2^n and
 // 2^(n-1) buckets of 8 slots), so that libcuckoo starts as small as pmhash.
 std::size_t clevel_initial_slots() {
-  const unsigned log2 = Options{}.clevel_initial_level_log2;
+  const auto log2 = static_cast<unsigned>(std::stoul(Options{}.value("clevel.initial_level_log2")));
   return std::size_t{8} * ((std::size_t{1} << log2) + (std::size_t{1} << log2 >> 1));
 }
 

@@ -166,17 +166,7 @@ class PmhashTable final : public Table {
     options.epoch_ms = static_cast<unsigned>(config.epoch_interval.count());
     options.pool_size =
         config.pool_size != 0 ? config.pool_size : default_pool_size(engine, config);
-    if (config.nehash_bucket_bits) options.nehash_bucket_bits = *config.nehash_bucket_bits;
-    if (config.nehash_initial_dir_bits) {
-      options.nehash_initial_dir_bits = *config.nehash_initial_dir_bits;
-    }
-    if (config.pmeh_workers) options.pmeh_workers = *config.pmeh_workers;
-    if (config.pmeh_split_bits) options.pmeh_split_bits = *config.pmeh_split_bits;
-    if (config.pmeh_split_step) options.pmeh_split_step = *config.pmeh_split_step;
-    if (config.pmeh_segment_kib) options.pmeh_segment_kib = *config.pmeh_segment_kib;
-    if (config.pmeh_zone_bits) options.pmeh_zone_bits = *config.pmeh_zone_bits;
-    if (config.pmeh_opportunistic) options.pmeh_opportunistic = *config.pmeh_opportunistic;
-    if (config.pmeh_delegate_reads) options.pmeh_delegate_reads = *config.pmeh_delegate_reads;
+    for (const auto& [name, value] : config.engine_options) options.set(name, value);
     Status s = create(options);
     if (s.is_invalid_argument() && config.durability == Durability::kEpoch) {
       options.durability = Durability::kStrict;
@@ -217,12 +207,14 @@ class PmhashTable final : public Table {
   static std::uint64_t default_pool_size(const std::string& engine, const TableConfig& config) {
     const std::uint64_t per_key = 200 + 2 * (config.key_size + config.value_size);
     std::uint64_t bytes = config.capacity_hint * per_key;
+    Options set;
+    for (const auto& [name, value] : config.engine_options) set.set(name, value);
     if (engine == "nehash") {
-      const unsigned b = config.nehash_bucket_bits.value_or(Options{}.nehash_bucket_bits);
+      const auto b = static_cast<unsigned>(std::stoul(set.value("nehash.bucket_bits")));
       const std::uint64_t keys = config.max_keys != 0 ? config.max_keys : config.capacity_hint;
       bytes = keys * (per_key + nehash_bytes_per_key(b));
     }
-    if (engine == "pmeh") bytes += pmeh_split_margin(config);
+    if (engine == "pmeh") bytes += pmeh_split_margin(set);
     return std::max<std::uint64_t>(std::uint64_t{1} << 30, bytes);
   }
 
@@ -232,9 +224,11 @@ class PmhashTable final : public Table {
   // and values, plus the item). On top: a split in flight keeps its parent
   // and its 2^k children, in each of the at most 2^8 zones at once, for the
   // largest segments (64 KiB) and k = 3.
-  static std::uint64_t pmeh_split_margin(const TableConfig& config) {
-    const std::uint64_t segment = std::uint64_t{config.pmeh_segment_kib.value_or(64)} << 10;
-    const std::uint64_t k = config.pmeh_split_bits.value_or(3);
+  static std::uint64_t pmeh_split_margin(const Options& set) {
+    const std::optional<std::string> kib = set.get("pmeh.segment_kib");
+    const std::optional<std::string> bits = set.get("pmeh.split_bits");
+    const std::uint64_t segment = (kib ? std::stoull(*kib) : 64) << 10;
+    const std::uint64_t k = bits ? std::stoull(*bits) : 3;
     return 256 * segment * (1 + (std::uint64_t{1} << k));
   }
 

@@ -44,6 +44,7 @@
 #include <nlohmann/json.hpp>
 
 #include "key_chooser.h"
+#include "pmhash/engines.h"
 #include "pmhash/memnode.h"
 #include "pmhash/store.h"
 #include "records.h"
@@ -287,9 +288,6 @@ void add_remote_options(CLI::App& app, RemoteFlags* flags) {
   app.add_option("--node-size", flags->node_size, "memory-node engines: bytes per node (K, M, G)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
-  app.add_option("--sephash-main-max-slots", flags->sephash_main_max_slots,
-                 "sephash: slots a MainSeg may hold before its segment splits (default: the "
-                 "library's)");
   app.add_option("--secret-file", flags->secret_file,
                  "memory-node engines, tcp: start the nodes with this secret file and connect "
                  "with it");
@@ -374,9 +372,10 @@ int run_remote(const RemoteConfig& config) {
             // lease must be at least twice the timeout (sephash refuses
             // less; race derives its lease from the timeout).
             o.remote_timeout_ms = 10000;
-            o.sephash_lock_lease_ms = 2 * o.remote_timeout_ms;
-            if (cfg.flags.sephash_main_max_slots != 0) {
-              o.sephash_main_max_slots = cfg.flags.sephash_main_max_slots;
+            o.set("sephash.lock_lease_ms", 2 * o.remote_timeout_ms);
+            for (const std::string& e : cfg.engine_options) {
+              const std::size_t eq = e.find('=');
+              o.set(e.substr(0, eq), e.substr(eq + 1));
             }
             std::unique_ptr<Store> st;
             bool ok = true;

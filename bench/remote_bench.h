@@ -38,7 +38,6 @@ struct RemoteFlags {
   std::vector<unsigned> latencies = {0};
   unsigned nodes = 2;
   std::uint64_t node_size = std::uint64_t{1} << 30;
-  unsigned sephash_main_max_slots = 0;  // 0: the library's default
   // tcp: the nodes' secret file (their authentication in the bootstrap is
   // then part of each connection's setup); empty: none.
   std::string secret_file;
@@ -60,6 +59,9 @@ struct RemoteConfig {
   std::string csv_path;
   std::string json_path;
   std::string command;  // the command line, for the JSON
+  // -o NAME=VALUE of the driver: engine options of every store (one value
+  // each; sweeps are for the pool engines' runs).
+  std::vector<std::string> engine_options;
 };
 
 // True when `engine` (optionally NAME:MODE) lives on memory nodes.

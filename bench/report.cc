@@ -4,6 +4,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +14,8 @@
 #include <memory>
 #include <sstream>
 #include <thread>
+
+#include "pmhash/engines.h"
 
 namespace pmhash::bench {
 namespace {
@@ -303,19 +306,21 @@ nlohmann::json ceilings_json(const Ceilings& c) {
 
 nlohmann::json run_json(const RunResult& r) {
   json options = nullptr;
-  if (r.nehash_bucket_bits) {
-    options = {{"nehash_bucket_bits", *r.nehash_bucket_bits},
-               {"nehash_initial_dir_bits", optional_json(r.nehash_initial_dir_bits)}};
-  }
-  if (r.pmeh_options) {
-    const Options& o = *r.pmeh_options;
-    options = {{"pmeh_zone_bits", o.pmeh_zone_bits},
-               {"pmeh_segment_kib", o.pmeh_segment_kib},
-               {"pmeh_workers", o.pmeh_workers},
-               {"pmeh_split_bits", o.pmeh_split_bits},
-               {"pmeh_split_step", o.pmeh_split_step},
-               {"pmeh_opportunistic", o.pmeh_opportunistic},
-               {"pmeh_delegate_reads", o.pmeh_delegate_reads}};
+  for (const auto& [name, value] : r.options) {
+    if (options.is_null()) options = json::object();
+    std::string key = name;
+    std::replace(key.begin(), key.end(), '.', '_');
+    const EngineDescriptor* engine = option_engine(name);
+    const OptionSpec* spec = engine != nullptr ? find_option(*engine, name) : nullptr;
+    if (spec == nullptr) {
+      options[key] = value;
+    } else if (spec->type == OptionType::kBool) {
+      options[key] = value == "true" || value == "on" || value == "1" || value == "yes";
+    } else if (spec->type == OptionType::kDouble) {
+      options[key] = std::stod(value);
+    } else {
+      options[key] = std::stoull(value);
+    }
   }
   return {{"engine", r.engine},
           {"series", r.series.empty() ? r.engine : r.series},
@@ -451,10 +456,9 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
   out << "engine,kind,durability,threads,workload,distribution,load_ops,load_seconds,"
          "load_ops_per_s,run_ops,run_seconds,run_ops_per_s,ceiling_fraction,p50_ns,p90_ns,"
          "p99_ns,p999_ns,max_ns,flushes_per_op,fences_per_op,bytes_per_key,bytes_kind,"
-         "txn_aborts,durable_every_ms,series,nehash_bucket_bits,"
-         "nehash_initial_dir_bits,slots,reopen_items,clean_open_ns,"
-         "crash_open_ns,crash_recovery_ns,reopen_bytes_per_key,pmeh_split_bits,"
-         "pmeh_split_step,pmeh_opportunistic,load_factor_after,sequence_step,properties\n";
+         "txn_aborts,durable_every_ms,series,slots,reopen_items,clean_open_ns,"
+         "crash_open_ns,crash_recovery_ns,reopen_bytes_per_key,load_factor_after,sequence_step,"
+         "properties,options\n";
   for (const RunResult& r : runs) {
     const json j = run_json(r);
     const json& m = r.run ? j["run"] : j["load"];
@@ -478,7 +482,6 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
         << (m["bytes_kind"].is_null() ? "" : m["bytes_kind"].get<std::string>()) << ','
         << (m["transactions"].is_null() ? "" : std::to_string(m["transactions"]["aborts"].get<std::uint64_t>()))
         << ',' << num(m["durable_every_ms"]) << ',' << csv_field(j["series"].get<std::string>())
-        << ',' << csv_optional(r.nehash_bucket_bits) << ',' << csv_optional(r.nehash_initial_dir_bits)
         << ',' << num(m["slots"]) << ',';
     if (r.reopen) {
       const ReopenOutcome& o = *r.reopen;
@@ -489,13 +492,6 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
     } else {
       out << ",,,,";
     }
-    out << ',';
-    if (r.pmeh_options.has_value()) {
-      out << r.pmeh_options->pmeh_split_bits << ',' << r.pmeh_options->pmeh_split_step << ','
-          << (r.pmeh_options->pmeh_opportunistic ? "on" : "off");
-    } else {
-      out << ",,";
-    }
     out << ',' << num(m["load_factor_after"]) << ',' << csv_optional(r.sequence_step);
     // The measured phase's properties, "name=value" joined by ';'.
     std::string properties;
@@ -503,7 +499,12 @@ void write_csv(std::ostream& out, const std::vector<RunResult>& runs) {
       properties += (properties.empty() ? "" : ";") + q.name + "=" + std::to_string(q.value);
     }
     out << ',' << properties;
-    out << '\n';
+    // The engine's options, "name=value" joined by blanks.
+    std::string options;
+    for (const auto& [name, value] : r.options) {
+      options += (options.empty() ? "" : " ") + name + "=" + value;
+    }
+    out << ',' << csv_field(options) << '\n';
   }
 }
 

@@ -14,16 +14,14 @@
 //                     nt16_persists_per_s (null where not measured),
 //                     seq_read_bytes_per_s, seq_write_bytes_per_s,
 //                     huge_page_fraction, page_size } ],
-//     "runs": [ { engine, series (the engine, or "nehash b=N" in a
-//                 --nehash-bucket-bits sweep), kind, durability,
+//     "runs": [ { engine, series (the engine, and in a sweep of engine
+//                 options the swept values: "ENGINE split_bits=2 opportunistic=off"),
+//                 kind, durability,
 //                 durability_mode (strict, epoch or none), threads, workload,
-//                 distribution, options (nehash: {nehash_bucket_bits,
-//                 nehash_initial_dir_bits}; pmeh: {pmeh_zone_bits,
-//                 pmeh_segment_kib, pmeh_workers, pmeh_split_bits,
-//                 pmeh_split_step, pmeh_opportunistic,
-//                 pmeh_delegate_reads}; else null; a sweep's series is
-//                 "pmeh k=2", "pmeh B=4", "pmeh switch=off" or a
-//                 combination),
+//                 distribution, options (a pmhash engine: every option of
+//                 the engine, keyed by its name with the dot as an
+//                 underscore, "ENGINE_OPTION", valued as its type: number
+//                 or boolean; peers: null),
 //                 load: PHASE, run: PHASE or null, reopen: REOPEN or null,
 //                 sequence_step (--sequence: 0 for the load, then 1, 2, ...
 //                 for the run phases on the same store, in order; every
@@ -88,13 +86,11 @@ namespace pmhash::bench {
 struct RunResult {
   std::string engine;
   // What tables and figures call the run's table: the engine, and for a
-  // --nehash-bucket-bits sweep its b ("nehash b=4").
+  // sweep of engine options (-o NAME=V1,V2) the values ("ENGINE split_bits=2").
   std::string series;
-  // nehash: the creation options the store was made with.
-  std::optional<unsigned> nehash_bucket_bits;
-  std::optional<unsigned> nehash_initial_dir_bits;
-  // pmeh: the options the store was created with.
-  std::optional<Options> pmeh_options;
+  // pmhash engines: every engine option, by full name, with the value the
+  // store ran with (set or default); empty for peers.
+  std::vector<std::pair<std::string, std::string>> options;
   std::string kind;
   std::string durability;
   unsigned threads = 0;

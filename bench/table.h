@@ -74,18 +74,9 @@ struct TableConfig {
   // Longest wait of a transaction for one lock before the attempt aborts
   // (tables whose transactions lock: pmhash engines, RocksDB).
   unsigned lock_timeout_ms = 100;
-  // pmhash nehash only: Options::nehash_bucket_bits and
-  // nehash_initial_dir_bits (unset: the library's defaults).
-  std::optional<unsigned> nehash_bucket_bits;
-  std::optional<unsigned> nehash_initial_dir_bits;
-  // pmhash pmeh only: Options::pmeh_* (unset: the library's defaults).
-  std::optional<unsigned> pmeh_workers;
-  std::optional<unsigned> pmeh_split_bits;
-  std::optional<unsigned> pmeh_split_step;
-  std::optional<unsigned> pmeh_segment_kib;
-  std::optional<unsigned> pmeh_zone_bits;
-  std::optional<bool> pmeh_opportunistic;
-  std::optional<bool> pmeh_delegate_reads;
+  // pmhash engines: engine options by full name (Options::set), in the
+  // order given; those not set take the library's defaults.
+  std::vector<std::pair<std::string, std::string>> engine_options;
 };
 
 // One transaction of the txn workload.

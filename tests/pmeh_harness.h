@@ -12,6 +12,7 @@
 
 #include "engine/hash.h"
 #include "engine/index.h"
+#include "engine/option_values.h"
 #include "engine/pmeh/pmeh_index.h"
 #include "heap/heap.h"
 #include "pmhash/store.h"
@@ -27,12 +28,12 @@ class PmehHarness {
     ::unlink(path_.c_str());
     options.engine = "pmeh";
     options.pool_size = 128u << 20;
-    options.pmeh_zone_bits = 4;
-    options.pmeh_segment_kib = 4;
-    options.pmeh_workers = 2;
+    options.set("pmeh.zone_bits", 4);
+    options.set("pmeh.segment_kib", 4);
+    options.set("pmeh.workers", 2);
     // Delegated, whatever the machine: the tests drive the zone modes
     // themselves (write mode auto would switch every zone on few cores).
-    options.pmeh_write_mode = engine::pmeh::kWriteDelegated;
+    options.set("pmeh.write_mode", engine::pmeh::kWriteDelegated);
   }
   ~PmehHarness() {
     shut();
@@ -81,7 +82,8 @@ class PmehHarness {
     std::vector<std::string> out;
     for (std::uint64_t i = 0; out.size() < n; ++i) {
       std::string k = tag + std::to_string(i);
-      if ((engine::make_key(k).h1 >> (64 - options.pmeh_zone_bits)) == zone) out.push_back(k);
+      const std::uint64_t bits = engine::option_unsigned(options, "pmeh.zone_bits");
+      if ((engine::make_key(k).h1 >> (64 - bits)) == zone) out.push_back(k);
     }
     return out;
   }

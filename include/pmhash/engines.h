@@ -9,8 +9,11 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
+
+#include "pmhash/status.h"
 
 namespace pmhash {
 
@@ -96,5 +99,23 @@ const EngineDescriptor* find_engine(std::string_view name);
 const EngineDescriptor* default_engine(Location location);
 // An option of an engine by its full name; nullptr when it has none.
 const OptionSpec* find_option(const EngineDescriptor& engine, std::string_view name);
+
+// The engine an option's name starts with ("pmeh" of "pmeh.zone_bits");
+// nullptr when the part before the first dot names no engine.
+const EngineDescriptor* option_engine(std::string_view name);
+
+// Checks one engine option, name=value, against the descriptors, as a front
+// end does when it parses `-o NAME=VALUE` before it knows the engine:
+// InvalidArgument, in one line, when the name's prefix is no engine (naming
+// the engines), the engine has no such option (naming its options), or the
+// value is not of the option's type or outside its range. The store checks
+// the options of the engine it creates or opens the same way.
+Status check_option(std::string_view name, std::string_view value);
+
+// The values an option takes, as its errors and `pmhash engines` print
+// them: "0..8", "4, 8, 16, 32, 64", "true or false".
+std::string option_range(const OptionSpec& option);
+// "unsigned", "bool" or "double".
+std::string_view option_type_name(OptionType type);
 
 }  // namespace pmhash

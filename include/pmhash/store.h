@@ -39,13 +39,15 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   // Creates a new pool file at `path` holding an empty index of
-  // `options.engine`.
+  // `options.engine` (empty: the default engine, Options::engine).
   // Errors: AlreadyExists when `path` exists and !options.force; Busy when
   // options.force would replace a pool that is open (nothing is changed);
   // IOError when the file cannot be created, sized or mapped, or the engine
   // cannot start its background threads (the message names the path and the
-  // reason; no file is left behind); InvalidArgument for an unknown engine or
-  // a pool size too small for the engine or beyond 2^48 bytes.
+  // reason; no file is left behind); InvalidArgument for an unknown engine,
+  // an engine option the engine does not take or a value outside its range
+  // (Options::set), or a pool size too small for the engine or beyond 2^48
+  // bytes.
   static Status create(const std::string& path, const Options& options,
                        std::unique_ptr<Store>* store);
 
@@ -85,16 +87,18 @@ class Store {
   // another layout version, or its heap or index metadata is damaged (open
   // validates what it follows; check() validates every key and value);
   // InvalidArgument when options.engine names another engine than the
-  // pool's. In every error case the file is left byte-for-byte unchanged,
-  // except when the engine cannot start: it may have run crash recovery by
-  // then, which changes no key or value.
+  // pool's, or for an engine option of the pool's engine that it does not
+  // take or whose value is outside its range. In every error case the
+  // file is left byte-for-byte unchanged, except when the engine cannot
+  // start: it may have run crash recovery by then, which changes no key or
+  // value.
   static Status open(const std::string& path, const Options& options,
                      std::unique_ptr<Store>* store);
 
   // Copies the value of `key` into *value.
   // Errors: NotFound; InvalidArgument for an oversized key; Busy (dali) when
   // an open transaction holds the key's bucket lock longer than
-  // Options::dali_lock_timeout_ms.
+  // the option dali.lock_timeout_ms.
   virtual Status get(std::string_view key, std::string* value) const = 0;
   // The same, reading as `options` say. ReadOptions::snapshot: without
   // locks, the latest state that is already durable, holding every write

@@ -15,6 +15,7 @@
 
 #include "engine/hash.h"
 #include "heap/heap.h"
+#include "pmhash/engines.h"
 #include "pmhash/options.h"
 #include "pmhash/stats.h"
 #include "pmhash/status.h"
@@ -55,7 +56,7 @@ class Index {
   virtual Status begin(const TransactionOptions& options, std::unique_ptr<Txn>* txn) {
     (void)options;
     (void)txn;
-    return Status::NotSupported("this engine has no transactions (dali has)");
+    return Status::NotSupported("this engine has no transactions");
   }
   virtual Status for_each(const ForEachFn& fn) = 0;
   // for_each on a pool that may be damaged (Store::salvage). Pool engines
@@ -90,7 +91,8 @@ struct Env {
 };
 
 struct EngineInfo {
-  std::string_view name;
+  // What the engine is: name, location, capabilities, options.
+  const EngineDescriptor* descriptor = nullptr;
   // Encodes the engine's creation options into the pool header's parameter
   // bytes; InvalidArgument for options the engine refuses.
   Status (*encode_params)(const Options& options, std::uint8_t* params);
@@ -99,11 +101,6 @@ struct EngineInfo {
   // Attaches to an existing index and recovers it (O(threads + levels)),
   // including heap recovery (Heap::recover) with the engine's keep().
   Status (*open)(const Env& env, std::unique_ptr<Index>* out);
-  // An engine still being built (its issue open): it can be created and
-  // opened by name, but engine_list() (Store::engines(),
-  // Store::remote_engines()) does not offer it, so the suites that run on
-  // every engine leave it out until it is done.
-  bool in_progress = false;
   // Engines whose index lives on memory nodes (Options::memnodes) rather
   // than in a pool file: the store calls these instead of create and open
   // (which are then null), with no pool and no heap.
@@ -124,8 +121,8 @@ std::string remote_engine_names();
 // The remote engine whose index root starts with `magic` (8 bytes); nullptr
 // when none does.
 const EngineInfo* find_remote_engine(const char* magic);
-// The names of the finished engines, one per element: those of pool files
-// (remote = false) or those of memory nodes (remote = true).
-std::vector<std::string> engine_list(bool remote = false);
+// The names of the finished engines of a location, one per element
+// (Store::engines(), Store::remote_engines()).
+std::vector<std::string> engine_list(Location location);
 
 }  // namespace pmhash::engine

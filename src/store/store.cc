@@ -15,6 +15,7 @@
 #include "engine/remote_common/remote_index.h"
 #include "heap/heap.h"
 #include "media/region.h"
+#include "pmhash/engines.h"
 #include "pool/pool.h"
 
 namespace pmhash {
@@ -38,13 +39,41 @@ Status check_value(std::string_view value) {
   return Status::OK();
 }
 
-Status check_options(const engine::EngineInfo& info, const Options& options) {
-  if (options.durability == Durability::kEpoch &&
-      (info.name == "clevel" || info.name == "nehash" || info.name == "pmeh")) {
-    return Status::InvalidArgument("engine " + std::string(info.name) +
+// The finished engines that have a capability, comma-separated.
+std::string engines_with(bool Capabilities::*capability) {
+  std::string out;
+  for (const EngineDescriptor* e : finished_engines()) {
+    if (e->capabilities.*capability) out += (out.empty() ? "" : ", ") + std::string(e->name);
+  }
+  return out;
+}
+
+// The options a store starts an engine with, at create and open alike:
+// the durability must be one the engine offers, and each engine option
+// (Options::set) of this engine must be one it declares, with a value of its
+// type and range (check_option). An option named for another engine is left
+// alone: one Options may carry the settings of several engines. A name that
+// starts with no engine's name is an error, as it is a typo.
+Status check_options(const EngineDescriptor& engine, const Options& options) {
+  if (options.durability == Durability::kEpoch && !engine.capabilities.epoch) {
+    return Status::InvalidArgument("engine " + std::string(engine.name) +
                                    " persists every write before it returns: use durability strict");
   }
+  for (const auto& [name, value] : options.engine_options) {
+    const EngineDescriptor* owner = option_engine(name);
+    if (owner != nullptr && owner != &engine) continue;
+    if (Status s = check_option(name, value); !s.ok()) return s;
+  }
   return Status::OK();
+}
+
+// The engine a create makes: the one named, or the default of where the
+// index goes (pmhash/options.h, Options::engine).
+std::string engine_to_create(const Options& options) {
+  if (!options.engine.empty()) return options.engine;
+  const EngineDescriptor* e = default_engine(options.memnodes.empty() ? Location::kPoolFile
+                                                                      : Location::kMemoryNodes);
+  return e != nullptr ? std::string(e->name) : std::string();
 }
 
 // The public Transaction over an engine's: checks sizes, hashes keys, and
@@ -131,8 +160,8 @@ class StoreBase : public Store {
     std::unique_ptr<engine::Txn> t;
     Status s = index_->begin(options, &t);
     if (s.is_not_supported()) {
-      return Status::NotSupported("engine " + engine_ +
-                                  " has no transactions (create the pool with engine dali)");
+      return Status::NotSupported("engine " + engine_ + " has no transactions (engines with: " +
+                                  engines_with(&Capabilities::transactions) + ")");
     }
     if (!s.ok()) return s;
     *txn = std::make_unique<TransactionImpl>(std::move(t), &closed_);
@@ -403,13 +432,14 @@ namespace {
 // The engine and pool parameters of a new store, or why it cannot be made.
 Status creation_params(const Options& options, const engine::EngineInfo** info,
                        pool::CreateParams* params) {
-  *info = engine::find_engine(options.engine);
+  const std::string name = engine_to_create(options);
+  *info = engine::find_engine(name);
   if (*info == nullptr) {
-    return Status::InvalidArgument("unknown engine '" + options.engine +
+    return Status::InvalidArgument("unknown engine '" + name +
                                    "' (engines: " + engine::engine_names() + ")");
   }
-  if (Status s = check_options(**info, options); !s.ok()) return s;
-  params->engine = options.engine;
+  if (Status s = check_options(*(*info)->descriptor, options); !s.ok()) return s;
+  params->engine = name;
   params->size = options.pool_size;
   params->force = options.force;
   // The store owns the heap: it formats it here, inside Pool::create
@@ -426,12 +456,14 @@ namespace {
 // has no pool file, and `path` must be empty.
 Status start_remote(const std::string& path, const Options& options, bool create,
                     std::unique_ptr<Store>* store) {
-  std::string name = options.engine.empty() ? std::string("sephash") : options.engine;
+  std::string name = engine_to_create(options);
   if (!create && options.engine.empty()) {
     // Open takes whatever engine the nodes hold, as with a pool file.
     char magic[8] = {};
     if (Status s = engine::remote_index::read_root_magic(options, name, &magic); !s.ok()) return s;
-    if (const engine::EngineInfo* held = engine::find_remote_engine(magic)) name = held->name;
+    if (const engine::EngineInfo* held = engine::find_remote_engine(magic)) {
+      name = held->descriptor->name;
+    }
   }
   const engine::EngineInfo* info = engine::find_engine(name);
   if (info == nullptr || info->create_remote == nullptr) {
@@ -445,10 +477,7 @@ Status start_remote(const std::string& path, const Options& options, bool create
                                    " keeps its index on memory nodes (" + options.memnodes +
                                    "): give no pool path");
   }
-  if (options.durability != Durability::kStrict) {
-    return Status::InvalidArgument("engine " + name +
-                                   " persists every write before it returns: use durability strict");
-  }
+  if (Status s = check_options(*info->descriptor, options); !s.ok()) return s;
   const Clock::time_point started = Clock::now();
   std::unique_ptr<engine::Index> index;
   Status s;
@@ -471,7 +500,7 @@ Status Store::create(const std::string& path, const Options& options,
   pool::CreateParams params;
   if (Status s = creation_params(options, &info, &params); !s.ok()) return s;
   if (info->create == nullptr) {
-    return Status::InvalidArgument("engine " + options.engine +
+    return Status::InvalidArgument("engine " + params.engine +
                                    " keeps its index on memory nodes: give them in "
                                    "Options::memnodes (--memnodes shm:PATH,tcp:HOST:PORT)");
   }
@@ -489,7 +518,7 @@ Status Store::create_volatile(const Options& options, std::unique_ptr<Store>* st
   pool::CreateParams params;
   if (Status s = creation_params(options, &info, &params); !s.ok()) return s;
   if (info->create == nullptr) {
-    return Status::InvalidArgument("engine " + options.engine +
+    return Status::InvalidArgument("engine " + params.engine +
                                    " keeps its index on memory nodes; it has no volatile form");
   }
   std::unique_ptr<pool::Pool> pool;
@@ -497,9 +526,11 @@ Status Store::create_volatile(const Options& options, std::unique_ptr<Store>* st
   return attach(pool, options, info->create, Clock::now(), /*opening=*/false, store);
 }
 
-std::vector<std::string> Store::engines() { return engine::engine_list(); }
+std::vector<std::string> Store::engines() { return engine::engine_list(Location::kPoolFile); }
 
-std::vector<std::string> Store::remote_engines() { return engine::engine_list(/*remote=*/true); }
+std::vector<std::string> Store::remote_engines() {
+  return engine::engine_list(Location::kMemoryNodes);
+}
 
 media::Region& store_testing::region(Store& store) {
   return static_cast<PoolStore&>(store).region();
@@ -519,7 +550,7 @@ Status Store::open(const std::string& path, const Options& options,
     return Status::Corruption("pool " + path + ": holds unknown engine '" + pool->engine() +
                               "' (engines: " + engine::engine_names() + ")");
   }
-  if (Status s = check_options(*info, options); !s.ok()) return s;
+  if (Status s = check_options(*info->descriptor, options); !s.ok()) return s;
   return attach(pool, options, info->open, Clock::now(), /*opening=*/true, store);
 }
 

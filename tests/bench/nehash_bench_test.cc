@@ -1,9 +1,9 @@
 // tests/bench/nehash_bench_test.cc - what pmhash-bench gained for the NEHASH
 // paper's evaluation: 8-byte binary keys (distinct, uniformly spread, and
 // stored and read back by every engine and peer), the workloads nehash-a/b/g,
-// the --nehash-bucket-bits sweep (each series' store really has its b), the
-// --reopen phase (open times, keys, groups) and the usage errors of the new
-// flags.
+// a sweep of -o nehash.bucket_bits (each series' store really has its b),
+// the --reopen phase (open times, keys, groups) and the usage errors of the
+// new flags.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include "bench/pmhash_table.h"
 #include "bench/table.h"
 #include "bench/ycsb.h"
+#include "pmhash/engines.h"
 #include "pmhash/store.h"
 #include "scratch_file.h"
 #include "subprocess.h"
@@ -160,7 +161,7 @@ TEST(NehashPool, TheDefaultPoolHoldsAMillionKeysWithEightBucketBits) {
   config.value_size = 8;
   config.capacity_hint = 1'000'000;
   config.max_keys = 1'000'000;
-  config.nehash_bucket_bits = 8;
+  config.engine_options = {{"nehash.bucket_bits", "8"}};
   PmhashTable table("nehash", config);
   const KeySpace space(8, 8, 5);
   for (std::uint64_t r = 0; r < 1'000'000; ++r) {
@@ -272,8 +273,8 @@ TEST_F(NehashBench, TheBucketBitsSweepCreatesEachStoreWithItsBits) {
   const std::string json_path = dir_ + "/out.json";
   const std::string csv_path = dir_ + "/out.csv";
   constexpr std::uint64_t kRecords = 20'000;
-  const SpawnResult r = bench({"--engine", "nehash,clevel", "--nehash-bucket-bits", "1,4,8",
-                               "--nehash-initial-dir-bits", "2", "--workload", "read", "--records",
+  const SpawnResult r = bench({"--engine", "nehash,clevel", "-o", "nehash.bucket_bits=1,4,8",
+                               "-o", "nehash.initial_dir_bits=2", "--workload", "read", "--records",
                                std::to_string(kRecords), "--ops", "5000", "--key-size", "8",
                                "--value-size", "8", "--json", json_path, "--csv", csv_path});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -284,12 +285,18 @@ TEST_F(NehashBench, TheBucketBitsSweepCreatesEachStoreWithItsBits) {
     const std::string series = run["series"];
     if (run["engine"] == "clevel") {
       EXPECT_EQ(series, "clevel");
-      EXPECT_TRUE(run["options"].is_null());
+      // Its own options, with their defaults; none of nehash's.
+      EXPECT_FALSE(run["options"].contains("nehash_bucket_bits")) << run["options"];
+      for (const OptionSpec& o : find_engine("clevel")->options) {
+        std::string key(o.name);
+        std::replace(key.begin(), key.end(), '.', '_');
+        EXPECT_TRUE(run["options"].contains(key)) << key << " " << run["options"];
+      }
       EXPECT_FALSE(run["load"]["properties"].contains("nehash.groups"));
       continue;
     }
     const unsigned b = run["options"]["nehash_bucket_bits"];
-    EXPECT_EQ(series, "nehash b=" + std::to_string(b));
+    EXPECT_EQ(series, "nehash bucket_bits=" + std::to_string(b));
     EXPECT_EQ(run["options"]["nehash_initial_dir_bits"], 2);
     // The store's capacity per group says its b: 2^b buckets and a conflict
     // bucket, 16 slots each.
@@ -303,11 +310,11 @@ TEST_F(NehashBench, TheBucketBitsSweepCreatesEachStoreWithItsBits) {
   ASSERT_EQ(groups_by_bits.size(), 3u);
   EXPECT_GT(groups_by_bits[1], groups_by_bits[4]);
   EXPECT_GT(groups_by_bits[4], groups_by_bits[8]);
-  EXPECT_NE(r.out.find("nehash b=8"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nehash bucket_bits=8"), std::string::npos) << r.out;
   std::ifstream csv(csv_path);
   std::string header;
   std::getline(csv, header);
-  EXPECT_NE(header.find("series,nehash_bucket_bits"), std::string::npos) << header;
+  EXPECT_NE(header.find(",options"), std::string::npos) << header;
 }
 
 // The CSV's field `name` of every data line.
@@ -411,12 +418,12 @@ TEST_F(NehashBench, ListEnginesPrintsTheFinishedEngines) {
 
 TEST_F(NehashBench, BadNehashAndReopenFlagsAreOneLineUsageErrors) {
   const std::vector<std::vector<std::string>> cases = {
-      {"--engine", "nehash", "--nehash-bucket-bits", "0"},
-      {"--engine", "nehash", "--nehash-bucket-bits", "11"},
-      {"--engine", "nehash", "--nehash-bucket-bits", "4,x"},
-      {"--engine", "nehash", "--nehash-initial-dir-bits", "17"},
-      {"--engine", "clevel", "--nehash-bucket-bits", "4"},
-      {"--engine", "clevel,lmdb", "--nehash-initial-dir-bits", "3"},
+      {"--engine", "nehash", "-o", "nehash.bucket_bits=0"},
+      {"--engine", "nehash", "-o", "nehash.bucket_bits=11"},
+      {"--engine", "nehash", "-o", "nehash.bucket_bits=4,x"},
+      {"--engine", "nehash", "-o", "nehash.initial_dir_bits=17"},
+      {"--engine", "clevel", "-o", "nehash.bucket_bits=4"},
+      {"--engine", "clevel,lmdb", "-o", "nehash.initial_dir_bits=3"},
       {"--engine", "nehash", "--reopen", "--granularity", "none"},
       {"--engine", "nehash", "--key-size", "7"},
   };
@@ -430,7 +437,7 @@ TEST_F(NehashBench, BadNehashAndReopenFlagsAreOneLineUsageErrors) {
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << what << ": not one line: " << r.err;
     EXPECT_EQ(r.err.rfind("pmhash-bench: ", 0), 0u) << r.err;
   }
-  const SpawnResult without = bench({"--engine", "clevel", "--nehash-bucket-bits", "4"});
+  const SpawnResult without = bench({"--engine", "clevel", "-o", "nehash.bucket_bits=4"});
   EXPECT_NE(without.err.find("no nehash engine"), std::string::npos) << without.err;
   EXPECT_TRUE(std::filesystem::is_empty(dir_));
 }

@@ -1,8 +1,8 @@
 // tests/bench/pmeh_bench_test.cc - what pmhash-bench gained for pmeh
 // (docs/design/pmeh.md §13.4): the engine listed and by name, the
-// --pmeh-split-bits / --pmeh-split-step / --pmeh-opportunistic sweeps (one
-// series per value, each store really made with it), the set-once
-// flags, the data-movement fields of the JSON, the CSV and the table, the
+// sweeps of -o pmeh.split_bits / pmeh.split_step / pmeh.opportunistic (one
+// series per value, each store really made with it), the single-valued
+// options, the data-movement fields of the JSON, the CSV and the table, the
 // reopen's segments, and the usage errors of the new flags. Stores are
 // tiny (two zones of 4 KiB segments, a few hundred keys) so that they split
 // at once: a pmeh write goes through an owner thread, which on a loaded
@@ -71,14 +71,12 @@ class PmehBench : public ::testing::Test {
     args.insert(args.end(), {"--pool", dir_, "--no-ceilings", "--key-size", "8", "--value-size", "8"});
     // An --engine list that starts with pmeh.
     if (std::any_of(args.begin(), args.end(), [](const std::string& a) { return a.starts_with("pmeh"); })) {
-      if (std::find(args.begin(), args.end(), "--pmeh-zone-bits") == args.end()) {
-        args.insert(args.end(), {"--pmeh-zone-bits", "1"});
-      }
-      if (std::find(args.begin(), args.end(), "--pmeh-segment-kib") == args.end()) {
-        args.insert(args.end(), {"--pmeh-segment-kib", "4"});
-      }
-      if (std::find(args.begin(), args.end(), "--pmeh-workers") == args.end()) {
-        args.insert(args.end(), {"--pmeh-workers", "1"});
+      for (const char* option : {"pmeh.zone_bits=1", "pmeh.segment_kib=4", "pmeh.workers=1"}) {
+        const std::string name = std::string(option).substr(0, std::string(option).find('=') + 1);
+        if (std::none_of(args.begin(), args.end(),
+                         [&](const std::string& a) { return a.starts_with(name); })) {
+          args.insert(args.end(), {"-o", option});
+        }
       }
     }
     return run_program(PMHASH_BENCH_PATH, args);
@@ -104,16 +102,17 @@ TEST_F(PmehBench, SplitBitsAndSwitchSweepsMakeOneSeriesEachAndReportDataMovement
   const std::string json_path = dir_ + "/out.json";
   const std::string csv_path = dir_ + "/out.csv";
   constexpr std::uint64_t kRecords = 700;
-  const SpawnResult r = bench({"--engine", "pmeh,clevel", "--pmeh-split-bits", "1,3",
-                               "--pmeh-opportunistic", "on,off", "--pmeh-segment-kib", "4",
-                               "--pmeh-workers", "2", "--workload", "load", "--threads", "2",
+  const SpawnResult r = bench({"--engine", "pmeh,clevel", "-o", "pmeh.split_bits=1,3",
+                               "-o", "pmeh.opportunistic=on,off", "-o", "pmeh.segment_kib=4",
+                               "-o", "pmeh.workers=2", "--workload", "load", "--threads", "2",
                                "--records", std::to_string(kRecords), "--json", json_path,
                                "--csv", csv_path});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
   const json doc = read_json(json_path);
-  EXPECT_EQ(doc["config"]["pmeh_split_bits"], json({1, 3}));
-  EXPECT_EQ(doc["config"]["pmeh_opportunistic"], json({"on", "off"}));
-  EXPECT_EQ(doc["config"]["pmeh_segment_kib"], 4);
+  const json& given = doc["config"]["engine_options"];
+  EXPECT_NE(std::find(given.begin(), given.end(), "pmeh.split_bits=1,3"), given.end()) << given;
+  EXPECT_NE(std::find(given.begin(), given.end(), "pmeh.opportunistic=on,off"), given.end()) << given;
+  EXPECT_NE(std::find(given.begin(), given.end(), "pmeh.segment_kib=4"), given.end()) << given;
   ASSERT_EQ(doc["runs"].size(), 5u);
   std::set<std::string> series;
   for (const json& run : doc["runs"]) {
@@ -130,7 +129,8 @@ TEST_F(PmehBench, SplitBitsAndSwitchSweepsMakeOneSeriesEachAndReportDataMovement
     const json& o = run["options"];
     const unsigned k = o["pmeh_split_bits"];
     const bool on = o["pmeh_opportunistic"];
-    EXPECT_EQ(name, "pmeh k=" + std::to_string(k) + (on ? " switch=on" : " switch=off"));
+    EXPECT_EQ(name, "pmeh split_bits=" + std::to_string(k) +
+                        (on ? " opportunistic=on" : " opportunistic=off"));
     EXPECT_EQ(o["pmeh_segment_kib"], 4) << name;
     EXPECT_EQ(o["pmeh_workers"], 2) << name;
     EXPECT_EQ(o["pmeh_delegate_reads"], false) << name;
@@ -157,23 +157,32 @@ TEST_F(PmehBench, SplitBitsAndSwitchSweepsMakeOneSeriesEachAndReportDataMovement
               kRecords) << name;
     EXPECT_TRUE(p.contains("pmeh.eager_split_completions")) << name;
   }
-  EXPECT_EQ(series, (std::set<std::string>{"clevel", "pmeh k=1 switch=on", "pmeh k=1 switch=off",
-                                           "pmeh k=3 switch=on", "pmeh k=3 switch=off"}));
+  EXPECT_EQ(series, (std::set<std::string>{"clevel", "pmeh split_bits=1 opportunistic=on",
+                                           "pmeh split_bits=1 opportunistic=off",
+                                           "pmeh split_bits=3 opportunistic=on",
+                                           "pmeh split_bits=3 opportunistic=off"}));
   EXPECT_NE(r.out.find("pmeh.bytes_moved "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("pmeh k=3 switch=off"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pmeh split_bits=3 opportunistic=off"), std::string::npos) << r.out;
   const auto rows = read_csv(csv_path);
   ASSERT_EQ(rows.size(), 5u);
   for (const auto& row : rows) {
     if (row.at("engine") == "clevel") {
       EXPECT_EQ(row.at("properties").find("pmeh."), std::string::npos) << row.at("properties");
-      EXPECT_EQ(row.at("pmeh_split_bits"), "");
+      EXPECT_EQ(row.at("options").find("pmeh."), std::string::npos) << row.at("options");
       continue;
     }
     EXPECT_NE(row.at("properties").find("pmeh.bytes_moved="), std::string::npos)
         << row.at("series");
     EXPECT_NE(row.at("properties").find("pmeh.segments="), std::string::npos) << row.at("series");
-    EXPECT_EQ(row.at("series"), "pmeh k=" + row.at("pmeh_split_bits") + " switch=" +
-                                    row.at("pmeh_opportunistic"));
+    const std::string& options = row.at("options");
+    const std::size_t k = options.find("pmeh.split_bits=");
+    const std::size_t on = options.find("pmeh.opportunistic=");
+    ASSERT_NE(k, std::string::npos) << options;
+    ASSERT_NE(on, std::string::npos) << options;
+    // The values as given: "-o pmeh.opportunistic=on,off".
+    const std::string value = options.substr(on + 19, options.find(' ', on) - (on + 19));
+    EXPECT_EQ(row.at("series"),
+              "pmeh split_bits=" + options.substr(k + 16, 1) + " opportunistic=" + value);
   }
 }
 
@@ -182,7 +191,7 @@ TEST_F(PmehBench, SplitBitsAndSwitchSweepsMakeOneSeriesEachAndReportDataMovement
 TEST_F(PmehBench, NehashLoadReportsTheSlotsItsSplitsMove) {
   const std::string json_path = dir_ + "/out.json";
   constexpr std::uint64_t kRecords = 2000;
-  const SpawnResult r = bench({"--engine", "nehash", "--nehash-bucket-bits", "1",
+  const SpawnResult r = bench({"--engine", "nehash", "-o", "nehash.bucket_bits=1",
                                "--workload", "load", "--threads", "1", "--records",
                                std::to_string(kRecords), "--json", json_path});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -202,7 +211,7 @@ TEST_F(PmehBench, NehashLoadReportsTheSlotsItsSplitsMove) {
 // The split-step sweep (§13.4, gradual split latency): each B its store.
 TEST_F(PmehBench, SplitStepSweepCreatesEachStoreWithItsStep) {
   const std::string json_path = dir_ + "/out.json";
-  const SpawnResult r = bench({"--engine", "pmeh", "--pmeh-split-step", "0,1,16",
+  const SpawnResult r = bench({"--engine", "pmeh", "-o", "pmeh.split_step=0,1,16",
                                "--workload", "insert", "--records", "300", "--ops", "600",
                                "--json", json_path});
   ASSERT_EQ(r.exit_code, 0) << describe(r);
@@ -212,25 +221,24 @@ TEST_F(PmehBench, SplitStepSweepCreatesEachStoreWithItsStep) {
   for (const json& run : doc["runs"]) {
     const unsigned b = run["options"]["pmeh_split_step"];
     steps.insert(b);
-    EXPECT_EQ(run["series"], "pmeh B=" + std::to_string(b));
-    EXPECT_EQ(run["options"]["pmeh_split_bits"], Options{}.pmeh_split_bits);
+    EXPECT_EQ(run["series"], "pmeh split_step=" + std::to_string(b));
+    EXPECT_EQ(run["options"]["pmeh_split_bits"], std::stoul(Options{}.value("pmeh.split_bits")));
     // The run phase inserted 600 new keys into a store that splits.
     const json& phase = run["run"];
     EXPECT_EQ(phase["latency_ns"]["insert"]["count"], 600) << b;
-    EXPECT_GT(phase["bytes_moved"].get<std::uint64_t>(), 0u) << b;
-    EXPECT_GT(phase["bytes_moved_per_insert"].get<double>(), 0.0) << b;
+    EXPECT_GT(phase["properties"]["pmeh.bytes_moved"].get<std::uint64_t>(), 0u) << b;
   }
   EXPECT_EQ(steps, (std::set<unsigned>{0, 1, 16}));
 }
 
-// Reads go to the owners with --pmeh-delegate-reads, and are optimistic
+// Reads go to the owners with -o pmeh.delegate_reads=true, and are optimistic
 // (never delegated) without it.
 TEST_F(PmehBench, DelegateReadsSendsEveryReadToAnOwner) {
   for (const bool delegate : {false, true}) {
     const std::string json_path = dir_ + "/out.json";
     std::vector<std::string> args = {"--engine", "pmeh", "--workload", "read", "--records",
                                      "300", "--ops", "1000", "--json", json_path};
-    if (delegate) args.push_back("--pmeh-delegate-reads");
+    if (delegate) args.insert(args.end(), {"-o", "pmeh.delegate_reads=true"});
     const SpawnResult r = bench(args);
     ASSERT_EQ(r.exit_code, 0) << describe(r);
     const json doc = read_json(json_path);
@@ -238,7 +246,7 @@ TEST_F(PmehBench, DelegateReadsSendsEveryReadToAnOwner) {
     const json& run = doc["runs"][0];
     EXPECT_EQ(run["options"]["pmeh_delegate_reads"], delegate);
     EXPECT_EQ(run["series"], "pmeh");
-    const auto delegated = run["run"]["delegated_ops"].get<std::uint64_t>();
+    const auto delegated = run["run"]["properties"]["pmeh.delegated_ops"].get<std::uint64_t>();
     if (delegate) {
       EXPECT_GE(delegated, 1000u);
     } else {
@@ -276,29 +284,37 @@ TEST_F(PmehBench, ReopenReportsTheSegmentsOfBothOpens) {
       << r.out;
 }
 
-TEST_F(PmehBench, PmehFlagsWithoutPmehOrWithBadValuesAreUsageErrors) {
+TEST_F(PmehBench, PmehOptionsWithoutPmehOrWithBadValuesAreUsageErrors) {
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"--engine", "clevel", "--pmeh-split-bits", "2"},
-        std::vector<std::string>{"--engine", "clevel", "--pmeh-split-step", "4"},
-        std::vector<std::string>{"--engine", "nehash", "--pmeh-opportunistic", "off"},
-        std::vector<std::string>{"--engine", "clevel", "--pmeh-delegate-reads"},
-        std::vector<std::string>{"--engine", "clevel", "--pmeh-workers", "2"},
-        std::vector<std::string>{"--engine", "clevel", "--pmeh-segment-kib", "8"},
-        std::vector<std::string>{"--engine", "clevel", "--pmeh-zone-bits", "2"},
-        std::vector<std::string>{"--engine", "pmeh", "--pmeh-zone-bits", "9"},
-        std::vector<std::string>{"--engine", "pmeh", "--pmeh-split-bits", "4"},
-        std::vector<std::string>{"--engine", "pmeh", "--pmeh-split-bits", "0,2"},
-        std::vector<std::string>{"--engine", "pmeh", "--pmeh-split-step", "256"},
-        std::vector<std::string>{"--engine", "pmeh", "--pmeh-opportunistic", "maybe"},
-        std::vector<std::string>{"--engine", "pmeh", "--pmeh-segment-kib", "12"},
-        std::vector<std::string>{"--engine", "pmeh", "--pmeh-workers", "0"}}) {
+       {std::vector<std::string>{"--engine", "clevel", "-o", "pmeh.split_bits=2"},
+        std::vector<std::string>{"--engine", "clevel", "-o", "pmeh.split_step=4"},
+        std::vector<std::string>{"--engine", "nehash", "-o", "pmeh.opportunistic=off"},
+        std::vector<std::string>{"--engine", "clevel", "-o", "pmeh.delegate_reads=true"},
+        std::vector<std::string>{"--engine", "clevel", "-o", "pmeh.workers=2"},
+        std::vector<std::string>{"--engine", "clevel", "-o", "pmeh.segment_kib=8"},
+        std::vector<std::string>{"--engine", "clevel", "-o", "pmeh.zone_bits=2"},
+        std::vector<std::string>{"--engine", "pmeh", "-o", "pmeh.zone_bits=9"},
+        std::vector<std::string>{"--engine", "pmeh", "-o", "pmeh.split_bits=4"},
+        std::vector<std::string>{"--engine", "pmeh", "-o", "pmeh.split_bits=0,2"},
+        std::vector<std::string>{"--engine", "pmeh", "-o", "pmeh.split_step=256"},
+        std::vector<std::string>{"--engine", "pmeh", "-o", "pmeh.opportunistic=maybe"},
+        std::vector<std::string>{"--engine", "pmeh", "-o", "pmeh.segment_kib=12"},
+        std::vector<std::string>{"--engine", "pmeh", "-o", "pmeh.workers=65"},
+        std::vector<std::string>{"--engine", "pmeh", "-o", "pmeh.zone_bit=2"},
+        std::vector<std::string>{"--engine", "pmeh", "-o", "pmeh.zone_bits"}}) {
     std::vector<std::string> full = args;
     full.insert(full.end(), {"--workload", "load", "--records", "100"});
     const SpawnResult r = bench(full);
     EXPECT_EQ(r.exit_code, 2) << describe(r);
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << describe(r);
-    EXPECT_NE(r.err.find("--pmeh-"), std::string::npos) << describe(r);
+    EXPECT_NE(r.err.find("pmeh."), std::string::npos) << describe(r);
   }
+  // An unknown option names the engine's options; a name of no engine, the engines.
+  const SpawnResult typo = bench({"--engine", "pmeh", "-o", "pmeh.zone_bit=2", "--workload", "load"});
+  EXPECT_NE(typo.err.find("its options: pmeh.zone_bits, "), std::string::npos) << describe(typo);
+  const SpawnResult none = bench({"--engine", "clevel", "-o", "nosuch.x=2", "--workload", "load"});
+  EXPECT_EQ(none.exit_code, 2) << describe(none);
+  EXPECT_NE(none.err.find("names no engine"), std::string::npos) << describe(none);
 }
 
 // pmeh is a finished engine: listed, accepted by name and part of "pmhash".
@@ -312,10 +328,7 @@ TEST_F(PmehBench, PmehIsListedAndAcceptedByName) {
   ASSERT_EQ(help.exit_code, 0) << describe(help);
   EXPECT_NE(help.out.find("pmeh"), std::string::npos) << help.out;
   EXPECT_EQ(help.out.find("(in progress)"), std::string::npos) << help.out;
-  for (const char* flag : {"--pmeh-workers", "--pmeh-split-bits", "--pmeh-split-step",
-                           "--pmeh-opportunistic", "--pmeh-delegate-reads", "--pmeh-segment-kib"}) {
-    EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
-  }
+  EXPECT_NE(help.out.find("NAME=VALUE"), std::string::npos) << help.out;
 }
 
 // The pool the table sizes for pmeh leaves room for a split in flight in
@@ -329,8 +342,7 @@ TEST(PmehPool, TheDefaultPoolHasRoomForSplitsInFlight) {
   const std::uint64_t clevel = PmhashTable::default_pool_size("clevel", config);
   const std::uint64_t pmeh = PmhashTable::default_pool_size("pmeh", config);
   EXPECT_GE(pmeh, clevel + 256 * (std::uint64_t{64} << 10) * 9);
-  config.pmeh_segment_kib = 4;
-  config.pmeh_split_bits = 1;
+  config.engine_options = {{"pmeh.segment_kib", "4"}, {"pmeh.split_bits", "1"}};
   EXPECT_EQ(PmhashTable::default_pool_size("pmeh", config), clevel + 256 * (std::uint64_t{4} << 10) * 3);
 }
 

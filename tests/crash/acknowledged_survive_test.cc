@@ -103,11 +103,11 @@ TEST_P(AcknowledgedSurvive, EveryAcknowledgedOperationSurvivesACrashRightAfterIt
   Options options;
   options.engine = GetParam();
   options.pool_size = 16 << 20;
-  options.clevel_initial_level_log2 = 4;  // tiny: the workload expands several times
-  options.nehash_bucket_bits = 1;         // tiny groups: the workload splits them often
-  options.nehash_initial_dir_bits = 0;
-  options.pmeh_segment_kib = 4;           // small segments in two zones: the workload splits them
-  options.pmeh_zone_bits = 1;
+  options.set("clevel.initial_level_log2", 4);  // tiny: the workload expands several times
+  options.set("nehash.bucket_bits", 1);         // tiny groups: the workload splits them often
+  options.set("nehash.initial_dir_bits", 0);
+  options.set("pmeh.segment_kib", 4);           // small segments in two zones: the workload splits them
+  options.set("pmeh.zone_bits", 1);
   std::unique_ptr<Store> store;
   const Status created = Store::create(base_ + ".pool", options, &store);
   ASSERT_TRUE(created.ok()) << created.to_string();

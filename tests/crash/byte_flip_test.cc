@@ -62,13 +62,13 @@ Options pool_options(const std::string& engine) {
   Options o;
   o.engine = engine;
   o.pool_size = 8u << 20;
-  o.clevel_initial_level_log2 = 3;  // small tables: resizes and splits happen
-  o.clevel_min_level_log2 = 2;
-  o.dali_initial_log2 = 3;
-  o.nehash_bucket_bits = 1;
-  o.nehash_initial_dir_bits = 0;
-  o.pmeh_segment_kib = 4;
-  o.pmeh_zone_bits = 1;
+  o.set("clevel.initial_level_log2", 3);  // small tables: resizes and splits happen
+  o.set("clevel.min_level_log2", 2);
+  o.set("dali.initial_log2", 3);
+  o.set("nehash.bucket_bits", 1);
+  o.set("nehash.initial_dir_bits", 0);
+  o.set("pmeh.segment_kib", 4);
+  o.set("pmeh.zone_bits", 1);
   return o;
 }
 

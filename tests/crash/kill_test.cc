@@ -58,14 +58,14 @@ TEST_P(KillTest, AcknowledgedWritesSurviveSigkillAtRandomInstants) {
     Options o;
     o.engine = engine;
     o.pool_size = 32u << 20;
-    o.clevel_initial_level_log2 = 3;  // small: the children resize all the time
-    o.clevel_min_level_log2 = 2;
-    o.clevel_shrink_threshold = 0.1;
-    o.dali_initial_log2 = 3;
-    o.nehash_bucket_bits = 1;  // groups of two buckets: the children split them all the time
-    o.nehash_initial_dir_bits = 0;
-    o.pmeh_segment_kib = 4;  // 4 KiB segments in two zones: the children split them all the time
-    o.pmeh_zone_bits = 1;
+    o.set("clevel.initial_level_log2", 3);  // small: the children resize all the time
+    o.set("clevel.min_level_log2", 2);
+    o.set("clevel.shrink_threshold", 0.1);
+    o.set("dali.initial_log2", 3);
+    o.set("nehash.bucket_bits", 1);  // groups of two buckets: the children split them all the time
+    o.set("nehash.initial_dir_bits", 0);
+    o.set("pmeh.segment_kib", 4);  // 4 KiB segments in two zones: the children split them all the time
+    o.set("pmeh.zone_bits", 1);
     std::unique_ptr<Store> store;
     Status created = Store::create(path, o, &store);
     ASSERT_TRUE(created.ok()) << created.to_string();

@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   options.engine = "";
   options.durability = std::string(argv[9]) == "epoch" ? Durability::kEpoch : Durability::kStrict;
   options.epoch_ms = static_cast<unsigned>(std::strtoul(argv[10], nullptr, 10));
-  options.dali_lock_timeout_ms = 60000;
+  options.set("dali.lock_timeout_ms", 60000);
   std::vector<std::uint64_t> start;
   std::stringstream starts(argv[11]);
   for (std::string part; std::getline(starts, part, ',');) start.push_back(std::stoull(part));

@@ -1245,21 +1245,21 @@ int Explorer::run() {
   o.engine = c_.engine;
   o.pool_size = c_.pool_size;
   o.force = true;
-  o.clevel_initial_level_log2 = 2;  // tiny: the workload expands and shrinks the table
-  o.clevel_min_level_log2 = 2;
-  o.clevel_shrink_threshold = 0.15;
-  o.dali_initial_log2 = 2;  // tiny: the workload grows the table all the time
-  o.nehash_bucket_bits = c_.nehash_bucket_bits;
-  o.nehash_initial_dir_bits = c_.nehash_initial_dir_bits;
-  o.pmeh_segment_kib = c_.pmeh_segment_kib;
-  o.pmeh_zone_bits = c_.pmeh_zone_bits;
-  o.pmeh_split_bits = c_.pmeh_split_bits;
-  o.pmeh_split_step = c_.pmeh_split_step;
-  o.pmeh_workers = c_.pmeh_workers;
+  o.set("clevel.initial_level_log2", 2);  // tiny: the workload expands and shrinks the table
+  o.set("clevel.min_level_log2", 2);
+  o.set("clevel.shrink_threshold", 0.15);
+  o.set("dali.initial_log2", 2);  // tiny: the workload grows the table all the time
+  o.set("nehash.bucket_bits", c_.nehash_bucket_bits);
+  o.set("nehash.initial_dir_bits", c_.nehash_initial_dir_bits);
+  o.set("pmeh.segment_kib", c_.pmeh_segment_kib);
+  o.set("pmeh.zone_bits", c_.pmeh_zone_bits);
+  o.set("pmeh.split_bits", c_.pmeh_split_bits);
+  o.set("pmeh.split_step", c_.pmeh_split_step);
+  o.set("pmeh.workers", c_.pmeh_workers);
   // A crash point stops the epoch worker while it dispatches images, and
   // every thread entering an epoch waits for it meanwhile, locks held: no
   // lock wait of a single operation may time out for that.
-  o.dali_lock_timeout_ms = 60000;
+  o.set("dali.lock_timeout_ms", 60000);
   o.durability = epoch_mode() ? Durability::kEpoch : Durability::kStrict;
   o.epoch_ms = c_.epoch_ms;
   if (Status s = Store::create(pool, o, &store_); !s.ok()) usage("cannot create " + pool + ": " + s.to_string());

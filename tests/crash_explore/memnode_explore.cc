@@ -831,14 +831,14 @@ int Explorer::run() {
   // Ten minutes: a crash point stops a client for as long as its images
   // take to dispatch, and no merge holder may give up, and no waiter time
   // out, for that.
-  o.sephash_lock_lease_ms = 600000;  // race: twice its remote timeout
+  o.set("sephash.lock_lease_ms", 600000);  // race: twice its remote timeout
   o.remote_timeout_ms = 300000;
-  o.sephash_initial_depth = 1;
-  o.sephash_max_depth = 10;
-  o.sephash_main_max_slots = c_.sephash_main_max_slots;
-  o.race_initial_depth = 1;
-  o.race_max_depth = 10;
-  o.race_groups = c_.race_groups;
+  o.set("sephash.initial_depth", 1);
+  o.set("sephash.max_depth", 10);
+  o.set("sephash.main_max_slots", c_.sephash_main_max_slots);
+  o.set("race.initial_depth", 1);
+  o.set("race.max_depth", 10);
+  o.set("race.groups", c_.race_groups);
   if (Status s = Store::create("", o, &store_); !s.ok()) {
     for (Node& n : g_nodes) {
       n.pool.reset();

@@ -530,8 +530,8 @@ std::vector<Image> build_clevel_images() {
   ::unlink(path.c_str());
   Options o;
   o.pool_size = kPoolSize;
-  o.clevel_initial_level_log2 = 3;
-  o.clevel_min_level_log2 = 2;
+  o.set("clevel.initial_level_log2", 3);
+  o.set("clevel.min_level_log2", 2);
   std::unique_ptr<Store> store;
   expect_ok(Store::create(path, o, &store), "create the clevel base pool");
   // One operation at a time, each after the resize it started: slot
@@ -580,7 +580,7 @@ void find_clevel_regions(const std::vector<std::byte>& b, Regions* r) {
   }
 }
 
-void clevel_open_options(bool variant, Options* o) { o->clevel_tag_filter = !variant; }
+void clevel_open_options(bool variant, Options* o) { o->set("clevel.tag_filter", !variant); }
 
 // Waits for a resize that open resumed to finish, watching the pool's
 // bytes: Store::stats() would scan a table check() has not yet validated.
@@ -636,7 +636,7 @@ Options dali_build_options(unsigned epoch_ms) {
   o.durability = Durability::kEpoch;
   o.epoch_ms = epoch_ms;
   // 300 keys split the 8 buckets into five segments, a few more into six.
-  o.dali_initial_log2 = 3;
+  o.set("dali.initial_log2", 3);
   return o;
 }
 
@@ -908,8 +908,8 @@ Options nehash_build_options() {
   Options o;
   o.engine = "nehash";
   o.pool_size = kPoolSize;
-  o.nehash_bucket_bits = kNehashBucketBits;
-  o.nehash_initial_dir_bits = 1;
+  o.set("nehash.bucket_bits", kNehashBucketBits);
+  o.set("nehash.initial_dir_bits", 1);
   return o;
 }
 
@@ -1049,10 +1049,10 @@ Options pmeh_build_options() {
   Options o;
   o.engine = "pmeh";
   o.pool_size = kPoolSize;
-  o.pmeh_zone_bits = kPmehZoneBits;
-  o.pmeh_segment_kib = kPmehSegmentBytes / 1024;
-  o.pmeh_split_bits = 1;
-  o.pmeh_workers = 1;
+  o.set("pmeh.zone_bits", kPmehZoneBits);
+  o.set("pmeh.segment_kib", kPmehSegmentBytes / 1024);
+  o.set("pmeh.split_bits", 1);
+  o.set("pmeh.workers", 1);
   return o;
 }
 
@@ -1224,8 +1224,8 @@ void find_pmeh_regions(const std::vector<std::byte>& b, Regions* r) {
 }
 
 void pmeh_open_options(bool variant, Options* o) {
-  o->pmeh_workers = variant ? 2 : 1;
-  o->pmeh_split_bits = variant ? 3 : 1;
+  o->set("pmeh.workers", variant ? 2 : 1);
+  o->set("pmeh.split_bits", variant ? 3 : 1);
   if (variant) o->engine = "pmeh";
 }
 

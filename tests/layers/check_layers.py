@@ -52,6 +52,7 @@ PUBLIC = {
     "options.h": "base",
     "stats.h": "base",
     "transaction.h": "base",
+    "engines.h": "base",
     "memnode.h": "remote",
     "engines.h": "engine",
     "store.h": "store",

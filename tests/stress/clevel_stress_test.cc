@@ -44,9 +44,9 @@ class ClevelStress : public ::testing::Test {
   void create(std::uint64_t pool_size, double shrink_threshold = 0) {
     Options o;
     o.pool_size = pool_size;
-    o.clevel_initial_level_log2 = 3;
-    o.clevel_min_level_log2 = 2;
-    o.clevel_shrink_threshold = shrink_threshold;
+    o.set("clevel.initial_level_log2", 3);
+    o.set("clevel.min_level_log2", 2);
+    o.set("clevel.shrink_threshold", shrink_threshold);
     Status created = Store::create(path_, o, &store_);
     ASSERT_TRUE(created.ok()) << created.to_string();
   }

@@ -49,8 +49,8 @@ class DaliStress : public ::testing::Test {
     o.pool_size = 256u << 20;
     o.durability = durability;
     o.epoch_ms = 1;
-    o.dali_initial_log2 = initial_log2;
-    o.dali_lock_timeout_ms = 60000;
+    o.set("dali.initial_log2", initial_log2);
+    o.set("dali.lock_timeout_ms", 60000);
     Status created = Store::create(path_, o, &store_);
     ASSERT_TRUE(created.ok()) << created.to_string();
   }

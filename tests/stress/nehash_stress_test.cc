@@ -163,8 +163,8 @@ class NehashStress : public ::testing::Test {
     Options o;
     o.engine = "nehash";
     o.pool_size = 128u << 20;
-    o.nehash_bucket_bits = bucket_bits;
-    o.nehash_initial_dir_bits = dir_bits;
+    o.set("nehash.bucket_bits", bucket_bits);
+    o.set("nehash.initial_dir_bits", dir_bits);
     const Status s = Store::create(path_, o, &store_);
     ASSERT_TRUE(s.ok()) << s.to_string();
   }

@@ -131,10 +131,10 @@ class PmehStress : public ::testing::Test {
     Options o;
     o.engine = "pmeh";
     o.pool_size = 256u << 20;
-    o.pmeh_workers = 2;
-    o.pmeh_segment_kib = 4;
-    o.pmeh_zone_bits = 2;
-    o.pmeh_split_bits = split_bits;
+    o.set("pmeh.workers", 2);
+    o.set("pmeh.segment_kib", 4);
+    o.set("pmeh.zone_bits", 2);
+    o.set("pmeh.split_bits", split_bits);
     return o;
   }
   void create(unsigned split_bits = 3) {

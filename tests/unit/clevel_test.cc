@@ -34,8 +34,8 @@ class ClevelTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".pool";
     ::unlink(path_.c_str());
     options_.pool_size = 64u << 20;
-    options_.clevel_initial_level_log2 = 4;
-    options_.clevel_min_level_log2 = 2;
+    options_.set("clevel.initial_level_log2", 4);
+    options_.set("clevel.min_level_log2", 2);
   }
   void TearDown() override {
     store_.reset();
@@ -158,7 +158,7 @@ TEST_F(ClevelTest, ExpansionKeepsEveryKeyAndEndsWithTwoLevels) {
 }
 
 TEST_F(ClevelTest, ShrinkAfterMassDeleteKeepsTheRest) {
-  options_.clevel_shrink_threshold = 0.1;
+  options_.set("clevel.shrink_threshold", 0.1);
   create();
   const int n = 20000;
   for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
@@ -238,7 +238,7 @@ TEST_F(ClevelTest, CleanReopenKeepsDataAndCount) {
 TEST_F(ClevelTest, TagFiltersChangeNoAnswerAndAreRebuiltOnOpen) {
   for (bool filters : {true, false}) {
     SCOPED_TRACE(filters ? "filters on" : "filters off");
-    options_.clevel_tag_filter = filters;
+    options_.set("clevel.tag_filter", filters);
     options_.force = true;
     create();
     for (int i = 0; i < 4000; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
@@ -676,8 +676,8 @@ TEST_F(ClevelTest, CountAfterACrashStaysExactWhileWritersRun) {
   // scan saw and its counter counted again, a remove subtracted again. The
   // wrong base was saved by close and check() failed after the next open
   // (three rounds of crash, count, writers, reopen).
-  options_.clevel_initial_level_log2 = 12;
-  options_.clevel_shrink_threshold = 0;
+  options_.set("clevel.initial_level_log2", 12);
+  options_.set("clevel.shrink_threshold", 0);
   create();
   ASSERT_TRUE(store_->close().ok());
   store_.reset();
@@ -741,8 +741,8 @@ TEST_F(ClevelTest, TagFiltersKeepRejectingUnderChurnWithoutResizes) {
   // Inserts and deletes of ever new keys at a steady, low load: no resize
   // rebuilds the filters, so a filter that only gains bits fills up and
   // stops sparing negative searches their bucket reads.
-  options_.clevel_initial_level_log2 = 10;  // 1536 buckets, 12288 slots
-  options_.clevel_shrink_threshold = 0;
+  options_.set("clevel.initial_level_log2", 10);  // 1536 buckets, 12288 slots
+  options_.set("clevel.shrink_threshold", 0);
   create();
   constexpr int kLive = 1500;
   for (int i = 0; i < kLive; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());

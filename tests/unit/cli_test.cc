@@ -365,8 +365,8 @@ TEST_F(CliTest, DaliPoolsTakeEpochDurabilityAndInfoShowsTheEpochs) {
 }
 
 TEST_F(CliTest, NehashPoolsTakeTheirCreationOptionsAndInfoShowsGroupsAndOpenTime) {
-  ok({"create", pool_, "--engine", "nehash", "--size", "16M", "--nehash-bucket-bits", "2",
-      "--nehash-initial-dir-bits", "3"});
+  ok({"create", pool_, "--engine", "nehash", "--size", "16M", "-o", "nehash.bucket_bits=2",
+      "--option", "nehash.initial_dir_bits=3"});
   ok({"load", pool_, "--records", "2000"});
   EXPECT_EQ(ok({"check", pool_}), "ok\n");
   const nlohmann::json j = info_json(pool_);
@@ -386,28 +386,84 @@ TEST_F(CliTest, NehashPoolsTakeTheirCreationOptionsAndInfoShowsGroupsAndOpenTime
 
 TEST_F(CliTest, NehashOptionsForAnotherEngineOrOutOfRangeAreUsageErrors) {
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"create", pool_, "--engine", "clevel", "--nehash-bucket-bits", "4"},
-        std::vector<std::string>{"create", pool_, "--nehash-initial-dir-bits", "2"},
-        std::vector<std::string>{"create", pool_, "--engine", "nehash", "--nehash-bucket-bits", "11"},
-        std::vector<std::string>{"create", pool_, "--engine", "nehash", "--nehash-bucket-bits", "0"},
-        std::vector<std::string>{"create", pool_, "--engine", "nehash", "--nehash-initial-dir-bits", "17"}}) {
+       {std::vector<std::string>{"create", pool_, "--engine", "clevel", "-o", "nehash.bucket_bits=4"},
+        std::vector<std::string>{"create", pool_, "-o", "nehash.initial_dir_bits=2"},
+        std::vector<std::string>{"create", pool_, "--engine", "nehash", "-o", "nehash.bucket_bits=11"},
+        std::vector<std::string>{"create", pool_, "--engine", "nehash", "-o", "nehash.bucket_bits=0"},
+        std::vector<std::string>{"create", pool_, "--engine", "nehash", "-o", "nehash.initial_dir_bits=17"}}) {
     const Result r = run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << describe(args, r);
     EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
-    EXPECT_NE(r.err.find("--nehash-"), std::string::npos) << describe(args, r);
+    EXPECT_NE(r.err.find("nehash."), std::string::npos) << describe(args, r);
     EXPECT_NE(::access(pool_.c_str(), F_OK), 0) << "a refused create left a file";
+  }
+}
+
+// -o is checked against the descriptors when it is parsed: a name of no
+// engine, an option the engine lacks or a value out of range is one line,
+// exit 2, naming what is valid; nothing is created.
+TEST_F(CliTest, EngineOptionErrorsNameTheValidOnesAndExitTwo) {
+  const pmhash::EngineDescriptor& first = *pmhash::all_engines().front();
+  ASSERT_FALSE(first.options.empty());
+  const pmhash::OptionSpec& option = first.options.front();
+  std::string engines;
+  for (const pmhash::EngineDescriptor* e : pmhash::all_engines()) {
+    engines += (engines.empty() ? "" : ", ") + std::string(e->name);
+  }
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::string typo = std::string(option.name) + "x";
+  const std::string too_big = std::string(option.name) + "=" + std::to_string(static_cast<std::uint64_t>(option.max) + 1);
+  for (const Case& c :
+       {Case{{"create", pool_, "--engine", std::string(first.name), "-o", typo + "=1"},
+             std::string(first.name) + " has no option '" + typo + "'; its options: " + std::string(option.name)},
+        Case{{"create", pool_, "-o", "nosuchengine.x=1"}, "engines: " + engines},
+        Case{{"create", pool_, "-o", std::string(option.name)}, "NAME=VALUE"},
+        Case{{"create", pool_, "--engine", std::string(first.name), "-o", too_big},
+             std::string(option.name) + " must be " + pmhash::option_range(option)},
+        Case{{"get", pool_, "k", "-o", typo + "=1"}, "its options: "}}) {
+    const Result r = run_cli(c.args);
+    EXPECT_EQ(r.exit_code, 2) << describe(c.args, r);
+    EXPECT_TRUE(is_one_line(r.err)) << describe(c.args, r);
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.says << "\n" << describe(c.args, r);
+    EXPECT_NE(::access(pool_.c_str(), F_OK), 0) << "a refused command left a file";
+  }
+}
+
+// `pmhash engines` prints what the registry holds: every engine with its
+// summary, location, options (with their defaults and ranges) and
+// properties.
+TEST_F(CliTest, EnginesListsEveryEngineWithItsOptions) {
+  const std::string out = ok({"engines"});
+  for (const pmhash::EngineDescriptor* e : pmhash::all_engines()) {
+    const std::size_t at = out.find(std::string(e->name) + (e->in_progress ? " (in progress)" : "") + ": " + std::string(e->summary));
+    ASSERT_NE(at, std::string::npos) << e->name << "\n" << out;
+    for (const pmhash::OptionSpec& o : e->options) {
+      const std::string line = std::string(o.name) + " (" + std::string(pmhash::option_type_name(o.type)) +
+                               ", default " + std::string(o.default_value) + ", " + pmhash::option_range(o);
+      EXPECT_NE(out.find(line, at), std::string::npos) << line << "\n" << out;
+      EXPECT_NE(out.find(std::string(o.doc), at), std::string::npos) << o.name;
+    }
+    for (const pmhash::PropertySpec& p : e->properties) {
+      EXPECT_NE(out.find(std::string(p.name), at), std::string::npos) << p.name;
+    }
+  }
+  for (const pmhash::EngineDescriptor* e : pmhash::finished_engines()) {
+    EXPECT_NE(out.find(std::string(e->name) + ": "), std::string::npos) << e->name;
   }
 }
 
 // pmeh's creation options shape the pool, its run-time options are taken
 // by every command, and info shows its segments, directories and splits.
 TEST_F(CliTest, PmehPoolsTakeTheirOptionsAndInfoShowsSegmentsDirectoriesAndSplits) {
-  ok({"create", pool_, "--engine", "pmeh", "--size", "64M", "--pmeh-zone-bits", "1",
-      "--pmeh-segment-kib", "4", "--pmeh-workers", "1", "--pmeh-split-bits", "1"});
-  ok({"load", pool_, "--records", "4000", "--pmeh-workers", "2", "--pmeh-split-bits", "2",
-      "--pmeh-split-step", "0"});
-  ok({"put", pool_, "k", "v", "--engine", "pmeh", "--pmeh-split-step", "1"});
-  EXPECT_EQ(ok({"get", pool_, "k", "--pmeh-workers", "1"}), "v\n");
+  ok({"create", pool_, "--engine", "pmeh", "--size", "64M", "-o", "pmeh.zone_bits=1",
+      "-o", "pmeh.segment_kib=4", "-o", "pmeh.workers=1", "-o", "pmeh.split_bits=1"});
+  ok({"load", pool_, "--records", "4000", "-o", "pmeh.workers=2", "-o", "pmeh.split_bits=2",
+      "-o", "pmeh.split_step=0"});
+  ok({"put", pool_, "k", "v", "--engine", "pmeh", "-o", "pmeh.split_step=1"});
+  EXPECT_EQ(ok({"get", pool_, "k", "-o", "pmeh.workers=1"}), "v\n");
   EXPECT_EQ(ok({"check", pool_}), "ok\n");
   const nlohmann::json small = info_json(pool_);
   EXPECT_EQ(small.value("engine", ""), "pmeh");
@@ -434,7 +490,7 @@ TEST_F(CliTest, PmehPoolsTakeTheirOptionsAndInfoShowsSegmentsDirectoriesAndSplit
   // The same keys in 16 KiB segments (the default): four times the bytes,
   // at least four times the slots per segment (one header per segment).
   const std::string large = path("large");
-  ok({"create", large, "--engine", "pmeh", "--size", "64M", "--pmeh-zone-bits", "1"});
+  ok({"create", large, "--engine", "pmeh", "--size", "64M", "-o", "pmeh.zone_bits=1"});
   ok({"load", large, "--records", "4000"});
   const nlohmann::json big = info_json(large);
   const std::uint64_t big_segments = big["properties"].value("pmeh.segments", std::uint64_t{0});
@@ -448,20 +504,20 @@ TEST_F(CliTest, PmehPoolsTakeTheirOptionsAndInfoShowsSegmentsDirectoriesAndSplit
 
 TEST_F(CliTest, PmehOptionsForAnotherEngineOrOutOfRangeAreUsageErrors) {
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"create", pool_, "--engine", "clevel", "--pmeh-zone-bits", "2"},
-        std::vector<std::string>{"create", pool_, "--pmeh-segment-kib", "8"},
-        std::vector<std::string>{"create", pool_, "--engine", "nehash", "--pmeh-workers", "2"},
-        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "--pmeh-zone-bits", "9"},
-        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "--pmeh-segment-kib", "12"},
-        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "--pmeh-segment-kib", "x"},
-        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "--pmeh-workers", "65"},
-        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "--pmeh-split-bits", "0"},
-        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "--pmeh-split-bits", "4"},
-        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "--pmeh-split-step", "256"}}) {
+       {std::vector<std::string>{"create", pool_, "--engine", "clevel", "-o", "pmeh.zone_bits=2"},
+        std::vector<std::string>{"create", pool_, "-o", "pmeh.segment_kib=8"},
+        std::vector<std::string>{"create", pool_, "--engine", "nehash", "-o", "pmeh.workers=2"},
+        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "-o", "pmeh.zone_bits=9"},
+        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "-o", "pmeh.segment_kib=12"},
+        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "-o", "pmeh.segment_kib=x"},
+        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "-o", "pmeh.workers=65"},
+        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "-o", "pmeh.split_bits=0"},
+        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "-o", "pmeh.split_bits=4"},
+        std::vector<std::string>{"create", pool_, "--engine", "pmeh", "-o", "pmeh.split_step=256"}}) {
     const Result r = run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << describe(args, r);
     EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
-    EXPECT_NE(r.err.find("--pmeh-"), std::string::npos) << describe(args, r);
+    EXPECT_NE(r.err.find("pmeh."), std::string::npos) << describe(args, r);
     EXPECT_NE(::access(pool_.c_str(), F_OK), 0) << "a refused create left a file";
   }
   // Run-time options on a pool of another engine: refused, named, and the
@@ -469,9 +525,9 @@ TEST_F(CliTest, PmehOptionsForAnotherEngineOrOutOfRangeAreUsageErrors) {
   create_pool(pool_);  // clevel
   ok({"put", pool_, "k", "v"});
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"put", pool_, "k", "w", "--pmeh-split-step", "2"},
-        std::vector<std::string>{"put", pool_, "k", "w", "--engine", "clevel", "--pmeh-workers", "1"},
-        std::vector<std::string>{"load", pool_, "--records", "10", "--pmeh-split-bits", "1"}}) {
+       {std::vector<std::string>{"put", pool_, "k", "w", "-o", "pmeh.split_step=2"},
+        std::vector<std::string>{"put", pool_, "k", "w", "--engine", "clevel", "-o", "pmeh.workers=1"},
+        std::vector<std::string>{"load", pool_, "--records", "10", "-o", "pmeh.split_bits=1"}}) {
     const Result r = run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << describe(args, r);
     EXPECT_TRUE(is_one_line(r.err)) << describe(args, r);
@@ -612,10 +668,7 @@ TEST_F(CliTest, HelpGoesToStdoutAndExitsZero) {
     EXPECT_NE(create.out.find(engine), std::string::npos) << engine << "\n" << create.out;
   }
   EXPECT_EQ(create.out.find("(in progress)"), std::string::npos) << create.out;
-  for (const char* flag : {"--pmeh-zone-bits", "--pmeh-segment-kib", "--pmeh-workers",
-                           "--pmeh-split-bits", "--pmeh-split-step"}) {
-    EXPECT_NE(create.out.find(flag), std::string::npos) << flag << "\n" << create.out;
-  }
+  EXPECT_NE(create.out.find("NAME=VALUE"), std::string::npos) << create.out;
 }
 
 TEST_F(CliTest, OpenOfNonPoolFileFailsAndLeavesItUnchanged) {

@@ -112,7 +112,7 @@ class DaliTest : public ::testing::Test {
     ::unlink(path_.c_str());
     options_.engine = "dali";
     options_.pool_size = 64u << 20;
-    options_.dali_initial_log2 = 3;
+    options_.set("dali.initial_log2", 3);
   }
   void TearDown() override {
     store_.reset();
@@ -321,7 +321,7 @@ TEST_F(DaliTest, CrashLosesExactlyTheUnsyncedEpochs) {
 TEST_F(DaliTest, SweepReturnsTheBlocksOfFailedEpochs) {
   options_.durability = Durability::kEpoch;
   options_.epoch_ms = 60000;
-  options_.dali_initial_log2 = 10;  // no growth: segments stay allocated
+  options_.set("dali.initial_log2", 10);  // no growth: segments stay allocated
   create();
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
   ASSERT_TRUE(store_->close().ok());
@@ -506,7 +506,7 @@ TEST_F(DaliTest, CollectionPassesOverAStripeATransactionHoldsAndCollectsItOnceFr
   // untouched, and collected by later writes once the lock is free.
   options_.durability = Durability::kEpoch;
   options_.epoch_ms = 60000;
-  options_.dali_lock_timeout_ms = 5;
+  options_.set("dali.lock_timeout_ms", 5);
   create();
   constexpr int kKeys = 64;  // over 8 stripes (2^3 buckets at first)
   for (int k = 0; k < kKeys; ++k) ASSERT_TRUE(store_->insert(key(k), value(k)).ok());
@@ -622,7 +622,7 @@ TEST(DaliShape, LinearHashingAddressesAndSplitOrder) {
 
 TEST_F(DaliTest, TheTableGrowsOnlineAndKeepsEveryKey) {
   options_.durability = Durability::kEpoch;
-  options_.dali_initial_log2 = 2;
+  options_.set("dali.initial_log2", 2);
   create();
   std::map<std::string, std::string> model;
   for (int i = 0; i < 20000; ++i) {
@@ -657,7 +657,7 @@ TEST_F(DaliTest, TheTableGrowsOnlineAndKeepsEveryKey) {
 TEST_F(DaliTest, ACrashDuringGrowthKeepsTheSyncedKeysAndAConsistentTable) {
   options_.durability = Durability::kEpoch;
   options_.epoch_ms = 60000;
-  options_.dali_initial_log2 = 2;
+  options_.set("dali.initial_log2", 2);
   create();
   ASSERT_TRUE(store_->close().ok());
   crash_after([&](Store& s) {
@@ -794,8 +794,8 @@ TEST_F(DaliTest, ACommitThatMeetsAFullPoolCollectsItsOwnStripesAndSucceeds) {
   options_.durability = Durability::kEpoch;
   options_.epoch_ms = 60000;  // no collection until make_room moves the epochs
   options_.pool_size = 4u << 20;
-  options_.dali_initial_log2 = 1;  // two stripes: the transaction holds both
-  options_.dali_lock_timeout_ms = 1000;
+  options_.set("dali.initial_log2", 1);  // two stripes: the transaction holds both
+  options_.set("dali.lock_timeout_ms", 1000);
   create();
   int n = 0;
   Status s;
@@ -934,7 +934,7 @@ TEST_F(DaliTest, ATransactionCommittedOrAbortedMayOutliveItsStore) {
 
 TEST_F(DaliTest, ADeadlockIsBrokenByTheLockTimeout) {
   options_.durability = Durability::kEpoch;
-  options_.dali_initial_log2 = 10;
+  options_.set("dali.initial_log2", 10);
   create();
   ASSERT_TRUE(store_->insert("x", "0").ok());
   ASSERT_TRUE(store_->insert("y", "0").ok());
@@ -967,7 +967,7 @@ TEST_F(DaliTest, ADeadlockIsBrokenByTheLockTimeout) {
 
 TEST_F(DaliTest, AStoreWriteWaitingForATransactionsLockTimesOutWithBusy) {
   options_.durability = Durability::kEpoch;
-  options_.dali_lock_timeout_ms = 30;
+  options_.set("dali.lock_timeout_ms", 30);
   create();
   ASSERT_TRUE(store_->insert("k", "1").ok());
   std::unique_ptr<Transaction> txn;
@@ -1068,13 +1068,13 @@ TEST_F(DaliTest, RefusesBadOptions) {
   o.epoch_ms = 0;
   EXPECT_TRUE(Store::create(path_, o, &store_).is_invalid_argument());
   o = options_;
-  o.dali_lock_timeout_ms = 60001;
+  o.set("dali.lock_timeout_ms", 60001);
   EXPECT_TRUE(Store::create(path_, o, &store_).is_invalid_argument());
   o = options_;
-  o.dali_initial_log2 = 0;
+  o.set("dali.initial_log2", 0);
   EXPECT_TRUE(Store::create(path_, o, &store_).is_invalid_argument());
   o = options_;
-  o.dali_initial_log2 = 31;
+  o.set("dali.initial_log2", 31);
   EXPECT_TRUE(Store::create(path_, o, &store_).is_invalid_argument());
   EXPECT_NE(::access(path_.c_str(), F_OK), 0) << "a refused create left a file";
 }

@@ -314,8 +314,8 @@ class PoolFullBase {
     granularity_.force("cache_line");
     options_.engine = engine;
     options_.pool_size = pool_size;
-    options_.clevel_initial_level_log2 = 2;
-    options_.clevel_min_level_log2 = 1;
+    options_.set("clevel.initial_level_log2", 2);
+    options_.set("clevel.min_level_log2", 1);
   }
   void tear_down() {
     store_.reset();

@@ -29,6 +29,7 @@
 #include "engine/index.h"
 #include "engine/nehash/nehash.h"
 #include "engine/nehash/nehash_index.h"
+#include "engine/option_values.h"
 #include "heap/heap.h"
 #include "pmhash/store.h"
 #include "pool/pool.h"
@@ -81,8 +82,8 @@ class NehashEngineTest : public ::testing::Test {
     ::unlink(path_.c_str());
     options_.engine = "nehash";
     options_.pool_size = 32u << 20;
-    options_.nehash_bucket_bits = 1;
-    options_.nehash_initial_dir_bits = 1;
+    options_.set("nehash.bucket_bits", 1);
+    options_.set("nehash.initial_dir_bits", 1);
     fake_now = 1;
     nh::testing::set_clock(&fake_clock);
   }
@@ -188,9 +189,13 @@ class NehashEngineTest : public ::testing::Test {
     return nh::group_metas(g->hdr)[bucket].meta[slot].load();
   }
   nh::Slot& slot(nh::GroupRef* g, unsigned bucket, unsigned slot) {
-    return nh::group_buckets(g->hdr, options_.nehash_bucket_bits)[bucket].slot[slot];
+    return nh::group_buckets(g->hdr, bucket_bits())[bucket].slot[slot];
   }
-  unsigned conflict_bucket() const { return 1u << options_.nehash_bucket_bits; }
+  unsigned conflict_bucket() const { return 1u << bucket_bits(); }
+  // The fixture's nehash.bucket_bits, as the engine reads it.
+  unsigned bucket_bits() const {
+    return static_cast<unsigned>(engine::option_unsigned(options_, "nehash.bucket_bits"));
+  }
   unsigned valid_slots(nh::GroupRef* g) {
     unsigned n = 0;
     for (unsigned k = 0; k <= conflict_bucket(); ++k) {
@@ -203,7 +208,7 @@ class NehashEngineTest : public ::testing::Test {
   // inserts keys of that prefix whose next bit alternates, all with home
   // (0, 0), until one split happened. Returns the keys inserted.
   std::vector<std::string> split_group_at(std::uint64_t top, unsigned depth) {
-    const unsigned b = options_.nehash_bucket_bits;
+    const unsigned b = bucket_bits();
     const auto lower = find_keys(at(top << 1, depth + 1, b, 0, 0), 20);
     const auto upper = find_keys(at((top << 1) | 1, depth + 1, b, 0, 0), 20);
     const std::uint64_t before = stats().property("nehash.splits");
@@ -232,7 +237,7 @@ class NehashEngineTest : public ::testing::Test {
 // ---------------------------------------------------------------------------
 
 TEST_F(NehashEngineTest, FirstInsertUnderEmptyMainEntryCreatesGroupAtMainDepth) {
-  options_.nehash_initial_dir_bits = 2;
+  options_.set("nehash.initial_dir_bits", 2);
   create();
   EXPECT_FALSE(probe_top(0b10, 2).has_group);
   fake_now = 1000;
@@ -621,7 +626,7 @@ TEST_F(NehashEngineTest, PoolOfTheOldLayoutIsRefusedWithTheLayoutVersions) {
 }
 
 TEST_F(NehashEngineTest, ConflictBucketOverflowSplitsTheGroupAndLosesNoInsert) {
-  options_.nehash_initial_dir_bits = 0;
+  options_.set("nehash.initial_dir_bits", 0);
   create();
   // The home bucket's 16 slots and the 16 conflict slots hold 32 keys of
   // one home.
@@ -833,7 +838,7 @@ TEST_F(NehashEngineTest, SplitCleaningWaitsForAWriterBackingOffItsHomeLock) {
 }
 
 TEST_F(NehashEngineTest, KeysWithIdenticalHashUseOverflowBlocksWhenTheDirectoryCannotGrow) {
-  options_.nehash_initial_dir_bits = 0;
+  options_.set("nehash.initial_dir_bits", 0);
   nh::testing::set_max_main_bits(3);
   create();
   // Keys that no split can separate (hand-made hashes: only reads and
@@ -877,7 +882,7 @@ TEST_F(NehashEngineTest, KeysWithIdenticalHashUseOverflowBlocksWhenTheDirectoryC
 // group below a main node at the bound hangs again in one-time and
 // two-time nodes, instead of a main node 2^3 times the bound.
 TEST_F(NehashEngineTest, OpenHangsGroupsDeeperThanTheMainNodeBoundBelowIt) {
-  options_.nehash_initial_dir_bits = 2;  // the main node starts at its bound
+  options_.set("nehash.initial_dir_bits", 2);  // the main node starts at its bound
   nh::testing::set_max_main_bits(2);
   create();
   // The same 3000 keys whichever tests ran before in this process (the depth
@@ -928,8 +933,8 @@ TEST_F(NehashEngineTest, OpenHangsGroupsDeeperThanTheMainNodeBoundBelowIt) {
 
 TEST_F(NehashEngineTest, SplitThatCannotAllocateReturnsNoSpaceAndKeepsEverything) {
   options_.pool_size = pool::kMinPoolSize;
-  options_.nehash_bucket_bits = 8;  // a group is a run of one 256 KiB chunk
-  options_.nehash_initial_dir_bits = 0;
+  options_.set("nehash.bucket_bits", 8);  // a group is a run of one 256 KiB chunk
+  options_.set("nehash.initial_dir_bits", 0);
   create();
   const unsigned b = 8;
   // The home bucket's 16 slots and the 16 conflict slots: 32 keys.
@@ -1041,7 +1046,7 @@ TEST_F(NehashEngineTest, UpdateAcrossInlineLimitChangesForm) {
 }
 
 TEST_F(NehashEngineTest, UpdateMissingKeyIsNotFound) {
-  options_.nehash_initial_dir_bits = 0;
+  options_.set("nehash.initial_dir_bits", 0);
   create();
   EXPECT_TRUE(upd("absent", "v").is_not_found());
   EXPECT_EQ(stats().property("nehash.groups"), 0u) << "an update creates no group";
@@ -1188,7 +1193,7 @@ TEST_F(NehashRebuildTest, RebuildAttachesShallowGroupToAllItsEntries) {
 TEST_F(NehashRebuildTest, SplitShallowOnOpenGivesEveryMainEntryItsOwnGroup) {
   grow_mixed_depths();
   const std::uint64_t groups = stats().property("nehash.groups");
-  options_.nehash_split_shallow_on_open = true;
+  options_.set("nehash.split_shallow_on_open", true);
   ASSERT_TRUE(reopen().ok());
   const Status s = nx().wait_shallow_splits();
   ASSERT_TRUE(s.ok()) << s.to_string();
@@ -1204,7 +1209,7 @@ TEST_F(NehashRebuildTest, SplitShallowOnOpenGivesEveryMainEntryItsOwnGroup) {
   expect_all_found(keys_);
   expect_check();
   // The splits are durable: a plain open finds the same shape.
-  options_.nehash_split_shallow_on_open = false;
+  options_.set("nehash.split_shallow_on_open", false);
   ASSERT_TRUE(reopen().ok());
   EXPECT_EQ(stats().property("nehash.groups"), groups + 4);
   for (std::uint64_t top = 0; top < 8; ++top) EXPECT_EQ(probe_top(top, 3).group_entries, 1u);
@@ -1214,7 +1219,7 @@ TEST_F(NehashRebuildTest, SplitShallowOnOpenGivesEveryMainEntryItsOwnGroup) {
 
 TEST_F(NehashRebuildTest, SplitShallowOnOpenRunsAlongsideWriters) {
   grow_mixed_depths();
-  options_.nehash_split_shallow_on_open = true;
+  options_.set("nehash.split_shallow_on_open", true);
   ASSERT_TRUE(reopen().ok());
   // Writers go on while the thread splits (no wait before them): keys of
   // the shallow group's range, which its splits move between groups.
@@ -1235,14 +1240,14 @@ TEST_F(NehashRebuildTest, SplitShallowOnOpenRunsAlongsideWriters) {
 
 TEST_F(NehashRebuildTest, CloseStopsTheShallowSplitAndTheRestWaitsForTheNextOpen) {
   grow_mixed_depths();
-  options_.nehash_split_shallow_on_open = true;
+  options_.set("nehash.split_shallow_on_open", true);
   ASSERT_TRUE(reopen().ok());
   shut();  // at any point of the background work: at most the split in progress finishes
-  options_.nehash_split_shallow_on_open = false;
+  options_.set("nehash.split_shallow_on_open", false);
   ASSERT_TRUE(reopen().ok());
   expect_all_found(keys_);
   expect_check();
-  options_.nehash_split_shallow_on_open = true;
+  options_.set("nehash.split_shallow_on_open", true);
   ASSERT_TRUE(reopen().ok());
   ASSERT_TRUE(nx().wait_shallow_splits().ok());
   for (std::uint64_t top = 0; top < 8; ++top) EXPECT_EQ(probe_top(top, 3).group_entries, 1u) << top;
@@ -1251,7 +1256,7 @@ TEST_F(NehashRebuildTest, CloseStopsTheShallowSplitAndTheRestWaitsForTheNextOpen
 }
 
 TEST_F(NehashEngineTest, RebuildOfEmptyPoolUsesInitialDirectoryBits) {
-  options_.nehash_initial_dir_bits = 5;
+  options_.set("nehash.initial_dir_bits", 5);
   create();
   ASSERT_TRUE(reopen().ok());
   EXPECT_EQ(nx().directory().main_bits(), 5u);
@@ -1277,7 +1282,7 @@ TEST_F(NehashEngineTest, RebuildAttachesEmptyGroups) {
 }
 
 TEST_F(NehashEngineTest, OpenReadsOneHeaderPerGroupAndNoSlot) {
-  options_.nehash_initial_dir_bits = 0;
+  options_.set("nehash.initial_dir_bits", 0);
   create();
   for (const auto& k : find_keys([](std::uint64_t) { return true; }, 3000)) {
     ASSERT_TRUE(put(k, "v").ok());
@@ -1506,7 +1511,7 @@ class NehashSplitCrashTest : public NehashCrashTest {
     testing::GranularityGuard granularity;
     granularity.force("cache_line");
     options_.pool_size = pool::kMinPoolSize;
-    options_.nehash_initial_dir_bits = 0;
+    options_.set("nehash.initial_dir_bits", 0);
     create();
     EXPECT_EQ(pool_->region().granularity(), media::Granularity::kCacheLine);
     // 32 inline keys of one home bucket fill it and the conflict bucket;
@@ -1639,7 +1644,7 @@ class NehashWriteCrashTest : public NehashCrashTest {
     testing::GranularityGuard granularity;
     granularity.force("cache_line");
     options_.pool_size = pool::kMinPoolSize;
-    options_.nehash_initial_dir_bits = 0;
+    options_.set("nehash.initial_dir_bits", 0);
     create();
     // Two keys sharing a home bucket that 15 others fill up to one slot (so
     // the second lives in the conflict bucket), a third elsewhere that no
@@ -1802,8 +1807,8 @@ class NehashStoreTest : public ::testing::Test {
     ::unlink(path_.c_str());
     options_.engine = "nehash";
     options_.pool_size = 64u << 20;
-    options_.nehash_bucket_bits = 1;
-    options_.nehash_initial_dir_bits = 0;
+    options_.set("nehash.bucket_bits", 1);
+    options_.set("nehash.initial_dir_bits", 0);
   }
   void TearDown() override {
     store_.reset();
@@ -1845,15 +1850,15 @@ TEST_F(NehashStoreTest, EngineIsListedAndCreatedByName) {
 TEST_F(NehashStoreTest, BadOptionsAreRefusedWithClearErrors) {
   std::unique_ptr<Store> s;
   Options o = options_;
-  o.nehash_bucket_bits = 11;
+  o.set("nehash.bucket_bits", 11);
   Status st = Store::create(path_, o, &s);
   EXPECT_TRUE(st.is_invalid_argument());
-  EXPECT_NE(st.message().find("bucket bits"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("nehash.bucket_bits must be 1..10, got 11"), std::string::npos) << st.message();
   o = options_;
-  o.nehash_bucket_bits = 0;
+  o.set("nehash.bucket_bits", 0);
   EXPECT_TRUE(Store::create(path_, o, &s).is_invalid_argument());
   o = options_;
-  o.nehash_initial_dir_bits = 17;
+  o.set("nehash.initial_dir_bits", 17);
   EXPECT_TRUE(Store::create(path_, o, &s).is_invalid_argument());
   o = options_;
   o.durability = Durability::kEpoch;
@@ -2078,8 +2083,8 @@ TEST(NehashSnapshotTest, SnapshotReadsSeeEveryAcknowledgedWrite) {
   Options options;
   options.engine = "nehash";
   options.pool_size = 32u << 20;
-  options.nehash_bucket_bits = 1;
-  options.nehash_initial_dir_bits = 1;
+  options.set("nehash.bucket_bits", 1);
+  options.set("nehash.initial_dir_bits", 1);
   std::unique_ptr<Store> store;
   ASSERT_TRUE(Store::create(path, options, &store).ok());
   const ReadOptions snapshot{.snapshot = true};

@@ -57,9 +57,9 @@ class PmehStoreTest : public ::testing::Test {
     ::unlink(path_.c_str());
     options_.engine = "pmeh";
     options_.pool_size = 64u << 20;
-    options_.pmeh_zone_bits = 4;
-    options_.pmeh_segment_kib = 16;
-    options_.pmeh_workers = 2;
+    options_.set("pmeh.zone_bits", 4);
+    options_.set("pmeh.segment_kib", 16);
+    options_.set("pmeh.workers", 2);
   }
   void TearDown() override {
     store_.reset();
@@ -121,29 +121,29 @@ TEST_F(PmehStoreTest, BadOptionsAreRefusedWithClearErrors) {
     EXPECT_NE(st.message().find(words), std::string::npos) << st.message();
   };
   Options o = options_;
-  o.pmeh_zone_bits = 9;
-  refused(o, "zone bits");
+  o.set("pmeh.zone_bits", 9);
+  refused(o, "pmeh.zone_bits must be 0..8");
   o = options_;
-  o.pmeh_segment_kib = 12;
-  refused(o, "segment size");
+  o.set("pmeh.segment_kib", 12);
+  refused(o, "pmeh.segment_kib must be one of 4, 8, 16, 32, 64");
   o = options_;
-  o.pmeh_segment_kib = 128;
-  refused(o, "segment size");
+  o.set("pmeh.segment_kib", 128);
+  refused(o, "pmeh.segment_kib must be one of 4, 8, 16, 32, 64");
   o = options_;
-  o.pmeh_workers = 65;
-  refused(o, "workers");
+  o.set("pmeh.workers", 65);
+  refused(o, "pmeh.workers must be 0..64");
   o = options_;
-  o.pmeh_split_bits = 0;
-  refused(o, "split bits");
+  o.set("pmeh.split_bits", 0);
+  refused(o, "pmeh.split_bits must be 1..3");
   o = options_;
-  o.pmeh_split_bits = 4;
-  refused(o, "split bits");
+  o.set("pmeh.split_bits", 4);
+  refused(o, "pmeh.split_bits must be 1..3");
   o = options_;
-  o.pmeh_split_step = 256;
-  refused(o, "split step");
+  o.set("pmeh.split_step", 256);
+  refused(o, "pmeh.split_step must be 0..255");
   o = options_;
-  o.pmeh_write_mode = 3;
-  refused(o, "write mode");
+  o.set("pmeh.write_mode", 3);
+  refused(o, "pmeh.write_mode must be 0..2");
   o = options_;
   o.durability = Durability::kEpoch;
   refused(o, "durability strict");
@@ -238,11 +238,11 @@ TEST_F(PmehStoreTest, OpenWithOtherWorkerCountKeepsEveryKey) {
   for (int i = 0; i < 500; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
   Options o = options_;
   o.engine.clear();
-  o.pmeh_workers = 1;
+  o.set("pmeh.workers", 1);
   reopen(o);
   EXPECT_EQ(owner_threads(), 1u);
   for (int i = 0; i < 500; ++i) ASSERT_EQ(get(key(i)), value(i)) << i;
-  o.pmeh_workers = 3;
+  o.set("pmeh.workers", 3);
   reopen(o);
   EXPECT_EQ(owner_threads(), 3u);
   for (int i = 500; i < 1000; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
@@ -318,8 +318,8 @@ TEST_F(PmehStoreTest, SplitThatCannotAllocateReturnsNoSpaceAndKeepsEverything) {
   // allocation refused is a split's (a directory's or a child's), and a
   // split refused part-way frees the children it had.
   options_.pool_size = 4u << 20;
-  options_.pmeh_zone_bits = 0;
-  options_.pmeh_segment_kib = 64;
+  options_.set("pmeh.zone_bits", 0);
+  options_.set("pmeh.segment_kib", 64);
   create();
   int inserted = 0;
   Status s;
@@ -344,7 +344,7 @@ TEST_F(PmehStoreTest, SplitThatCannotAllocateReturnsNoSpaceAndKeepsEverything) {
 }
 
 TEST_F(PmehStoreTest, WritesAreDelegatedAndReadsRunOnTheCaller) {
-  options_.pmeh_write_mode = pm::kWriteDelegated;
+  options_.set("pmeh.write_mode", pm::kWriteDelegated);
   create();
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
   for (int i = 0; i < 100; ++i) ASSERT_EQ(get(key(i)), value(i));
@@ -354,7 +354,7 @@ TEST_F(PmehStoreTest, WritesAreDelegatedAndReadsRunOnTheCaller) {
   store_.reset();
   Options o = options_;
   o.engine.clear();
-  o.pmeh_delegate_reads = true;
+  o.set("pmeh.delegate_reads", true);
   ASSERT_TRUE(Store::open(path_, o, &store_).ok());
   for (int i = 0; i < 100; ++i) ASSERT_EQ(get(key(i)), value(i));
   st = store_->stats();
@@ -384,7 +384,7 @@ void run_callers(Store* store, unsigned callers, int per_caller) {
 }
 
 TEST_F(PmehStoreTest, EachCallerGetsItsOwnResult) {
-  options_.pmeh_workers = 1;
+  options_.set("pmeh.workers", 1);
   create();
   const unsigned callers = 32;
   const int per = 150;
@@ -394,7 +394,7 @@ TEST_F(PmehStoreTest, EachCallerGetsItsOwnResult) {
 }
 
 TEST_F(PmehStoreTest, MoreCallersThanOwnersAllComplete) {
-  options_.pmeh_workers = 2;
+  options_.set("pmeh.workers", 2);
   create();
   const unsigned callers = 200;
   const int per = 12;
@@ -413,7 +413,7 @@ TEST_F(PmehStoreTest, AutoWriteModeGoesDirectWhenOwnersAndCallersFillTheCores) {
   for (const unsigned workers : {std::min(hw, pm::kMaxWorkers), 1u}) {
     SCOPED_TRACE("workers " + std::to_string(workers));
     const bool direct = workers + 1 >= hw;
-    options_.pmeh_workers = workers;
+    options_.set("pmeh.workers", workers);
     create();
     // The first write counts this thread; with direct due, it asks every
     // owner to switch its zones, and is itself delegated or direct
@@ -439,16 +439,16 @@ TEST_F(PmehStoreTest, AutoWriteModeGoesDirectWhenOwnersAndCallersFillTheCores) {
     ::unlink(path_.c_str());
   }
   // Forced: delegated stays delegated, direct starts direct.
-  options_.pmeh_workers = std::min(hw, pm::kMaxWorkers);
-  options_.pmeh_write_mode = pm::kWriteDelegated;
+  options_.set("pmeh.workers", std::min(hw, pm::kMaxWorkers));
+  options_.set("pmeh.write_mode", pm::kWriteDelegated);
   create();
   for (int i = 0; i < 50; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
   EXPECT_EQ(store_->stats().property("pmeh.direct_ops"), 0u);
   EXPECT_EQ(store_->stats().property("pmeh.shared_zones"), 0u);
   store_.reset();
   ::unlink(path_.c_str());
-  options_.pmeh_workers = 1;
-  options_.pmeh_write_mode = pm::kWriteDirect;
+  options_.set("pmeh.workers", 1);
+  options_.set("pmeh.write_mode", pm::kWriteDirect);
   create();
   EXPECT_EQ(store_->stats().property("pmeh.shared_zones"), 16u);
   for (int i = 0; i < 50; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
@@ -462,10 +462,10 @@ TEST_F(PmehStoreTest, AutoWriteModeGoesDirectWhenOwnersAndCallersFillTheCores) {
 // same keys too, while the owner splits the segments under them (gradual
 // splits, directory growth). Every answer and the end state match a model.
 TEST_F(PmehStoreTest, DirectWritersToOneZoneDuringSplitsKeepEveryKey) {
-  options_.pmeh_zone_bits = 0;
-  options_.pmeh_segment_kib = 4;
-  options_.pmeh_workers = 1;
-  options_.pmeh_write_mode = pm::kWriteDirect;
+  options_.set("pmeh.zone_bits", 0);
+  options_.set("pmeh.segment_kib", 4);
+  options_.set("pmeh.workers", 1);
+  options_.set("pmeh.write_mode", pm::kWriteDirect);
   create();
   const unsigned writers = 3;
   const int per = 1200;
@@ -519,9 +519,9 @@ TEST_F(PmehStoreTest, ReadersDuringWritesToTheSameSegmentSeeEveryStableKey) {
   // One zone and one segment: every write bumps the version the readers
   // validate against, so reads retry, and must still see each stable key
   // with its value (a torn read would show a wrong or missing value).
-  options_.pmeh_zone_bits = 0;
-  options_.pmeh_segment_kib = 64;
-  options_.pmeh_workers = 1;
+  options_.set("pmeh.zone_bits", 0);
+  options_.set("pmeh.segment_kib", 64);
+  options_.set("pmeh.workers", 1);
   create();
   const int stable = 200;
   for (int i = 0; i < stable; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
@@ -568,11 +568,11 @@ class PmehEngineTest : public ::testing::Test {
     ::unlink(path_.c_str());
     options_.engine = "pmeh";
     options_.pool_size = 64u << 20;
-    options_.pmeh_zone_bits = 1;
-    options_.pmeh_segment_kib = 4;
-    options_.pmeh_workers = 2;
+    options_.set("pmeh.zone_bits", 1);
+    options_.set("pmeh.segment_kib", 4);
+    options_.set("pmeh.workers", 2);
     // Only operations move buckets of a split in flight (deterministic).
-    options_.pmeh_idle_steps = false;
+    options_.set("pmeh.idle_steps", false);
   }
   void TearDown() override {
     shut();
@@ -662,8 +662,8 @@ class PmehSplitTest : public PmehEngineTest, public ::testing::WithParamInterfac
 
 TEST_P(PmehSplitTest, FirstSplitMovesEveryKeyToItsChildOnce) {
   const unsigned k = GetParam();
-  options_.pmeh_split_bits = k;
-  options_.pmeh_split_step = 0;  // the whole split at once
+  options_.set("pmeh.split_bits", k);
+  options_.set("pmeh.split_step", 0);  // the whole split at once
   create();
   const std::vector<std::string> keys = zone_keys(0, 2000);
   std::size_t n = 0;
@@ -692,7 +692,7 @@ INSTANTIATE_TEST_SUITE_P(K, PmehSplitTest, ::testing::Values(1u, 2u, 3u),
                          [](const auto& info) { return std::to_string(1u << info.param) + "Split"; });
 
 TEST_F(PmehEngineTest, DirectoryGrowsOnceAndEachZoneFillsAtItsOwnNextWrite) {
-  options_.pmeh_split_bits = 3;
+  options_.set("pmeh.split_bits", 3);
   create();
   EXPECT_EQ(pmeh().zone_dir_id(0), 0u);
   EXPECT_EQ(pmeh().zone_dir_id(1), 0u);
@@ -742,7 +742,7 @@ TEST_F(PmehEngineTest, ZoneThatNeverWritesKeepsTheOldDirectoryAcrossReopen) {
 }
 
 TEST_F(PmehEngineTest, ManySplitsAndDirectoriesKeepEveryKey) {
-  options_.pmeh_split_bits = 2;
+  options_.set("pmeh.split_bits", 2);
   create();
   const int n = 20000;
   for (int i = 0; i < n; ++i) {
@@ -763,9 +763,9 @@ TEST_F(PmehEngineTest, ManySplitsAndDirectoriesKeepEveryKey) {
 }
 
 TEST_F(PmehEngineTest, ReadersDuringSplitsFindEveryStableKey) {
-  options_.pmeh_zone_bits = 0;
-  options_.pmeh_split_bits = 3;
-  options_.pmeh_workers = 1;  // writer, reader and owner: more would oversubscribe 2 cores
+  options_.set("pmeh.zone_bits", 0);
+  options_.set("pmeh.split_bits", 3);
+  options_.set("pmeh.workers", 1);  // writer, reader and owner: more would oversubscribe 2 cores
   create();
   const int stable = 300;
   for (int i = 0; i < stable; ++i) ASSERT_TRUE(insert("st" + std::to_string(i), "s").ok());
@@ -790,7 +790,7 @@ TEST_F(PmehEngineTest, ReadersDuringSplitsFindEveryStableKey) {
 }
 
 TEST_F(PmehEngineTest, ForEachAfterSplitsReportsEveryKeyOnce) {
-  options_.pmeh_split_bits = 3;
+  options_.set("pmeh.split_bits", 3);
   create();
   std::set<std::string> want;
   for (int i = 0; i < 3000; ++i) {
@@ -849,7 +849,7 @@ class PmehGradualTest : public PmehEngineTest {
     PmehEngineTest::SetUp();
     // Gradual splits are an OWNED zone's (a SHARED zone splits at once,
     // pmeh.h "Writes during a split"): delegated, whatever the machine.
-    options_.pmeh_write_mode = pm::kWriteDelegated;
+    options_.set("pmeh.write_mode", pm::kWriteDelegated);
   }
   Moved moved(unsigned z) {
     Moved m;
@@ -861,8 +861,8 @@ class PmehGradualTest : public PmehEngineTest {
 
 TEST_F(PmehGradualTest, GradualSplitMovesWindowPlusStepPerWrite) {
   const unsigned b = 2;
-  options_.pmeh_split_bits = 3;
-  options_.pmeh_split_step = b;
+  options_.set("pmeh.split_bits", 3);
+  options_.set("pmeh.split_step", b);
   create();
   const unsigned nb = pmeh().nb();
   const std::vector<std::string> z0 = zone_keys(0, 3000);
@@ -911,8 +911,8 @@ TEST_F(PmehGradualTest, GradualSplitMovesWindowPlusStepPerWrite) {
 }
 
 TEST_F(PmehGradualTest, StepZeroSplitsAtOnce) {
-  options_.pmeh_split_bits = 2;
-  options_.pmeh_split_step = 0;
+  options_.set("pmeh.split_bits", 2);
+  options_.set("pmeh.split_step", 0);
   create();
   const std::vector<std::string> z0 = zone_keys(0, 3000);
   std::size_t n = 0;
@@ -928,10 +928,10 @@ TEST_F(PmehGradualTest, StepZeroSplitsAtOnce) {
 }
 
 TEST_F(PmehGradualTest, ReadsDuringGradualSplitSeeEveryKey) {
-  options_.pmeh_zone_bits = 0;
-  options_.pmeh_split_bits = 3;
-  options_.pmeh_split_step = 1;
-  options_.pmeh_workers = 1;
+  options_.set("pmeh.zone_bits", 0);
+  options_.set("pmeh.split_bits", 3);
+  options_.set("pmeh.split_step", 1);
+  options_.set("pmeh.workers", 1);
   create();
   // Until the first split starts.
   std::vector<std::string> keys;
@@ -986,10 +986,10 @@ TEST_F(PmehGradualTest, ReadsDuringGradualSplitSeeEveryKey) {
 }
 
 TEST_F(PmehGradualTest, FullChildWindowCompletesParentSplitFirst) {
-  options_.pmeh_zone_bits = 0;
-  options_.pmeh_split_bits = 1;
-  options_.pmeh_split_step = 1;
-  options_.pmeh_segment_kib = 64;  // 255 buckets: the split stays in flight
+  options_.set("pmeh.zone_bits", 0);
+  options_.set("pmeh.split_bits", 1);
+  options_.set("pmeh.split_step", 1);
+  options_.set("pmeh.segment_kib", 64);  // 255 buckets: the split stays in flight
   create();
   const unsigned nb = pmeh().nb();
   std::vector<std::string> keys;
@@ -1018,10 +1018,10 @@ TEST_F(PmehGradualTest, FullChildWindowCompletesParentSplitFirst) {
 }
 
 TEST_F(PmehGradualTest, SecondSplitInZoneCompletesTheFirstEagerly) {
-  options_.pmeh_zone_bits = 0;
-  options_.pmeh_split_bits = 1;
-  options_.pmeh_split_step = 1;
-  options_.pmeh_segment_kib = 64;
+  options_.set("pmeh.zone_bits", 0);
+  options_.set("pmeh.split_bits", 1);
+  options_.set("pmeh.split_step", 1);
+  options_.set("pmeh.segment_kib", 64);
   create();
   const unsigned nb = pmeh().nb();
   std::vector<std::string> keys;
@@ -1065,10 +1065,10 @@ TEST_F(PmehGradualTest, SecondSplitInZoneCompletesTheFirstEagerly) {
 }
 
 TEST_F(PmehGradualTest, IdleOwnerStepsTheSplitToCompletion) {
-  options_.pmeh_split_bits = 3;
-  options_.pmeh_split_step = 1;
-  options_.pmeh_workers = 1;
-  options_.pmeh_idle_steps = true;
+  options_.set("pmeh.split_bits", 3);
+  options_.set("pmeh.split_step", 1);
+  options_.set("pmeh.workers", 1);
+  options_.set("pmeh.idle_steps", true);
   create();
   const std::vector<std::string> z0 = zone_keys(0, 3000);
   std::size_t n = 0;
@@ -1091,8 +1091,8 @@ TEST_F(PmehGradualTest, IdleOwnerStepsTheSplitToCompletion) {
 }
 
 TEST_F(PmehGradualTest, OldDirectoryFreedWhenEveryZoneFilled) {
-  options_.pmeh_split_bits = 3;
-  options_.pmeh_split_step = 0;
+  options_.set("pmeh.split_bits", 3);
+  options_.set("pmeh.split_step", 0);
   create();
   const auto* root = reinterpret_cast<const pm::Root*>(pool_->root());
   const std::uint64_t dir0 = root->dir_array[0].load();
@@ -1125,11 +1125,11 @@ TEST_F(PmehGradualTest, DirectWriteIntoAMovedWindowGoesToTheChildAndAnUnmovedOne
   // no idle steps), then the store opened again with every zone SHARED:
   // open resumes the split, and it stays in flight until the owner's next
   // step of it.
-  options_.pmeh_zone_bits = 0;
-  options_.pmeh_split_bits = 1;
-  options_.pmeh_split_step = 1;
-  options_.pmeh_segment_kib = 64;
-  options_.pmeh_workers = 1;
+  options_.set("pmeh.zone_bits", 0);
+  options_.set("pmeh.split_bits", 1);
+  options_.set("pmeh.split_step", 1);
+  options_.set("pmeh.segment_kib", 64);
+  options_.set("pmeh.workers", 1);
   create();
   const unsigned nb = pmeh().nb();
   std::map<std::string, std::string> want;
@@ -1139,7 +1139,7 @@ TEST_F(PmehGradualTest, DirectWriteIntoAMovedWindowGoesToTheChildAndAnUnmovedOne
     ASSERT_TRUE(insert(trigger, "v").ok());
     want[trigger] = "v";
   }
-  options_.pmeh_write_mode = pm::kWriteDirect;
+  options_.set("pmeh.write_mode", pm::kWriteDirect);
   reopen();
   ASSERT_EQ(pmeh().open_counters().splits_resumed, 1u);
   ASSERT_TRUE(pmeh().split_in_flight(0));
@@ -1198,12 +1198,12 @@ TEST_F(PmehGradualTest, SharedZoneSplitCompletesRightAfterTheWriteThatStartedIt)
   // B = 1 and no idle steps: in an OWNED zone this split would stay in
   // flight until the zone's next writes. In a SHARED zone the owner moves
   // the rest once it has answered the write that started the split.
-  options_.pmeh_zone_bits = 0;
-  options_.pmeh_split_bits = 1;
-  options_.pmeh_split_step = 1;
-  options_.pmeh_segment_kib = 64;
-  options_.pmeh_workers = 1;
-  options_.pmeh_write_mode = pm::kWriteDirect;
+  options_.set("pmeh.zone_bits", 0);
+  options_.set("pmeh.split_bits", 1);
+  options_.set("pmeh.split_step", 1);
+  options_.set("pmeh.segment_kib", 64);
+  options_.set("pmeh.workers", 1);
+  options_.set("pmeh.write_mode", pm::kWriteDirect);
   create();
   std::vector<std::string> keys;
   for (int i = 0; !pmeh().split_in_flight(0) && stats().property("pmeh.splits") == 0; ++i) {
@@ -1229,18 +1229,18 @@ TEST_F(PmehGradualTest, DirectWritersRacingSplitsKeepEveryKey) {
   // Three callers write one SHARED zone directly while its segments split
   // (a split resumed by open in flight first, then splits at once), a
   // fourth reads.
-  options_.pmeh_zone_bits = 0;
-  options_.pmeh_split_bits = 1;
-  options_.pmeh_split_step = 1;
-  options_.pmeh_segment_kib = 16;
-  options_.pmeh_workers = 1;
+  options_.set("pmeh.zone_bits", 0);
+  options_.set("pmeh.split_bits", 1);
+  options_.set("pmeh.split_step", 1);
+  options_.set("pmeh.segment_kib", 16);
+  options_.set("pmeh.workers", 1);
   create();
   int stable = 0;
   for (; !pmeh().split_in_flight(0); ++stable) {
     ASSERT_TRUE(insert("s" + std::to_string(stable), "s").ok());
   }
-  options_.pmeh_write_mode = pm::kWriteDirect;
-  options_.pmeh_idle_steps = true;
+  options_.set("pmeh.write_mode", pm::kWriteDirect);
+  options_.set("pmeh.idle_steps", true);
   reopen();
   ASSERT_EQ(pmeh().open_counters().splits_resumed, 1u);
   const unsigned writers = 3;
@@ -1297,8 +1297,8 @@ class PmehCheckTest : public PmehGradualTest {
  protected:
   // A store with a split in flight in zone 0; returns S.
   pm::SegmentHeader* splitting() {
-    options_.pmeh_split_bits = 2;
-    options_.pmeh_split_step = 1;
+    options_.set("pmeh.split_bits", 2);
+    options_.set("pmeh.split_step", 1);
     create();
     const std::vector<std::string> z0 = zone_keys(0, 3000);
     for (std::size_t n = 0; !pmeh().split_in_flight(0); ++n) EXPECT_TRUE(insert(z0[n], "v").ok());
@@ -1374,10 +1374,10 @@ TEST_F(PmehCheckTest, CheckReportsAZoneBitInANewerDirectoryThanTheZoneUses) {
 // Open reads one header per split record and one per child: the same
 // splits in flight cost the same with eight times the keys (§9).
 TEST_F(PmehGradualTest, OpenReadsNoSegmentButSplitting) {
-  options_.pmeh_zone_bits = 2;
-  options_.pmeh_split_bits = 2;
-  options_.pmeh_split_step = 1;
-  options_.pmeh_workers = 1;
+  options_.set("pmeh.zone_bits", 2);
+  options_.set("pmeh.split_bits", 2);
+  options_.set("pmeh.split_step", 1);
+  options_.set("pmeh.workers", 1);
   create();
   std::uint64_t inserted = 0;
   // Puts a split in flight in every zone (zones whose split completes meanwhile
@@ -1440,7 +1440,7 @@ class PmehCrashTest : public PmehEngineTest {
     PmehEngineTest::SetUp();
     granularity_.force("cache_line");
     options_.pool_size = pool::kMinPoolSize;
-    options_.pmeh_workers = 1;
+    options_.set("pmeh.workers", 1);
   }
   struct Recovered {
     Status open, check;
@@ -1533,8 +1533,8 @@ class PmehSplitCrashTest : public PmehCrashTest {
   // same way.
   SplitExploration explore_split(unsigned k, bool crash_recovery = false) {
     SplitExploration out;
-    options_.pmeh_split_bits = k;
-    options_.pmeh_split_step = 0;  // start, every move and completion in one insert
+    options_.set("pmeh.split_bits", k);
+    options_.set("pmeh.split_step", 0);  // start, every move and completion in one insert
     // The number of zone-0 inserts before the first split: the same keys in
     // a fresh pool land in the same places, so the n-th insert splits again.
     const std::vector<std::string> keys = zone_keys(0, 2000);
@@ -1715,10 +1715,10 @@ class PmehGradualCrashTest : public PmehCrashTest {
   // Recovers the images of every `sample`-th drain (1: all of them).
   GradualExploration explore_gradual(unsigned k, unsigned step, unsigned sample) {
     GradualExploration out;
-    options_.pmeh_split_bits = k;
-    options_.pmeh_split_step = step;
+    options_.set("pmeh.split_bits", k);
+    options_.set("pmeh.split_step", step);
     // Gradual: an OWNED zone's split (pmeh.h, "Writes during a split").
-    options_.pmeh_write_mode = pm::kWriteDelegated;
+    options_.set("pmeh.write_mode", pm::kWriteDelegated);
     const std::vector<std::string> keys = zone_keys(0, 3000);
     // A dry run finds the insert that starts the split (n) and the one
     // after which it is complete (end): a fresh pool places keys the same.
@@ -1829,9 +1829,9 @@ TEST_F(PmehCrashTest, RecoverDirectWritesIntoAMovedWindowAtEachDrain) {
   // A gradual split started in an OWNED zone, resumed by an open with
   // every zone SHARED (it stays in flight: no idle steps, and these writes
   // never reach the owner).
-  options_.pmeh_split_bits = 1;
-  options_.pmeh_split_step = 1;
-  options_.pmeh_write_mode = pm::kWriteDelegated;
+  options_.set("pmeh.split_bits", 1);
+  options_.set("pmeh.split_step", 1);
+  options_.set("pmeh.write_mode", pm::kWriteDelegated);
   create();
   const unsigned nb = pmeh().nb();
   std::map<std::string, std::string> state;
@@ -1844,7 +1844,7 @@ TEST_F(PmehCrashTest, RecoverDirectWritesIntoAMovedWindowAtEachDrain) {
     keys.push_back(k);
     trigger = k;
   }
-  options_.pmeh_write_mode = pm::kWriteDirect;
+  options_.set("pmeh.write_mode", pm::kWriteDirect);
   reopen();
   ASSERT_TRUE(pmeh().split_in_flight(0));
   const unsigned h = pm::home_bucket(engine::make_key(trigger).h1, nb);
@@ -1916,8 +1916,8 @@ TEST_F(PmehCrashTest, RecoverDirectWritesIntoAMovedWindowAtEachDrain) {
 // newest directory and so retires the old one (§6, §8.2 "Old directory
 // retirement").
 TEST_F(PmehCrashTest, RecoverOldDirectoryRetirement) {
-  options_.pmeh_split_bits = 3;
-  options_.pmeh_split_step = 0;
+  options_.set("pmeh.split_bits", 3);
+  options_.set("pmeh.split_step", 0);
   create();
   const std::vector<std::string> z0 = zone_keys(0, 2000);
   std::vector<std::string> keys;

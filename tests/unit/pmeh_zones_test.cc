@@ -1,7 +1,7 @@
 // Unit tests of pmeh's opportunistic switch (docs/design/pmeh.md §7,
 // §13.1): forced switches both ways with writes and reads in between, the
 // monitor's detection rule driven window by window on given counts,
-// pmeh_opportunistic = false, and the direct-op counters.
+// pmeh.opportunistic = false, and the direct-op counters.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -44,7 +44,7 @@ class PmehZonesTest : public ::testing::Test {
   // Per-zone op counts of one window: `hot` gets `hot_ops`, every other
   // zone `other_ops`.
   std::vector<std::uint64_t> counts(int hot, std::uint64_t hot_ops, std::uint64_t other_ops) const {
-    std::vector<std::uint64_t> c(1u << h_.options.pmeh_zone_bits, other_ops);
+    std::vector<std::uint64_t> c(1u << engine::option_unsigned(h_.options, "pmeh.zone_bits"), other_ops);
     if (hot >= 0) c[hot] = hot_ops;
     return c;
   }
@@ -208,7 +208,7 @@ TEST_F(PmehZonesTest, MonitorSwitchesAHotSpotAndNotUniformLoad) {
 }
 
 TEST_F(PmehZonesTest, MonitorShedsTheHottestZoneOfABackloggedSingleOwner) {
-  h_.options.pmeh_workers = 1;
+  h_.options.set("pmeh.workers", 1);
   create();
   pm::PmehIndex& p = h_.pmeh();
   // W = 1: the owner's share is always 1 < 1.5, so only a backlog of >= 2
@@ -227,7 +227,7 @@ TEST_F(PmehZonesTest, MonitorShedsTheHottestZoneOfABackloggedSingleOwner) {
 }
 
 TEST_F(PmehZonesTest, SwitchOffNeverSwitches) {
-  h_.options.pmeh_opportunistic = false;
+  h_.options.set("pmeh.opportunistic", false);
   create();
   pm::PmehIndex& p = h_.pmeh();
   for (int w = 0; w < 30; ++w) {

@@ -58,9 +58,9 @@ class RaceTest : public testing::RemoteEngineTest {
     o.memnodes = "shm:" + nodes_[0] + ",shm:" + nodes_[1];
     // Small subtables (8 groups, 168 slots), so that a few thousand keys
     // split often.
-    o.race_initial_depth = 1;
-    o.race_groups = 8;
-    o.race_max_depth = 12;
+    o.set("race.initial_depth", 1);
+    o.set("race.groups", 8);
+    o.set("race.max_depth", 12);
     return o;
   }
 
@@ -230,12 +230,12 @@ TEST_F(RaceTest, BadInputIsRefusedWithAClearError) {
   EXPECT_NE(s.message().find("sephash, race"), std::string::npos) << s.to_string();
   // Options out of range.
   Options bad = o;
-  bad.race_groups = 1;
+  bad.set("race.groups", 1);
   s = Store::create("", bad, &st);
   EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  EXPECT_NE(s.message().find("race bucket groups"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("race.groups must be 2..4096, got 1"), std::string::npos) << s.to_string();
   bad = o;
-  bad.race_max_depth = 21;
+  bad.set("race.max_depth", 21);
   EXPECT_TRUE(Store::create("", bad, &st).is_invalid_argument());
   // The race index on the nodes is no sephash index, and a sephash create
   // does not wipe it.
@@ -257,7 +257,7 @@ TEST_F(RaceTest, AFullNodeGivesNoSpaceAndKeepsWhatIsStored) {
   ASSERT_TRUE(remote::create_memnode(small, 4u << 20, false).ok());
   Options o = options();
   o.memnodes = "shm:" + small;
-  o.race_max_depth = 10;
+  o.set("race.max_depth", 10);
   expect_full_node_keeps_data(o, small);
 }
 

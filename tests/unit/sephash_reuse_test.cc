@@ -146,9 +146,9 @@ class SepHashReuseTest : public testing::RemoteEngineTest {
     o.engine = "sephash";
     o.memnodes = "shm:" + nodes_[0] + ",shm:" + nodes_[1];
     // Small segments: a few thousand keys merge and split often.
-    o.sephash_initial_depth = 1;
-    o.sephash_main_max_slots = 2 * sh::kCurSlots;
-    o.sephash_max_depth = 12;
+    o.set("sephash.initial_depth", 1);
+    o.set("sephash.main_max_slots", 2 * sh::kCurSlots);
+    o.set("sephash.max_depth", 12);
     return o;
   }
 

@@ -51,9 +51,9 @@ class SepHashTest : public testing::RemoteEngineTest {
     o.engine = "sephash";
     o.memnodes = "shm:" + nodes_[0] + ",shm:" + nodes_[1];
     // Small segments, so that a few thousand keys merge and split often.
-    o.sephash_initial_depth = 1;
-    o.sephash_main_max_slots = 2 * engine::sephash::kCurSlots;
-    o.sephash_max_depth = 12;
+    o.set("sephash.initial_depth", 1);
+    o.set("sephash.main_max_slots", 2 * engine::sephash::kCurSlots);
+    o.set("sephash.max_depth", 12);
     return o;
   }
 
@@ -155,7 +155,7 @@ TEST_F(SepHashTest, ConcurrentWritesOfOneKeyLeaveOneOfTheirValues) {
 // not be lost, and it must have noticed (it appends again).
 TEST_F(SepHashTest, AnAppendWithAStaleSignIsNotLost) {
   Options o = options();
-  o.sephash_initial_depth = 1;
+  o.set("sephash.initial_depth", 1);
   auto st = create(o);
   ASSERT_NE(st, nullptr);
   // Keys of segment 0 (hash bit 0 clear) only.
@@ -415,7 +415,7 @@ TEST_F(SepHashTest, WrongNodeListsAreRefusedAtAttachAndChangeNothing) {
 
 TEST_F(SepHashTest, AForcedCreateFailsTheOldClientsCallsAndKeepsTheNewIndex) {
   Options o = options();
-  o.sephash_lock_lease_ms = 400;  // the forced create waits it out
+  o.set("sephash.lock_lease_ms", 400);  // the forced create waits it out
   expect_forced_create_fences_old_clients(o);
 }
 
@@ -428,7 +428,7 @@ TEST_F(SepHashTest, ConcurrentCreatesOnFreshNodesHaveOneWinner) {
 // open after it read the stored lease.
 TEST_F(SepHashTest, ATimeoutAboveHalfTheStoredLeaseIsRefused) {
   Options o = options();
-  o.sephash_lock_lease_ms = 1000;
+  o.set("sephash.lock_lease_ms", 1000);
   Options slow = o;
   slow.remote_timeout_ms = 501;
   std::unique_ptr<Store> st;
@@ -447,7 +447,7 @@ TEST_F(SepHashTest, AFullNodeGivesNoSpaceAndKeepsWhatIsStored) {
   ASSERT_TRUE(remote::create_memnode(small, 4u << 20, false).ok());
   Options o = options();
   o.memnodes = "shm:" + small;
-  o.sephash_max_depth = 8;
+  o.set("sephash.max_depth", 8);
   expect_full_node_keeps_data(o, small);
 }
 
@@ -477,7 +477,7 @@ class SepHashLockTest : public SepHashTest {
 
   Options options() const override {
     Options o = SepHashTest::options();
-    o.sephash_lock_lease_ms = lease_ms();
+    o.set("sephash.lock_lease_ms", lease_ms());
     return o;
   }
 
@@ -673,19 +673,20 @@ TEST_F(SepHashLockTest, CheckAfterAKilledSplitterFinishesItFirst) {
 
 TEST_F(SepHashLockTest, ALeaseOutOfRangeIsRefused) {
   Options o = options();
-  o.sephash_lock_lease_ms = 0;
+  o.set("sephash.lock_lease_ms", 0);
   std::unique_ptr<Store> st;
   const Status s = Store::create("", o, &st);
   EXPECT_TRUE(s.is_invalid_argument()) << s.to_string();
-  EXPECT_NE(s.message().find("lock lease"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("sephash.lock_lease_ms must be 1..600000, got 0"), std::string::npos)
+      << s.to_string();
 }
 
 // The lease is chosen at create and kept with the index: a client that
-// opens it giving another lease (here ten minutes, or an out-of-range 0)
-// uses the stored one. Its slow holder (the sleep is what is tested) gives
-// up after half the stored lease, naming it, and a later call takes the
-// lock over after about the stored lease; with the option's lease, neither
-// would happen within the test.
+// opens it giving another lease (here ten minutes) uses the stored one; an
+// out-of-range lease is refused at open as at create. Its slow holder (the
+// sleep is what is tested) gives up after half the stored lease, naming
+// it, and a later call takes the lock over after about the stored lease;
+// with the option's lease, neither would happen within the test.
 TEST_F(SepHashLockTest, AnOpenUsesTheLeaseStoredAtCreateNotItsOption) {
   {
     auto created = create(options());
@@ -693,9 +694,11 @@ TEST_F(SepHashLockTest, AnOpenUsesTheLeaseStoredAtCreateNotItsOption) {
     ASSERT_TRUE(created->close().ok());
   }
   Options other = options();
-  other.sephash_lock_lease_ms = 0;
-  ASSERT_NE(open(other), nullptr) << "the lease option is not looked at on open";
-  other.sephash_lock_lease_ms = 600000;
+  other.set("sephash.lock_lease_ms", 0);
+  std::unique_ptr<Store> refused;
+  const Status zero = Store::open("", other, &refused);
+  EXPECT_TRUE(zero.is_invalid_argument()) << zero.to_string();
+  other.set("sephash.lock_lease_ms", 600000);
   auto st = open(other);
   ASSERT_NE(st, nullptr);
   std::atomic<bool> slept{false};

@@ -1,8 +1,6 @@
 // tools/cli/main.cc - `pmhash`, the command-line tool over include/pmhash/.
 //
-//   pmhash create POOL [--engine clevel|dali|nehash|pmeh] [--size 1G] [--force]
-//                      [--nehash-bucket-bits 6] [--nehash-initial-dir-bits 4]
-//                      [--pmeh-zone-bits 6] [--pmeh-segment-kib 16]
+//   pmhash create POOL [--engine E] [--size 1G] [--force] [-o NAME=VALUE ...]
 //   pmhash put POOL KEY VALUE          insert or replace
 //   pmhash put POOL KEY --value-file FILE   the value is FILE's bytes ("-": stdin)
 //   pmhash get POOL KEY                print the value and a newline
@@ -11,17 +9,22 @@
 //   pmhash load POOL --records N [--threads T] [--key-size B] [--value-size B] [--seed S]
 //   pmhash info POOL [--json]
 //   pmhash check POOL                  print "ok" when Store::check() passes
+//   pmhash engines                     every engine: what it is, its options, its properties
 //
 // Every command but create takes --engine E: the engine the pool must hold
 // (empty, the default, accepts whatever it holds). Every command takes
 // --durability strict|epoch and --epoch-ms N (Options::durability and
 // Options::epoch_ms; epoch needs an engine that persists by epochs, dali).
-// Every command takes pmeh's run-time options --pmeh-workers N,
-// --pmeh-split-bits K and --pmeh-split-step B (Options::pmeh_*; not kept in
-// the pool); given for a pool of another engine they are a usage error.
+// Every command that creates or opens a store takes engine options,
+// `-o NAME=VALUE`, repeatable (Options::set; `pmhash engines` lists them):
+// a name of no engine, an option the engine does not have or a value out
+// of its range is a usage error, found before anything is opened, and so is
+// an option of another engine than the pool's.
 //
-// Engines. create accepts every engine Store::create accepts; its help
-// lists them (Store::engines(), Store::remote_engines()).
+// Engines. The registry (pmhash/engines.h) is the only list: create
+// accepts every engine Store::create accepts, its help lists them, and
+// `pmhash engines` prints each one's summary, location, capabilities,
+// options and properties.
 //
 // Memory nodes. Every command takes --memnodes SPECS instead of POOL for an
 // index that lives on memory nodes (Options::memnodes: shm:PATH or
@@ -29,7 +32,8 @@
 // nodes made beforehand with pmhash-memnode --create):
 //   pmhash create --memnodes shm:/dev/shm/mn0,tcp:10.0.0.2:7000 [--engine sephash|race]
 //   pmhash put --memnodes shm:/dev/shm/mn0,tcp:10.0.0.2:7000 KEY VALUE
-// create's engine is then sephash unless --engine says otherwise; --size
+// create's engine is then the default of memory nodes unless --engine says
+// otherwise; --size
 // does not apply (the nodes have their sizes) and --force replaces an index
 // of another engine on the nodes.
 //
@@ -184,16 +188,20 @@ CLI::Validator number_in(std::uint64_t lo, std::uint64_t hi) {
   return CLI::Validator(check, "", "number");
 }
 
-// pmeh's segment size in KiB: one of 4, 8, 16, 32, 64.
-CLI::Validator segment_kib() {
+// An engine option, NAME=VALUE, checked against the engines' descriptors
+// (pmhash::check_option): the error names the valid engines, options or
+// values.
+CLI::Validator engine_option() {
   auto check = [](std::string& text) -> std::string {
-    std::uint64_t v = 0;
-    bool too_large = false;
-    const bool number = parse_u64(text, &v, &too_large);
-    if (number && (v == 4 || v == 8 || v == 16 || v == 32 || v == 64)) return {};
-    return "value '" + text + "' is not a segment size (4, 8, 16, 32 or 64 KiB)";
+    const std::size_t eq = text.find('=');
+    if (eq == std::string::npos) {
+      return "'" + text + "' is not NAME=VALUE ('pmhash engines' lists the names)";
+    }
+    const Status s = pmhash::check_option(std::string_view(text).substr(0, eq),
+                                          std::string_view(text).substr(eq + 1));
+    return s.ok() ? std::string() : s.message();
   };
-  return CLI::Validator(check, "", "KIB");
+  return CLI::Validator(check, "", "NAME=VALUE");
 }
 
 // Bytes, optionally with a binary suffix K, M, G or T (either case):
@@ -235,21 +243,34 @@ int close_store(const std::string& path, Store& store, int rc) {
   return rc;
 }
 
-// Opens the pool at `path`, runs `body` on it and closes it.
-// `pmeh_flag`: a pmeh run-time flag given on the command line (empty: none);
-// a pool of another engine is then closed untouched and the command is a
-// usage error.
+// A usage error when an engine option given with -o belongs to another
+// engine than `engine`; nothing otherwise. (The store would ignore it: one
+// Options may carry several engines' settings; on the command line it is a
+// mistake.) `of`: what holds the engine, for the message ("" when it was
+// chosen on the command line).
+std::optional<int> check_option_engines(const pmhash::Options& options, std::string_view engine,
+                                        const std::string& of = {}) {
+  for (const auto& [name, value] : options.engine_options) {
+    const pmhash::EngineDescriptor* owner = pmhash::option_engine(name);
+    if (owner != nullptr && owner->name != engine) {
+      return usage_error("-o " + name + " applies to engine " + std::string(owner->name) +
+                         " only, not " + std::string(engine) +
+                         (of.empty() ? std::string() : " (the engine of " + of + ")"));
+    }
+  }
+  return std::nullopt;
+}
+
+// Opens the pool at `path`, runs `body` on it and closes it. An engine
+// option (-o) for another engine than the pool's closes it untouched and
+// makes the command a usage error.
 // `label`: what error messages name (the path, or the memory nodes).
 int with_pool(const std::string& path, const std::string& label, const pmhash::Options& options,
-              const std::function<int(Store&)>& body, const std::string& pmeh_flag = {}) {
+              const std::function<int(Store&)>& body) {
   std::unique_ptr<Store> store;
   if (Status s = Store::open(path, options, &store); !s.ok()) return store_error(label, s);
-  if (!pmeh_flag.empty()) {
-    if (const std::string engine = store->stats().engine; engine != "pmeh") {
-      return close_store(label, *store,
-                         usage_error(pmeh_flag + " applies to engine pmeh only, not " + engine +
-                                     " (the engine of " + label + ")"));
-    }
+  if (std::optional<int> rc = check_option_engines(options, store->stats().engine, label)) {
+    return close_store(label, *store, *rc);
   }
   const int rc = body(*store);
   return close_store(label, *store, rc);
@@ -267,23 +288,12 @@ struct Args {
   std::string pool;     // empty with --memnodes
   std::string memnodes;
   std::string secret_file;  // --secret-file: Options::memnode_secret_file
-  std::string create_engine;  // empty: Options{}.engine, or sephash with --memnodes
+  std::string create_engine;  // empty: the default engine of the pool file or memory nodes
   std::string open_engine;  // empty: whatever the pool holds
   std::uint64_t size = pmhash::Options{}.pool_size;
   bool force = false;
-  // create, nehash (refused by the other engines when not the default)
-  unsigned nehash_bucket_bits = pmhash::Options{}.nehash_bucket_bits;
-  unsigned nehash_initial_dir_bits = pmhash::Options{}.nehash_initial_dir_bits;
-  std::string nehash_flag;  // the first --nehash-* flag given, if any
-  // create, pmeh (refused by the other engines when given)
-  unsigned pmeh_zone_bits = pmhash::Options{}.pmeh_zone_bits;
-  unsigned pmeh_segment_kib = pmhash::Options{}.pmeh_segment_kib;
-  std::string pmeh_create_flag;  // the first --pmeh-zone-bits/--pmeh-segment-kib given
-  // every command, pmeh's run-time options (a usage error for other engines)
-  unsigned pmeh_workers = pmhash::Options{}.pmeh_workers;
-  unsigned pmeh_split_bits = pmhash::Options{}.pmeh_split_bits;
-  unsigned pmeh_split_step = pmhash::Options{}.pmeh_split_step;
-  std::string pmeh_run_flag;  // the first run-time --pmeh-* flag given, if any
+  // -o NAME=VALUE, each checked against the descriptors when parsed
+  std::vector<std::string> engine_options;
   std::string key;
   std::string value;
   std::string value_file;  // put --value-file ("-": stdin)
@@ -314,27 +324,20 @@ pmhash::Options store_options(const Args& a, const std::string& engine) {
   options.durability =
       a.durability == "epoch" ? pmhash::Durability::kEpoch : pmhash::Durability::kStrict;
   options.epoch_ms = a.epoch_ms;
-  options.pmeh_workers = a.pmeh_workers;
-  options.pmeh_split_bits = a.pmeh_split_bits;
-  options.pmeh_split_step = a.pmeh_split_step;
+  for (const std::string& o : a.engine_options) {
+    const std::size_t eq = o.find('=');  // present: the parser checked it
+    options.set(std::string_view(o).substr(0, eq), std::string_view(o).substr(eq + 1));
+  }
   return options;
-}
-
-constexpr const char* kPmeh = "pmeh";
-
-// A usage error when a pmeh run-time flag was given for an engine that is
-// not pmeh; nothing otherwise.
-std::optional<int> check_pmeh_run_flags(const Args& a, const std::string& engine) {
-  if (a.pmeh_run_flag.empty() || engine == kPmeh) return std::nullopt;
-  return usage_error(a.pmeh_run_flag + " applies to engine pmeh only, not " + engine);
 }
 
 // Opens the pool of a command (with_pool) under the command's options.
 int open_pool(const Args& a, const std::function<int(Store&)>& body) {
+  const pmhash::Options options = store_options(a, a.open_engine);
   if (!a.open_engine.empty()) {
-    if (std::optional<int> rc = check_pmeh_run_flags(a, a.open_engine)) return *rc;
+    if (std::optional<int> rc = check_option_engines(options, a.open_engine)) return *rc;
   }
-  return with_pool(a.pool, target(a), store_options(a, a.open_engine), body, a.pmeh_run_flag);
+  return with_pool(a.pool, target(a), options, body);
 }
 
 // ---------------------------------------------------------------------------
@@ -413,23 +416,16 @@ int create_pool_file(const Args& a, pmhash::Options options) {
 }
 
 int cmd_create(const Args& a) {
-  const std::string engine = !a.create_engine.empty() ? a.create_engine
-                             : a.memnodes.empty()     ? pmhash::Options{}.engine
-                                                      : std::string("sephash");
-  if (!a.nehash_flag.empty() && engine != "nehash") {
-    return usage_error(a.nehash_flag + " applies to engine nehash only, not " + engine);
+  std::string engine = a.create_engine;
+  if (engine.empty()) {
+    const pmhash::EngineDescriptor* d = pmhash::default_engine(
+        a.memnodes.empty() ? pmhash::Location::kPoolFile : pmhash::Location::kMemoryNodes);
+    if (d != nullptr) engine = d->name;
   }
-  if (!a.pmeh_create_flag.empty() && engine != kPmeh) {
-    return usage_error(a.pmeh_create_flag + " applies to engine pmeh only, not " + engine);
-  }
-  if (std::optional<int> rc = check_pmeh_run_flags(a, engine)) return *rc;
   pmhash::Options options = store_options(a, engine);
+  if (std::optional<int> rc = check_option_engines(options, engine)) return *rc;
   options.pool_size = a.size;
   options.force = a.force;
-  options.nehash_bucket_bits = a.nehash_bucket_bits;
-  options.nehash_initial_dir_bits = a.nehash_initial_dir_bits;
-  options.pmeh_zone_bits = a.pmeh_zone_bits;
-  options.pmeh_segment_kib = a.pmeh_segment_kib;
   if (a.memnodes.empty()) return create_pool_file(a, options);
   std::unique_ptr<Store> store;
   if (Status s = Store::create(a.pool, options, &store); !s.ok()) return store_error(target(a), s);
@@ -536,6 +532,46 @@ int cmd_check(const Args& a) {
     write_out("ok\n");
     return finish_output(kExitOk);
   });
+}
+
+// ---------------------------------------------------------------------------
+// engines: everything the registry knows, nothing the CLI knows itself
+
+std::string capability_list(const pmhash::Capabilities& c) {
+  const std::pair<bool, const char*> all[] = {
+      {c.strict, "durability strict"},     {c.epoch, "durability epoch"},
+      {c.transactions, "transactions"},    {c.snapshot_reads, "snapshot reads"},
+      {c.shrink, "shrink"},                {c.background_threads, "background threads"}};
+  std::string out;
+  for (const auto& [has, name] : all) {
+    if (has) out += (out.empty() ? "" : ", ") + std::string(name);
+  }
+  return out.empty() ? "none" : out;
+}
+
+int cmd_engines(const Args&) {
+  std::string out;
+  for (const pmhash::EngineDescriptor* e : pmhash::all_engines()) {
+    out += std::string(e->name) + (e->in_progress ? " (in progress)" : "") + ": " +
+           std::string(e->summary) + "\n";
+    out += "  paper: " + std::string(e->paper) + "\n";
+    out += std::string("  location: ") +
+           (e->location == pmhash::Location::kPoolFile ? "pool file" : "memory nodes") + "\n";
+    out += "  capabilities: " + capability_list(e->capabilities) + "\n";
+    out += "  options:" + std::string(e->options.empty() ? " none" : "") + "\n";
+    for (const pmhash::OptionSpec& o : e->options) {
+      out += "    " + std::string(o.name) + " (" + std::string(pmhash::option_type_name(o.type)) +
+             ", default " + std::string(o.default_value) + ", " + pmhash::option_range(o) + ", " +
+             (o.scope == pmhash::OptionScope::kCreate ? "kept with the index" : "chosen at open") +
+             ")\n      " + std::string(o.doc) + "\n";
+    }
+    out += "  properties:" + std::string(e->properties.empty() ? " none" : "") + "\n";
+    for (const pmhash::PropertySpec& p : e->properties) {
+      out += "    " + std::string(p.name) + "\n      " + std::string(p.doc) + "\n";
+    }
+  }
+  write_out(out);
+  return finish_output(kExitOk);
 }
 
 // ---------------------------------------------------------------------------
@@ -845,39 +881,29 @@ CLI::App* add_command(CLI::App& app, const char* name, const char* description, 
   sub->add_option("--secret-file", a.secret_file,
                   "with tcp memory nodes: the secret file they were started with (default: "
                   "$PMHASH_MEMNODE_SECRET_FILE)");
+  std::string epoch_engines;
+  for (const pmhash::EngineDescriptor* e : pmhash::finished_engines()) {
+    if (e->capabilities.epoch) {
+      epoch_engines += (epoch_engines.empty() ? "" : ", ") + std::string(e->name);
+    }
+  }
   sub->add_option("--durability", a.durability,
                   "strict: every write durable when it returns; epoch: durable when its "
-                  "epoch is (dali)")
+                  "epoch is (" + epoch_engines + ")")
       ->check(CLI::IsMember({"strict", "epoch"}))
       ->capture_default_str();
-  sub->add_option("--epoch-ms", a.epoch_ms, "epoch length in milliseconds (dali)")
+  sub->add_option("--epoch-ms", a.epoch_ms, "epoch length in milliseconds (" + epoch_engines + ")")
       ->check(number_in(1, 60000))
       ->capture_default_str();
   if (opens_pool) {
     sub->add_option("--engine", a.open_engine,
                     "engine the pool must hold (default: whatever it holds)");
   }
-  auto run_flag = [&a](const char* flag) {
-    return [&a, flag](const std::string&) {
-      if (a.pmeh_run_flag.empty()) a.pmeh_run_flag = flag;
-    };
-  };
-  sub->add_option("--pmeh-workers", a.pmeh_workers,
-                  "pmeh: owner threads that run the writes, 1..64 (0: one per hardware thread)")
-      ->check(number_in(0, 64))
-      ->each(run_flag("--pmeh-workers"))
-      ->capture_default_str();
-  sub->add_option("--pmeh-split-bits", a.pmeh_split_bits,
-                  "pmeh: a full segment splits into 2^K segments, K = 1..3")
-      ->check(number_in(1, 3))
-      ->each(run_flag("--pmeh-split-bits"))
-      ->capture_default_str();
-  sub->add_option("--pmeh-split-step", a.pmeh_split_step,
-                  "pmeh: buckets a split moves per write in its zone, 0..255 (0: the whole split "
-                  "at once)")
-      ->check(number_in(0, 255))
-      ->each(run_flag("--pmeh-split-step"))
-      ->capture_default_str();
+  sub->add_option("-o,--option", a.engine_options,
+                  "an engine option NAME=VALUE, repeatable ('pmhash engines' lists them)")
+      ->type_name("NAME=VALUE")
+      ->allow_extra_args(false)
+      ->check(engine_option());
   return sub;
 }
 
@@ -888,40 +914,20 @@ std::vector<Command> define_commands(CLI::App& app, Args& a) {
   std::string engines, remote;
   for (const std::string& e : Store::engines()) engines += (engines.empty() ? "" : ", ") + e;
   for (const std::string& e : Store::remote_engines()) remote += (remote.empty() ? "" : ", ") + e;
+  const pmhash::EngineDescriptor* file_default = pmhash::default_engine(pmhash::Location::kPoolFile);
+  const pmhash::EngineDescriptor* nodes_default =
+      pmhash::default_engine(pmhash::Location::kMemoryNodes);
   create->add_option("--engine", a.create_engine,
                      "index engine of the new pool: " + engines + "; with --memnodes: " + remote)
-      ->default_str(pmhash::Options{}.engine + " (with --memnodes: sephash)");
+      ->default_str((file_default != nullptr ? std::string(file_default->name) : std::string()) +
+                    " (with --memnodes: " +
+                    (nodes_default != nullptr ? std::string(nodes_default->name) : std::string()) +
+                    ")");
   create->add_option("--size", a.size, "pool file size: bytes, or a number with K, M, G or T")
       ->transform(byte_size())
       ->type_name("SIZE")
       ->default_str("1G");
   create->add_flag("--force", a.force, "replace an existing file");
-  create->add_option("--nehash-bucket-bits", a.nehash_bucket_bits,
-                     "nehash: buckets per bucket group, as a power of two (1..10)")
-      ->check(number_in(1, 10))
-      ->each([&a](const std::string&) { a.nehash_flag = "--nehash-bucket-bits"; })
-      ->capture_default_str();
-  create->add_option("--nehash-initial-dir-bits", a.nehash_initial_dir_bits,
-                     "nehash: main-directory entries of the new index, as a power of two (0..16)")
-      ->check(number_in(0, 16))
-      ->each([&a](const std::string&) {
-        if (a.nehash_flag.empty()) a.nehash_flag = "--nehash-initial-dir-bits";
-      })
-      ->capture_default_str();
-  create->add_option("--pmeh-zone-bits", a.pmeh_zone_bits,
-                     "pmeh: zone bits Z, 0..8 (2^Z zones, each written by one owner thread)")
-      ->check(number_in(0, 8))
-      ->each([&a](const std::string&) {
-        if (a.pmeh_create_flag.empty()) a.pmeh_create_flag = "--pmeh-zone-bits";
-      })
-      ->capture_default_str();
-  create->add_option("--pmeh-segment-kib", a.pmeh_segment_kib,
-                     "pmeh: segment size in KiB: 4, 8, 16, 32 or 64")
-      ->check(segment_kib())
-      ->each([&a](const std::string&) {
-        if (a.pmeh_create_flag.empty()) a.pmeh_create_flag = "--pmeh-segment-kib";
-      })
-      ->capture_default_str();
   commands.push_back({create, cmd_create});
 
   CLI::App* put = add_command(app, "put", "insert KEY, or replace its value", a, true);
@@ -972,6 +978,10 @@ std::vector<Command> define_commands(CLI::App& app, Args& a) {
 
   CLI::App* check = add_command(app, "check", "verify every invariant of a pool", a, true);
   commands.push_back({check, cmd_check});
+
+  CLI::App* engines_cmd = app.add_subcommand(
+      "engines", "list every engine: what it is, its capabilities, options and properties");
+  commands.push_back({engines_cmd, cmd_engines});
 
   return commands;
 }

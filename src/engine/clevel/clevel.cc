@@ -15,13 +15,14 @@ namespace pmhash::engine::clevel {
 
 ClevelIndex::ClevelIndex(const Env& env)
     : env_(env),
+      config_(Config::from(env.options)),
       region_(env.pool->region()),
       heap_(*env.heap),
       view_(env.pool->region(), env.pool->heap_offset(), env.pool->heap_size(), env.heap),
       root_(reinterpret_cast<Root*>(env.pool->root())),
       generation_(env.pool->generation()),
-      rehash_threads_(env.options.clevel_rehash_threads),
-      use_filters_(env.options.clevel_tag_filter) {}
+      rehash_threads_(config_.rehash_threads),
+      use_filters_(config_.tag_filter) {}
 
 ClevelIndex::~ClevelIndex() {
   close();

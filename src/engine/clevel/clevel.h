@@ -64,7 +64,7 @@
 //   Root magic "CLEVELR2" (PENDING and REMOVED exist); open takes an R1 pool,
 //   which has neither, and rewrites its magic first.
 
-// Tag filters (DEPARTURE: not in the paper; Options::clevel_tag_filter). A
+// Tag filters (DEPARTURE: not in the paper; clevel.tag_filter). A
 // search for an absent key must read both candidate buckets of every level,
 // four cache misses with two levels, where a cuckoo table reads two. So each
 // live level has a DRAM filter, one 64-bit word per bucket (1/8 of the
@@ -303,7 +303,7 @@
 //   first) and CASes the context to drop it.
 //
 // shrink (beyond the paper, as its §5 sketches): when items/slots falls under
-//   Options::clevel_shrink_threshold, a level of half the last level's
+//   clevel.shrink_threshold, a level of half the last level's
 //   buckets is added below the last, the context becomes {first, last-1,
 //   resizing, shrinking}, rehash threads move everything out of the first
 //   level top-to-bottom, then the first level is dropped. Searches go
@@ -357,5 +357,19 @@
 namespace pmhash::engine::clevel {
 
 extern const EngineInfo kEngineInfo;
+// What clevel is and the options it takes (descriptor.cc).
+extern const EngineDescriptor kDescriptor;
+
+// clevel's options ("clevel.<option>", descriptor.cc has their docs and
+// ranges) as typed values, read once when the index starts.
+struct Config {
+  unsigned initial_level_log2 = 0;
+  unsigned rehash_threads = 0;
+  double shrink_threshold = 0;
+  unsigned min_level_log2 = 0;
+  bool tag_filter = false;
+
+  static Config from(const Options& options);
+};
 
 }  // namespace pmhash::engine::clevel

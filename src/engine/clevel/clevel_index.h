@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/clevel/clevel.h"
 #include "engine/clevel/layout.h"
 #include "engine/clevel/tag_filter.h"
 #include "engine/common/item_count.h"
@@ -173,6 +174,7 @@ class ClevelIndex final : public Index {
   std::uint64_t slots() const;
 
   Env env_;
+  const Config config_;  // the options, read once
   media::Region& region_;
   heap::Heap& heap_;
   heap::PoolView view_;  // checked access to what slots name

@@ -19,26 +19,25 @@ struct Params {
   std::uint32_t min_log2;
 };
 
-Status validate(const Options& o) {
-  if (o.clevel_rehash_threads < 1 || o.clevel_rehash_threads > kMaxRehashThreads) {
-    return Status::InvalidArgument("clevel: rehash threads must be 1.." +
-                                   std::to_string(kMaxRehashThreads));
-  }
-  if (!(o.clevel_shrink_threshold >= 0 && o.clevel_shrink_threshold < 0.5)) {
-    return Status::InvalidArgument("clevel: shrink threshold must be in [0, 0.5)");
+// The checks beyond the descriptor's ranges (the store has checked those).
+Status validate(const Options& options) {
+  const Config c = Config::from(options);
+  if (c.shrink_threshold >= 0.5) {
+    return Status::InvalidArgument("clevel.shrink_threshold must be below 0.5, got " +
+                                   std::to_string(c.shrink_threshold));
   }
   return Status::OK();
 }
 
-Status encode_params(const Options& o, std::uint8_t* out) {
-  if (o.clevel_initial_level_log2 < 2 || o.clevel_initial_level_log2 > 30) {
-    return Status::InvalidArgument("clevel: initial level must be 2^2 .. 2^30 buckets");
+Status encode_params(const Options& options, std::uint8_t* out) {
+  const Config c = Config::from(options);
+  if (c.min_level_log2 > c.initial_level_log2) {
+    return Status::InvalidArgument(
+        "clevel.min_level_log2 must be at most clevel.initial_level_log2 (" +
+        std::to_string(c.initial_level_log2) + "), got " + std::to_string(c.min_level_log2));
   }
-  if (o.clevel_min_level_log2 < 1 || o.clevel_min_level_log2 > o.clevel_initial_level_log2) {
-    return Status::InvalidArgument("clevel: minimum level must be 2^1 .. 2^initial buckets");
-  }
-  if (Status s = validate(o); !s.ok()) return s;
-  const Params p{o.clevel_initial_level_log2, o.clevel_min_level_log2};
+  if (Status s = validate(options); !s.ok()) return s;
+  const Params p{c.initial_level_log2, c.min_level_log2};
   std::memcpy(out, &p, sizeof(p));
   return Status::OK();
 }
@@ -62,7 +61,7 @@ Status open_index(const Env& env, std::unique_ptr<Index>* out) {
 
 }  // namespace
 
-const EngineInfo kEngineInfo = {"clevel", &encode_params, &create_index, &open_index};
+const EngineInfo kEngineInfo = {&kDescriptor, &encode_params, &create_index, &open_index};
 
 Status ClevelIndex::format() {
   Status s;

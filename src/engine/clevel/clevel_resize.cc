@@ -137,7 +137,7 @@ void ClevelIndex::abandon_level(heap::ThreadCache* tc, std::uint16_t id, std::ui
 
 void ClevelIndex::maybe_shrink(heap::ThreadCache* tc) {
   static thread_local unsigned ticks = 0;
-  if (env_.options.clevel_shrink_threshold <= 0 || ++ticks % 256 != 0) return;
+  if (config_.shrink_threshold <= 0 || ++ticks % 256 != 0) return;
   tc->reserve_retire(1);
   rcu::ReadGuard guard;
   const Ctx c = load_ctx();
@@ -147,7 +147,7 @@ void ClevelIndex::maybe_shrink(heap::ThreadCache* tc) {
   if (first->log2 < root_->min_log2 + 1 || last->log2 == 0) return;
   const std::uint64_t slots_now = (std::uint64_t{kSlotsPerBucket} << first->log2) +
                                   (std::uint64_t{kSlotsPerBucket} << last->log2);
-  if (static_cast<double>(size()) >= env_.options.clevel_shrink_threshold * slots_now) return;
+  if (static_cast<double>(size()) >= config_.shrink_threshold * slots_now) return;
   // Paper §5: a level of half the last level's buckets below the last; the
   // first level is then emptied top-to-bottom and dropped.
   const auto nid = static_cast<std::uint16_t>(c.last() - 1);

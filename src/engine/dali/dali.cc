@@ -26,7 +26,7 @@ DaliIndex::DaliIndex(const Env& env)
       view_(env.pool->region(), env.pool->heap_offset(), env.pool->heap_size(), env.heap),
       list_limit_(env.pool->heap_size() / sizeof(RecordHeader) + 1),
       root_(reinterpret_cast<Root*>(env.pool->root())),
-      lock_timeout_(env.options.dali_lock_timeout_ms),
+      lock_timeout_(Config::from(env.options).lock_timeout_ms),
       strict_(env.options.durability == Durability::kStrict),
       retired_(new RetireList[kMaxThreads]) {}
 
@@ -84,7 +84,7 @@ void DaliIndex::end_write_and_unlock(std::uint32_t stripe) {
 Status DaliIndex::lock_timeout() const {
   return Status::Busy("dali: waited " + std::to_string(lock_timeout_.count()) +
                       " ms for a bucket lock an open transaction holds "
-                      "(Options::dali_lock_timeout_ms)");
+                      "(dali.lock_timeout_ms)");
 }
 
 // ---------------------------------------------------------------------------

@@ -336,5 +336,16 @@
 namespace pmhash::engine::dali {
 
 extern const EngineInfo kEngineInfo;
+// What dali is and the options it takes (descriptor.cc).
+extern const EngineDescriptor kDescriptor;
+
+// dali's options ("dali.<option>", descriptor.cc has their docs and
+// ranges) as typed values, read once when the index starts.
+struct Config {
+  unsigned initial_log2 = 0;
+  unsigned lock_timeout_ms = 0;
+
+  static Config from(const Options& options);
+};
 
 }  // namespace pmhash::engine::dali

@@ -24,21 +24,13 @@ Status validate(const Options& o) {
     return Status::InvalidArgument("dali: epoch length must be 1 .. 60000 ms, got " +
                                    std::to_string(o.epoch_ms));
   }
-  if (o.dali_lock_timeout_ms < 1 || o.dali_lock_timeout_ms > 60000) {
-    return Status::InvalidArgument("dali: lock timeout must be 1 .. 60000 ms, got " +
-                                   std::to_string(o.dali_lock_timeout_ms));
-  }
   return Status::OK();
 }
 
 Status encode_params(const Options& o, std::uint8_t* out) {
-  if (o.dali_initial_log2 < 1 || o.dali_initial_log2 > kMaxInitialLog2) {
-    return Status::InvalidArgument("dali: the initial table must have 2^1 .. 2^" +
-                                   std::to_string(kMaxInitialLog2) + " buckets, got 2^" +
-                                   std::to_string(o.dali_initial_log2));
-  }
   if (Status s = validate(o); !s.ok()) return s;
-  const Params p{o.dali_initial_log2};
+  // dali.initial_log2 is within 1..kMaxInitialLog2 (the descriptor's range).
+  const Params p{Config::from(o).initial_log2};
   std::memcpy(out, &p, sizeof(p));
   return Status::OK();
 }
@@ -75,7 +67,7 @@ std::uint64_t valid_value(const Bucket& b, const Failed& failed) {
 
 }  // namespace
 
-const EngineInfo kEngineInfo = {"dali", &encode_params, &create_index, &open_index};
+const EngineInfo kEngineInfo = {&kDescriptor, &encode_params, &create_index, &open_index};
 
 // ---------------------------------------------------------------------------
 // BlockSet

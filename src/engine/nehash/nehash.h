@@ -10,8 +10,8 @@
 // its condensed form (§ numbers below are that document's).
 //
 // h1, h2: the halves of the key's XXH3-128. b: bucket-directory bits (option
-// nehash_bucket_bits, 1..10). G0: initial main-directory bits
-// (nehash_initial_dir_bits, 0..16). L: a group's local depth (D_Length).
+// nehash.bucket_bits, 1..10). G0: initial main-directory bits
+// (nehash.initial_dir_bits, 0..16). L: a group's local depth (D_Length).
 // kMaxDepth = 60 - b. t: the calling thread's heap slot.
 //
 // ---------------------------------------------------------------------------
@@ -323,7 +323,7 @@
 //   4-6 every group is attached to all 2^(G - L) entries of its range
 //      (DEPARTURE: Step 6 splits in the directory, no key moves, so open
 //      stays O(groups) and allocates nothing). With the option
-//      nehash_split_shallow_on_open, a thread started after open splits
+//      nehash.split_shallow_on_open, a thread started after open splits
 //      each such group physically by the ordinary split (forced, case A
 //      only: the main node is already G deep) until each main entry has its
 //      own group; writers meet it as any concurrent split, close stops it
@@ -368,5 +368,17 @@
 namespace pmhash::engine::nehash {
 
 extern const EngineInfo kEngineInfo;
+// What nehash is and the options it takes (descriptor.cc).
+extern const EngineDescriptor kDescriptor;
+
+// nehash's options ("nehash.<option>", descriptor.cc has their docs and
+// ranges) as typed values, read once when the index starts.
+struct Config {
+  unsigned bucket_bits = 0;
+  unsigned initial_dir_bits = 0;
+  bool split_shallow_on_open = false;
+
+  static Config from(const Options& options);
+};
 
 }  // namespace pmhash::engine::nehash

@@ -66,7 +66,7 @@ class NehashIndex final : public Index {
   // group is still SPLITTING (tests park a split there).
   static void set_split_hook(std::function<void()> hook);
   // Waits until the background split of shallow groups
-  // (nehash_split_shallow_on_open) has finished; returns what stopped it.
+  // (nehash.split_shallow_on_open) has finished; returns what stopped it.
   Status wait_shallow_splits();
 
  private:
@@ -138,7 +138,7 @@ class NehashIndex final : public Index {
   // (case A) is made.
   Status split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::uint64_t h1,
                bool force = false);
-  // The background thread of nehash_split_shallow_on_open: splits every
+  // The background thread of nehash.split_shallow_on_open: splits every
   // group shallower than `bits` until each main entry has its own.
   void split_shallow(unsigned bits);
   void stop_shallow_splits();

@@ -16,19 +16,11 @@
 namespace pmhash::engine::nehash {
 namespace {
 
-Status encode_params(const Options& o, std::uint8_t* out) {
-  if (o.nehash_bucket_bits < kMinBucketBits || o.nehash_bucket_bits > kMaxBucketBits) {
-    return Status::InvalidArgument("nehash: bucket bits must be " + std::to_string(kMinBucketBits) +
-                                   ".." + std::to_string(kMaxBucketBits) + ", got " +
-                                   std::to_string(o.nehash_bucket_bits));
-  }
-  if (o.nehash_initial_dir_bits > kMaxInitialDirBits) {
-    return Status::InvalidArgument("nehash: initial directory bits must be 0.." +
-                                   std::to_string(kMaxInitialDirBits) + ", got " +
-                                   std::to_string(o.nehash_initial_dir_bits));
-  }
-  const Params p{kLayoutVersion, static_cast<std::uint8_t>(o.nehash_bucket_bits),
-                 static_cast<std::uint8_t>(o.nehash_initial_dir_bits)};
+// The descriptor's ranges (checked by the store) keep both within a byte.
+Status encode_params(const Options& options, std::uint8_t* out) {
+  const Config c = Config::from(options);
+  const Params p{kLayoutVersion, static_cast<std::uint8_t>(c.bucket_bits),
+                 static_cast<std::uint8_t>(c.initial_dir_bits)};
   std::memcpy(out, &p, sizeof(p));
   return Status::OK();
 }
@@ -89,8 +81,7 @@ std::string find_overlap(const std::vector<Entry>& entries) {
 
 }  // namespace
 
-const EngineInfo kEngineInfo = {"nehash", &encode_params, &create_index, &open_index,
-                                /*in_progress=*/false};
+const EngineInfo kEngineInfo = {&kDescriptor, &encode_params, &create_index, &open_index};
 
 Status NehashIndex::fail(const std::string& what) const {
   return Status::Corruption("pool " + env_.pool->path() + ": nehash: " + what);
@@ -420,7 +411,7 @@ Status NehashIndex::recover() {
   count_.take_saved(region_, root_->item_count, root_->count_valid);
   ready_ = true;
   // Step 6 of the paper, in the background: the store serves meanwhile.
-  if (env_.options.nehash_split_shallow_on_open) {
+  if (Config::from(env_.options).split_shallow_on_open) {
     shallow_thread_ = std::thread([this, bits = dir_->main_bits()] { split_shallow(bits); });
   }
   return Status::OK();

@@ -42,12 +42,13 @@ PmehIndex::PmehIndex(const Env& env)
   z_ = p.zone_bits;
   s_ = p.segment_log2;
   nb_ = s_ >= kMinSegmentLog2 && s_ <= kMaxSegmentLog2 ? buckets_per_segment(s_) : 0;
-  delegate_reads_ = env.options.pmeh_delegate_reads;
-  split_bits_ = env.options.pmeh_split_bits;
-  opportunistic_ = env.options.pmeh_opportunistic;
-  write_mode_ = env.options.pmeh_write_mode;
-  split_step_ = env.options.pmeh_split_step;
-  idle_steps_ = env.options.pmeh_idle_steps;
+  const Config c = Config::from(env.options);
+  delegate_reads_ = c.delegate_reads;
+  split_bits_ = c.split_bits;
+  opportunistic_ = c.opportunistic;
+  write_mode_ = c.write_mode;
+  split_step_ = c.split_step;
+  idle_steps_ = c.idle_steps;
 }
 
 PmehIndex::~PmehIndex() {

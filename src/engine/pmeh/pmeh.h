@@ -31,7 +31,7 @@
 // ---------------------------------------------------------------------------
 // Threads (§3)
 // ---------------------------------------------------------------------------
-//   W owner threads (pmeh_workers; default half the cores) start with the
+//   W owner threads (pmeh.workers; default half the cores) start with the
 //   store; zone z belongs to owner z mod W, which alone writes the zone's
 //   segments while the zone is OWNED (SHARED zones: §7 below, and "Write
 //   mode", which makes every zone SHARED on few cores). A caller prepares an item if the pair is not inline
@@ -51,7 +51,7 @@
 // Multi-split and directories (§5, §6), owner only
 // ---------------------------------------------------------------------------
 //   A full window splits its segment S (depth L) into 2^k fresh children of
-//   depth L + k (k = pmeh_split_bits); child c(h1) = the k bits of h1 after
+//   depth L + k (k = pmeh.split_bits); child c(h1) = the k bits of h1 after
 //   the top L. Each pair is copied to the same (bucket, position) of its
 //   child, so a split never overflows. S is never written: a crash leaves
 //   it whole. The zone's directory must have G >= L + k: otherwise the
@@ -60,7 +60,7 @@
 //   next write (lazy per-zone fill: entries -> its zone_filled bit); a
 //   directory every zone has left is retired then (retire log entry ->
 //   dir_array[j] = 0) and freed after a grace period.
-//   Splits are gradual (§5.3, B = pmeh_split_step): the start moves only
+//   Splits are gradual (§5.3, B = pmeh.split_step): the start moves only
 //   the window of the insert that found it full; every later write in the
 //   zone moves its window (if on S) plus up to B buckets from a cursor, as
 //   one batch (child buckets -> S.moved bits); the split completes when
@@ -198,7 +198,7 @@
 //   slot's item (slots: S's unmoved buckets, the children's moved ones).
 //
 // ---------------------------------------------------------------------------
-// The opportunistic switch (§7, zones.cc), off with pmeh_opportunistic
+// The opportunistic switch (§7, zones.cc), off with pmeh.opportunistic
 // ---------------------------------------------------------------------------
 //   Zone modes OWNED (delegated, lock-free), SHARED (any thread writes the
 //   zone's slots itself, taking the segment's version by CAS; splits and
@@ -213,7 +213,7 @@
 //   of the zone to clear, then stores OWNED.
 //
 // ---------------------------------------------------------------------------
-// Write mode (Options::pmeh_write_mode; measurements in pmeh.md §16)
+// Write mode (pmeh.write_mode; measurements in pmeh.md §16)
 // ---------------------------------------------------------------------------
 //   A delegated write is a hand-off: the caller's mailbox and doorbell move
 //   to the owner's core and the result moves back. That is cheap only while
@@ -234,7 +234,7 @@
 //   owner keeps the structural work: splits, their steps and directory
 //   fills (a direct writer that meets one hands the write over, §7.3), so
 //   the paper's split and directory design is unchanged. Mode 1 forces
-//   delegation, mode 2 starts every zone SHARED. pmeh_opportunistic = false
+//   delegation, mode 2 starts every zone SHARED. pmeh.opportunistic = false
 //   turns the automatic switch off too (mode 0 then always delegates).
 //
 // ---------------------------------------------------------------------------
@@ -280,5 +280,23 @@
 namespace pmhash::engine::pmeh {
 
 extern const EngineInfo kEngineInfo;
+// What pmeh is and the options it takes (descriptor.cc).
+extern const EngineDescriptor kDescriptor;
+
+// pmeh's options ("pmeh.<option>", descriptor.cc has their docs and
+// ranges) as typed values, read once when the index starts.
+struct Config {
+  unsigned zone_bits = 0;
+  unsigned segment_kib = 0;
+  unsigned workers = 0;
+  unsigned split_bits = 0;
+  unsigned split_step = 0;
+  bool idle_steps = false;
+  bool opportunistic = false;
+  unsigned write_mode = 0;
+  bool delegate_reads = false;
+
+  static Config from(const Options& options);
+};
 
 }  // namespace pmhash::engine::pmeh

@@ -56,7 +56,7 @@ struct Dir {
 // Zone modes (§7.1) and the requests that switch them.
 enum ZoneMode : std::uint8_t { kOwned = 0, kShared = 1, kToOwned = 2 };
 enum ZoneRequest : std::uint8_t { kNoRequest = 0, kRequestShared = 1, kRequestOwned = 2 };
-// Options::pmeh_write_mode (pmeh.h, "Write mode").
+// pmeh.write_mode (pmeh.h, "Write mode").
 enum WriteMode : unsigned { kWriteAuto = 0, kWriteDelegated = 1, kWriteDirect = 2 };
 // Mailbox::announce when no direct op is in progress.
 inline constexpr std::uint32_t kNoZone = ~std::uint32_t{0};
@@ -405,9 +405,9 @@ class PmehIndex final : public Index {
   unsigned nb_ = 0;  // buckets per segment
   bool delegate_reads_ = false;
 
-  unsigned split_bits_ = 3;  // k (pmeh_split_bits)
-  unsigned split_step_ = 4;  // B (pmeh_split_step)
-  bool idle_steps_ = true;   // pmeh_idle_steps
+  unsigned split_bits_ = 3;  // k (pmeh.split_bits)
+  unsigned split_step_ = 4;  // B (pmeh.split_step)
+  bool idle_steps_ = true;   // pmeh.idle_steps
   std::atomic<Dir*> dirs_[kMaxDirs] = {};
   std::atomic<Dir*> newest_{nullptr};  // the live directory with the highest id
   std::vector<std::unique_ptr<Dir>> dir_store_;  // owns every Dir
@@ -428,7 +428,7 @@ class PmehIndex final : public Index {
   std::unique_ptr<Mailbox[]> mailboxes_;
   std::vector<std::unique_ptr<Owner>> owners_;
   std::atomic<bool> stop_{false};
-  // The switch (§7): pmeh_opportunistic; the timed monitor running; its
+  // The switch (§7): pmeh.opportunistic; the timed monitor running; its
   // state; the test probe of check_regimes.
   bool opportunistic_ = true;
   std::atomic<bool> monitor_on_{true};
@@ -440,7 +440,7 @@ class PmehIndex final : public Index {
   std::atomic<bool> check_regimes_{false};
   std::atomic<std::uint64_t> overlaps_{0};
   std::atomic<std::uint64_t> zone_switches_{0};
-  // The write mode (Options::pmeh_write_mode), the hardware threads it is
+  // The write mode (pmeh.write_mode), the hardware threads it is
   // weighed against, the calling threads seen, and whether every zone went
   // SHARED for good.
   unsigned write_mode_ = kWriteAuto;

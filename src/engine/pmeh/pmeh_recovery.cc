@@ -18,46 +18,17 @@
 namespace pmhash::engine::pmeh {
 namespace {
 
-Status encode_params(const Options& o, std::uint8_t* out) {
-  if (o.pmeh_zone_bits > kMaxZoneBits) {
-    return Status::InvalidArgument("pmeh: zone bits must be 0.." + std::to_string(kMaxZoneBits) +
-                                   ", got " + std::to_string(o.pmeh_zone_bits));
-  }
-  const unsigned kib = o.pmeh_segment_kib;
-  if (kib < 4 || kib > 64 || (kib & (kib - 1)) != 0) {
-    return Status::InvalidArgument("pmeh: segment size must be 4, 8, 16, 32 or 64 KiB, got " +
-                                   std::to_string(kib));
-  }
-  const Params p{1, static_cast<std::uint8_t>(o.pmeh_zone_bits),
-                 static_cast<std::uint8_t>(std::countr_zero(kib) + 10)};
+// The descriptor's ranges (checked by the store) bound both: zone bits
+// 0..kMaxZoneBits, a segment of 4, 8, 16, 32 or 64 KiB.
+Status encode_params(const Options& options, std::uint8_t* out) {
+  const Config c = Config::from(options);
+  const Params p{1, static_cast<std::uint8_t>(c.zone_bits),
+                 static_cast<std::uint8_t>(std::countr_zero(c.segment_kib) + 10)};
   std::memcpy(out, &p, sizeof(p));
   return Status::OK();
 }
 
-// The run-time options, checked at create and open.
-Status check_run_options(const Options& o) {
-  if (o.pmeh_workers > kMaxWorkers) {
-    return Status::InvalidArgument("pmeh: workers must be 1.." + std::to_string(kMaxWorkers) +
-                                   " (0: one per hardware thread), got " +
-                                   std::to_string(o.pmeh_workers));
-  }
-  if (o.pmeh_split_bits < 1 || o.pmeh_split_bits > kMaxSplitBits) {
-    return Status::InvalidArgument("pmeh: split bits must be 1.." + std::to_string(kMaxSplitBits) +
-                                   ", got " + std::to_string(o.pmeh_split_bits));
-  }
-  if (o.pmeh_write_mode > kWriteDirect) {
-    return Status::InvalidArgument("pmeh: write mode must be 0 (auto), 1 (delegated) or 2 (direct), got " +
-                                   std::to_string(o.pmeh_write_mode));
-  }
-  if (o.pmeh_split_step > 255) {
-    return Status::InvalidArgument("pmeh: split step must be 0..255 buckets, got " +
-                                   std::to_string(o.pmeh_split_step));
-  }
-  return Status::OK();
-}
-
 Status create_index(const Env& env, std::unique_ptr<Index>* out) {
-  if (Status s = check_run_options(env.options); !s.ok()) return s;
   auto index = std::make_unique<PmehIndex>(env);
   if (Status s = index->format(); !s.ok()) return s;
   if (Status s = index->start_owners(); !s.ok()) return s;
@@ -66,7 +37,6 @@ Status create_index(const Env& env, std::unique_ptr<Index>* out) {
 }
 
 Status open_index(const Env& env, std::unique_ptr<Index>* out) {
-  if (Status s = check_run_options(env.options); !s.ok()) return s;
   auto index = std::make_unique<PmehIndex>(env);
   if (Status s = index->recover(); !s.ok()) return s;
   if (Status s = index->start_owners(); !s.ok()) return s;
@@ -82,8 +52,7 @@ std::string hex(std::uint64_t v) {
 
 }  // namespace
 
-const EngineInfo kEngineInfo = {"pmeh", &encode_params, &create_index, &open_index,
-                                /*in_progress=*/false};
+const EngineInfo kEngineInfo = {&kDescriptor, &encode_params, &create_index, &open_index};
 
 Status PmehIndex::fail(const std::string& what) const {
   return Status::Corruption("pool " + env_.pool->path() + ": pmeh: " + what);

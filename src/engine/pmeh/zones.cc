@@ -11,6 +11,7 @@
 #include <system_error>
 #include <thread>
 
+#include "engine/pmeh/pmeh.h"
 #include "engine/pmeh/pmeh_index.h"
 #include "engine/planted.h"
 #include "sync/rcu.h"
@@ -45,7 +46,7 @@ std::int64_t now_ns() {
 }  // namespace
 
 Status PmehIndex::start_owners() {
-  unsigned w = env_.options.pmeh_workers;
+  unsigned w = Config::from(env_.options).workers;
   // Default: one owner per two hardware threads, so that owners and as many
   // callers fit on the cores (§12.17).
   if (w == 0) w = std::max(1u, std::thread::hardware_concurrency() / 2);

@@ -102,21 +102,12 @@ Place RaceIndex::place(const Key& key) const {
 
 namespace {
 
-Status check_create_options(const Options& o) {
-  if (o.race_initial_depth < 1 || o.race_initial_depth > 12) {
-    return Status::InvalidArgument("race initial depth must be 1 .. 12, got " +
-                                   std::to_string(o.race_initial_depth));
-  }
-  if (o.race_max_depth < o.race_initial_depth || o.race_max_depth > kMaxDepth) {
-    return Status::InvalidArgument("race maximum depth must be initial depth .. " +
-                                   std::to_string(kMaxDepth) + ", got " +
-                                   std::to_string(o.race_max_depth));
-  }
-  if (o.race_groups < kMinGroups || o.race_groups > kMaxGroups) {
-    return Status::InvalidArgument("race bucket groups per subtable must be " +
-                                   std::to_string(kMinGroups) + " .. " +
-                                   std::to_string(kMaxGroups) + ", got " +
-                                   std::to_string(o.race_groups));
+// The check beyond the descriptor's ranges (the store has checked those).
+Status check_create_options(const Config& c) {
+  if (c.max_depth < c.initial_depth) {
+    return Status::InvalidArgument("race.max_depth must be at least race.initial_depth (" +
+                                   std::to_string(c.initial_depth) + "), got " +
+                                   std::to_string(c.max_depth));
   }
   return Status::OK();
 }
@@ -128,9 +119,9 @@ Status start(const Options& options, bool create, std::unique_ptr<Index>* out) {
   auto params = [&](unsigned nodes, Params* p) {
     const unsigned timeout =
         options.remote_timeout_ms != 0 ? options.remote_timeout_ms : kDefaultTimeoutMs;
-    *p = Params{nodes, options.race_initial_depth, options.race_max_depth, options.race_groups, 0,
-                2 * timeout};
-    return check_create_options(options);
+    const Config c = Config::from(options);
+    *p = Params{nodes, c.initial_depth, c.max_depth, c.groups, 0, 2 * timeout};
+    return check_create_options(c);
   };
   return remote_index::start<RaceIndex, Params>(options, "race", create, params, out);
 }
@@ -145,7 +136,7 @@ void set_split_hook_for_testing(std::function<bool(SplitStep, bool)> hook) {
   split_hook() = std::move(hook);
 }
 
-const EngineInfo kEngineInfo = {"race",        &no_params,    nullptr,      nullptr,
-                                /*in_progress=*/false, &create_remote, &open_remote, kMagic};
+const EngineInfo kEngineInfo = {&kDescriptor,   &no_params,    nullptr, nullptr,
+                                &create_remote, &open_remote, kMagic};
 
 }  // namespace pmhash::engine::race

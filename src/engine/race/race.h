@@ -24,7 +24,7 @@
 // local depth. All 2^max_depth words are kept current
 // (a split rewrites the words of both its halves), so raising the global
 // depth copies nothing; clients cache the first 2^global_depth words. A
-// subtable is an array of `race_groups` bucket groups; a group is 3 buckets
+// subtable is an array of `race.groups` bucket groups; a group is 3 buckets
 // of 64 bytes, main | overflow | main, and the overflow bucket is shared by
 // its two main buckets. A bucket's word 0 is its header (local depth,
 // suffix); words 1..7 are entry slots (fingerprint 8 bits, KV length in
@@ -346,8 +346,20 @@
 namespace pmhash::engine::race {
 
 extern const EngineInfo kEngineInfo;
+// What race is and the options it takes (descriptor.cc).
+extern const EngineDescriptor kDescriptor;
 
-// Limits of the create options (Options::race_*).
+// race's options ("race.<option>", descriptor.cc has their docs and
+// ranges) as typed values, read once when the index starts.
+struct Config {
+  unsigned initial_depth = 0;
+  unsigned max_depth = 0;
+  unsigned groups = 0;
+
+  static Config from(const Options& options);
+};
+
+// Limits of the create options (race.initial_depth, race.max_depth, race.groups; descriptor.cc).
 inline constexpr unsigned kMaxDepth = 20;
 inline constexpr unsigned kMinGroups = 2;
 inline constexpr unsigned kMaxGroups = 4096;

@@ -35,7 +35,7 @@ Status RaceIndex::split(Session& ss, const View& v, LockWatch* watch) {
   if (depth >= params_.max_depth) {
     return Status::NoSpace("race: a subtable is full at the maximum depth " +
                            std::to_string(params_.max_depth) +
-                           " (create the index with a larger race_max_depth)");
+                           " (create the index with a larger race.max_depth)");
   }
   const std::uint64_t lock_at = v.base + bucket_bytes();
   std::uint64_t word = 0;

@@ -134,20 +134,12 @@ std::vector<std::byte> SepHashIndex::curseg_image(std::uint64_t meta, std::uint6
 
 namespace {
 
-Status check_create_options(const Options& o) {
-  if (o.sephash_initial_depth < 1 || o.sephash_initial_depth > 12) {
-    return Status::InvalidArgument("sephash initial depth must be 1 .. 12, got " +
-                                   std::to_string(o.sephash_initial_depth));
-  }
-  if (o.sephash_max_depth < o.sephash_initial_depth || o.sephash_max_depth > 20) {
-    return Status::InvalidArgument("sephash maximum depth must be initial depth .. 20, got " +
-                                   std::to_string(o.sephash_max_depth));
-  }
-  if (o.sephash_main_max_slots < 2 * kCurSlots ||
-      o.sephash_main_max_slots > kMaxMainSlots - kCurSlots) {
-    return Status::InvalidArgument("sephash MainSeg slots must be " + std::to_string(2 * kCurSlots) +
-                                   " .. " + std::to_string(kMaxMainSlots - kCurSlots) + ", got " +
-                                   std::to_string(o.sephash_main_max_slots));
+// The check beyond the descriptor's ranges (the store has checked those).
+Status check_create_options(const Config& c) {
+  if (c.max_depth < c.initial_depth) {
+    return Status::InvalidArgument("sephash.max_depth must be at least sephash.initial_depth (" +
+                                   std::to_string(c.initial_depth) + "), got " +
+                                   std::to_string(c.max_depth));
   }
   return Status::OK();
 }
@@ -155,15 +147,10 @@ Status check_create_options(const Options& o) {
 Status make_index(const Options& options, bool create, std::unique_ptr<Index>* out) {
   // The lease is chosen here, at create, and kept with the index (the
   // membership stamp); an open takes the stored one.
+  const Config c = Config::from(options);
   auto params = [&](unsigned nodes, Params* p) {
-    *p = Params{nodes, options.sephash_initial_depth, options.sephash_max_depth,
-                options.sephash_main_max_slots, 0, 0, options.sephash_lock_lease_ms};
-    if (options.sephash_lock_lease_ms < 1 || options.sephash_lock_lease_ms > remote_index::kMaxLeaseMs) {
-      return Status::InvalidArgument("sephash lock lease must be 1 .. " +
-                                     std::to_string(remote_index::kMaxLeaseMs) + " ms, got " +
-                                     std::to_string(options.sephash_lock_lease_ms));
-    }
-    return check_create_options(options);
+    *p = Params{nodes, c.initial_depth, c.max_depth, c.main_max_slots, 0, 0, c.lock_lease_ms};
+    return check_create_options(c);
   };
   return remote_index::start<SepHashIndex, Params>(options, "sephash", create, params, out);
 }
@@ -188,7 +175,7 @@ void set_block_hook_for_testing(
   block_hook() = std::move(hook);
 }
 
-const EngineInfo kEngineInfo = {"sephash",     &no_params,    nullptr,      nullptr,
-                                /*in_progress=*/false, &create_remote, &open_remote, kMagic};
+const EngineInfo kEngineInfo = {&kDescriptor,   &no_params,    nullptr, nullptr,
+                                &create_remote, &open_remote, kMagic};
 
 }  // namespace pmhash::engine::sephash

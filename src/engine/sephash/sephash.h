@@ -388,7 +388,7 @@
 // directory by CAS).
 //
 // ---- 10. The lease, the timeout and membership ----
-// The lease is chosen at create (Options::sephash_lock_lease_ms, default
+// The lease is chosen at create (sephash.lock_lease_ms, default
 // 2000 ms) and kept in the membership stamp on every node
 // (engine/remote_common/remote_index.h); every open uses the stored lease and ignores
 // the option, so all clients of an index agree on it. The remote timeout
@@ -453,6 +453,19 @@
 namespace pmhash::engine::sephash {
 
 extern const EngineInfo kEngineInfo;
+// What sephash is and the options it takes (descriptor.cc).
+extern const EngineDescriptor kDescriptor;
+
+// sephash's options ("sephash.<option>", descriptor.cc has their docs and
+// ranges) as typed values, read once when the index starts.
+struct Config {
+  unsigned lock_lease_ms = 0;
+  unsigned initial_depth = 0;
+  unsigned main_max_slots = 0;
+  unsigned max_depth = 0;
+
+  static Config from(const Options& options);
+};
 
 // Tests: called in an append between its first round trip (meta and slots
 // read) and its second (the slot CAS), on the appending thread.

@@ -270,7 +270,7 @@ class SepHashIndex final : public Index {
 
   // Open: the nodes verified against node 0's membership record before
   // anything else of the index is read; the lease is the one the create
-  // stored (Options::sephash_lock_lease_ms is not looked at).
+  // stored (sephash.lock_lease_ms is not looked at).
   Status attach();
 
  private:

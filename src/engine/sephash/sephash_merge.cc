@@ -62,7 +62,7 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
   if (keep.size() > kMaxMainSlots - kCurSlots) {
     return Status::NoSpace("sephash: a segment is full at the maximum depth " +
                            std::to_string(params_.max_depth) +
-                           " (create the index with a larger sephash_max_depth)");
+                           " (create the index with a larger sephash.max_depth)");
   }
   std::uint64_t main_off = 0;
   const std::uint64_t units = main_units(static_cast<unsigned>(keep.size()));
