@@ -40,17 +40,17 @@ bool split_inline(std::string_view line, std::vector<std::string>* words) {
     while (i < n && is_blank(line[i])) ++i;
     if (i == n) return true;
     std::string word;
-    bool in_double = false;
-    bool in_single = false;
+    // Inside a quoted part: its quote character ('"' or '\''), else 0.
+    char quote = 0;
     for (;;) {
-      if (in_double) {
+      if (quote != 0) {
         if (i == n) return false;
         const char c = line[i];
-        if (c == '\\' && i + 3 < n && line[i + 1] == 'x' && hex_value(line[i + 2]) >= 0 &&
-            hex_value(line[i + 3]) >= 0) {
+        if (quote == '"' && c == '\\' && i + 3 < n && line[i + 1] == 'x' &&
+            hex_value(line[i + 2]) >= 0 && hex_value(line[i + 3]) >= 0) {
           word.push_back(static_cast<char>(hex_value(line[i + 2]) * 16 + hex_value(line[i + 3])));
           i += 4;
-        } else if (c == '\\' && i + 1 < n) {
+        } else if (quote == '"' && c == '\\' && i + 1 < n) {
           const char e = line[i + 1];
           switch (e) {
             case 'n': word.push_back('\n'); break;
@@ -61,21 +61,11 @@ bool split_inline(std::string_view line, std::vector<std::string>* words) {
             default: word.push_back(e); break;
           }
           i += 2;
-        } else if (c == '"') {
-          ++i;
-          if (i < n && !is_blank(line[i])) return false;
-          break;
-        } else {
-          word.push_back(c);
-          ++i;
-        }
-      } else if (in_single) {
-        if (i == n) return false;
-        const char c = line[i];
-        if (c == '\\' && i + 1 < n && line[i + 1] == '\'') {
+        } else if (quote == '\'' && c == '\\' && i + 1 < n && line[i + 1] == '\'') {
           word.push_back('\'');
           i += 2;
-        } else if (c == '\'') {
+        } else if (c == quote) {
+          // A closing quote ends the word: a blank or the line's end follows.
           ++i;
           if (i < n && !is_blank(line[i])) return false;
           break;
@@ -86,10 +76,8 @@ bool split_inline(std::string_view line, std::vector<std::string>* words) {
       } else {
         if (i == n || is_blank(line[i])) break;
         const char c = line[i++];
-        if (c == '"') {
-          in_double = true;
-        } else if (c == '\'') {
-          in_single = true;
+        if (c == '"' || c == '\'') {
+          quote = c;
         } else {
           word.push_back(c);
         }
