@@ -97,6 +97,10 @@ const EngineDescriptor* find_engine(std::string_view name);
 // The first finished engine of a location: what a create that names no
 // engine makes.
 const EngineDescriptor* default_engine(Location location);
+// Every way to run the finished engines of a location, for front ends that
+// run "all of them": "NAME:strict" and "NAME:epoch" for each durability the
+// engine offers (Capabilities), in the registry's order.
+std::vector<std::string> engine_modes(Location location);
 // An option of an engine by its full name; nullptr when it has none.
 const OptionSpec* find_option(const EngineDescriptor& engine, std::string_view name);
 

@@ -175,6 +175,16 @@ const EngineDescriptor* default_engine(Location location) {
   return nullptr;
 }
 
+std::vector<std::string> engine_modes(Location location) {
+  std::vector<std::string> out;
+  for (const EngineDescriptor* e : finished_engines()) {
+    if (e->location != location) continue;
+    if (e->capabilities.strict) out.push_back(std::string(e->name) + ":strict");
+    if (e->capabilities.epoch) out.push_back(std::string(e->name) + ":epoch");
+  }
+  return out;
+}
+
 const OptionSpec* find_option(const EngineDescriptor& engine, std::string_view name) {
   for (const OptionSpec& o : engine.options) {
     if (o.name == name) return &o;

@@ -455,6 +455,30 @@ TEST_F(CliTest, EnginesListsEveryEngineWithItsOptions) {
   }
 }
 
+// `engines --names|--modes LOCATION` is what scripts iterate over: the
+// finished engines of the location, one per line, each in every durability
+// its capabilities name; an unknown location is a usage error.
+TEST_F(CliTest, EnginesNamesAndModesListTheFinishedEnginesOfALocation) {
+  const std::pair<std::string, pmhash::Location> locations[] = {{"pool", pmhash::Location::kPoolFile},
+                                                                 {"memnodes", pmhash::Location::kMemoryNodes}};
+  for (const auto& [word, location] : locations) {
+    std::string names;
+    std::string modes;
+    for (const pmhash::EngineDescriptor* e : pmhash::finished_engines()) {
+      if (e->location != location) continue;
+      names += std::string(e->name) + "\n";
+      if (e->capabilities.strict) modes += std::string(e->name) + ":strict\n";
+      if (e->capabilities.epoch) modes += std::string(e->name) + ":epoch\n";
+    }
+    EXPECT_FALSE(names.empty()) << word;
+    EXPECT_EQ(ok({"engines", "--names", word}), names);
+    EXPECT_EQ(ok({"engines", "--modes", word}), modes);
+  }
+  const std::vector<std::string> args = {"engines", "--modes", "tape"};
+  const Result r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 2) << describe(args, r);
+}
+
 // pmeh's creation options shape the pool, its run-time options are taken
 // by every command, and info shows its segments, directories and splits.
 TEST_F(CliTest, PmehPoolsTakeTheirOptionsAndInfoShowsSegmentsDirectoriesAndSplits) {

@@ -10,6 +10,7 @@
 //   pmhash info POOL [--json]
 //   pmhash check POOL                  print "ok" when Store::check() passes
 //   pmhash engines                     every engine: what it is, its options, its properties
+//   pmhash engines --names|--modes pool|memnodes   the finished engines (NAME or NAME:durability), one per line
 //
 // Every command but create takes --engine E: the engine the pool must hold
 // (empty, the default, accepts whatever it holds). Every command takes
@@ -309,6 +310,9 @@ struct Args {
   // durability
   std::string durability = "strict";
   unsigned epoch_ms = pmhash::Options{}.epoch_ms;
+  // engines --names / --modes LOCATION: one word per line, for scripts
+  std::string list_names;
+  std::string list_modes;
 };
 
 // What error messages name: the pool file, or the memory nodes.
@@ -549,8 +553,25 @@ std::string capability_list(const pmhash::Capabilities& c) {
   return out.empty() ? "none" : out;
 }
 
-int cmd_engines(const Args&) {
+pmhash::Location location_of(const std::string& word) {
+  return word == "memnodes" ? pmhash::Location::kMemoryNodes : pmhash::Location::kPoolFile;
+}
+
+int cmd_engines(const Args& a) {
   std::string out;
+  if (!a.list_names.empty() || !a.list_modes.empty()) {
+    // What scripts iterate over: the finished engines of a location, or
+    // each of them in every durability it offers ("NAME:strict").
+    if (!a.list_names.empty()) {
+      for (const pmhash::EngineDescriptor* e : pmhash::finished_engines()) {
+        if (e->location == location_of(a.list_names)) out += std::string(e->name) + "\n";
+      }
+    } else {
+      for (const std::string& m : pmhash::engine_modes(location_of(a.list_modes))) out += m + "\n";
+    }
+    write_out(out);
+    return finish_output(kExitOk);
+  }
   for (const pmhash::EngineDescriptor* e : pmhash::all_engines()) {
     out += std::string(e->name) + (e->in_progress ? " (in progress)" : "") + ": " +
            std::string(e->summary) + "\n";
@@ -981,6 +1002,15 @@ std::vector<Command> define_commands(CLI::App& app, Args& a) {
 
   CLI::App* engines_cmd = app.add_subcommand(
       "engines", "list every engine: what it is, its capabilities, options and properties");
+  engines_cmd
+      ->add_option("--names", a.list_names,
+                   "print only the finished engines of a location, one per line")
+      ->check(CLI::IsMember({"pool", "memnodes"}));
+  engines_cmd
+      ->add_option("--modes", a.list_modes,
+                   "print each finished engine of a location in each durability it offers "
+                   "(NAME:strict, NAME:epoch), one per line")
+      ->check(CLI::IsMember({"pool", "memnodes"}));
   commands.push_back({engines_cmd, cmd_engines});
 
   return commands;
