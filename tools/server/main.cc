@@ -6,7 +6,9 @@
 // Serves a pool file (--pool, any pool engine) or memory nodes (--memnodes,
 // the engines that live there) until SIGTERM, SIGINT or SHUTDOWN, then
 // closes the store cleanly. Flags may also come from a file (--config FILE,
-// lines "name = value" with the long flag names). docs/server.md has the
+// lines "name = value" with the long flag names). Engine options are
+// `-o NAME=VALUE` (repeatable; `pmhash engines` lists them), checked against
+// the descriptors before anything is opened. docs/server.md has the
 // commands and what each promises.
 #include <signal.h>
 #include <sys/resource.h>
@@ -17,8 +19,10 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "pmhash/engines.h"
 #include "pmhash/store.h"
@@ -109,6 +113,18 @@ bool read_password_file(const std::string& path, std::string* out, std::string* 
   return true;
 }
 
+// The first engine option that belongs to another engine than `engine`, as
+// an error message; nothing when all are its own.
+std::optional<std::string> foreign_option(const pmhash::Options& options, const std::string& engine) {
+  for (const auto& [name, value] : options.engine_options) {
+    const pmhash::EngineDescriptor* owner = pmhash::option_engine(name);
+    if (owner != nullptr && owner->name != engine) {
+      return "-o " + name + " applies to engine " + std::string(owner->name) + " only, not " + engine;
+    }
+  }
+  return std::nullopt;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"pmhash-server: a pmhash store behind the Redis protocol (RESP2 and RESP3)"};
   app.set_config("--config", "", "read flags from a file (lines \"name = value\")");
@@ -121,6 +137,7 @@ int run(int argc, char** argv) {
   bool create = false;
   bool force = false;
   std::string requirepass_file;
+  std::vector<std::string> engine_options;
   ServerConfig config;
   unsigned port = config.port;
   app.add_option("--pool", pool, "the pool file to serve");
@@ -144,6 +161,8 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(1u, 1000000u))->capture_default_str();
   app.add_option("--requirepass", config.requirepass, "password clients must AUTH with");
   app.add_option("--requirepass-file", requirepass_file, "read the password from this file");
+  app.add_option("-o,--option", engine_options,
+                 "an engine option NAME=VALUE, repeatable ('pmhash engines' lists them)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -167,6 +186,29 @@ int run(int argc, char** argv) {
   options.epoch_ms = epoch_ms;
   options.force = force;
   if (!parse_size(size_text, &options.pool_size)) return fail("--size: not a size: " + size_text, 2);
+  // Engine options are checked against the descriptors before anything is
+  // opened: a name of no engine, an option the engine lacks or a value out
+  // of range is a usage error naming the valid ones.
+  for (const std::string& text : engine_options) {
+    const std::size_t eq = text.find('=');
+    if (eq == std::string::npos) return fail("-o " + text + ": not NAME=VALUE ('pmhash engines' lists the names)", 2);
+    const std::string name = text.substr(0, eq);
+    const std::string value = text.substr(eq + 1);
+    if (Status st = pmhash::check_option(name, value); !st.ok()) return fail("-o " + text + ": " + st.message(), 2);
+    options.set(name, value);
+  }
+
+  // The engine a create makes is known now: refuse another engine's option
+  // before a pool is made for nothing.
+  const bool creates = create && (pool.empty() || force || ::access(pool.c_str(), F_OK) != 0);
+  if (creates) {
+    const std::string made =
+        !engine.empty() ? engine
+                        : std::string(pmhash::default_engine(pool.empty() ? pmhash::Location::kMemoryNodes
+                                                                          : pmhash::Location::kPoolFile)
+                                          ->name);
+    if (std::optional<std::string> wrong = foreign_option(options, made)) return fail(*wrong, 2);
+  }
 
   std::unique_ptr<Store> store;
   const std::string where = pool.empty() ? memnodes : pool;
@@ -189,6 +231,12 @@ int run(int argc, char** argv) {
     if (!s.ok() && create) s = Store::create("", options, &store);
   }
   if (!s.ok()) return fail(where + ": " + s.to_string());
+  // An option of another engine than the one served would be ignored
+  // silently: on a command line that is a mistake.
+  if (std::optional<std::string> wrong = foreign_option(options, store->stats().engine)) {
+    store->close();
+    return fail(*wrong + " (the engine of " + where + ")", 2);
+  }
 
   fit_file_limit(&config);
   Server server(store.get(), config);
