@@ -109,7 +109,7 @@ run: bootstrap
 	./scripts/run.sh build/release
 
 test: bootstrap
-	$(MAKE) build-release build-asan build-tsan build-fuzz
+	$(MAKE) build-release build-asan build-tsan build-fuzz bootstrap-plot
 	./scripts/test.sh
 
 FUZZ_SECONDS ?= 600
