@@ -9,48 +9,26 @@
 #   make test        build release, asan and tsan, run every test in each;
 #                    build the fuzz target and fuzz it for a minute
 # Benchmarks (docs/benchmarks.md):
-#   make bench-full  the paper-sized profile, every engine and peer
+#   make bench-PROFILE  run the profile PROFILE of bench/profiles.toml
+#                    through scripts/bench.sh (`make help` lists them with
+#                    one line each; docs/benchmarks.md describes them):
+#                    its pmhash-bench runs, its figures, and where they go.
+#                    A profile's variables (records, seconds, directories,
+#                    parts) are overridden by environment or make variables
+#                    of the same name, e.g. make bench-full POOL_DIR=/mnt/pm.
+#                    An unknown PROFILE is an error (exit 2) that lists the
+#                    profiles. pmhash-bench is the one benchmark program.
 #   make results     the profile behind docs/results/README.md, into docs/results
-#   make bench-dali  dali (epochs) against LMDB and RocksDB on a disk file
-#                    (page granularity) and against clevel in /dev/shm, YCSB
-#                    load/A/B/C and transactions (3 reads + 1 update), into
-#                    docs/results/dali (about 14 minutes; DALI_RECORDS,
-#                    DALI_SECONDS, POOL_DIR: scripts/bench.sh)
-#   make bench-nehash the NEHASH paper's evaluation (8-byte keys and values,
-#                    /dev/shm, cache_line): workloads nehash-a/b/g at 1 and 2
-#                    threads against clevel and pmeh; the bucket-directory bits sweep
-#                    1-10 (insert and search); open time after a clean close
-#                    and after a crash at 1M and 10M keys; into
-#                    docs/results/nehash (about 12 minutes; NEHASH_RECORDS,
-#                    NEHASH_SWEEP_RECORDS, NEHASH_OPEN_RECORDS, SHM_DIR:
-#                    scripts/bench.sh)
-#   make bench-pmeh  pmeh's runs (docs/design/pmeh.md §13.4; 8-byte keys and
-#                    values, /dev/shm, cache_line): insert/read/delete
-#                    uniform and update/read/a zipfian with the switch on
-#                    and off against clevel and nehash at 1 and 2 threads;
-#                    owner threads and delegated reads; data movement for
-#                    k = 1, 2, 3 and nehash; split-step latency B = 0, 1, 4,
-#                    16; open time at 1M and 3M keys (10M: set
-#                    PMEH_OPEN_RECORDS) and after SIGKILL during a load; into
-#                    docs/results/pmeh (about 9 minutes; PMEH_RECORDS,
-#                    PMEH_SECONDS, PMEH_MOVE_RECORDS, PMEH_STEP_RECORDS,
-#                    PMEH_OPEN_RECORDS, PMEH_KILL_RECORDS, PMEH_PARTS, SHM_DIR:
-#                    scripts/bench.sh)
-#   make bench-sephash  sephash and race (the RACE-hashing baseline) on two
-#                    memory nodes with 1, 2 and 4 client
-#                    processes: insert, read, YCSB A/B/C over shm (0 and
-#                    2000 ns injected latency) and tcp loopback, into
-#                    docs/results/sephash/runs.{json,csv,txt} (SEPHASH_RECORDS,
-#                    default 200000)
-# Every bench target above runs a profile of bench/profiles.toml through
-# scripts/bench.sh, and pmhash-bench is the one benchmark program.
-#   make figures     regenerate every figure in docs/results from its JSON
+#   make figures     regenerate every figure in docs/results from its JSON:
+#                    the plot steps of every profile whose results are
+#                    committed (`committed = true` in bench/profiles.toml)
+#   make help        the benchmark profiles (make bench-PROFILE)
 #   make bench       pmhash-bench's micro workload: clevel against
 #                    libcuckoo, repeated, into data/results/micro
 #   make costs       the cost account, into docs/results/costs.md: the
 #                    ceilings (incl. 8- and 16-byte non-temporal store +
-#                    fence, and the page size), then per engine (clevel,
-#                    nehash, pmeh strict; dali strict and epoch) and per
+#                    fence, and the page size), then per pool engine and
+#                    durability (`pmhash engines --modes pool`) and per
 #                    phase of pmhash-bench --preset peers-8b: Mops/s, ns/op
 #                    per thread, flushes and fences per op, bytes per key,
 #                    the top 5 functions of a perf record (cpu-clock) of
@@ -77,10 +55,17 @@
 #   make crash-long  the crash checker at length for every engine (hours;
 #                    knobs in scripts/crash-long.sh)
 
-.PHONY: run test bootstrap bootstrap-plot build-release build-asan build-tsan \
-        build-fuzz bench bench-full bench-dali bench-nehash bench-pmeh bench-sephash results figures crash-long \
+# bench-PROFILE is a pattern rule, which .PHONY cannot name (a phony
+# target skips the pattern search); no file of that name is ever made.
+.PHONY: run test help bootstrap bootstrap-plot build-release build-asan build-tsan \
+        build-fuzz bench results figures crash-long \
         costs cluster \
         fuzz clean
+
+help:
+	@echo "make run | test | results | figures | costs | fuzz | crash-long | cluster | bench"
+	@echo "make bench-PROFILE, one of (bench/profiles.toml):"
+	@./scripts/bench.sh --list | sed 's/^/  /'
 
 bootstrap:
 	./scripts/bootstrap.sh
@@ -109,7 +94,7 @@ run: bootstrap
 	./scripts/run.sh build/release
 
 test: bootstrap
-	$(MAKE) build-release build-asan build-tsan build-fuzz
+	$(MAKE) build-release build-asan build-tsan build-fuzz bootstrap-plot
 	./scripts/test.sh
 
 FUZZ_SECONDS ?= 600
@@ -119,32 +104,24 @@ fuzz: build-fuzz
 bench: build-release
 	./scripts/bench.sh micro build/release
 
-bench-full: build-release bootstrap-plot
-	./scripts/bench.sh full build/release
-
 results: build-release bootstrap-plot
 	./scripts/bench.sh results build/release
 
-bench-dali: build-release bootstrap-plot
-	./scripts/bench.sh dali build/release
-
-bench-nehash: build-release bootstrap-plot
-	./scripts/bench.sh nehash build/release
-
-bench-pmeh: build-release bootstrap-plot
-	./scripts/bench.sh pmeh build/release
+# Any profile of bench/profiles.toml by its name: bench-full, and one
+# profile per engine evaluation (make help). The name is checked before
+# anything is built.
+bench-%:
+	./scripts/bench.sh --check $*
+	$(MAKE) build-release bootstrap-plot
+	./scripts/bench.sh $* build/release
 
 # The release build of the library and the bench only: the cost account
 # needs neither the tests nor the other programs.
 costs:
 	@command -v perf >/dev/null || { echo "make costs: perf is missing; run scripts/bootstrap.sh costs" >&2; exit 2; }
 	cmake --preset release >/dev/null
-	cmake --build --preset release --target pmhash-bench
+	cmake --build --preset release --target pmhash-bench pmhash
 	./scripts/costs.sh build/release
-
-SEPHASH_RECORDS ?= 200000
-bench-sephash: build-release bootstrap-plot
-	SEPHASH_RECORDS=$(SEPHASH_RECORDS) ./scripts/bench.sh sephash build/release
 
 cluster: build-release
 	./scripts/cluster.sh start
@@ -153,9 +130,9 @@ crash-long: build-release
 	./scripts/crash-long.sh build/release
 
 # The plot steps of the profiles whose results are committed under
-# docs/results (bench/profiles.toml), on the JSON there.
+# docs/results (`committed = true` in bench/profiles.toml), on the JSON there.
 figures: bootstrap-plot
-	./scripts/bench.sh --figures results dali nehash pmeh sephash
+	./scripts/bench.sh --figures
 
 clean:
 	rm -rf build

@@ -3,7 +3,10 @@
 
     bench/run_profile.py PROFILE BUILD_DIR [pmhash-bench flags...]
     bench/run_profile.py --list
-    bench/run_profile.py --figures PROFILE...   redraw the profiles' figures
+    bench/run_profile.py --check PROFILE         exit 0 if the profile exists
+    bench/run_profile.py --figures [PROFILE...]  redraw the profiles' figures
+                                                 (none named: every profile
+                                                 whose results are committed)
 
 scripts/bench.sh calls it (and the Makefile's bench targets call that). A
 profile is data: its pmhash-bench runs (engines, workloads, records,
@@ -13,7 +16,8 @@ This file only interprets them: it substitutes {NAME} (from the profile's
 vars, each overridden by an environment variable of the same name, and {n}
 in a step repeated over a list), runs each step, and stops at the first
 that fails. Extra arguments go to every pmhash-bench run, last; a flag
-they give replaces the profile's (as --preset does).
+they give replaces the profile's (as --preset does). An unknown profile is
+an error (exit 2) that lists the profiles.
 
 Plots run bench/plot (a package) with the interpreter of the project's .venv (made by
 scripts/bootstrap-plot.sh). The kill step runs the `pmhash` tool of
@@ -124,6 +128,7 @@ def run_plot(out, step, names, missing_ok=False):
     args = [VENV_PYTHON, PLOT, "--out", os.path.normpath(into)]
     if "figures" in step:
         args += ["--figures", step["figures"]]
+    args += [substitute(a, names) for a in step.get("flags", [])]
     subprocess.run(args + inputs, check=True)
 
 
@@ -137,7 +142,7 @@ def run_kill(build, out, step, names, counts):
     for n in counts:
         n = int(n)
         for engine in substitute(step["engines"], names).split(","):
-            print(f"bench.sh: pmeh kill: {engine}, {n // 2} keys loaded, SIGKILL during a further "
+            print(f"bench.sh: kill: {engine}, {n // 2} keys loaded, SIGKILL during a further "
                   f"load", flush=True)
             size = max(n * 800, 1 << 30)
             subprocess.run([cli, "create", pool, "--engine", engine, "--size", str(size), "--force"],
@@ -164,11 +169,14 @@ def run_kill(build, out, step, names, counts):
         print("  ".join(c.ljust(w) for c, w in zip(r.split(","), width)).rstrip())
 
 
-def run_profile(name, build, extra):
-    profiles = load_profiles()
+def find_profile(profiles, name):
     if name not in profiles:
-        raise ProfileError(f"unknown profile '{name}' ({', '.join(profiles)})")
-    profile = profiles[name]
+        raise ProfileError(f"unknown profile '{name}' (profiles: {', '.join(profiles)})")
+    return profiles[name]
+
+
+def run_profile(name, build, extra):
+    profile = find_profile(load_profiles(), name)
     names = variables(profile)
     out = profile["out"]
     os.makedirs(out, exist_ok=True)
@@ -207,12 +215,13 @@ def run_profile(name, build, extra):
 
 
 def redraw(names):
-    """The plot steps of the profiles `names`, on the results they hold."""
+    """The plot steps of the profiles `names` (none: every profile marked
+    `committed`), on the results they hold."""
     profiles = load_profiles()
+    if not names:
+        names = [n for n, p in profiles.items() if p.get("committed")]
     for name in names:
-        if name not in profiles:
-            raise ProfileError(f"unknown profile '{name}' ({', '.join(profiles)})")
-        profile = profiles[name]
+        profile = find_profile(profiles, name)
         for step in profile["steps"]:
             if "plot" in step:
                 run_plot(profile["out"], step, variables(profile), missing_ok=True)
@@ -230,6 +239,13 @@ def main(argv):
             print(f"bench.sh: {os.path.basename(e.cmd[1])} failed (exit {e.returncode})",
                   file=sys.stderr)
             return 1
+        return 0
+    if len(argv) == 2 and argv[0] == "--check":
+        try:
+            find_profile(load_profiles(), argv[1])
+        except ProfileError as e:
+            print(f"bench.sh: {e}", file=sys.stderr)
+            return 2
         return 0
     if len(argv) >= 1 and argv[0] == "--list":
         for name, p in load_profiles().items():

@@ -8,8 +8,9 @@
 # values, pools in SHM_DIR (default /dev/shm) with cache_line granularity,
 # COSTS_RECORDS records (default 1000000) loaded by 2 threads, then on the
 # same store as many uniform reads, negative reads, updates, inserts of new
-# keys and the delete of every loaded record, 2 threads each. Engines:
-# clevel, nehash and pmeh strict, dali strict and epoch.
+# keys and the delete of every loaded record, 2 threads each. Engines: every
+# pool engine of the registry in every durability it offers (`pmhash engines
+# --modes pool`, from BUILD_DIR's pmhash).
 #
 # Per engine, one pmhash-bench process runs every phase under
 #   perf record -e cpu-clock -k CLOCK_MONOTONIC
@@ -32,8 +33,8 @@
 # Huge pages (optional): with COSTS_HUGE_DIR set to a tmpfs mounted with
 # huge=advise or huge=always (as root: mkdir -p /mnt/huge && mount -t tmpfs
 # -o huge=advise,size=8g none /mnt/huge), the file also gets the
-# dependent-read ceiling and the read phase of clevel and nehash on SHM_DIR
-# against COSTS_HUGE_DIR, alternating A B A B (COSTS_HUGE_ROUNDS rounds,
+# dependent-read ceiling and the read phase of every pool engine (strict) on
+# SHM_DIR against COSTS_HUGE_DIR, alternating A B A B (COSTS_HUGE_ROUNDS rounds,
 # default 2), medians and their ratio.
 #
 # Needs perf (Debian linux-perf; scripts/bootstrap.sh costs installs it) and
@@ -48,10 +49,19 @@ shm=${SHM_DIR:-/dev/shm}
 out=${COSTS_OUT:-docs/results/costs.md}
 huge_dir=${COSTS_HUGE_DIR:-}
 huge_rounds=${COSTS_HUGE_ROUNDS:-2}
-engines=(clevel:strict nehash:strict pmeh:strict dali:strict dali:epoch)
+cli=$build/pmhash
 
-if [ ! -x "$bin" ]; then
-  echo "costs: $bin is missing; build it first (cmake --build --preset release --target pmhash-bench)" >&2
+for program in "$bin" "$cli"; do
+  if [ ! -x "$program" ]; then
+    echo "costs: $program is missing; build it first (cmake --build --preset release --target pmhash-bench pmhash)" >&2
+    exit 2
+  fi
+done
+# The engines and durabilities to account for, from the registry.
+mapfile -t engines < <("$cli" engines --modes pool)
+strict_engines=$(printf '%s\n' "${engines[@]}" | grep ':strict$' | paste -sd, -)
+if [ "${#engines[@]}" -eq 0 ] || [ -z "$strict_engines" ]; then
+  echo "costs: $cli engines --modes pool listed no engine" >&2
   exit 2
 fi
 if ! command -v perf >/dev/null; then
@@ -104,7 +114,7 @@ if [ -n "$huge_dir" ]; then
       [ "$side" = b ] && dir=$huge_dir
       echo "costs: huge pages, round $round, $dir" >&2
       "$bin" --limits --threads 2 --pool "$dir" --json "$work/huge-limits-$side-$round.json" >/dev/null
-      "$bin" --preset peers-8b --records "$records" --engine clevel:strict,nehash:strict \
+      "$bin" --preset peers-8b --records "$records" --engine "$strict_engines" \
         --workload read --pool "$dir" --no-ceilings --json "$work/huge-read-$side-$round.json" >/dev/null
     done
   done
@@ -293,7 +303,7 @@ if huge_dir:
         return statistics.median(xs) if xs else None
     rounds = int(huge_rounds)
     dep = {"a": [], "b": []}
-    reads = {("a", "clevel"): [], ("b", "clevel"): [], ("a", "nehash"): [], ("b", "nehash"): []}
+    reads = collections.defaultdict(list)  # (side, engine): read ops/s of each round
     pages = {}
     for side in "ab":
         for r in range(1, rounds + 1):
@@ -315,7 +325,9 @@ if huge_dir:
     ]
     a, b = med(dep["a"]), med(dep["b"])
     lines.append(f"| dependent line reads/s (ceiling) | {a / 1e6:.2f} M | {b / 1e6:.2f} M | {b / a:.2f} |")
-    for eng in ("clevel", "nehash"):
+    for eng in dict.fromkeys(e.split(":")[0] for e in engines):
+        if not reads[("a", eng)] or not reads[("b", eng)]:
+            continue
         a, b = med(reads[("a", eng)]), med(reads[("b", eng)])
         lines.append(f"| {eng} read, Mops/s | {a / 1e6:.2f} | {b / 1e6:.2f} | {b / a:.2f} |")
     lines.append("")

@@ -8,7 +8,9 @@
 #                                          and LMDB on YCSB Load, A, B, C at 1
 #                                          and 2 threads; the comparison table,
 #                                          and figures in ./data/results/
-#   1. pmhash create ./data/demo.pool      a fresh 1 GiB clevel pool
+#   1. pmhash create ./data/demo.pool      a fresh 1 GiB pool of the default
+#                                          engine (the registry's first pool
+#                                          engine; the step says which)
 #   2. pmhash-readback                     loads 1M keys with 2 threads, closes,
 #                                          reopens, reads every key back and
 #                                          compares its value (bench/readback.cc)
@@ -62,7 +64,9 @@ begin "benchmark: quick profile (scripts/bench.sh quick)"
 begin "create $pool"
 mkdir -p "$(dirname "$pool")"
 rm -f "$pool"
-"$cli" create "$pool" --engine clevel --size 1G --force
+"$cli" create "$pool" --size 1G --force
+engine=$("$cli" info "$pool" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["engine"])')
+echo "run.sh: created $pool with the default engine, $engine"
 
 begin "load $records keys with $threads threads, reopen, read them back (granularity $PMEM2_FORCE_GRANULARITY)"
 log=$(mktemp)

@@ -48,36 +48,36 @@ memory nodes (bench/remote_bench.h) get the figures of remote.py
   op_latency_cdf.png   (only when --figures names it)
                        insert latency in the workload with the largest
                        insert share and read latency in the one with the
-                       largest read share (the NEHASH paper's Figs. 11-12),
-                       largest thread count, p99 of each series marked.
-  bucket_bits.png      only with runs of several nehash bucket-directory
-                       bits (pmhash-bench --nehash-bucket-bits): insert
-                       (load phase) and search (run phase of a 100% read
-                       workload) throughput and heap bytes per key against
-                       b, one line per thread count; other engines in the
-                       same files as dashed reference lines.
+                       largest read share, largest thread count, p99 of
+                       each series marked.
+  OPTION.png           (figure kind "sweep") one per sweep: the runs of one
+                       engine whose engine options differ in exactly one
+                       option (pmhash-bench -o ENGINE.OPTION=V1,V2,...),
+                       named after that option (bucket_bits.png): load and
+                       run phase throughput and heap bytes per key against
+                       the option's value, one line per thread count, the
+                       input's other series as dashed reference lines; the
+                       run phase's latency CDF per value and its p50, p99,
+                       p99.9 and max, at the largest thread count.
   open_time.png        only with runs that have "reopen" (pmhash-bench
                        --reopen): open time after a clean close and after
                        a crash against keys, one line per series measured
-                       at several sizes; and nehash's open time against its
-                       bucket groups (every run, any b), log-log.
-  data_movement.png    only with load phases of pmeh or nehash: slots
-                       pmeh's splits moved per inserted key, one bar per
-                       series and key count, with the expected 1.44/k (k =
-                       the run's pmeh_split_bits) and, at nehash, 0.72 (an
-                       in-place 2-split; nehash does not count its moves)
-                       marked; and pool heap bytes per key after the load.
-  split_step.png       only with runs of several pmeh split steps B
-                       (pmhash-bench --pmeh-split-step): insert latency CDF
-                       of each B (run phase, largest thread count), and its
-                       p50, p99, p99.9 and max.
-  open_time's second panel shows open time against nehash's bucket groups
-  and pmeh's segments (pmeh runs are labelled with k).
---figures NAME,... (stems, e.g. throughput,bucket_bits) writes only those.
-Workloads are ordered load, a, b, c, d, f, txn, nehash-a, nehash-b,
-nehash-g, insert, read, read-neg, update, delete, then mixed:* and any
-other name in order of appearance.  A run's series is its "series" field
-when it has one (a sweep's "nehash b=4"), else its engine.
+                       at several sizes; and, with --size-property, open
+                       time against the structure count each engine
+                       reports in that property (log-log, one point per
+                       series and key count).
+  data_movement.png    only with load phases that report a property
+                       "*.items_moved": items the engine's splits or
+                       resizes moved per inserted key, one bar per series
+                       and key count, and pool heap bytes per key after
+                       the load.
+--figures NAME,... (stems, e.g. throughput,open_time; "sweep" for every
+sweep figure) writes only those.
+Workloads are ordered load, a, b, c, d, f, txn, insert, read, read-neg,
+update, delete, then every other name (the workloads an engine
+contributes, "<engine>-<x>") in name order, then mixed:* in order of
+appearance.  A run's series is its "series" field when it has one (a
+sweep's "<engine> OPTION=VALUE"), else its engine.
 The txn workload's throughput counts transactions (Mtxn/s), each of 3 reads
 and 1 update; its axes and tables say so.  Runs a file lists under
 "skipped" (an engine without transactions under txn) are named in the
@@ -113,6 +113,12 @@ from plot.results import (  # noqa: E402
 REMOTE_FIGURES = ("remote_throughput", "remote_ratio", "remote_cost")
 
 
+def figure_kind(name):
+    """The --figures name of a FIGURES entry: its file stem, or the kind of
+    a figure that writes files named by its data (sweep)."""
+    return name.removesuffix(".png")
+
+
 def quantize_png(path):
     """Rewrites a PNG with a 256-colour palette (Pillow comes with matplotlib)."""
     from PIL import Image
@@ -121,7 +127,7 @@ def quantize_png(path):
     small.save(path, optimize=True)
 
 
-def write_figures(docs, out_dir, only=None):
+def write_figures(docs, out_dir, only=None, size_properties=()):
     plt = import_matplotlib()
     memnode = [r for d in docs for r in d["runs"] if is_memnode(r)]
     docs = table_docs(docs)
@@ -135,23 +141,25 @@ def write_figures(docs, out_dir, only=None):
             print(path)
     if not runs:
         return
-    canvas = Canvas(plt, docs, runs)
+    canvas = Canvas(plt, docs, runs, size_properties)
     for name, plot in FIGURES:
-        stem = name.removesuffix(".png")
-        if (only is None and stem in ON_REQUEST) or (only is not None and stem not in only):
+        kind = figure_kind(name)
+        if (only is None and kind in ON_REQUEST) or (only is not None and kind not in only):
             continue
         try:
-            fig = plot(canvas)
+            drawn = plot(canvas)
         except Skip as why:
             print(f"plot: skipped {name}: {why}", file=sys.stderr)
             continue
-        path = out_dir / name
-        # 8-bit palette PNGs: the figures are flat colours and lines, and a
-        # palette keeps each file a fraction of its RGBA size in the repository.
-        fig.savefig(path, dpi=90, pil_kwargs={"optimize": True})
-        quantize_png(path)
-        plt.close(fig)
-        print(path)
+        # A kind draws one figure, or several named by their data.
+        for file_name, fig in drawn if isinstance(drawn, list) else [(name, drawn)]:
+            path = out_dir / file_name
+            # 8-bit palette PNGs: the figures are flat colours and lines, and a
+            # palette keeps each file a fraction of its RGBA size in the repository.
+            fig.savefig(path, dpi=90, pil_kwargs={"optimize": True})
+            quantize_png(path)
+            plt.close(fig)
+            print(path)
 
 
 def parse_args(argv):
@@ -167,7 +175,11 @@ def parse_args(argv):
                              "writing figures")
     parser.add_argument("--figures", metavar="NAME,...",
                         help="write only these figures (file stems, e.g. "
-                             "throughput,bucket_bits)")
+                             "throughput,open_time; sweep: every sweep figure)")
+    parser.add_argument("--size-property", metavar="ENGINE.PROPERTY,...", default="",
+                        help="open_time: also plot open time against this "
+                             "property of each reopened store (a structure "
+                             "count); each run uses the one of its engine")
     parser.add_argument("--check", action="store_true",
                         help="only validate the files; exit 0 if all are "
                              "valid, 1 with one line per problem otherwise")
@@ -186,12 +198,13 @@ def main(argv):
             only = None
             if args.figures:
                 only = set(args.figures.split(","))
-                known = {name.removesuffix(".png") for name, _ in FIGURES} | set(REMOTE_FIGURES)
+                known = {figure_kind(name) for name, _ in FIGURES} | set(REMOTE_FIGURES)
                 if only - known:
                     raise InputError(f"--figures: unknown figure "
                                      f"{', '.join(sorted(only - known))} (figures: "
                                      f"{', '.join(sorted(known))})")
-            write_figures(docs, args.out, only)
+            sizes = [n for n in args.size_property.split(",") if n]
+            write_figures(docs, args.out, only, sizes)
     except InputError as e:
         print(f"plot: {e}", file=sys.stderr)
         return 2

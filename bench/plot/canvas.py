@@ -53,10 +53,13 @@ def legend_shape(width, labels):
 class Canvas:
     """Builds figures with consistent engine colours, legend and footer."""
 
-    def __init__(self, plt, docs, runs):
+    def __init__(self, plt, docs, runs, size_properties=()):
         self.plt = plt
         self.docs = docs
         self.runs = runs
+        # "<engine>.<property>" names of the structure count open_time
+        # plots open time against (--size-property).
+        self.size_properties = list(size_properties)
         self.series = series_names(runs)
         palette = plt.get_cmap("tab10" if len(self.series) <= 10 else "tab20")
         self.colour = {e: palette(i % palette.N)

@@ -2,9 +2,11 @@
 DRAM). Each figure kind draws what its data holds and raises Skip when the
 runs have nothing for it."""
 
+import json
+
 from .results import (
-    Skip, TXN_WORKLOADS, first_load_phase, human, mean_mops, measured, ordered_workloads,
-    prop, thread_counts, unique, workload_label)
+    Skip, TXN_WORKLOADS, engine_options, first_load_phase, human, mean_mops, measured,
+    ordered_workloads, prop, properties_ending, thread_counts, unique, workload_label)
 from .canvas import bar_panel_layout, rotate_if_crowded, thread_word
 
 
@@ -243,97 +245,182 @@ def plot_op_latency_cdf(canvas):
                          shown)
 
 
-def bucket_bits_of(run):
-    options = run.get("options") or {}
-    return options.get("nehash_bucket_bits")
+def option_sort_key(value):
+    """Numbers by value, then anything else (booleans, words) by its text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, value, "")
+    return (1, 0, str(value))
 
 
-def plot_bucket_bits(canvas):
-    sweep = [r for r in canvas.runs if bucket_bits_of(r) is not None]
-    bits = sorted(set(bucket_bits_of(r) for r in sweep))
-    if len(bits) < 2:
-        raise Skip("no nehash runs of several bucket-directory bits")
-    others = [r for r in canvas.runs if bucket_bits_of(r) is None]
+def sweeps(runs):
+    """[(engine, option, runs)] of every sweep: the runs of one engine
+    whose engine options differ in exactly one option, taking two or more
+    values; option is its name within the engine. An engine whose runs
+    differ in several options has no sweep (the runs cannot be lined up
+    along one axis)."""
+    found = []
+    for engine in unique(r["engine"] for r in runs):
+        mine = [r for r in runs if r["engine"] == engine and r.get("options")]
+        if len(mine) < 2:
+            continue
+        options = [engine_options(r) for r in mine]
+        names = unique(k for o in options for k in o)
+        varying = [k for k in names
+                   if len(unique(json.dumps(o.get(k)) for o in options)) > 1]
+        if len(varying) == 1:
+            found.append((engine, varying[0], mine))
+    return found
+
+
+def swept_value(run, option):
+    return engine_options(run).get(option)
+
+
+def mean_of(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def run_phase_latency(run):
+    """The run phase's latency of all operations, or None."""
+    return run["run"]["latency_ns"]["all"] if run["run"] is not None else None
+
+
+def plot_sweep(canvas):
+    """One figure per sweep (runs of one engine that differ in one engine
+    option), named after the option: load and run phase throughput and
+    heap bytes per key against the option's value, one line per thread
+    count, the other series of the input as dashed reference lines; the
+    run phase's latency percentiles and CDF per value at the largest thread
+    count."""
+    found = sweeps(canvas.runs)
+    if not found:
+        raise Skip("no runs of one engine that differ in exactly one engine option")
+    out = []
+    for engine, option, sweep in found:
+        fig = sweep_figure(canvas, engine, option, sweep)
+        out.append((f"{option}.png", fig))
+    return out
+
+
+def sweep_figure(canvas, engine, option, sweep):
+    values = sorted(unique(swept_value(r, option) for r in sweep), key=option_sort_key)
+    position = {json.dumps(v): i for i, v in enumerate(values)}
+
+    def at(r):
+        return position[json.dumps(swept_value(r, option))]
+
+    others = [r for r in canvas.runs if r["engine"] != engine]
     threads = thread_counts(sweep)
     palette = canvas.plt.get_cmap("tab10")
     colour = {t: palette(i) for i, t in enumerate(threads)}
-
-    def search_phase(r):
-        run = r["run"]
-        return run if run is not None and run["mix"].get("read", 0) == 1 else None
-
-    panels = [
-        ("insert throughput (load phase)", "Mops/s",
-         lambda r: r["load"]["ops_per_s"] / 1e6 if r["load"] else None),
-        ("search throughput (run phase, 100% read)", "Mops/s",
-         lambda r: search_phase(r)["ops_per_s"] / 1e6 if search_phase(r) else None),
-        ("pool heap bytes per key after the load", "bytes per key",
-         lambda r: r["load"]["bytes_per_key"] if r["load"] else None),
-    ]
-    fig, axes = canvas.grid(len(panels), 4.4, 3.5, max_w=14.0)
+    workloads = ordered_workloads([r for r in sweep if r["run"] is not None])
+    panels = [("load phase throughput", "Mops/s",
+               lambda r: r["load"]["ops_per_s"] / 1e6 if r["load"] and r["load"]["ops"] else None)]
+    for w in workloads:
+        panels.append((f"run phase throughput · workload {w}", "Mops/s",
+                       lambda r, w=w: r["run"]["ops_per_s"] / 1e6
+                       if r["run"] is not None and r["workload"] == w else None))
+    panels.append(("pool heap bytes per key after the load", "bytes per key",
+                   lambda r: r["load"].get("bytes_per_key") if r["load"] else None))
+    top = threads[-1]
+    latency_runs = [r for r in sweep if r["threads"] == top and run_phase_latency(r)]
+    fig, axes = canvas.grid(len(panels) + (2 if latency_runs else 0), 4.4, 3.5, max_w=14.0)
     handles, labels = [], []
     for ax, (title, unit, value) in zip(axes, panels):
+        drawn = False
         for t in threads:
             pts = {}
             for r in sweep:
                 v = value(r) if r["threads"] == t else None
                 if v is not None:
-                    pts.setdefault(bucket_bits_of(r), []).append(v)
+                    pts.setdefault(at(r), []).append(v)
             if not pts:
                 continue
             xs = sorted(pts)
             line, = ax.plot(xs, [sum(pts[x]) / len(pts[x]) for x in xs],
                             marker="o", color=colour[t])
-            if ax is axes[0]:
+            drawn = True
+            if f"{engine}, {thread_word(t)}" not in labels:
                 handles.append(line)
-                labels.append(f"nehash, {thread_word(t)}")
+                labels.append(f"{engine}, {thread_word(t)}")
             for i, name in enumerate(unique(r["series"] for r in others)):
-                vs = [value(r) for r in others
-                      if r["series"] == name and r["threads"] == t]
-                vs = [v for v in vs if v is not None]
-                if vs:
-                    ref = ax.axhline(sum(vs) / len(vs), color=colour[t],
-                                     ls=["--", "-.", ":"][i % 3], lw=1)
-                    if ax is axes[0]:
+                v = mean_of(value(r) for r in others if r["series"] == name and r["threads"] == t)
+                if v is not None:
+                    ref = ax.axhline(v, color=colour[t], ls=["--", "-.", ":"][i % 3], lw=1)
+                    if f"{name}, {thread_word(t)}" not in labels:
                         handles.append(ref)
                         labels.append(f"{name}, {thread_word(t)}")
-        ax.axvline(6, color="0.6", lw=0.8)
-        ax.text(6, 0.02, " b=6 (paper)", transform=ax.get_xaxis_transform(),
-                fontsize=7, color="0.4")
-        ax.set_xticks(bits)
-        ax.set_xlabel("bucket-directory bits b (2^b buckets per group)")
+        if not drawn:
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", color="0.5")
+        sweep_axis(ax, option, values)
         ax.set_ylabel(unit)
         ax.set_title(title, fontsize=10)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
+    if latency_runs:
+        shade = canvas.plt.get_cmap("plasma")
+        ax = axes[len(panels)]
+        stats = {}
+        for i, v in enumerate(values):
+            mine = [r for r in latency_runs if at(r) == i]
+            if not mine:
+                continue
+            lat = run_phase_latency(mine[0])
+            ax.plot(*cdf_points(lat["histogram"]), color=shade(i / max(1, len(values)) * 0.85),
+                    label=f"{option}={v}")
+            stats[i] = lat
+        ax.set_xscale("log")
+        ax.set_xlabel("run phase latency (ns)")
+        ax.set_ylabel("fraction of operations ≤ x")
+        ax.set_ylim(0, 1.02)
+        ax.axhline(0.99, color="0.5", lw=0.6, ls="--")
+        ax.set_title(f"run phase latency CDF · {thread_word(top)}", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        ax = axes[len(panels) + 1]
+        for key, marker in (("p50", "o"), ("p99", "s"), ("p999", "^"), ("max", "x")):
+            xs = sorted(stats)
+            ax.plot(xs, [stats[x][key] / 1e3 for x in xs], marker=marker,
+                    label="p99.9" if key == "p999" else key)
+        sweep_axis(ax, option, values)
+        ax.set_yscale("log")
+        ax.set_ylabel("run phase latency (µs)")
+        ax.set_title(f"latency percentiles · {thread_word(top)}", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
     axes[0].legend(handles, labels, fontsize=7, loc="lower right")
-    return canvas.finish(fig, "nehash bucket-directory bits (NEHASH paper §6.2)", [])
+    return canvas.finish(fig, f"{engine}: runs that differ in one engine option, {option}", [])
 
 
-def pmeh_option(run, name):
-    options = run.get("options") or {}
-    return options.get(name)
+def sweep_axis(ax, option, values):
+    """The x axis of a sweep panel: one evenly spaced tick per value."""
+    ax.set_xticks(range(len(values)), [str(v).lower() if isinstance(v, bool) else str(v)
+                                       for v in values])
+    ax.set_xlim(-0.5, len(values) - 0.5)
+    ax.set_xlabel(option)
+
+
+def moved_items(run):
+    """Items the engine moved during the load phase: the sum of its
+    properties named "*.items_moved" (None when it has none)."""
+    found = properties_ending(run["load"], run["engine"], "items_moved")
+    return sum(found.values()) if found else None
 
 
 def plot_data_movement(canvas):
     runs = [r for r in canvas.runs
-            if r["engine"] in ("pmeh", "nehash") and r["load"] is not None
-            and prop(r["load"], r["engine"], "items_moved") is not None and r["load"]["ops"] > 0]
+            if r["load"] is not None and r["load"]["ops"] > 0 and moved_items(r) is not None]
     if not runs:
-        raise Skip("no pmeh or nehash load phase with items_moved")
+        raise Skip("no load phase with a property *.items_moved")
     sizes = sorted(set(r["load"]["ops"] for r in runs))
     names = [n for n in canvas.series if any(r["series"] == n for r in runs)]
     fig, axes = canvas.grid(2, 5.4, 3.8, max_w=11.5)
     palette = canvas.plt.get_cmap("viridis")
     width = 0.8 / len(sizes)
-
-    def mean(values):
-        values = [v for v in values if v is not None]
-        return sum(values) / len(values) if values else None
-
     panels = [
-        (axes[0], "slots moved per inserted key",
-         lambda r: prop(r["load"], r["engine"], "items_moved") / r["load"]["ops"]),
+        (axes[0], "items moved per inserted key (the engine's *.items_moved)",
+         lambda r: moved_items(r) / r["load"]["ops"]),
         (axes[1], "pool heap bytes per key after the load",
          lambda r: r["load"].get("bytes_per_key")),
     ]
@@ -341,7 +428,7 @@ def plot_data_movement(canvas):
         for j, n in enumerate(sizes):
             xs, ys = [], []
             for i, name in enumerate(names):
-                v = mean(value(r) for r in runs if r["series"] == name and r["load"]["ops"] == n)
+                v = mean_of(value(r) for r in runs if r["series"] == name and r["load"]["ops"] == n)
                 if v is not None:
                     xs.append(i - 0.4 + width * (j + 0.5))
                     ys.append(v)
@@ -352,62 +439,19 @@ def plot_data_movement(canvas):
         rotate_if_crowded(ax, names, limit=4)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
-    ax = axes[0]
-    for i, name in enumerate(names):
-        mine = [r for r in runs if r["series"] == name]
-        k = pmeh_option(mine[0], "pmeh_split_bits") if mine[0]["engine"] == "pmeh" else None
-        expected = 1.44 / k if k else (0.72 if mine[0]["engine"] == "nehash" else None)
-        if expected is not None:
-            ax.plot([i - 0.45, i + 0.45], [expected, expected], color="crimson", lw=1.2, ls="--")
-    ax.plot([], [], color="crimson", ls="--", label="expected: 1.44/k (pmeh), 0.72 (2-split)")
-    ax.set_ylabel("per inserted key")
-    ax.legend(fontsize=7)
+    axes[0].set_ylabel("per inserted key")
+    axes[0].legend(fontsize=7)
     axes[1].set_ylabel("bytes per key")
-    return canvas.finish(fig, "Data movement of splits during a load (design §12.4)", [])
+    return canvas.finish(fig, "Data movement of the engines' splits and resizes during a load", [])
 
 
-def plot_split_step(canvas):
-    runs = [r for r in canvas.runs if pmeh_option(r, "pmeh_split_step") is not None
-            and r["run"] is not None and "insert" in r["run"]["latency_ns"]]
-    steps = sorted(set(pmeh_option(r, "pmeh_split_step") for r in runs))
-    if len(steps) < 2:
-        raise Skip("no pmeh runs of several split steps with inserts")
-    top = thread_counts(runs)[-1]
-    runs = [r for r in runs if r["threads"] == top]
-    fig, axes = canvas.grid(2, 5.2, 3.8, max_w=11.0)
-    palette = canvas.plt.get_cmap("plasma")
-    colour = {b: palette(i / max(1, len(steps)) * 0.85) for i, b in enumerate(steps)}
-    stats = {}
-    for b in steps:
-        mine = [r for r in runs if pmeh_option(r, "pmeh_split_step") == b]
-        if not mine:
-            continue
-        lat = mine[0]["run"]["latency_ns"]["insert"]
-        axes[0].plot(*cdf_points(lat["histogram"]), color=colour[b], label=f"B={b}")
-        stats[b] = lat
-    ax = axes[0]
-    ax.set_xscale("log")
-    ax.set_xlabel("insert latency (ns)")
-    ax.set_ylabel("fraction of inserts ≤ x")
-    ax.set_ylim(0, 1.02)
-    ax.axhline(0.99, color="0.5", lw=0.6, ls="--")
-    ax.set_title(f"insert latency CDF · {thread_word(top)}", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, title="buckets moved per write", title_fontsize=7)
-    ax = axes[1]
-    marks = [("p50", "o"), ("p99", "s"), ("p999", "^"), ("max", "x")]
-    xs = list(range(len(stats)))
-    for key, marker in marks:
-        ax.plot(xs, [stats[b][key] / 1e3 for b in stats], marker=marker,
-                label="p99.9" if key == "p999" else key)
-    ax.set_xticks(xs)
-    ax.set_xticklabels([f"B={b}" for b in stats])
-    ax.set_yscale("log")
-    ax.set_ylabel("insert latency (µs)")
-    ax.set_title("percentiles by split step (B=0: the whole split at once)", fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-    return canvas.finish(fig, "pmeh gradual splits: insert latency by split step B", [])
+def size_property(run, names):
+    """The one of names ("<engine>.<property>", from --size-property) that
+    belongs to the run's engine, or None."""
+    for name in names:
+        if name.split(".", 1)[0] == run["engine"] and "." in name:
+            return name
+    return None
 
 
 def plot_open_time(canvas):
@@ -451,50 +495,35 @@ def plot_open_time(canvas):
                  fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax = axes[1]
-    nehash = [r for r in reopened if r["engine"] == "nehash"]
-    pmeh = [r for r in reopened if r["engine"] == "pmeh"]
+    # One run per (series, keys, size): the open does not depend on the
+    # load's threads.
+    first = {}
+    for r in reopened:
+        size_name = size_property(r, canvas.size_properties)
+        if size_name is not None:
+            first.setdefault((r["series"], r["reopen"]["clean"]["items"]), (r, size_name))
     for kind, marker in (("clean", "o"), ("crash", "x")):
-        for r in pmeh:
+        for r, size_name in first.values():
             m = r["reopen"][kind]
-            segments = None if m is None else prop(m, "pmeh", "segments")
-            if not segments:
+            size = None if m is None else prop(m, r["engine"], size_name.split(".", 1)[1])
+            if not size:
                 continue
-            ax.scatter([segments], [m["open_ns"] / 1e6], marker=marker,
-                       color="crimson", s=28)
+            ax.scatter([size], [m["open_ns"] / 1e6], marker=marker,
+                       color=canvas.colour[r["series"]], s=28)
             if kind == "clean":
-                ax.annotate(f"pmeh k={pmeh_option(r, 'pmeh_split_bits')}, {human(m['items'])} keys",
-                            (segments, m["open_ns"] / 1e6), fontsize=6,
-                            xytext=(3, -8), textcoords="offset points")
-    if nehash or pmeh:
-        palette = canvas.plt.get_cmap("viridis")
-        # One run per (b, keys): the sweep measures each b at every thread
-        # count, and the open does not depend on the load's threads.
-        first = {}
-        for r in nehash:
-            first.setdefault((bucket_bits_of(r), r["reopen"]["clean"]["items"]), r)
-        for kind, marker in (("clean", "o"), ("crash", "x")):
-            for r in first.values():
-                m = r["reopen"][kind]
-                groups = None if m is None else prop(m, "nehash", "groups")
-                if not groups:
-                    continue
-                b = bucket_bits_of(r)
-                shade = palette(((b or 6) - 1) / 9)
-                ax.scatter([groups], [m["open_ns"] / 1e6], marker=marker,
-                           color=shade, s=28)
-                if kind == "clean":
-                    ax.annotate(f"b={b}, {human(m['items'])} keys",
-                                (groups, m["open_ns"] / 1e6), fontsize=6,
-                                xytext=(3, 3), textcoords="offset points")
+                ax.annotate(f"{r['series']}, {human(m['items'])} keys",
+                            (size, m["open_ns"] / 1e6), fontsize=6,
+                            xytext=(3, 3), textcoords="offset points")
+    if first:
+        names = unique(name for _, name in first.values())
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.xaxis.set_major_formatter(canvas.plt.FuncFormatter(lambda v, _: human(v)))
         ax.xaxis.set_minor_formatter(sparse_keys)
         ax.yaxis.set_major_formatter(plain)
         ax.yaxis.set_minor_formatter(sparse)
-        ax.set_title("open time against nehash's bucket groups and pmeh's segments "
-                     "(o clean, x crash)", fontsize=9)
-        ax.set_xlabel("bucket groups (nehash) / segments (pmeh, red)")
+        ax.set_title("open time against the structure count (o clean, x crash)", fontsize=9)
+        ax.set_xlabel(" / ".join(names))
         ax.set_ylabel("open time (ms)")
         ax.grid(alpha=0.3, which="both")
     else:
@@ -510,10 +539,9 @@ FIGURES = [
     ("load_timeseries.png", plot_load_timeseries),
     ("load_factor.png", plot_load_factor),
     ("op_latency_cdf.png", plot_op_latency_cdf),
-    ("bucket_bits.png", plot_bucket_bits),
+    ("sweep", plot_sweep),
     ("open_time.png", plot_open_time),
     ("data_movement.png", plot_data_movement),
-    ("split_step.png", plot_split_step),
 ]
 # Written only when --figures names them.
 ON_REQUEST = {"op_latency_cdf"}

@@ -1,10 +1,12 @@
 """--markdown: the tables of docs/results/README.md."""
 
 from .results import (
-    TXN_WORKLOADS, human, mean_mops, measured, ordered_workloads, prop, series_names,
-    thread_counts, unique, with_series)
+    TXN_WORKLOADS, human, mean_mops, measured, ordered_workloads, properties_ending,
+    series_names, thread_counts, unique, with_series)
 from .canvas import thread_word
-from .figures import bucket_bits_of, busiest_workload, format_ns, pmeh_option
+from .figures import (
+    busiest_workload, format_ns, mean_of, moved_items, option_sort_key, run_phase_latency,
+    swept_value, sweeps)
 
 
 def ceiling_fraction_by_key(runs):
@@ -54,9 +56,8 @@ def markdown_tables(docs):
         lines.append("")
         lines.extend(transaction_lines(runs))
         lines.extend(op_p99_lines(runs))
-        lines.extend(bucket_bits_lines(runs))
+        lines.extend(sweep_lines(runs))
         lines.extend(movement_lines(runs))
-        lines.extend(split_step_lines(runs))
         lines.extend(reopen_lines(runs))
     lines.extend(skipped_lines(docs))
     ceilings = [c for d in docs for c in d["ceilings"]]
@@ -119,109 +120,96 @@ def op_p99_lines(runs):
     return lines
 
 
-def bucket_bits_lines(runs):
-    """The bucket-bits sweep: insert (load) and search (100% read run)
-    Mops/s per thread count, groups and heap bytes per key after the load,
-    and the clean open time when measured."""
-    sweep = [r for r in runs if bucket_bits_of(r) is not None]
-    bits = sorted(set(bucket_bits_of(r) for r in sweep))
-    if len(bits) < 2:
-        return []
-    threads = thread_counts(sweep)
-    head = ["b"]
-    for t in threads:
-        head += [f"insert {t} thr", f"search {t} thr"]
-    head += ["groups", "slots per key", "heap B/key", "clean open"]
-    lines = ["nehash bucket-directory bits (Mops/s; groups, space and open "
-             "time after the load):", "",
-             "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-
-    def mean(values):
-        values = [v for v in values if v is not None]
-        return sum(values) / len(values) if values else None
-
-    def cell(v, fmt):
-        return "-" if v is None else format(v, fmt)
-
-    for b in bits:
-        mine = [r for r in sweep if bucket_bits_of(r) == b]
-        row = [str(b)]
+def sweep_lines(runs):
+    """Per sweep (runs of one engine that differ in one engine option): per
+    value, load and run phase Mops/s per thread count, slots and heap bytes
+    per key after the load, the clean open time when measured, and the run
+    phase's p50 and p99 at the largest thread count."""
+    lines = []
+    for engine, option, sweep in sweeps(runs):
+        values = sorted(unique(swept_value(r, option) for r in sweep), key=option_sort_key)
+        threads = thread_counts(sweep)
+        head = [option]
         for t in threads:
-            at = [r for r in mine if r["threads"] == t]
-            row.append(cell(mean([r["load"]["ops_per_s"] / 1e6 for r in at]), ".2f"))
-            row.append(cell(mean([r["run"]["ops_per_s"] / 1e6 for r in at
-                                  if r["run"] and r["run"]["mix"].get("read", 0) == 1]), ".2f"))
-        first = mine[0]["load"]
-        groups = prop(first, "nehash", "groups")
-        items = first["ops"]
-        row.append(cell(groups, "d"))
-        row.append(cell(first["slots"] / items if first.get("slots") else None, ".1f"))
-        row.append(cell(first.get("bytes_per_key"), ".0f"))
-        opens = [r["reopen"]["clean"]["open_ns"] / 1e6 for r in mine if r.get("reopen")]
-        row.append(f"{min(opens):.2f} ms" if opens else "-")
-        lines.append("| " + " | ".join(row) + " |")
-    lines.append("")
+            head += [f"load {t} thr", f"run {t} thr"]
+        head += ["slots per key", "heap B/key", "clean open",
+                 f"run p50 ({threads[-1]} thr)",
+                 f"run p99 ({threads[-1]} thr)"]
+        lines += [f"{engine}: runs that differ in {option} (Mops/s; space and open time "
+                  "after the load):", "",
+                  "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+
+        def cell(v, fmt):
+            return "-" if v is None else format(v, fmt)
+
+        for v in values:
+            mine = [r for r in sweep if swept_value(r, option) == v]
+            row = [str(v)]
+            for t in threads:
+                at = [r for r in mine if r["threads"] == t]
+                row.append(cell(mean_of([r["load"]["ops_per_s"] / 1e6 for r in at
+                                         if r["load"] and r["load"]["ops"]]), ".2f"))
+                row.append(cell(mean_of([r["run"]["ops_per_s"] / 1e6 for r in at if r["run"]]),
+                                ".2f"))
+            first = next((r["load"] for r in mine if r["load"] and r["load"]["ops"]), None)
+            slots = first.get("slots") if first else None
+            row.append(cell(slots / first["ops"] if slots else None, ".1f"))
+            row.append(cell(first.get("bytes_per_key") if first else None, ".0f"))
+            opens = [r["reopen"]["clean"]["open_ns"] / 1e6 for r in mine if r.get("reopen")]
+            row.append(f"{min(opens):.2f} ms" if opens else "-")
+            lat = next((run_phase_latency(r) for r in mine
+                        if r["threads"] == threads[-1] and run_phase_latency(r)), None)
+            row += [format_ns(lat["p50"]), format_ns(lat["p99"])] if lat else ["-", "-"]
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
     return lines
 
 
 def movement_lines(runs):
-    """pmeh's and nehash's data movement in load phases: slots and bytes splits moved
-    per inserted key against 1.44/k, splits, segments, load factor and heap
+    """Data movement in load phases that report a property *.items_moved:
+    items and bytes moved per inserted key, splits, load factor and heap
     bytes per key, per series and key count."""
-    loads = [r for r in runs if r["engine"] in ("pmeh", "nehash") and r["workload"] == "load"
-             and r["load"] is not None and prop(r["load"], r["engine"], "bytes_moved") is not None]
+    loads = [r for r in runs if r["workload"] == "load" and r["load"] is not None
+             and r["load"]["ops"] > 0 and moved_items(r) is not None]
     if not loads:
         return []
-    lines = ["Data movement of splits during the load (per inserted key; expected "
-             "slots 1.44/k for pmeh, 0.72 for nehash's 2-split, pmeh design §12.4):", "",
-             "| series | threads | keys | slots moved | expected | bytes moved | splits | "
-             "segments | load factor | heap B/key |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["Data movement of splits and resizes during the load (per inserted key; "
+             "the engines' *.items_moved, *.bytes_moved and *.splits):", "",
+             "| series | threads | keys | items moved | bytes moved | splits | "
+             "load factor | heap B/key |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def total(p, engine, counter):
+        found = properties_ending(p, engine, counter)
+        return sum(found.values()) if found else None
+
     for r in sorted(loads, key=lambda r: (r["series"], r["threads"], r["load"]["ops"])):
         p = r["load"]
-        k = pmeh_option(r, "pmeh_split_bits")
-        expected = f"{1.44 / k:.2f}" if k else ("0.72" if r["engine"] == "nehash" else "-")
         lf = p["load_factor"][-1][1] if p.get("load_factor") else None
-        inserted = p["ops"] or 1
-        moved = prop(p, r["engine"], "items_moved") / inserted
-        moved_bytes = prop(p, r["engine"], "bytes_moved") / inserted
-        lines.append(f"| {r['series']} | {r['threads']} | {human(p['ops'])} | "
-                     f"{moved:.2f} | {expected} | "
-                     f"{moved_bytes:.1f} | {prop(p, r['engine'], 'splits')} | "
-                     f"{prop(p, r['engine'], 'segments') or '-'} | "
+        inserted = p["ops"]
+        moved_bytes = total(p, r["engine"], "bytes_moved")
+        splits = total(p, r["engine"], "splits")
+        lines.append(f"| {r['series']} | {r['threads']} | {human(inserted)} | "
+                     f"{moved_items(r) / inserted:.2f} | "
+                     f"{'-' if moved_bytes is None else format(moved_bytes / inserted, '.1f')} | "
+                     f"{'-' if splits is None else splits} | "
                      f"{'-' if lf is None else format(lf, '.2f')} | "
                      f"{'-' if p.get('bytes_per_key') is None else format(p['bytes_per_key'], '.0f')} |")
     lines.append("")
     return lines
 
 
-def split_step_lines(runs):
-    """Insert latency of the run phase per pmeh split step B."""
-    steps = [r for r in runs if pmeh_option(r, "pmeh_split_step") is not None
-             and r["run"] is not None and "insert" in r["run"]["latency_ns"]]
-    if len(set(pmeh_option(r, "pmeh_split_step") for r in steps)) < 2:
-        return []
-    lines = ["pmeh insert latency by split step B (run phase):", "",
-             "| B | threads | p50 | p99 | p99.9 | max |", "|---:|---:|---:|---:|---:|---:|"]
-    for r in sorted(steps, key=lambda r: (pmeh_option(r, "pmeh_split_step"), r["threads"])):
-        lat = r["run"]["latency_ns"]["insert"]
-        lines.append(f"| {pmeh_option(r, 'pmeh_split_step')} | {r['threads']} | "
-                     f"{format_ns(lat['p50'])} | {format_ns(lat['p99'])} | "
-                     f"{format_ns(lat['p999'])} | {format_ns(lat['max'])} |")
-    lines.append("")
-    return lines
-
-
 def reopen_lines(runs):
     """Open time after a clean close and after a crash, per series and key
-    count (the fastest of the runs measured), with groups and space."""
-    reopened = [r for r in runs if r.get("reopen")
-                and bucket_bits_of(r) in (None, 6) and "b=" not in r["series"]]
+    count (the fastest of the runs measured), with space; runs of a sweep
+    are in sweep_lines."""
+    swept = {id(r) for _, _, sweep in sweeps(runs) for r in sweep}
+    reopened = [r for r in runs if r.get("reopen") and id(r) not in swept]
     if not reopened:
         return []
     lines = ["Open time (Stats::open_ns; the fastest of the runs of each size):", "",
-             "| series | keys | groups | heap B/key | clean open | crash open | crash open per key |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| series | keys | heap B/key | clean open | crash open | crash open per key |",
+             "|---|---:|---:|---:|---:|---:|"]
     keyed = {}
     for r in reopened:
         keyed.setdefault((r["series"], r["reopen"]["clean"]["items"]), []).append(r["reopen"])
@@ -231,10 +219,7 @@ def reopen_lines(runs):
         crash = f"{min(crashes) / 1e6:.2f} ms" if crashes else "-"
         per_key = f"{min(crashes) / items:.0f} ns" if crashes else "-"
         first = opens[0]["clean"]
-        groups = str(prop(first, "nehash", "groups") or "-")
-        if prop(first, "pmeh", "segments"):
-            groups = f"{prop(first, 'pmeh', 'segments')} segments"
-        lines.append(f"| {name} | {human(items)} | {groups} | {first['bytes_per_key']:.0f} | "
+        lines.append(f"| {name} | {human(items)} | {first['bytes_per_key']:.0f} | "
                      f"{clean:.2f} ms | {crash} | {per_key} |")
     lines.append("")
     return lines

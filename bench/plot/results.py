@@ -13,9 +13,12 @@ REPO = Path(__file__).resolve().parent.parent.parent
 DEFAULT_OUT = REPO / "docs" / "results"
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 
-WORKLOAD_ORDER = ["load", "a", "b", "c", "d", "f", "txn", "nehash-a",
-                  "nehash-b", "nehash-g", "insert", "read", "read-neg",
-                  "update", "delete"]
+# The workloads every table runs (YCSB's, the transaction mix and the
+# single-operation ones), in the order figures and tables show them; the
+# workloads an engine contributes ("<engine>-<x>") come after them, in name
+# order (ordered_workloads).
+STANDARD_WORKLOADS = ["load", "a", "b", "c", "d", "f", "txn", "insert", "read",
+                      "read-neg", "update", "delete"]
 # Workloads whose operations are transactions (pmhash-bench: "txn").
 TXN_WORKLOADS = {"txn"}
 
@@ -246,6 +249,33 @@ MEMNODE_RUN_FIELDS = {
 }
 
 
+def engine_options(run):
+    """The run's engine options by their name within the engine
+    ("bucket_bits"), or {} (a peer). The files spell an option with the
+    engine's name and a dot ("<engine>.x") or, written earlier, an
+    underscore ("<engine>_x"); both lose that prefix here."""
+    out = {}
+    engine = run["engine"]
+    for key, value in (run.get("options") or {}).items():
+        for prefix in (engine + ".", engine + "_"):
+            if key.startswith(prefix):
+                key = key[len(prefix):]
+                break
+        out[key] = value
+    return out
+
+
+def properties_ending(measure, engine, counter):
+    """{name: value} of the engine's properties of a phase or an open whose
+    name ends in ".<counter>"; in results written before properties had
+    their own object, the field <counter> under the name "<engine>.<counter>"."""
+    properties = measure.get("properties")
+    if properties is None:
+        value = measure.get(counter)
+        return {} if value is None else {f"{engine}.{counter}": value}
+    return {k: v for k, v in properties.items() if k.endswith("." + counter)}
+
+
 def prop(measure, engine, counter):
     """The engine's property "<engine>.<counter>" of a phase or an open, or
     None. Results written before properties had their own object keep the
@@ -406,17 +436,21 @@ def with_series(runs):
 
 
 def base_series(run):
-    """The run's own series name ("nehash b=4" in a bucket-bits sweep),
-    else its engine (files written before runs had one)."""
+    """The run's own series name (the engine and the swept option's value
+    in a sweep: "<engine> bits=4"), else its engine (files written before
+    runs had one)."""
     return run.get("series") or run["engine"]
 
 
 def ordered_workloads(runs):
+    """The standard workloads in their order, then every other name (the
+    workloads engines contribute, "<engine>-<x>") in name order, then the
+    mixed:* ones in order of appearance."""
     present = unique(r["workload"] for r in runs)
-    known = [w for w in WORKLOAD_ORDER if w in present]
+    known = [w for w in STANDARD_WORKLOADS if w in present]
     mixed = [w for w in present if w.startswith("mixed:")]
-    other = [w for w in present if w not in known and w not in mixed]
-    return known + mixed + other
+    other = sorted(w for w in present if w not in known and w not in mixed)
+    return known + other + mixed
 
 
 def series_names(runs):
