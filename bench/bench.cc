@@ -1,7 +1,7 @@
 // bench/bench.cc - pmhash-bench: YCSB workloads and the papers' micro-
 // benchmarks, for every pmhash engine and every peer, side by side.
 //
-//   pmhash-bench --engine clevel,libcuckoo,lmdb --workload load,a,b,c
+//   pmhash-bench --engine ENGINE,libcuckoo,lmdb --workload load,a,b,c
 //                --records 1000000 --threads 1,2 --json results.json
 //   pmhash-bench --limits --threads 1,2        (this machine's ceilings)
 //
@@ -96,8 +96,14 @@
 namespace pmhash::bench {
 namespace {
 
+// The engines a run without --engine measures: the default engine of a
+// pool file (the registry's), and the volatile peer it is set against.
+std::vector<std::string> default_engines() {
+  return {std::string(default_engine(Location::kPoolFile)->name), "libcuckoo"};
+}
+
 struct Config {
-  std::vector<std::string> engines = {"clevel", "libcuckoo"};
+  std::vector<std::string> engines = default_engines();
   std::vector<std::string> workloads = {"load", "a", "b", "c"};
   std::uint64_t records = 1'000'000;
   std::optional<std::uint64_t> ops;  // default: records
@@ -426,6 +432,28 @@ std::uint64_t malloc_in_use() {
   return m.uordblks + m.hblkhd;
 }
 
+// The slots a new store of the default pool engine has with default
+// options (Stats::slots of one made in DRAM, then closed): what the DRAM
+// peers that can start presized start with (TableConfig::initial_slots), as
+// small as the pmhash store a run without --engine sets them against, so
+// that both measure their own growth. The same number for every run of a
+// build, whatever --engine lists, so that a peer's results compare across
+// runs. Asked before any measurement: the store's allocations are never
+// counted as a peer's bytes.
+std::uint64_t peer_initial_slots() {
+  Options options;
+  options.engine = std::string(default_engine(Location::kPoolFile)->name);
+  options.pool_size = std::uint64_t{64} << 20;
+  std::unique_ptr<Store> store;
+  if (const Status s = Store::create_volatile(options, &store); !s.ok()) {
+    throw Failure("cannot make a " + options.engine +
+                  " store in DRAM to size the peers by: " + s.to_string());
+  }
+  const std::uint64_t slots = store->stats().slots;
+  store->close();
+  return slots;
+}
+
 class Driver {
  public:
   Driver(Config config, std::vector<EngineSpec> engines, std::vector<WorkloadSpec> specs)
@@ -433,7 +461,11 @@ class Driver {
         engines_(std::move(engines)),
         specs_(std::move(specs)),
         paths_(resolve_paths(config_.pool)),
-        space_(config_.key_size, config_.value_size, config_.seed) {}
+        space_(config_.key_size, config_.value_size, config_.seed) {
+    const bool peers = std::any_of(engines_.begin(), engines_.end(),
+                                   [](const EngineSpec& e) { return !e.pmhash; });
+    if (peers) peer_initial_slots_ = peer_initial_slots();
+  }
 
   void measure_ceilings() {
     for (unsigned threads : config_.threads) {
@@ -656,6 +688,7 @@ class Driver {
     tc.key_size = config_.key_size;
     tc.value_size = config_.value_size;
     tc.threads = threads;
+    tc.initial_slots = peer_initial_slots_;
     tc.engine_options = spec.options;
     try {
       if (spec.pmhash) return std::make_unique<PmhashTable>(engine, tc);
@@ -874,6 +907,7 @@ class Driver {
   std::vector<Ceilings> ceilings_;
   std::vector<RunResult> runs_;
   std::vector<SkippedRun> skipped_;
+  std::uint64_t peer_initial_slots_ = 0;  // TableConfig::initial_slots
   std::string started_at_ = utc_now();
   // Taken when the run starts: the tree the binary was built from, not
   // whatever was edited while it ran.
@@ -906,9 +940,8 @@ void add_options(CLI::App& app, Config& config) {
       ->capture_default_str();
   app.add_option("--workload", config.workloads,
                  "load, a, b, c, d, f, insert, read, read-neg, update, delete, mixed:R/I/U/D, "
-                 "txn (transactions of 3 reads + 1 update), nehash-a, nehash-b, nehash-g (the "
-                 "NEHASH paper's 50/95/5% read, the rest inserts of new keys, uniform); "
-                 "comma-separated")
+                 "txn (transactions of 3 reads + 1 update), micro, and the workloads of the "
+                 "engines' papers (" + paper_workloads_help() + "); comma-separated")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--records", config.records, "records inserted by the load phase")
@@ -975,8 +1008,9 @@ void add_options(CLI::App& app, Config& config) {
       ->allow_extra_args(false);
   app.add_option("--preset", config.preset,
                  "a named set of flags, expanded where it stands; flags given explicitly win "
-                 "(bench/preset.h). peers-8b: the native peers' shape (every strict pmhash "
-                 "engine and dali:epoch; 8-byte keys and values; 4M records loaded by 2 threads, "
+                 "(bench/preset.h). peers-8b: the native peers' shape (every finished pool "
+                 "engine in each durability it offers; 8-byte keys and values; 4M records "
+                 "loaded by 2 threads, "
                  "then on the same store 4M uniform reads, negative reads, updates, inserts of "
                  "new keys and the delete of every loaded record; /dev/shm, cache_line)");
   app.add_flag("--sequence", config.sequence,
@@ -1024,11 +1058,14 @@ std::optional<MicroConfig> micro_config(const Config& config, const std::string&
   m.pool_dir = resolve_paths(config.pool).dir;
   m.pool_size = config.micro.pool_size;
   m.granularity = config.granularity;
-  m.initial_level_log2 = config.micro.initial_level_log2;
+  // -o as for every workload: each sweep value a series of its own.
+  const std::vector<EngineSpec> series =
+      apply_engine_options(config, {make_spec(m.engine, true, std::nullopt)});
+  for (const EngineSpec& e : series) m.series.push_back(MicroSeries{e.series(), e.options});
+  m.engine_options = config.engine_options;
   m.seed = config.seed;
   m.check = config.check;
   m.repeat = config.micro.repeat;
-  m.tag_filter = config.micro.tag_filter;
   m.json_path = config.json_path;
   m.csv_path = config.csv_path;
   m.command = command;
@@ -1039,6 +1076,19 @@ std::optional<MicroConfig> micro_config(const Config& config, const std::string&
 std::optional<RemoteConfig> remote_config(const Config& config, const std::string& command) {
   if (std::none_of(config.engines.begin(), config.engines.end(), is_remote_engine)) {
     return std::nullopt;
+  }
+  // -o is checked as for every run (a usage error, before any node is made);
+  // these runs take one value per option.
+  for (const EngineOption& o : parse_engine_options(config.engine_options)) {
+    if (o.values.size() > 1) {
+      throw Failure("-o " + o.name +
+                    ": runs on memory nodes take one value per option, not a sweep");
+    }
+    const std::string engine(option_engine(o.name)->name);
+    if (std::none_of(config.engines.begin(), config.engines.end(),
+                     [&](const std::string& e) { return e == engine; })) {
+      throw Failure("-o " + o.name + ": no " + engine + " engine in --engine (add " + engine + ")");
+    }
   }
   RemoteConfig r;
   r.flags = config.remote;

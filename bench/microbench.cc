@@ -13,9 +13,15 @@
 //   update           all N keys, shuffled, to a second value
 //   delete           all N keys, shuffled
 //
-// Both tables start small (--initial-level-log2; libcuckoo gets the same
-// number of slots) so the insert phase includes resizing. Keys and values
-// are generated before any timing.
+// The pmhash store starts as small as its engine options make it (a new
+// store's Stats::slots), and libcuckoo with the same number of slots, so
+// the insert phase includes resizing in both. Keys and values are generated
+// before any timing.
+//
+// Engine options (-o) apply to every pmhash store; a sweep makes one series
+// per value, each measured in every repetition, each against the libcuckoo
+// run of the same repetition that started with as many slots (one
+// libcuckoo run serves every series of a repetition that starts alike).
 //
 // Nothing is measured blindly: every operation's outcome is checked against
 // the expected one (OK on insert, update and delete, the right value on a
@@ -54,10 +60,11 @@
 #include <thread>
 #include <vector>
 
+#include "microbench.h"
+#include "pmhash/engines.h"
 #include "pmhash/options.h"
 #include "pmhash/status.h"
 #include "pmhash/store.h"
-#include "microbench.h"
 #include "report.h"
 #include "workload.h"
 
@@ -95,6 +102,11 @@ struct Shape {
 
 struct RunRecord {
   std::string table;  // "pmhash" or "libcuckoo"
+  std::string series;  // MicroSeries::name, or "libcuckoo"
+  // pmhash: every option of the engine and its value, by full name.
+  std::vector<std::pair<std::string, std::string>> options;
+  std::uint64_t pool_size = 0;  // pmhash: bytes of its pool file
+  std::uint64_t initial_slots = 0;  // the table's slots before the first insert
   unsigned threads = 0;
   unsigned repetition = 0;
   PhaseRecord phases[kPhases];
@@ -104,6 +116,19 @@ struct RunRecord {
 
 std::string show(std::string_view key) { return "'" + std::string(key) + "'"; }
 
+// Bytes of a pool for the records: --pool-size, else the engine's estimate
+// (EngineDescriptor::pool_bytes, or the generic one) with the series'
+// options, at least 1 GiB.
+std::uint64_t pool_size_of(const Config& config, const Options& options) {
+  if (config.pool_size != 0) return config.pool_size;
+  const PoolDemand demand{config.records, config.key_size, config.value_size};
+  const EngineDescriptor* engine = find_engine(config.engine);
+  const std::uint64_t bytes = engine != nullptr && engine->pool_bytes != nullptr
+                                  ? engine->pool_bytes(demand, options)
+                                  : generic_pool_bytes(demand);
+  return std::max<std::uint64_t>(std::uint64_t{1} << 30, bytes);
+}
+
 // --- the tables -------------------------------------------------------------
 //
 // Each adapter performs one operation and reports an unexpected outcome to
@@ -111,15 +136,15 @@ std::string show(std::string_view key) { return "'" + std::string(key) + "'"; }
 
 class PmhashTable {
  public:
-  PmhashTable(const Config& config, unsigned threads) {
+  PmhashTable(const Config& config, const MicroSeries& series, unsigned threads) {
     path_ = config.pool_dir + "/pmhash-bench-micro-" + std::to_string(::getpid()) + "-t" +
             std::to_string(threads) + ".pool";
     Options options;
     options.engine = config.engine;
     options.force = true;
-    options.set("clevel.initial_level_log2", config.initial_level_log2);
-    options.set("clevel.tag_filter", config.tag_filter);
-    options.pool_size = config.pool_size;
+    for (const auto& [name, value] : series.options) options.set(name, value);
+    options.pool_size = pool_size_of(config, options);
+    pool_size_ = options.pool_size;
     const Status s = Store::create(path_, options, &store_);
     if (!s.ok()) {
       throw Failure("cannot create pool " + path_ + ": " + s.to_string() +
@@ -198,6 +223,7 @@ class PmhashTable {
   }
 
   Stats stats() const { return store_->stats(); }
+  std::uint64_t pool_size() const { return pool_size_; }
 
   void close() {
     const Status s = store_->close();
@@ -206,6 +232,7 @@ class PmhashTable {
 
  private:
   std::string path_;
+  std::uint64_t pool_size_ = 0;
   std::unique_ptr<Store> store_;
   Stats before_;
 };
@@ -329,12 +356,26 @@ void run_phases(Table& table, const Dataset& data, unsigned threads, bool full_c
   table.verify("after the delete phase", full_check);
 }
 
-RunRecord run_pmhash(const Config& config, const Dataset& data, unsigned threads) {
+RunRecord run_pmhash(const Config& config, const MicroSeries& series, const Dataset& data,
+                     unsigned threads) {
   RunRecord run;
   run.table = "pmhash";
+  run.series = series.name;
   run.threads = threads;
-  PmhashTable table(config, threads);
-  run.granularity = table.stats().granularity;
+  // Every option of the engine, with the value the store was made with,
+  // as the table driver reports them.
+  Options set;
+  for (const auto& [name, value] : series.options) set.set(name, value);
+  if (const EngineDescriptor* engine = find_engine(config.engine)) {
+    for (const OptionSpec& o : engine->options) {
+      run.options.emplace_back(std::string(o.name), set.value(o.name));
+    }
+  }
+  PmhashTable table(config, series, threads);
+  const Stats created = table.stats();
+  run.granularity = created.granularity;
+  run.initial_slots = created.slots;
+  run.pool_size = table.pool_size();
   run_phases(table, data, threads, config.check, run, [&] {
     const Stats s = table.stats();
     const std::string engine = s.engine + ".";
@@ -346,15 +387,15 @@ RunRecord run_pmhash(const Config& config, const Dataset& data, unsigned threads
   return run;
 }
 
-RunRecord run_libcuckoo(const Config& config, const Dataset& data, unsigned threads) {
+// `slots`: the initial slots of the pmhash store it is compared with.
+RunRecord run_libcuckoo(const Config& config, const Dataset& data, unsigned threads,
+                        std::uint64_t slots) {
   RunRecord run;
   run.table = "libcuckoo";
+  run.series = "libcuckoo";
   run.threads = threads;
-  // The same number of slots as a new clevel table: levels of 2^n and
-  // 2^(n-1) buckets of 8 slots.
-  const std::size_t slots = std::size_t{8} * ((std::size_t{1} << config.initial_level_log2) +
-                                              (std::size_t{1} << config.initial_level_log2 >> 1));
-  CuckooTable table(slots);
+  run.initial_slots = slots;
+  CuckooTable table(static_cast<std::size_t>(slots));
   run_phases(table, data, threads, config.check, run, [] {});
   return run;
 }
@@ -390,11 +431,13 @@ double median(std::vector<double> v) {
   return n == 0 ? 0 : n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-void print_report(const Config& config, const std::vector<Group>& groups) {
+// The report of one series.
+void print_report(const Config& config, const std::string& series,
+                  const std::vector<Group>& groups) {
   const std::string granularity = groups.empty() ? "" : groups.front().reps.front().pmhash->granularity;
   const std::size_t reps = groups.empty() ? 0 : groups.front().reps.size();
   std::cout << "\npmhash-bench, workload micro: " << config.records << " records, key " << config.key_size
-            << " B, value " << config.value_size << " B, engine " << config.engine << ", pool in "
+            << " B, value " << config.value_size << " B, engine " << series << ", pool in "
             << config.pool_dir << ", granularity " << granularity << ", seed " << config.seed
             << "\n\nthroughput, Mops/s, median of " << reps
             << (reps == 1 ? " run" : " runs") << " (ratio = pmhash / libcuckoo, median and range "
@@ -460,7 +503,6 @@ void print_report(const Config& config, const std::vector<Group>& groups) {
               << pad(std::to_string(s.levels), 8) << pad(std::to_string(s.expansions), 12)
               << pad(std::to_string(s.items_moved), 13) << "\n";
   }
-  std::cout << "\nall checks passed: every operation had the expected outcome\n";
 }
 
 nlohmann::json to_json(const Config& config, const RunRecord& run) {
@@ -482,14 +524,16 @@ nlohmann::json to_json(const Config& config, const RunRecord& run) {
     }
     phases.push_back(j);
   }
-  const std::string engine = pmhash ? config.engine : run.table;
-  nlohmann::json out = {{"engine", engine},
-                        {"series", engine},
+  nlohmann::json out = {{"engine", pmhash ? config.engine : run.table},
+                        {"series", run.series},
+                        {"options", pmhash ? options_json(run.options) : nlohmann::json()},
                         {"kind", pmhash ? "pmhash" : "peer"},
                         {"durability", pmhash ? "strict" : "none"},
                         {"threads", run.threads},
                         {"workload", "micro"},
                         {"repetition", run.repetition},
+                        {"initial_slots", run.initial_slots},
+                        {"pool_size", pmhash ? nlohmann::json(run.pool_size) : nlohmann::json()},
                         {"granularity", pmhash ? nlohmann::json(run.granularity) : nlohmann::json()},
                         {"load", nullptr},
                         {"run", nullptr},
@@ -525,10 +569,9 @@ void write_json(const Config& config, const std::deque<RunRecord>& runs) {
                    {"pool_dir", config.pool_dir},
                    {"pool_size", config.pool_size},
                    {"granularity", config.granularity},
-                   {"initial_level_log2", config.initial_level_log2},
+                   {"engine_options", config.engine_options},
                    {"seed", config.seed},
                    {"repeat", config.repeat},
-                   {"tag_filter", config.tag_filter},
                    {"check", config.check}};
   doc["ceilings"] = nlohmann::json::array();
   doc["runs"] = nlohmann::json::array();
@@ -543,13 +586,14 @@ void write_json(const Config& config, const std::deque<RunRecord>& runs) {
 // One line per run and phase.
 void write_csv(const Config& config, const std::deque<RunRecord>& runs) {
   std::ofstream out(config.csv_path);
-  out << "engine,threads,workload,repetition,phase,ops,seconds,ops_per_s,flushes_per_op,"
+  out << "engine,series,threads,workload,repetition,phase,ops,seconds,ops_per_s,flushes_per_op,"
          "fences_per_op\n";
   for (const RunRecord& run : runs) {
     const std::string engine = run.table == "pmhash" ? config.engine : run.table;
     for (std::size_t ph = 0; ph < kPhases; ++ph) {
       const PhaseRecord& r = run.phases[ph];
-      out << engine << "," << run.threads << ",micro," << run.repetition << "," << kPhaseNames[ph]
+      out << engine << "," << run.series << "," << run.threads << ",micro," << run.repetition
+          << "," << kPhaseNames[ph]
           << "," << r.result.ops << "," << r.result.seconds << "," << r.result.mops() * 1e6 << ","
           << (r.flushes_per_op ? std::to_string(*r.flushes_per_op) : "") << ","
           << (r.fences_per_op ? std::to_string(*r.fences_per_op) : "") << "\n";
@@ -570,28 +614,45 @@ int run(const Config& config) {
 
   // RunRecords stay where they are: Pairs point into the deque.
   std::deque<RunRecord> runs;
-  std::vector<Group> groups;
+  // Per series, per thread count, the repetitions.
+  std::vector<std::vector<Group>> by_series(config.series.size());
   for (unsigned threads : config.threads) {
-    Group group{threads, {}};
+    for (std::vector<Group>& groups : by_series) groups.push_back(Group{threads, {}});
     for (unsigned r = 0; r < config.repeat; ++r) {
       const std::string of = config.repeat > 1 ? " (run " + std::to_string(r + 1) + " of " +
                                                      std::to_string(config.repeat) + ")"
                                                : "";
-      std::cerr << "pmhash " << config.engine << ", " << threads << " thread(s)" << of << "\n";
-      runs.push_back(run_pmhash(config, data, threads));
-      runs.back().repetition = r;
-      Pair pair{&runs.back(), nullptr};
-      if (config.libcuckoo) {
-        std::cerr << "libcuckoo, " << threads << " thread(s)" << of << "\n";
-        runs.push_back(run_libcuckoo(config, data, threads));
+      std::vector<const RunRecord*> cuckoos;  // this repetition's
+      for (std::size_t i = 0; i < config.series.size(); ++i) {
+        const MicroSeries& series = config.series[i];
+        std::cerr << "pmhash " << series.name << ", " << threads << " thread(s)" << of << "\n";
+        runs.push_back(run_pmhash(config, series, data, threads));
         runs.back().repetition = r;
-        pair.cuckoo = &runs.back();
+        Pair pair{&runs.back(), nullptr};
+        if (config.libcuckoo) {
+          const std::uint64_t slots = pair.pmhash->initial_slots;
+          const auto same = std::find_if(cuckoos.begin(), cuckoos.end(), [&](const RunRecord* c) {
+            return c->initial_slots == slots;
+          });
+          if (same != cuckoos.end()) {
+            pair.cuckoo = *same;
+          } else {
+            std::cerr << "libcuckoo, " << threads << " thread(s), " << slots << " slots" << of
+                      << "\n";
+            runs.push_back(run_libcuckoo(config, data, threads, slots));
+            runs.back().repetition = r;
+            pair.cuckoo = &runs.back();
+            cuckoos.push_back(pair.cuckoo);
+          }
+        }
+        by_series[i].back().reps.push_back(pair);
       }
-      group.reps.push_back(pair);
     }
-    groups.push_back(std::move(group));
   }
-  print_report(config, groups);
+  for (std::size_t i = 0; i < config.series.size(); ++i) {
+    print_report(config, config.series[i].name, by_series[i]);
+  }
+  std::cout << "\nall checks passed: every operation had the expected outcome\n";
   if (!config.json_path.empty()) write_json(config, runs);
   if (!config.csv_path.empty()) write_csv(config, runs);
   return 0;
@@ -600,28 +661,19 @@ int run(const Config& config) {
 }  // namespace
 
 void add_micro_options(CLI::App& app, MicroFlags* flags) {
-  app.add_option("--initial-level-log2", flags->initial_level_log2,
-                 "micro: first level of a new table has 2^n buckets (libcuckoo starts with as "
-                 "many slots)")
-      ->check(CLI::Range(1u, 30u))
-      ->capture_default_str();
   app.add_option("--repeat", flags->repeat,
                  "micro: runs per thread count (pmhash then libcuckoo each time); the report "
                  "gives medians")
       ->check(CLI::Range(1u, 100u))
       ->capture_default_str();
-  app.add_flag("!--no-tag-filter", flags->tag_filter,
-               "micro: clevel without its DRAM tag filters (clevel.tag_filter)");
   app.add_option("--pool-size", flags->pool_size,
-                 "micro: pool file size in bytes (default: max(1 GiB, records x (200 + 2 x (key "
-                 "+ value))))");
+                 "micro: pool file size in bytes (default: max(1 GiB, the engine's estimate for "
+                 "the records))");
 }
 
 int run_micro(MicroConfig config) {
-  if (config.pool_size == 0) {
-    const std::uint64_t per_record = 200 + 2 * (config.key_size + config.value_size);
-    config.pool_size = std::max<std::uint64_t>(std::uint64_t{1} << 30, config.records * per_record);
-  }
+  if (config.engine.empty()) config.engine = std::string(default_engine(Location::kPoolFile)->name);
+  if (config.series.empty()) config.series.push_back(MicroSeries{config.engine, {}});
   try {
     return run(config);
   } catch (const Failure& e) {

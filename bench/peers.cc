@@ -46,8 +46,9 @@
 //     reads first under one of 1024 striped mutexes chosen by the key's hash;
 //     the extra read is the price of the semantics, and concurrent inserts
 //     of one key still see exactly one success.
-//   - The DRAM maps start small (libcuckoo with the slots of a new clevel
-//     table, the others empty) so that resizing is measured, as it is for
+//   - The DRAM maps start small (libcuckoo with TableConfig::initial_slots,
+//     which the driver sets to the slots of a new store of the default
+//     engine; the others empty) so that resizing is measured, as it is for
 //     pmhash. None of them is reserved from capacity_hint.
 //   - The file peers keep their files in TableConfig::files_dir, on the file
 //     system the driver puts the pool on.
@@ -66,7 +67,7 @@ const std::vector<std::string>& peer_names() {
 }
 
 std::unique_ptr<Table> make_peer(const std::string& name, const TableConfig& config) {
-  if (auto table = peers_detail::make_volatile_peer(name)) return table;
+  if (auto table = peers_detail::make_volatile_peer(name, config)) return table;
   if (auto table = peers_detail::make_file_peer(name, config)) return table;
   std::string known;
   for (const std::string& n : peer_names()) known += (known.empty() ? "" : ", ") + n;

@@ -10,7 +10,7 @@
 namespace pmhash::bench::peers_detail {
 
 // libcuckoo, tbb, std (peers_volatile.cc).
-std::unique_ptr<Table> make_volatile_peer(const std::string& name);
+std::unique_ptr<Table> make_volatile_peer(const std::string& name, const TableConfig& config);
 
 // lmdb, rocksdb (peers_files.cc).
 std::unique_ptr<Table> make_file_peer(const std::string& name, const TableConfig& config);

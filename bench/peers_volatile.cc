@@ -5,9 +5,11 @@
 //
 // All three map std::string to std::string and look keys up by string_view
 // through a transparent hash and equality, so a lookup builds no temporary
-// std::string. libcuckoo starts with the slots of a new clevel table, oneTBB
-// and std empty; none is reserved from capacity_hint, so the measured
-// inserts include the maps' resizing, as pmhash's include its own.
+// std::string. libcuckoo starts with TableConfig::initial_slots (the
+// driver gives it the slots of a new store of the default pool engine),
+// oneTBB and std empty; none is reserved from capacity_hint, so the
+// measured inserts include the maps' resizing, as pmhash's include their
+// own.
 //
 // Bytes. The driver counts a volatile peer's bytes as what glibc's malloc
 // has handed out while the table existed (mallinfo2). oneTBB's map does not
@@ -53,18 +55,14 @@ struct ViewHashCompare {
   bool equal(std::string_view a, std::string_view b) const { return a == b; }
 };
 
-// The slots of a new clevel table with default options (levels of 2^n and
-// 2^(n-1) buckets of 8 slots), so that libcuckoo starts as small as pmhash.
-std::size_t clevel_initial_slots() {
-  const auto log2 = static_cast<unsigned>(std::stoul(Options{}.value("clevel.initial_level_log2")));
-  return std::size_t{8} * ((std::size_t{1} << log2) + (std::size_t{1} << log2 >> 1));
-}
-
 // --- libcuckoo ---------------------------------------------------------------
 
 class CuckooPeer final : public Table {
  public:
-  CuckooPeer() : map_(clevel_initial_slots()) {}
+  // initial_slots: TableConfig::initial_slots; 0 takes libcuckoo's default.
+  explicit CuckooPeer(std::uint64_t initial_slots)
+      : map_(initial_slots != 0 ? static_cast<std::size_t>(initial_slots)
+                                : libcuckoo::DEFAULT_SIZE) {}
 
   std::string name() const override { return "libcuckoo"; }
   std::string kind() const override { return "peer"; }
@@ -259,8 +257,8 @@ class StdPeer final : public Table {
 
 namespace peers_detail {
 
-std::unique_ptr<Table> make_volatile_peer(const std::string& name) {
-  if (name == "libcuckoo") return std::make_unique<CuckooPeer>();
+std::unique_ptr<Table> make_volatile_peer(const std::string& name, const TableConfig& config) {
+  if (name == "libcuckoo") return std::make_unique<CuckooPeer>(config.initial_slots);
   if (name == "tbb") return std::make_unique<TbbPeer>();
   if (name == "std") return std::make_unique<StdPeer>();
   return nullptr;

@@ -198,57 +198,26 @@ class PmhashTable final : public Table {
   PmhashTable(const PmhashTable&) = delete;
   PmhashTable& operator=(const PmhashTable&) = delete;
 
-  // Bytes of a pool that holds `capacity_hint` items comfortably: the
-  // items, the index at its largest (two levels, load factor near 1/2 right
-  // after an expansion) and the heap's slack, at least 1 GiB (sparse).
-  // nehash needs more per key (nehash_bytes_per_key), for the keys it
-  // holds at most (max_keys, which leaves out the keys a run phase only
-  // updates or reads: the pool is allocated, not sparse, on tmpfs).
+  // Bytes of a pool for the run the config describes, at least 1 GiB. An
+  // engine with an estimate of its own (EngineDescriptor::pool_bytes), which
+  // needs more per key, is asked for the keys the store holds at most
+  // (max_keys; capacity_hint when unknown): the pool is allocated when it is
+  // made, so keys a run phase only reads or updates are not paid for twice.
+  // Every other engine gets generic_pool_bytes() for capacity_hint keys
+  // (every key the run names, a margin when the run phase does not insert).
   static std::uint64_t default_pool_size(const std::string& engine, const TableConfig& config) {
-    const std::uint64_t per_key = 200 + 2 * (config.key_size + config.value_size);
-    std::uint64_t bytes = config.capacity_hint * per_key;
     Options set;
     for (const auto& [name, value] : config.engine_options) set.set(name, value);
-    if (engine == "nehash") {
-      const auto b = static_cast<unsigned>(std::stoul(set.value("nehash.bucket_bits")));
-      const std::uint64_t keys = config.max_keys != 0 ? config.max_keys : config.capacity_hint;
-      bytes = keys * (per_key + nehash_bytes_per_key(b));
+    const EngineDescriptor* descriptor = find_engine(engine);
+    PoolDemand demand{config.capacity_hint, config.key_size, config.value_size};
+    std::uint64_t bytes = 0;
+    if (descriptor != nullptr && descriptor->pool_bytes != nullptr) {
+      if (config.max_keys != 0) demand.keys = config.max_keys;
+      bytes = descriptor->pool_bytes(demand, set);
+    } else {
+      bytes = generic_pool_bytes(demand);
     }
-    if (engine == "pmeh") bytes += pmeh_split_margin(set);
     return std::max<std::uint64_t>(std::uint64_t{1} << 30, bytes);
-  }
-
-  // pmeh's segments hold 14 slots of 18 bytes (slot and meta) per 256-byte
-  // bucket, about 40 % full right after a split into 2^k and never emptier
-  // in a load, which per_key covers (about 45 bytes a key at 8-byte keys
-  // and values, plus the item). On top: a split in flight keeps its parent
-  // and its 2^k children, in each of the at most 2^8 zones at once, for the
-  // largest segments (64 KiB) and k = 3.
-  static std::uint64_t pmeh_split_margin(const Options& set) {
-    const std::optional<std::string> kib = set.get("pmeh.segment_kib");
-    const std::optional<std::string> bits = set.get("pmeh.split_bits");
-    const std::uint64_t segment = (kib ? std::stoull(*kib) : 64) << 10;
-    const std::uint64_t k = bits ? std::stoull(*bits) : 3;
-    return 256 * segment * (1 + (std::uint64_t{1} << k));
-  }
-
-  // An estimate, with a margin, of the pool bytes per key of nehash's bucket
-  // groups (engine/nehash/layout.h): a key has one home slot, and a group
-  // splits once its single conflict bucket is full, by the birthday bound
-  // after about sqrt(16 x slots) keys for 16 x (2^b + 1) slots. A group is
-  // (2^b + 1) buckets of 16 slots of 16 B plus a 32-byte meta row each, and
-  // the heap rounds a block above 64 KiB up to whole 256 KiB chunks
-  // (b >= 8). Groups hold about half of that many keys (they split at
-  // random times): the group's bytes over half of sqrt(16 x slots), about
-  // 1.7 times what loads of uniform keys use for every b.
-  static std::uint64_t nehash_bytes_per_key(unsigned b) {
-    const double buckets = static_cast<double>((std::uint64_t{1} << b) + 1);
-    double group = 64 + buckets * (16 * 16 + 32);
-    constexpr double kSmall = 64 * 1024;
-    constexpr double kChunk = 256 * 1024;
-    if (group > kSmall) group = std::ceil(group / kChunk) * kChunk;
-    const double keys = std::sqrt(16 * 16 * buckets) / 2;
-    return static_cast<std::uint64_t>(group / keys);
   }
 
   std::string name() const override { return engine_; }

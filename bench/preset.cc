@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "pmhash/engines.h"
 #include "workload.h"
 
 namespace pmhash::bench {
@@ -16,10 +17,20 @@ struct Preset {
   std::vector<PresetFlag> flags;
 };
 
+// Every finished pool engine in each durability it offers, "NAME:strict,
+// NAME:epoch,...", in the registry's order.
+std::string pool_engine_modes() {
+  std::string out;
+  for (const std::string& mode : engine_modes(Location::kPoolFile)) {
+    out += (out.empty() ? "" : ",") + mode;
+  }
+  return out;
+}
+
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> all = {
       {"peers-8b",
-       {{"--engine", "clevel:strict,nehash:strict,pmeh:strict,dali:strict,dali:epoch"},
+       {{"--engine", pool_engine_modes()},
         {"--workload", "read,read-neg,update,insert,delete"},
         {"--sequence", ""},
         {"--records", "4000000"},

@@ -2,9 +2,10 @@
 // a whole command line of flags.
 //
 //   peers-8b   the shape the native peers (Dash-EH, P-CLHT) are measured in:
-//              every finished pmhash engine that has a strict mode, dali
-//              also in epoch mode, 8-byte keys and values, 4M records
-//              loaded by 2 threads into a pool in /dev/shm (cache_line),
+//              every finished pool engine in each durability it offers
+//              (engine_modes in pmhash/engines.h), 8-byte keys and
+//              values, 4M records loaded by 2 threads into a pool in
+//              /dev/shm (cache_line),
 //              then on the same store (--sequence) 4M uniform reads,
 //              4M negative reads, 4M updates, 4M inserts of new keys and
 //              the delete of every loaded record, each by 2 threads.

@@ -29,6 +29,7 @@
 #include <string>
 #include <thread>
 
+#include "pmhash/engines.h"
 #include "pmhash/options.h"
 #include "pmhash/status.h"
 #include "pmhash/store.h"
@@ -61,15 +62,22 @@ std::string significant(double x) {
   return buf;
 }
 
+// How to make an empty pool at `path` with `engine`, for the messages.
+std::string create_hint(const std::string& path, std::string_view engine) {
+  return "pmhash create " + path + " --engine " + std::string(engine) + " --force";
+}
+
 std::unique_ptr<Store> open_store(const std::string& path) {
   Options options;
   options.engine.clear();  // whatever engine the pool holds
   std::unique_ptr<Store> store;
   const Status s = Store::open(path, options, &store);
+  // No pool yet: suggest the default engine of a pool file (the registry's).
   expect(s.ok(), "cannot open " + path + ": " + s.to_string() +
-                     (s.is_io_error() ? " (create it first: pmhash create " + path +
-                                            " --engine clevel --force)"
-                                      : ""));
+                     (s.is_io_error()
+                          ? " (create it first: " +
+                                create_hint(path, default_engine(Location::kPoolFile)->name) + ")"
+                          : ""));
   return store;
 }
 
@@ -96,8 +104,8 @@ int run(const Config& config) {
   std::unique_ptr<Store> store = open_store(config.pool);
   const std::uint64_t before = store->size();
   expect(before == 0, config.pool + " already holds " + std::to_string(before) +
-                          " keys; pmhash-readback loads into an empty pool (re-create it with "
-                          "pmhash create " + config.pool + " --engine clevel --force)");
+                          " keys; pmhash-readback loads into an empty pool (re-create it with " +
+                          create_hint(config.pool, store->stats().engine) + ")");
 
   const PhaseResult load = run_phase("load", config.threads, n, [&](auto begin, auto end, Tally& t) {
     for (auto i = begin; i < end; ++i) {

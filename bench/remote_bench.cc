@@ -368,11 +368,15 @@ int run_remote(const RemoteConfig& config) {
             o.memnodes = specs;
             o.memnode_secret_file = cfg.flags.secret_file;
             o.remote_latency_ns = run.latency_ns;
-            // A loaded machine may take long for a round trip; the lock
-            // lease must be at least twice the timeout (sephash refuses
-            // less; race derives its lease from the timeout).
+            // A loaded machine may take long for a round trip. An engine
+            // that keeps its lock lease as an option needs it at least
+            // twice the timeout (EngineDescriptor::lease_option); the
+            // others derive their lease from the timeout.
             o.remote_timeout_ms = 10000;
-            o.set("sephash.lock_lease_ms", 2 * o.remote_timeout_ms);
+            const EngineDescriptor* descriptor = find_engine(engine);
+            if (descriptor != nullptr && !descriptor->lease_option.empty()) {
+              o.set(descriptor->lease_option, 2 * o.remote_timeout_ms);
+            }
             for (const std::string& e : cfg.engine_options) {
               const std::size_t eq = e.find('=');
               o.set(e.substr(0, eq), e.substr(eq + 1));

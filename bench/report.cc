@@ -304,9 +304,9 @@ nlohmann::json ceilings_json(const Ceilings& c) {
           {"page_size", c.page_size}};
 }
 
-nlohmann::json run_json(const RunResult& r) {
+nlohmann::json options_json(const std::vector<std::pair<std::string, std::string>>& given) {
   json options = nullptr;
-  for (const auto& [name, value] : r.options) {
+  for (const auto& [name, value] : given) {
     if (options.is_null()) options = json::object();
     std::string key = name;
     std::replace(key.begin(), key.end(), '.', '_');
@@ -322,6 +322,11 @@ nlohmann::json run_json(const RunResult& r) {
       options[key] = std::stoull(value);
     }
   }
+  return options;
+}
+
+nlohmann::json run_json(const RunResult& r) {
+  json options = options_json(r.options);
   return {{"engine", r.engine},
           {"series", r.series.empty() ? r.engine : r.series},
           {"options", std::move(options)},

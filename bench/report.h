@@ -133,6 +133,9 @@ std::string git_revision();
 std::string utc_now();
 
 nlohmann::json run_json(const RunResult& r);
+// A store's engine options, {"ENGINE_OPTION": value, ...} as a run's
+// "options" (each valued as its type); null when there are none.
+nlohmann::json options_json(const std::vector<std::pair<std::string, std::string>>& options);
 nlohmann::json ceilings_json(const Ceilings& c);
 nlohmann::json skipped_json(const SkippedRun& s);
 

@@ -66,6 +66,10 @@ struct TableConfig {
   std::size_t value_size = 16;
   // Threads that will call the table at once.
   unsigned threads = 1;
+  // DRAM peers that can start presized (libcuckoo): the slots to start
+  // with, so that they grow from as small as the pmhash stores they are set
+  // against; 0: the peer's own default. Never derived from capacity_hint.
+  std::uint64_t initial_slots = 0;
   // pmhash only: bytes of the pool file (0: derived from the hints).
   std::uint64_t pool_size = 0;
   // The run will call transact() (RocksDB then opens a TransactionDB,

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <numeric>
 
+#include "pmhash/engines.h"
+
 namespace pmhash::bench {
 namespace {
 
@@ -70,6 +72,27 @@ std::optional<WorkloadSpec> parse_mixed(std::string_view name, std::string_view 
               Distribution::kUniform);
 }
 
+Distribution distribution_of(KeyChoice keys) {
+  switch (keys) {
+    case KeyChoice::kUniform: return Distribution::kUniform;
+    case KeyChoice::kZipfian: return Distribution::kZipfian;
+    case KeyChoice::kLatest: return Distribution::kLatest;
+  }
+  return Distribution::kUniform;
+}
+
+// An engine's paper workload, described as "50% read, 50% insert (new
+// keys), uniform: " and where it comes from.
+WorkloadSpec from_paper(const PaperWorkload& w) {
+  WorkloadSpec spec = make(std::string(w.name),
+                           mix_of(w.read / 100.0, w.update / 100.0, w.insert / 100.0,
+                                  w.remove / 100.0, 0),
+                           distribution_of(w.keys));
+  if (w.insert != 0) spec.description += " (new keys)";
+  spec.description += ", " + distribution_name(spec.distribution) + ": " + std::string(w.doc);
+  return spec;
+}
+
 }  // namespace
 
 std::optional<WorkloadSpec> parse_workload(std::string_view name, std::string* error) {
@@ -110,25 +133,33 @@ std::optional<WorkloadSpec> parse_workload(std::string_view name, std::string* e
   if (name == "txn") {
     WorkloadSpec spec = make("txn", mix_of(0, 0, 0, 0, 0, 1), D::kUniform);
     spec.description = "transactions of " + std::to_string(kTxnReads) + " reads + " +
-                       std::to_string(kTxnWrites) + " update (YCSB+T, Dali paper sec. 5)";
+                       std::to_string(kTxnWrites) + " update (YCSB+T)";
     return spec;
   }
-  // The NEHASH paper's workloads (§6): reads and inserts of new keys.
-  if (name == "nehash-a" || name == "nehash-b" || name == "nehash-g") {
-    const char which = name.back();
-    const double read = which == 'a' ? 0.5 : which == 'b' ? 0.95 : 0.05;
-    const double insert = which == 'a' ? 0.5 : which == 'b' ? 0.05 : 0.95;
-    WorkloadSpec spec = make(std::string(name), mix_of(read, 0, insert, 0, 0), D::kUniform);
-    spec.description += " (new keys), uniform: the NEHASH paper's workload ";
-    spec.description += which;
-    return spec;
-  }
+  // A workload of an engine's paper (pmhash/engines.h, PaperWorkload).
+  if (const PaperWorkload* paper = find_paper_workload(name)) return from_paper(*paper);
   constexpr std::string_view kMixed = "mixed:";
   if (name.starts_with(kMixed)) return parse_mixed(name, name.substr(kMixed.size()), error);
-  *error = "unknown workload '" + std::string(name) +
-           "' (workloads: load, a, b, c, d, f, insert, read, read-neg, update, delete, "
-           "mixed:R/I/U/D, txn, nehash-a, nehash-b, nehash-g)";
+  *error = "unknown workload '" + std::string(name) + "' (workloads: " + workload_names() + ")";
   return std::nullopt;
+}
+
+std::string workload_names() {
+  std::string out =
+      "load, a, b, c, d, f, insert, read, read-neg, update, delete, mixed:R/I/U/D, txn";
+  for (const PaperWorkload* w : paper_workloads()) out += ", " + std::string(w->name);
+  return out;
+}
+
+std::string paper_workloads_help() {
+  std::string out;
+  for (const PaperWorkload* w : paper_workloads()) {
+    std::string error;
+    const std::optional<WorkloadSpec> spec = parse_workload(w->name, &error);
+    if (!out.empty()) out += "; ";
+    out += std::string(w->name) + ": " + (spec ? spec->description : error);
+  }
+  return out;
 }
 
 KeySpace::KeySpace(std::size_t key_size, std::size_t value_size, std::uint64_t seed)

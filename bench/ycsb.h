@@ -18,30 +18,30 @@
 //   update           100                        uniform
 //   delete                         100          each record once, shuffled
 //   mixed:R/I/U/D  R% read, I% insert, U% update, D% delete    uniform
-//   nehash-a   50           50                    uniform        NEHASH a
-//   nehash-b   95           5                     uniform        NEHASH b
-//   nehash-g   5            95                    uniform        NEHASH g
 //   txn        transactions of 3 reads + 1 update               uniform   YCSB+T
+//   ENGINE-x   the mixes of the engines' papers, from the registry (below)
 //
 // rmw (YCSB's read-modify-write) is a get followed by an update of the same
 // key, timed as one operation. YCSB E (scans) does not apply to a hash index.
 //
-// txn is the workload of the Dalí paper's evaluation (§5; YCSB+T, Dey et
-// al., ICDEW'14): every operation of the run phase is one transaction that
-// reads kTxnReads records and then updates kTxnWrites other records to a
-// new value, all of them distinct loaded records drawn by the workload's
-// distribution (uniform, as in the paper, unless --distribution says
-// otherwise). A transaction is timed and counted as one operation, retries
-// after an abort included; tables without multi-key transactions are
-// skipped (table.h, Table::transactions_supported).
-// nehash-a, -b and -g are the workloads of the NEHASH paper's evaluation
-// (Cai et al., FITEE 2023, §6): a mix of reads and writes where a write is
-// the insert of a new key (which is what makes the index grow), uniform
-// keys; the same mixes as mixed:50/50/0/0, mixed:95/5/0/0 and
-// mixed:5/95/0/0, under names that say where they come from. Reads draw
-// from the loaded records and those inserted so far (a read of a record
-// another thread has not inserted yet may miss). The paper runs them with
-// 8-byte keys and values (--key-size 8 --value-size 8).
+// txn follows YCSB+T (Dey et al., ICDEW'14): every operation of the run
+// phase is one transaction that reads kTxnReads records and then updates
+// kTxnWrites other records to a new value, all of them distinct loaded
+// records drawn by the workload's distribution (uniform unless
+// --distribution says otherwise). A transaction is timed and counted as one
+// operation, retries after an abort included; tables without multi-key
+// transactions are skipped (table.h, Table::transactions_supported).
+//
+// Paper workloads. An engine may contribute the mixes of its paper's
+// evaluation (pmhash/engines.h, PaperWorkload: "<engine>-<x>", shares of
+// reads, updates, inserts of new keys and deletes, a key choice), so that
+// its results can be set beside the paper's; the driver finds them through
+// the registry and knows none by name. An insert in them is of a new key
+// (which is what makes an index grow); reads draw from the loaded records
+// and those inserted so far (a read of a record another thread has not
+// inserted yet may miss). The papers' key and value sizes are the caller's
+// to give (--key-size 8 --value-size 8 for 8-byte ones).
+//
 // --distribution overrides the default of every workload except read-neg,
 // insert and delete, whose keys are fixed by what they measure.
 //
@@ -131,6 +131,13 @@ inline std::optional<Distribution> parse_distribution(std::string_view name) {
 // Parses a --workload name; on failure returns nullopt and sets *error to a
 // one-line reason.
 std::optional<WorkloadSpec> parse_workload(std::string_view name, std::string* error);
+
+// The workload names parse_workload takes, comma-separated, the engines'
+// paper workloads last.
+std::string workload_names();
+// The engines' paper workloads, each "NAME: its description", separated by
+// "; " (for --help).
+std::string paper_workloads_help();
 
 // Keys, values and the load phase's key order, shared by every run.
 class KeySpace {

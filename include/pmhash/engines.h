@@ -5,14 +5,18 @@
 // is the only list of them. Front ends - the CLI, the benchmarks, the
 // server - learn everything they print or accept about an engine from here:
 // its name, what it is, where its index lives, what it can do, the options
-// it takes (Options::set) and the properties its Stats carry.
+// it takes (Options::set), the properties its Stats carry, and what a
+// benchmark needs to know of it (how large a pool to give it, the workloads
+// of its paper).
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "pmhash/options.h"
 #include "pmhash/status.h"
 
 namespace pmhash {
@@ -75,6 +79,37 @@ struct PropertySpec {
   PropertyKind kind = PropertyKind::kSinceOpen;
 };
 
+// How a workload picks the keys of its operations (YCSB's key choosers).
+enum class KeyChoice : unsigned char {
+  kUniform,  // every stored key equally likely
+  kZipfian,  // a few keys take most operations (YCSB's scrambled zipfian)
+  kLatest,   // the keys inserted last are the likeliest
+};
+
+// A workload an engine contributes to the benchmark (pmhash-bench
+// --workload NAME): the operation mix its paper evaluates, so that results
+// can be set beside the paper's. The benchmark finds it by name through
+// paper_workloads(); nothing else knows it.
+struct PaperWorkload {
+  std::string_view name;  // "<engine>-<x>", unique among all engines
+  std::string_view doc;   // where it comes from, e.g. "the XYZ paper's workload a"
+  // Percentages of the run phase's operations, summing to 100: reads and
+  // updates of stored keys, inserts of new keys, deletes of stored keys.
+  unsigned read = 0;
+  unsigned update = 0;
+  unsigned insert = 0;
+  unsigned remove = 0;
+  KeyChoice keys = KeyChoice::kUniform;
+};
+
+// What a pool is sized for: the most keys its index holds at once, and
+// their sizes in bytes.
+struct PoolDemand {
+  std::uint64_t keys = 0;
+  std::uint64_t key_size = 0;
+  std::uint64_t value_size = 0;
+};
+
 struct EngineDescriptor {
   std::string_view name;
   std::string_view summary;  // one line: what the engine is
@@ -83,6 +118,20 @@ struct EngineDescriptor {
   Capabilities capabilities;
   std::span<const OptionSpec> options;
   std::span<const PropertySpec> properties;
+  // The workloads of the engine's paper, if the benchmark offers them.
+  std::span<const PaperWorkload> workloads = {};
+  // Pool engines whose index needs more room than generic_pool_bytes()
+  // allows (large buckets, splits that hold two copies): the bytes of a
+  // pool that holds `demand` with the engine options of `options` (those
+  // not set take their defaults), without running out. nullptr: the
+  // generic estimate fits.
+  std::uint64_t (*pool_bytes)(const PoolDemand& demand, const Options& options) = nullptr;
+  // Memory-node engines that keep a lock lease as one of their options:
+  // its name. Its value is in milliseconds and must be at least twice
+  // Options::remote_timeout_ms, so a front end that raises the timeout
+  // raises this option with it. Empty: the engine has no such option (its
+  // lease follows the timeout by itself).
+  std::string_view lease_option = {};
   // An engine still being built: it can be created and opened by name,
   // but finished_engines() leaves it out.
   bool in_progress = false;
@@ -101,6 +150,19 @@ const EngineDescriptor* default_engine(Location location);
 // run "all of them": "NAME:strict" and "NAME:epoch" for each durability the
 // engine offers (Capabilities), in the registry's order.
 std::vector<std::string> engine_modes(Location location);
+// Every workload the engines contribute (EngineDescriptor::workloads), in
+// the registry's order.
+std::vector<const PaperWorkload*> paper_workloads();
+// nullptr when no engine contributes a workload of this name.
+const PaperWorkload* find_paper_workload(std::string_view name);
+
+// The bytes of a pool that holds `demand` for an engine without an estimate
+// of its own (EngineDescriptor::pool_bytes): per key, 200 bytes plus twice
+// the key and the value, which covers the item, an index of fixed-size
+// slots at its emptiest (a load factor near 1/2 right after it grew) and
+// the heap's rounding and slack. Engines with their own estimate add to it.
+std::uint64_t generic_pool_bytes(const PoolDemand& demand);
+
 // An option of an engine by its full name; nullptr when it has none.
 const OptionSpec* find_option(const EngineDescriptor& engine, std::string_view name);
 

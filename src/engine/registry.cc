@@ -185,6 +185,26 @@ std::vector<std::string> engine_modes(Location location) {
   return out;
 }
 
+std::vector<const PaperWorkload*> paper_workloads() {
+  std::vector<const PaperWorkload*> out;
+  for (const EngineDescriptor* e : all_engines()) {
+    for (const PaperWorkload& w : e->workloads) out.push_back(&w);
+  }
+  return out;
+}
+
+const PaperWorkload* find_paper_workload(std::string_view name) {
+  for (const PaperWorkload* w : paper_workloads()) {
+    if (w->name == name) return w;
+  }
+  return nullptr;
+}
+
+std::uint64_t generic_pool_bytes(const PoolDemand& demand) {
+  const std::uint64_t per_key = 200 + 2 * (demand.key_size + demand.value_size);
+  return demand.keys * per_key;
+}
+
 const OptionSpec* find_option(const EngineDescriptor& engine, std::string_view name) {
   for (const OptionSpec& o : engine.options) {
     if (o.name == name) return &o;

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -82,6 +84,57 @@ TEST_F(DriverModules, MicroWorkloadWritesEveryPhaseOfEveryTableThreadAndRepetiti
   EXPECT_EQ(pmhash_runs, 4u);
 }
 
+// -o reaches the micro workload's stores as it reaches every store; a
+// sweep is one series per value (two sweeps: per combination), each
+// compared with a libcuckoo run that starts with as many slots as its
+// store, one libcuckoo run per distinct start in a repetition.
+TEST_F(DriverModules, MicroWorkloadSweepsEngineOptionsAsSeries) {
+  const std::string json_path = dir_ + "/micro-sweep.json";
+  const SpawnResult r =
+      bench({"--workload", "micro", "--engine", "clevel,libcuckoo", "--records", "2000",
+             "--threads", "1", "--repeat", "1", "-o", "clevel.initial_level_log2=4,5", "-o",
+             "clevel.tag_filter=true,false", "--pool", dir_, "--json", json_path});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  const json doc = read_json(json_path);
+  ASSERT_TRUE(doc.is_object());
+  std::map<std::string, std::uint64_t> pmhash_slots;  // series -> initial slots
+  std::set<std::uint64_t> cuckoo_slots;
+  for (const json& run : doc["runs"]) {
+    if (run["kind"] == "peer") {
+      EXPECT_EQ(run["series"], "libcuckoo");
+      EXPECT_TRUE(cuckoo_slots.insert(run["initial_slots"].get<std::uint64_t>()).second)
+          << "two libcuckoo runs with one start in a repetition";
+      continue;
+    }
+    const std::string series = run["series"].get<std::string>();
+    const auto log2 = run["options"]["clevel_initial_level_log2"].get<unsigned>();
+    const bool filter = run["options"]["clevel_tag_filter"].get<bool>();
+    EXPECT_EQ(series, "clevel initial_level_log2=" + std::to_string(log2) +
+                          " tag_filter=" + (filter ? "true" : "false"));
+    pmhash_slots[series] = run["initial_slots"].get<std::uint64_t>();
+  }
+  ASSERT_EQ(pmhash_slots.size(), 4u);
+  EXPECT_EQ(cuckoo_slots.size(), 2u);
+  for (const auto& [series, slots] : pmhash_slots) {
+    EXPECT_EQ(cuckoo_slots.count(slots), 1u) << series;
+  }
+  EXPECT_LT(pmhash_slots["clevel initial_level_log2=4 tag_filter=true"],
+            pmhash_slots["clevel initial_level_log2=5 tag_filter=true"]);
+  EXPECT_EQ(doc["config"]["engine_options"],
+            json::array({"clevel.initial_level_log2=4,5", "clevel.tag_filter=true,false"}));
+}
+
+TEST_F(DriverModules, MicroWorkloadEngineOptionErrorsAreOneLineUsageErrors) {
+  for (const char* option :
+       {"clevel.initial_level_log2=99", "clevel.no_such=1", "nosuch.x=1", "nehash.bucket_bits=6",
+        "clevel.tag_filter"}) {
+    const SpawnResult r = bench({"--workload", "micro", "--engine", "clevel,libcuckoo", "-o",
+                                 option, "--records", "100", "--pool", dir_});
+    EXPECT_EQ(r.exit_code, 2) << option << "\n" << describe(r);
+    EXPECT_TRUE(one_line(r.err)) << option << "\n" << describe(r);
+  }
+}
+
 TEST_F(DriverModules, MicroWorkloadRunsAloneWithOnePmhashEngine) {
   const std::string engine = pmhash::Store::engines().front();
   for (const std::vector<std::string>& args :
@@ -133,7 +186,13 @@ TEST_F(DriverModules, MemoryNodeEnginesRefuseOtherEnginesAndWorkloads) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--engine", remote + "," + local, "--workload", "insert"},
         std::vector<std::string>{"--engine", remote, "--workload", "txn"},
-        std::vector<std::string>{"--engine", remote, "--workload", "insert", "--key-size", "4"}}) {
+        std::vector<std::string>{"--engine", remote, "--workload", "insert", "--key-size", "4"},
+        // Engine options: checked before any node is made, one value each.
+        std::vector<std::string>{"--engine", remote, "--workload", "insert", "-o",
+                                 remote + ".no_such=1"},
+        std::vector<std::string>{"--engine", remote, "--workload", "insert", "-o", "nosuch.x=1"},
+        std::vector<std::string>{"--engine", remote, "--workload", "insert", "-o",
+                                 local + ".x=1"}}) {
     const SpawnResult r = bench(args);
     EXPECT_EQ(r.exit_code, 2) << describe(r);
     EXPECT_TRUE(one_line(r.err)) << describe(r);

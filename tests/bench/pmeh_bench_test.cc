@@ -332,18 +332,24 @@ TEST_F(PmehBench, PmehIsListedAndAcceptedByName) {
 }
 
 // The pool the table sizes for pmeh leaves room for a split in flight in
-// every zone with the largest segments and k = 3, on top of clevel's.
+// every zone, with the largest segments and k = 3 when the options leave
+// them open, on top of the generic estimate for the keys it holds at most.
 TEST(PmehPool, TheDefaultPoolHasRoomForSplitsInFlight) {
   TableConfig config;
   config.key_size = 8;
   config.value_size = 8;
   config.capacity_hint = 20'000'000;
   config.max_keys = 10'000'000;
-  const std::uint64_t clevel = PmhashTable::default_pool_size("clevel", config);
+  const std::uint64_t generic = generic_pool_bytes(PoolDemand{10'000'000, 8, 8});
   const std::uint64_t pmeh = PmhashTable::default_pool_size("pmeh", config);
-  EXPECT_GE(pmeh, clevel + 256 * (std::uint64_t{64} << 10) * 9);
+  EXPECT_EQ(pmeh, generic + 256 * (std::uint64_t{64} << 10) * 9);
   config.engine_options = {{"pmeh.segment_kib", "4"}, {"pmeh.split_bits", "1"}};
-  EXPECT_EQ(PmhashTable::default_pool_size("pmeh", config), clevel + 256 * (std::uint64_t{4} << 10) * 3);
+  EXPECT_EQ(PmhashTable::default_pool_size("pmeh", config),
+            generic + 256 * (std::uint64_t{4} << 10) * 3);
+  // An engine without an estimate of its own gets the generic one, for
+  // every key the run names.
+  EXPECT_EQ(PmhashTable::default_pool_size("clevel", config),
+            generic_pool_bytes(PoolDemand{20'000'000, 8, 8}));
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 // engine/nehash/descriptor.cc - what nehash is, for the registry and the front ends
 // (pmhash/engines.h).
+#include <cmath>
+
 #include "engine/nehash/layout.h"
 #include "engine/nehash/nehash.h"
 #include "engine/option_values.h"
+#include "heap/heap.h"
 #include "pmhash/engines.h"
 
 namespace pmhash::engine::nehash {
@@ -45,6 +48,42 @@ constexpr OptionSpec kOptions[] = {
             "a group of 2^b * 256 bytes"},
 };
 
+// The workloads of the paper's evaluation (Cai et al., FITEE 2023, §6):
+// reads of stored keys and inserts of new keys (which make the index grow),
+// uniform keys; the paper runs them with 8-byte keys and values.
+constexpr PaperWorkload kWorkloads[] = {
+    {.name = "nehash-a", .doc = "the NEHASH paper's workload a", .read = 50, .insert = 50},
+    {.name = "nehash-b", .doc = "the NEHASH paper's workload b", .read = 95, .insert = 5},
+    {.name = "nehash-g", .doc = "the NEHASH paper's workload g", .read = 5, .insert = 95},
+};
+
+// Pool bytes per key of the bucket groups, an estimate with a margin. A key
+// has one home slot, and a group splits once its single conflict bucket is
+// full: by the birthday bound after about sqrt(16 x slots) keys for its
+// kSlotsPerBucket x (2^b + 1) slots. Groups hold about half of that many
+// keys (they split at random times), so a key costs the group's bytes over
+// half of sqrt(16 x slots), about 1.7 times what loads of uniform keys use
+// for every b. The heap gives a group larger than its largest small block
+// whole chunks (b >= 8).
+double group_bytes_per_key(unsigned b) {
+  double bytes = static_cast<double>(group_bytes(b));
+  constexpr auto kChunk = static_cast<double>(heap::kChunkSize);
+  if (bytes > static_cast<double>(heap::kMaxSmallSize)) {
+    bytes = std::ceil(bytes / kChunk) * kChunk;
+  }
+  const double slots = static_cast<double>(kSlotsPerBucket * buckets_per_group(b));
+  const double keys = std::sqrt(16 * slots) / 2;
+  return bytes / keys;
+}
+
+// EngineDescriptor::pool_bytes: what every engine needs per key (the item,
+// slack), plus the groups.
+std::uint64_t pool_bytes(const PoolDemand& demand, const Options& options) {
+  const auto b = static_cast<unsigned>(option_unsigned(options, "nehash.bucket_bits"));
+  const auto per_key = static_cast<std::uint64_t>(group_bytes_per_key(b));
+  return generic_pool_bytes(demand) + demand.keys * per_key;
+}
+
 }  // namespace
 
 const EngineDescriptor kDescriptor = {
@@ -65,6 +104,8 @@ const EngineDescriptor kDescriptor = {
     .options = kOptions,
     // Named "nehash.<counter>": the index fills them in Stats::properties.
     .properties = kProperties,
+    .workloads = kWorkloads,
+    .pool_bytes = pool_bytes,
 };
 
 Config Config::from(const Options& o) {

@@ -1,5 +1,8 @@
 // engine/pmeh/descriptor.cc - what pmeh is, for the registry and the front ends
 // (pmhash/engines.h).
+#include <optional>
+#include <string>
+
 #include "engine/option_values.h"
 #include "engine/pmeh/layout.h"
 #include "engine/pmeh/pmeh.h"
@@ -68,6 +71,24 @@ constexpr OptionSpec kOptions[] = {
      .doc = "reads go to the zone's owner too (to measure against optimistic reads)"},
 };
 
+// EngineDescriptor::pool_bytes. Segments hold 14 slots of 18 bytes (slot
+// and meta) per 256-byte bucket, about 40 % full right after a split into
+// 2^k and never emptier in a load, which the generic estimate covers (about
+// 45 bytes a key at 8-byte keys and values, besides the item). On top: a
+// split in flight keeps its parent and its 2^k children, in each of the at
+// most 2^kMaxZoneBits zones at once. An option not set counts at its
+// largest (segments of 2^kMaxSegmentLog2 bytes, k = kMaxSplitBits), so
+// that the pool suffices whatever a later open chooses.
+std::uint64_t pool_bytes(const PoolDemand& demand, const Options& options) {
+  const std::optional<std::string> kib = options.get("pmeh.segment_kib");
+  const std::optional<std::string> bits = options.get("pmeh.split_bits");
+  const std::uint64_t segment = kib ? option_unsigned(options, "pmeh.segment_kib") << 10
+                                    : std::uint64_t{1} << kMaxSegmentLog2;
+  const std::uint64_t k = bits ? option_unsigned(options, "pmeh.split_bits") : kMaxSplitBits;
+  constexpr std::uint64_t kZones = std::uint64_t{1} << kMaxZoneBits;
+  return generic_pool_bytes(demand) + kZones * segment * (1 + (std::uint64_t{1} << k));
+}
+
 }  // namespace
 
 const EngineDescriptor kDescriptor = {
@@ -88,6 +109,7 @@ const EngineDescriptor kDescriptor = {
     .options = kOptions,
     // Named "pmeh.<counter>": the index fills them in Stats::properties.
     .properties = kProperties,
+    .pool_bytes = pool_bytes,
 };
 
 Config Config::from(const Options& o) {

@@ -82,6 +82,8 @@ const EngineDescriptor kDescriptor = {
     .options = kOptions,
     // Named "sephash.<counter>": the index fills them in Stats::properties.
     .properties = kProperties,
+    // A client's round trip may take at most half the lease.
+    .lease_option = "sephash.lock_lease_ms",
 };
 
 Config Config::from(const Options& o) {
