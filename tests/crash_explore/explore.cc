@@ -105,6 +105,7 @@
 #include "crash/reproducer.h"
 #include "crash/workload.h"
 #include "engine/nehash/directory.h"
+#include "engine/nehash/nehash_testing.h"
 #include "engine/planted.h"
 #include "media/region.h"
 #include "pmhash/store.h"
@@ -964,7 +965,7 @@ void Explorer::at_crash_point(const PersistenceSim& sim) {
   // Everything waits for this crash point: no turn is stalled meanwhile.
   if (turns_) turns_->set_busy(true);
   // The epoch now bounds the counter any crash image of this point holds.
-  const std::uint64_t epoch_now = epoch_mode() ? store_testing::epoch(*store_) : 0;
+  const std::uint64_t epoch_now = epoch_mode() ? store::testing::epoch(*store_) : 0;
   std::vector<Window> windows(c_.w.threads);
   for (unsigned t = 0; t < c_.w.threads; ++t) windows[t] = window_of(t, epoch_now);
   const std::vector<std::uint64_t> dirty = sim.dirty_units();
@@ -1132,7 +1133,7 @@ bool Explorer::workload(unsigned t) {
       return false;
     }
     // The operation ran in this epoch or an earlier one.
-    const std::uint64_t epoch = epoch_mode() ? store_testing::epoch(*store_) : 0;
+    const std::uint64_t epoch = epoch_mode() ? store::testing::epoch(*store_) : 0;
     {
       std::lock_guard lock(acks.mu);
       acks.count = i + 1;
@@ -1145,8 +1146,8 @@ bool Explorer::workload(unsigned t) {
     if (epoch_mode() && (i + 1) % c_.ops_per_epoch == 0) {
       // Let the epoch end (and its drains, the crash points, happen) before
       // going on: a pace, not a promise.
-      const std::uint64_t e = store_testing::epoch(*store_);
-      while (store_testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
+      const std::uint64_t e = store::testing::epoch(*store_);
+      while (store::testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
     }
   }
   return true;
@@ -1182,7 +1183,7 @@ bool Explorer::shared_workload(unsigned t) {
                               : s.is_already_exists() ? Call::kAlreadyExists
                                                       : Call::kOther;
     const std::int64_t observed = op.kind == Op::kGet && s.ok() ? shared_write_of(c_.w, got) : durable::kAbsent;
-    log_.end(at, answer, observed, epoch_mode() ? store_testing::epoch(*store_) : 0);
+    log_.end(at, answer, observed, epoch_mode() ? store::testing::epoch(*store_) : 0);
     acks.running.store(0, std::memory_order_release);
     // The answers a model cannot predict here (they depend on the other
     // threads) are checked by the oracle; these are wrong whatever ran.
@@ -1206,8 +1207,8 @@ bool Explorer::shared_workload(unsigned t) {
       // A pace, as in workload(); a thread parked in a drain inside the
       // epoch would hold its end up.
       turns_->release(t);
-      const std::uint64_t e = store_testing::epoch(*store_);
-      while (store_testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
+      const std::uint64_t e = store::testing::epoch(*store_);
+      while (store::testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
     }
   }
   turns_->finish(t);
@@ -1274,7 +1275,7 @@ int Explorer::run() {
   std::uint64_t crash_points = 0;
   Stats shape;  // the table's growth the workload caused, before close
   {
-    PersistenceSim sim(store_testing::region(*store_));
+    PersistenceSim sim(store::testing::region(*store_));
     // The simulator copied the region as durable while an epoch worker
     // may have gone on advancing: counters it persisted before the
     // observer was in place count as never written. A sync (two epochs'

@@ -42,11 +42,14 @@
 #include "engine/common/slot16.h"
 #include "engine/planted.h"
 #include "media/region.h"
+#include "pmhash/limits.h"
 #include "pool/pptr.h"
 
 namespace pmhash::engine::common {
 
-inline constexpr unsigned kOpLogs = 256;  // one per heap thread slot (kMaxThreads)
+// One per heap thread slot. A literal, since it fixes the roots' layout.
+inline constexpr unsigned kOpLogs = 256;
+static_assert(kOpLogs == kMaxThreads);
 
 inline constexpr std::uint64_t kOpKindMask = 0xF;
 inline constexpr std::uint64_t kOpNone = 0;

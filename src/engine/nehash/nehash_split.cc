@@ -8,6 +8,7 @@
 
 #include "engine/nehash/nehash.h"
 #include "engine/nehash/nehash_index.h"
+#include "engine/nehash/nehash_testing.h"
 #include "engine/planted.h"
 #include "sync/rcu.h"
 
@@ -30,7 +31,7 @@ void run_split_hook() {
 
 }  // namespace
 
-void NehashIndex::set_split_hook(std::function<void()> hook) {
+void testing::set_split_hook(std::function<void()> hook) {
   std::lock_guard lock(hook_mutex);
   has_split_hook.store(static_cast<bool>(hook));
   split_hook = std::move(hook);
