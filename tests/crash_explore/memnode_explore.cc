@@ -94,7 +94,9 @@
 #include "crash/reproducer.h"
 #include "crash/workload.h"
 #include "engine/planted.h"
+#include "engine/race/race_testing.h"
 #include "engine/remote_common/remote_index_testing.h"
+#include "engine/sephash/sephash_testing.h"
 #include "media/region.h"
 #include "pmhash/store.h"
 #include "pool/pool.h"
@@ -159,16 +161,28 @@ std::uint64_t number(const std::string& flag, const char* text) {
   return v;
 }
 
+// --plant NAME: the planted bugs this explorer can plant (the memory
+// node's in engine/planted.h, each engine's in its <engine>_testing.h), by
+// the names the crash tests use.
+struct Plant {
+  const char* name;
+  engine::planted::Bug bug;
+};
+constexpr Plant kPlants[] = {
+    {"memnode-one-fence", engine::planted::kMemnodeOneFencePerBatch},
+    {"sephash-meta-before-mainseg", engine::sephash::testing::kMetaBeforeMainSegDurable},
+    {"race-slot-before-kv", engine::race::testing::kSlotBeforeKvDurable},
+    {"race-intent-before-new-table", engine::race::testing::kIntentBeforeNewTable},
+};
+
 unsigned plant_mask(const std::string& name) {
-  using namespace engine::planted;
-  if (name.empty()) return kNone;
-  if (name == "memnode-one-fence") return kMemnodeOneFencePerBatch;
-  if (name == "sephash-meta-before-mainseg") return kSephashMetaBeforeMainSegDurable;
-  if (name == "race-slot-before-kv") return kRaceSlotBeforeKvDurable;
-  if (name == "race-intent-before-new-table") return kRaceIntentBeforeNewTable;
-  usage("unknown --plant '" + name +
-        "' (memnode-one-fence, sephash-meta-before-mainseg, race-slot-before-kv, "
-        "race-intent-before-new-table)");
+  if (name.empty()) return engine::planted::kNone;
+  std::string known;
+  for (const Plant& p : kPlants) {
+    if (name == p.name) return p.bug;
+    known += (known.empty() ? "" : ", ") + std::string(p.name);
+  }
+  usage("unknown --plant '" + name + "' (" + known + ")");
 }
 
 Config parse(int argc, char** argv) {

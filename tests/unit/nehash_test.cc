@@ -1614,12 +1614,12 @@ TEST_F(NehashSplitCrashTest, ACrashDuringRecoveryOfASplitRecoversAgain) {
 }
 
 TEST_F(NehashSplitCrashTest, PlantedSplitNotFinishedIsCaught) {
-  engine::planted::bugs.store(engine::planted::kNehashSplitNotFinished);
+  engine::planted::bugs.store(nh::testing::kSplitNotFinished);
   EXPECT_GT(explore_split().violations, 0u);
 }
 
 TEST_F(NehashSplitCrashTest, PlantedTableBeforeGroupDurableIsCaught) {
-  engine::planted::bugs.store(engine::planted::kNehashTableBeforeGroupDurable);
+  engine::planted::bugs.store(nh::testing::kTableBeforeGroupDurable);
   const SplitExploration e = explore_split();
   EXPECT_EQ(e.split_drains, 2) << "drain #1 left out";
   EXPECT_GT(e.violations, 0u);
@@ -1787,12 +1787,12 @@ TEST_F(NehashWriteCrashTest, ACrashDuringRecoveryOfASlotUpdateRecoversAgain) {
 }
 
 TEST_F(NehashWriteCrashTest, PlantedMetaBeforeSlotDurableIsCaught) {
-  engine::planted::bugs.store(engine::planted::kNehashMetaBeforeSlotDurable);
+  engine::planted::bugs.store(nh::testing::kMetaBeforeSlotDurable);
   EXPECT_GT(explore_every_write_form().violations, 0u);
 }
 
 TEST_F(NehashWriteCrashTest, PlantedOpLogClearNotPersistedIsCaught) {
-  engine::planted::bugs.store(engine::planted::kNehashOpLogClearNotPersisted);
+  engine::planted::bugs.store(nh::testing::kOpLogClearNotPersisted);
   const Exploration e = explore_every_write_form();
   EXPECT_GT(e.violations, 0u);
 }

@@ -9,7 +9,6 @@
 #include "engine/nehash/nehash.h"
 #include "engine/nehash/nehash_index.h"
 #include "engine/nehash/nehash_testing.h"
-#include "engine/planted.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::nehash {
@@ -333,7 +332,7 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
   region_.flush(&log.op, sizeof(std::uint64_t));
   // 5. Drain #1: g1, its intent and the record are durable before either
   //    table word can reach media.
-  if (!planted::active(planted::kNehashTableBeforeGroupDurable)) region_.drain();
+  if (!planted::active(testing::kTableBeforeGroupDurable)) region_.drain();
   // 6. Both table words.
   table_word(id1)->store(rec_make(off1, d + 1), std::memory_order_relaxed);
   table_word(g->bg_id)->store(rec_make(g->off, d + 1), std::memory_order_relaxed);

@@ -1,4 +1,4 @@
-// engine/sephash/sephash_testing.h - sephash's test hooks
+// engine/sephash/sephash_testing.h - sephash's test hooks and planted bugs
 // (docs/architecture.md, "Test hooks"). Process-wide; set while no client
 // runs. nullptr removes a hook.
 #pragma once
@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "engine/planted.h"
 #include "engine/sephash/sephash.h"
 
 namespace pmhash::engine::sephash::testing {
@@ -30,5 +31,12 @@ void set_lock_hook(std::function<bool(LockStep)> hook);
 // blocks given up (leaked) are never freed.
 void set_block_hook(
     std::function<void(BlockUse, unsigned node, std::uint64_t off, std::uint64_t bytes)> hook);
+
+// Planted bugs (engine/planted.h); only tests set them.
+// A merge's publish batch writes the new meta first, before the new
+// MainSeg, the intent and the slots it publishes.
+inline constexpr planted::Bug kMetaBeforeMainSegDurable = planted::bit(27);
+
+inline constexpr planted::Bug kPlantedBugs[] = {kMetaBeforeMainSegDurable};
 
 }  // namespace pmhash::engine::sephash::testing
