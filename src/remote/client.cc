@@ -1,4 +1,5 @@
 #include "remote/client.h"
+#include "remote/remote_testing.h"
 
 #include <algorithm>
 #include <cstring>
@@ -16,7 +17,7 @@ Status lost_reply(const std::string& node) {
 }
 }  // namespace
 
-void set_fate_hook_for_testing(FateHook hook) { fate_hook() = std::move(hook); }
+void testing::set_fate_hook(FateHook hook) { fate_hook() = std::move(hook); }
 
 Batch& Batch::add(unsigned node, const Op& op) {
   if (per_node_.size() <= node) per_node_.resize(node + 1);

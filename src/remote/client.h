@@ -21,7 +21,7 @@
 // node); the other sub-batches still complete before exec() returns, so
 // the batch's buffers are never written after it.
 //
-// Tests: set_fate_hook_for_testing() decides, per sub-batch, whether its
+// Tests: a fate hook (remote_testing.h) decides, per sub-batch, whether its
 // reply is lost (it ran; the completion says IOError) or whether the
 // request itself is late (IOError at once; it runs later, behind the
 // node's next sub-batch): the two ways a remote batch fails without saying
@@ -82,11 +82,8 @@ enum class Fate {
                // that reaches the node after the client gave up on it), or
                // never, if the Client is destroyed first
 };
-// Tests: called by every Client of the process, on the posting thread,
-// for each sub-batch it posts (node, verbs); nullptr: every one is
-// delivered. Set it while no Client posts.
+// What a test's fate hook (remote_testing.h) decides for a sub-batch.
 using FateHook = std::function<Fate(unsigned node, std::span<const Op> ops)>;
-void set_fate_hook_for_testing(FateHook hook);
 
 struct ClientCounters {
   std::uint64_t round_trips = 0;  // exec() calls that posted something

@@ -18,6 +18,7 @@
 
 #include "pool/pool.h"
 #include "remote/memnode.h"
+#include "remote/remote_testing.h"
 #include "remote/transport.h"
 
 namespace pmhash::remote {
@@ -77,7 +78,7 @@ std::atomic<ConnectHook> connect_hook{nullptr};
 
 }  // namespace
 
-void set_connect_hook_for_testing(ConnectHook hook) { connect_hook.store(hook); }
+void testing::set_connect_hook(ConnectHook hook) { connect_hook.store(hook); }
 
 Status connect(const std::string& spec, const ConnectOptions& options,
                std::unique_ptr<Transport>* out) {

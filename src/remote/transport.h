@@ -142,13 +142,9 @@ class Transport {
 Status connect(const std::string& spec, const ConnectOptions& options,
                std::unique_ptr<Transport>* out);
 
-// Tests: connect() hands every spec of the form "sim:..." to this factory
-// (the crash checker's in-process memory nodes, whose regions it watches;
-// tests/crash_explore/memnode_explore.cc); without one such a spec is
-// refused like any unknown form. nullptr removes it. Process-wide.
+// The factory a test gives connect() for "sim:..." specs (remote_testing.h).
 using ConnectHook = Status (*)(const std::string& spec, const ConnectOptions& options,
                                std::unique_ptr<Transport>* out);
-void set_connect_hook_for_testing(ConnectHook hook);
 
 // Runs a validated batch on a memory node's mapped region, in order: READ
 // and WRITE word by word with 8-byte atomics, CAS and FAA with atomic_ref

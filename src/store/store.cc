@@ -532,11 +532,11 @@ std::vector<std::string> Store::remote_engines() {
   return engine::engine_list(Location::kMemoryNodes);
 }
 
-media::Region& store_testing::region(Store& store) {
+media::Region& store::testing::region(Store& store) {
   return static_cast<PoolStore&>(store).region();
 }
 
-std::uint64_t store_testing::epoch(const Store& store) {
+std::uint64_t store::testing::epoch(const Store& store) {
   return static_cast<const StoreBase&>(store).epoch();
 }
 

@@ -8,7 +8,7 @@
 #include "media/region.h"
 #include "pmhash/store.h"
 
-namespace pmhash::store_testing {
+namespace pmhash::store::testing {
 
 // The region of an open store's pool (file-backed or anonymous).
 media::Region& region(Store& store);
@@ -17,4 +17,4 @@ media::Region& region(Store& store);
 // that persist every write before it returns. Cheap (one atomic load).
 std::uint64_t epoch(const Store& store);
 
-}  // namespace pmhash::store_testing
+}  // namespace pmhash::store::testing

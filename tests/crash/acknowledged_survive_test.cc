@@ -111,7 +111,7 @@ TEST_P(AcknowledgedSurvive, EveryAcknowledgedOperationSurvivesACrashRightAfterIt
   std::unique_ptr<Store> store;
   const Status created = Store::create(base_ + ".pool", options, &store);
   ASSERT_TRUE(created.ok()) << created.to_string();
-  PersistenceSim sim(store_testing::region(*store));
+  PersistenceSim sim(store::testing::region(*store));
 
   Model model;
   std::vector<std::string> keys;

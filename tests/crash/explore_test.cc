@@ -12,9 +12,10 @@
 // splits groups and expands the directory: the runs must do both. pmeh
 // runs with 4 KiB segments, k = 3 and k = 1, one and two threads,
 // and must split segments and install deeper directories. Then the classic
-// mistakes of engine/planted.h, planted one at a time (three into clevel, two
-// into dali, four into nehash, four into pmeh): the explorer must report
-// each, and the reproducer it saves must replay the violation.
+// mistakes the engines declare in their <engine>_testing.h, planted one at
+// a time (three into clevel, two into dali, four into nehash, four into
+// pmeh): the explorer must report each, and the reproducer it saves must
+// replay the violation.
 //
 // Durable linearizability: the shared-key workload (threads reading and
 // writing common keys, taking turns inside drains; crash/oracle.h,

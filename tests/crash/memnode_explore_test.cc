@@ -10,8 +10,9 @@
 // and checked against the oracle. sephash's runs must merge and split, and
 // race's must split (subtables of 2 groups): a crash during a merge or
 // split is recovered by a lock takeover (sephash.h "Dead lock holders",
-// race.h "Dead splitters"). Then the planted bugs of engine/planted.h,
-// one at a time: the explorer must report each, and the reproducer it
+// race.h "Dead splitters"). Then the planted bugs (the memory node's in
+// engine/planted.h, the engines' in their <engine>_testing.h), one at a
+// time: the explorer must report each, and the reproducer it
 // saves must replay the violation.
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
       // write of a short line: atomic on a pipe.
       char ack[64];
       const int n = std::snprintf(ack, sizeof ack, "%u %llu %llu\n", t, static_cast<unsigned long long>(i),
-                                  static_cast<unsigned long long>(store_testing::epoch(*store)));
+                                  static_cast<unsigned long long>(store::testing::epoch(*store)));
       if (write(fd, ack, static_cast<std::size_t>(n)) != n) std::_Exit(5);
     }
   };

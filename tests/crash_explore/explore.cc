@@ -104,8 +104,12 @@
 #include "crash/persistence_sim.h"
 #include "crash/reproducer.h"
 #include "crash/workload.h"
+#include "engine/clevel/clevel_testing.h"
+#include "engine/dali/dali_testing.h"
 #include "engine/nehash/directory.h"
+#include "engine/nehash/nehash_testing.h"
 #include "engine/planted.h"
+#include "engine/pmeh/pmeh_testing.h"
 #include "media/region.h"
 #include "pmhash/store.h"
 #include "store/store_testing.h"
@@ -175,35 +179,41 @@ std::uint64_t number(const std::string& flag, const char* text) {
   return v;
 }
 
+// --plant NAME: the planted bugs this explorer can plant (each engine's
+// <engine>_testing.h), by the names the crash tests use.
+struct Plant {
+  const char* name;
+  engine::planted::Bug bug;
+};
+constexpr Plant kPlants[] = {
+    {"slot-before-item", engine::clevel::testing::kSlotBeforeItemDurable},
+    {"no-fence-before-context-swap", engine::clevel::testing::kNoFenceBeforeContextSwap},
+    {"progress-not-persisted", engine::clevel::testing::kProgressNotPersisted},
+    {"clevel-read-unpersisted", engine::clevel::testing::kReadUnpersisted},
+    {"clevel-loser-clear-before-drain", engine::clevel::testing::kLoserClearBeforeDrain},
+    {"dali-only-one-epoch-fails", engine::dali::testing::kOnlyOneEpochFails},
+    {"dali-bucket-not-fenced", engine::dali::testing::kBucketNotFenced},
+    {"dali-answer-before-durable", engine::dali::testing::kAnswerBeforeDurable},
+    {"nehash-read-unpersisted", engine::nehash::testing::kReadUnpersisted},
+    {"pmeh-read-unpersisted", engine::pmeh::testing::kReadUnpersisted},
+    {"nehash-meta-before-slot-durable", engine::nehash::testing::kMetaBeforeSlotDurable},
+    {"nehash-table-before-group-durable", engine::nehash::testing::kTableBeforeGroupDurable},
+    {"nehash-split-not-finished", engine::nehash::testing::kSplitNotFinished},
+    {"nehash-op-log-clear-not-persisted", engine::nehash::testing::kOpLogClearNotPersisted},
+    {"pmeh-meta-before-slot-durable", engine::pmeh::testing::kMetaBeforeSlotDurable},
+    {"pmeh-zone-filled-before-entries-durable", engine::pmeh::testing::kZoneFilledBeforeEntriesDurable},
+    {"pmeh-dir-slot-not-persisted-before-fill", engine::pmeh::testing::kDirSlotNotPersistedBeforeFill},
+    {"pmeh-split-record-ignored", engine::pmeh::testing::kSplitRecordIgnored},
+};
+
 unsigned plant_mask(const std::string& name) {
-  using namespace engine::planted;
-  if (name.empty()) return kNone;
-  if (name == "slot-before-item") return kSlotBeforeItemDurable;
-  if (name == "no-fence-before-context-swap") return kNoFenceBeforeContextSwap;
-  if (name == "progress-not-persisted") return kProgressNotPersisted;
-  if (name == "clevel-read-unpersisted") return kClevelReadUnpersisted;
-  if (name == "clevel-loser-clear-before-drain") return kClevelLoserClearBeforeDrain;
-  if (name == "dali-only-one-epoch-fails") return kDaliOnlyOneEpochFails;
-  if (name == "dali-bucket-not-fenced") return kDaliBucketNotFenced;
-  if (name == "dali-answer-before-durable") return kDaliAnswerBeforeDurable;
-  if (name == "nehash-read-unpersisted") return kNehashReadUnpersisted;
-  if (name == "pmeh-read-unpersisted") return kPmehReadUnpersisted;
-  if (name == "nehash-meta-before-slot-durable") return kNehashMetaBeforeSlotDurable;
-  if (name == "nehash-table-before-group-durable") return kNehashTableBeforeGroupDurable;
-  if (name == "nehash-split-not-finished") return kNehashSplitNotFinished;
-  if (name == "nehash-op-log-clear-not-persisted") return kNehashOpLogClearNotPersisted;
-  if (name == "pmeh-meta-before-slot-durable") return kPmehMetaBeforeSlotDurable;
-  if (name == "pmeh-zone-filled-before-entries-durable") return kPmehZoneFilledBeforeEntriesDurable;
-  if (name == "pmeh-dir-slot-not-persisted-before-fill") return kPmehDirSlotNotPersistedBeforeFill;
-  if (name == "pmeh-split-record-ignored") return kPmehSplitRecordIgnored;
-  usage("unknown --plant '" + name +
-        "' (slot-before-item, no-fence-before-context-swap, progress-not-persisted, "
-        "clevel-read-unpersisted, clevel-loser-clear-before-drain, "
-        "dali-only-one-epoch-fails, dali-bucket-not-fenced, dali-answer-before-durable, "
-        "nehash-read-unpersisted, pmeh-read-unpersisted, nehash-meta-before-slot-durable, "
-        "nehash-table-before-group-durable, nehash-split-not-finished, nehash-op-log-clear-not-persisted, "
-        "pmeh-meta-before-slot-durable, pmeh-zone-filled-before-entries-durable, "
-        "pmeh-dir-slot-not-persisted-before-fill, pmeh-split-record-ignored)");
+  if (name.empty()) return engine::planted::kNone;
+  std::string known;
+  for (const Plant& p : kPlants) {
+    if (name == p.name) return p.bug;
+    known += (known.empty() ? "" : ", ") + std::string(p.name);
+  }
+  usage("unknown --plant '" + name + "' (" + known + ")");
 }
 
 Config parse(int argc, char** argv) {
@@ -964,7 +974,7 @@ void Explorer::at_crash_point(const PersistenceSim& sim) {
   // Everything waits for this crash point: no turn is stalled meanwhile.
   if (turns_) turns_->set_busy(true);
   // The epoch now bounds the counter any crash image of this point holds.
-  const std::uint64_t epoch_now = epoch_mode() ? store_testing::epoch(*store_) : 0;
+  const std::uint64_t epoch_now = epoch_mode() ? store::testing::epoch(*store_) : 0;
   std::vector<Window> windows(c_.w.threads);
   for (unsigned t = 0; t < c_.w.threads; ++t) windows[t] = window_of(t, epoch_now);
   const std::vector<std::uint64_t> dirty = sim.dirty_units();
@@ -1132,7 +1142,7 @@ bool Explorer::workload(unsigned t) {
       return false;
     }
     // The operation ran in this epoch or an earlier one.
-    const std::uint64_t epoch = epoch_mode() ? store_testing::epoch(*store_) : 0;
+    const std::uint64_t epoch = epoch_mode() ? store::testing::epoch(*store_) : 0;
     {
       std::lock_guard lock(acks.mu);
       acks.count = i + 1;
@@ -1145,8 +1155,8 @@ bool Explorer::workload(unsigned t) {
     if (epoch_mode() && (i + 1) % c_.ops_per_epoch == 0) {
       // Let the epoch end (and its drains, the crash points, happen) before
       // going on: a pace, not a promise.
-      const std::uint64_t e = store_testing::epoch(*store_);
-      while (store_testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
+      const std::uint64_t e = store::testing::epoch(*store_);
+      while (store::testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
     }
   }
   return true;
@@ -1182,7 +1192,7 @@ bool Explorer::shared_workload(unsigned t) {
                               : s.is_already_exists() ? Call::kAlreadyExists
                                                       : Call::kOther;
     const std::int64_t observed = op.kind == Op::kGet && s.ok() ? shared_write_of(c_.w, got) : durable::kAbsent;
-    log_.end(at, answer, observed, epoch_mode() ? store_testing::epoch(*store_) : 0);
+    log_.end(at, answer, observed, epoch_mode() ? store::testing::epoch(*store_) : 0);
     acks.running.store(0, std::memory_order_release);
     // The answers a model cannot predict here (they depend on the other
     // threads) are checked by the oracle; these are wrong whatever ran.
@@ -1206,8 +1216,8 @@ bool Explorer::shared_workload(unsigned t) {
       // A pace, as in workload(); a thread parked in a drain inside the
       // epoch would hold its end up.
       turns_->release(t);
-      const std::uint64_t e = store_testing::epoch(*store_);
-      while (store_testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
+      const std::uint64_t e = store::testing::epoch(*store_);
+      while (store::testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
     }
   }
   turns_->finish(t);
@@ -1274,7 +1284,7 @@ int Explorer::run() {
   std::uint64_t crash_points = 0;
   Stats shape;  // the table's growth the workload caused, before close
   {
-    PersistenceSim sim(store_testing::region(*store_));
+    PersistenceSim sim(store::testing::region(*store_));
     // The simulator copied the region as durable while an epoch worker
     // may have gone on advancing: counters it persisted before the
     // observer was in place count as never written. A sync (two epochs'

@@ -21,7 +21,7 @@
 // process; a PersistenceSim (crash/persistence_sim.h) watches each node's
 // region at --granularity. The clients reach the nodes through an
 // in-process transport ("sim:I", plugged in with
-// remote::set_connect_hook_for_testing) that runs each batch with
+// remote::testing::set_connect_hook) that runs each batch with
 // remote::execute(), the memory node's own executor, under one mutex for
 // all nodes: while one node runs a batch, every other node is between
 // batches, and everything a node has completed is durable (transport.h,
@@ -94,11 +94,14 @@
 #include "crash/reproducer.h"
 #include "crash/workload.h"
 #include "engine/planted.h"
-#include "engine/remote_common/remote_index.h"
+#include "engine/race/race_testing.h"
+#include "engine/remote_common/remote_index_testing.h"
+#include "engine/sephash/sephash_testing.h"
 #include "media/region.h"
 #include "pmhash/store.h"
 #include "pool/pool.h"
 #include "remote/memnode.h"
+#include "remote/remote_testing.h"
 #include "remote/transport.h"
 
 extern char** environ;
@@ -158,16 +161,28 @@ std::uint64_t number(const std::string& flag, const char* text) {
   return v;
 }
 
+// --plant NAME: the planted bugs this explorer can plant (the memory
+// node's in engine/planted.h, each engine's in its <engine>_testing.h), by
+// the names the crash tests use.
+struct Plant {
+  const char* name;
+  engine::planted::Bug bug;
+};
+constexpr Plant kPlants[] = {
+    {"memnode-one-fence", engine::planted::kMemnodeOneFencePerBatch},
+    {"sephash-meta-before-mainseg", engine::sephash::testing::kMetaBeforeMainSegDurable},
+    {"race-slot-before-kv", engine::race::testing::kSlotBeforeKvDurable},
+    {"race-intent-before-new-table", engine::race::testing::kIntentBeforeNewTable},
+};
+
 unsigned plant_mask(const std::string& name) {
-  using namespace engine::planted;
-  if (name.empty()) return kNone;
-  if (name == "memnode-one-fence") return kMemnodeOneFencePerBatch;
-  if (name == "sephash-meta-before-mainseg") return kSephashMetaBeforeMainSegDurable;
-  if (name == "race-slot-before-kv") return kRaceSlotBeforeKvDurable;
-  if (name == "race-intent-before-new-table") return kRaceIntentBeforeNewTable;
-  usage("unknown --plant '" + name +
-        "' (memnode-one-fence, sephash-meta-before-mainseg, race-slot-before-kv, "
-        "race-intent-before-new-table)");
+  if (name.empty()) return engine::planted::kNone;
+  std::string known;
+  for (const Plant& p : kPlants) {
+    if (name == p.name) return p.bug;
+    known += (known.empty() ? "" : ", ") + std::string(p.name);
+  }
+  usage("unknown --plant '" + name + "' (" + known + ")");
 }
 
 Config parse(int argc, char** argv) {
@@ -265,7 +280,7 @@ Options verifier_options(const std::vector<std::string>& files, unsigned lease_m
   o.engine = "";  // whatever node 0 holds
   o.memnodes = node_specs("shm", files);
   // The lease is the index's (stored at create); the verifier's own comes
-  // from remote_index::lease_for_testing, set by verify_nodes.
+  // from remote_index::testing::set_lease, set by verify_nodes.
   (void)lease_ms;
   o.remote_timeout_ms = timeout_ms;
   return o;
@@ -289,8 +304,8 @@ std::string verify_nodes(Oracle& oracle, const std::vector<std::string>& files, 
   // The index's lease was stored at its create (long, for the workload);
   // recovery and verification use their own, on images no live client uses.
   struct Lease {
-    explicit Lease(unsigned ms) { engine::remote_index::lease_for_testing.store(ms); }
-    ~Lease() { engine::remote_index::lease_for_testing.store(0); }
+    explicit Lease(unsigned ms) { engine::remote_index::testing::set_lease(ms); }
+    ~Lease() { engine::remote_index::testing::set_lease(0); }
   };
   {
     const Lease lease(lease_ms);
@@ -821,7 +836,7 @@ int Explorer::run() {
   engine::planted::bugs.store(plant_mask(c_.plant));
   rng_.seed(c_.w.seed * 7919 + c_.w.threads);
   make_nodes();
-  remote::set_connect_hook_for_testing(&connect_sim);
+  remote::testing::set_connect_hook(&connect_sim);
   std::vector<std::string> names;
   for (unsigned i = 0; i < c_.nodes; ++i) names.push_back(std::to_string(i));
   Options o;
@@ -877,7 +892,7 @@ int Explorer::run() {
     n.pool.reset();
     ::unlink(n.path.c_str());
   }
-  remote::set_connect_hook_for_testing(nullptr);
+  remote::testing::set_connect_hook(nullptr);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::printf(

@@ -197,6 +197,7 @@
 #include "engine/nehash/directory.h"
 #include "engine/nehash/layout.h"
 #include "engine/nehash/nehash_index.h"
+#include "engine/nehash/nehash_testing.h"
 #include "engine/pmeh/layout.h"
 #include "heap/heap.h"
 #include "media/region.h"
@@ -969,13 +970,13 @@ std::vector<Image> build_nehash_images() {
   expect_ok(Store::create(path, nehash_build_options(), &store), "create the nehash base pool");
   std::vector<std::byte> mid_split;
   unsigned splits = 0;
-  nehash::NehashIndex::set_split_hook([&] {
+  nehash::testing::set_split_hook([&] {
     if (++splits == kNehashSplitCopied) mid_split = read_file(path);
   });
   for (unsigned i = 0; i < kKeys; ++i) {
     expect_ok(store->insert(key_of(i), value_of(i, 0)), "nehash: insert " + key_of(i));
   }
-  nehash::NehashIndex::set_split_hook(nullptr);
+  nehash::testing::set_split_hook(nullptr);
   if (mid_split.empty()) fail("nehash: fewer splits than " + std::to_string(kNehashSplitCopied));
   for (unsigned i = 0; i < kKeys; i += 7) {
     expect_ok(store->update(key_of(i), value_of(i, 1)), "nehash: update " + key_of(i));
@@ -1175,7 +1176,7 @@ std::vector<Image> build_pmeh_images() {
   ::unlink(path.c_str());
   std::unique_ptr<Store> store;
   expect_ok(Store::create(path, pmeh_build_options(), &store), "create the pmeh base pool");
-  pmhash::media::Region& region = pmhash::store_testing::region(*store);
+  pmhash::media::Region& region = pmhash::store::testing::region(*store);
   MidSplitCopier copier(region, path);
   region.set_observer(&copier);
   for (unsigned i = 0; i < kPmehKeys; ++i) {

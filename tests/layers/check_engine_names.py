@@ -20,11 +20,9 @@ The names come from the descriptors (`.name = "..."`), so a new engine is
 checked without editing this file.
 
 Exit status 0 when no source names an engine, 1 with one line per place
-(file:line: the engine and the line) when one does. --allowed FILE names
-places still to be fixed, as lines "PATH ENGINE COUNT": a file may name
-that engine at most COUNT times; more, or a file or engine not listed,
-fails. The list only shrinks: a COUNT above what the file has fails too,
-so that a fixed place leaves the list.
+(file:line: the engine and the line) when one does. There is no list of
+exceptions: a front end that needs something of an engine asks the
+registry, or the engine declares it in its descriptor.
 --self-test plants one name of each kind in a scratch tree and fails unless
 every one is reported and a comment is not.
 """
@@ -236,43 +234,9 @@ def self_test():
     return 0
 
 
-def read_allowed(path):
-    """{(path, engine): count} from lines "PATH ENGINE COUNT" (# comments)."""
-    allowed = {}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            fields = line.split()
-            if len(fields) != 3 or not fields[2].isdigit():
-                raise SystemExit(f"{path}:{number}: expected 'PATH ENGINE COUNT', got '{line}'")
-            allowed[(fields[0], fields[1])] = int(fields[2])
-    return allowed
-
-
-def apply_allowed(problems, allowed):
-    """The problems beyond the allowance, and allowances now too large."""
-    counts = {}
-    for p in problems:
-        rel = p.split(":", 1)[0]
-        engine = p.split("names engine '", 1)[1].split("'", 1)[0]
-        counts[(rel, engine)] = counts.get((rel, engine), 0) + 1
-    left = [p for p in problems
-            if counts[(p.split(":", 1)[0], p.split("names engine '", 1)[1].split("'", 1)[0])]
-            > allowed.get((p.split(":", 1)[0], p.split("names engine '", 1)[1].split("'", 1)[0]), 0)]
-    for (rel, engine), count in sorted(allowed.items()):
-        have = counts.get((rel, engine), 0)
-        if have < count:
-            left.append(f"{rel}: allowed to name engine '{engine}' {count} times, names it {have}: "
-                        "lower the count in the allowed list")
-    return left
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", help="the repository root")
-    parser.add_argument("--allowed", help="places still to be fixed: PATH ENGINE COUNT lines")
     parser.add_argument("--self-test", action="store_true")
     args = parser.parse_args()
     if args.self_test:
@@ -280,8 +244,6 @@ def main():
     if not args.root:
         parser.error("--root is required")
     problems = check_tree(args.root)
-    if args.allowed:
-        problems = apply_allowed(problems, read_allowed(args.allowed))
     for p in problems:
         print(p)
     if problems:

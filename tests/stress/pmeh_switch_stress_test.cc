@@ -21,6 +21,7 @@
 #include "engine/hash.h"
 #include "engine/planted.h"
 #include "engine/pmeh/pmeh_index.h"
+#include "engine/pmeh/pmeh_testing.h"
 #include "pmeh_harness.h"
 #include "stress/stress_common.h"
 
@@ -239,7 +240,7 @@ TEST_F(PmehSwitchStressTest, HandOverNeverOverlapsOwnerAndDirectWriters) {
 // the probe must see them overlap.
 TEST_F(PmehSwitchStressTest, HandOverSkippingTheWaitIsCaught) {
   ASSERT_TRUE(h_.create().ok());
-  engine::planted::bugs.store(engine::planted::kPmehHandOverSkipsWait);
+  engine::planted::bugs.store(pm::testing::kHandOverSkipsWait);
   const std::uint64_t overlaps =
       hand_over_loop(h_, kHot, 100000, Clock::now() + std::chrono::seconds(15), false);
   engine::planted::bugs.store(engine::planted::kNone);

@@ -29,6 +29,7 @@
 #include "engine/index.h"
 #include "engine/nehash/nehash.h"
 #include "engine/nehash/nehash_index.h"
+#include "engine/nehash/nehash_testing.h"
 #include "engine/option_values.h"
 #include "heap/heap.h"
 #include "pmhash/store.h"
@@ -92,7 +93,7 @@ class NehashEngineTest : public ::testing::Test {
     ::unlink(path_.c_str());
     nh::testing::set_clock(nullptr);
     nh::testing::set_max_main_bits(0);
-    NehashIndex::set_split_hook(nullptr);
+    nh::testing::set_split_hook(nullptr);
   }
 
   void create() {
@@ -353,9 +354,9 @@ TEST_F(NehashEngineTest, TimeValuesFollowSteps1To4) {
   const auto upper = find_keys(at(0b11, 2, b, 0, 0), 1);
   for (const auto& k : lower) ASSERT_TRUE(put(k, "v").ok());
   fake_now = 50;
-  NehashIndex::set_split_hook([] { fake_now = 70; });  // the split is stamped at 50
+  nh::testing::set_split_hook([] { fake_now = 70; });  // the split is stamped at 50
   ASSERT_TRUE(put(upper[0], "v").ok());
-  NehashIndex::set_split_hook(nullptr);
+  nh::testing::set_split_hook(nullptr);
   EXPECT_EQ(stats().property("nehash.splits"), 1u);
   EXPECT_EQ(probe_top(0b10, 2).time[0], 40) << "Step 2: dt_i = 50 - 10";
   EXPECT_EQ(probe_top(0b10, 2).time[1], 50) << "Step 3: the non-empty half starts at the split";
@@ -407,7 +408,7 @@ TEST_F(NehashEngineTest, OnlyTheExpandingEntryIsLocked) {
   }
   std::atomic<int> parked{0};
   std::atomic<int> release{0};
-  NehashIndex::set_split_hook([&] {
+  nh::testing::set_split_hook([&] {
     parked.store(1);
     parked.notify_all();
     release.wait(0);
@@ -427,7 +428,7 @@ TEST_F(NehashEngineTest, OnlyTheExpandingEntryIsLocked) {
   release.store(1);
   release.notify_all();
   splitter.join();
-  NehashIndex::set_split_hook(nullptr);
+  nh::testing::set_split_hook(nullptr);
   EXPECT_TRUE(splitter_status.ok()) << splitter_status.to_string();
   EXPECT_EQ(value_of(upper[15]), "v-" + upper[15]);
   expect_check();
@@ -801,7 +802,7 @@ TEST_F(NehashEngineTest, SplitCleaningWaitsForAWriterBackingOffItsHomeLock) {
   std::atomic<std::uint64_t>& word = g->lock[1];
   const std::uint64_t count_before = nh::conflict_count(word.load());
   std::thread writer;
-  NehashIndex::set_split_hook([&] {
+  nh::testing::set_split_hook([&] {
     // Step 9: the writer takes its home bucket (nobody else holds it).
     std::uint64_t cur = word.load();
     ASSERT_EQ(cur & nh::kSlotLockMask, 0u);
@@ -821,7 +822,7 @@ TEST_F(NehashEngineTest, SplitCleaningWaitsForAWriterBackingOffItsHomeLock) {
   });
   const Status s = put(lower[1], "v");  // home bucket 0 and no free conflict slot: splits
   if (writer.joinable()) writer.join();
-  NehashIndex::set_split_hook(nullptr);
+  nh::testing::set_split_hook(nullptr);
   ASSERT_TRUE(s.ok()) << s.to_string();
   ASSERT_EQ(stats().property("nehash.splits"), 1u);
   // Checked before any read: a slot whose lock stayed set would hang it.
@@ -1613,12 +1614,12 @@ TEST_F(NehashSplitCrashTest, ACrashDuringRecoveryOfASplitRecoversAgain) {
 }
 
 TEST_F(NehashSplitCrashTest, PlantedSplitNotFinishedIsCaught) {
-  engine::planted::bugs.store(engine::planted::kNehashSplitNotFinished);
+  engine::planted::bugs.store(nh::testing::kSplitNotFinished);
   EXPECT_GT(explore_split().violations, 0u);
 }
 
 TEST_F(NehashSplitCrashTest, PlantedTableBeforeGroupDurableIsCaught) {
-  engine::planted::bugs.store(engine::planted::kNehashTableBeforeGroupDurable);
+  engine::planted::bugs.store(nh::testing::kTableBeforeGroupDurable);
   const SplitExploration e = explore_split();
   EXPECT_EQ(e.split_drains, 2) << "drain #1 left out";
   EXPECT_GT(e.violations, 0u);
@@ -1786,12 +1787,12 @@ TEST_F(NehashWriteCrashTest, ACrashDuringRecoveryOfASlotUpdateRecoversAgain) {
 }
 
 TEST_F(NehashWriteCrashTest, PlantedMetaBeforeSlotDurableIsCaught) {
-  engine::planted::bugs.store(engine::planted::kNehashMetaBeforeSlotDurable);
+  engine::planted::bugs.store(nh::testing::kMetaBeforeSlotDurable);
   EXPECT_GT(explore_every_write_form().violations, 0u);
 }
 
 TEST_F(NehashWriteCrashTest, PlantedOpLogClearNotPersistedIsCaught) {
-  engine::planted::bugs.store(engine::planted::kNehashOpLogClearNotPersisted);
+  engine::planted::bugs.store(nh::testing::kOpLogClearNotPersisted);
   const Exploration e = explore_every_write_form();
   EXPECT_GT(e.violations, 0u);
 }

@@ -27,6 +27,7 @@
 #include "engine/index.h"
 #include "engine/pmeh/layout.h"
 #include "engine/pmeh/pmeh_index.h"
+#include "engine/pmeh/pmeh_testing.h"
 #include "engine/planted.h"
 #include "heap/heap.h"
 #include "pool/pool.h"
@@ -1815,7 +1816,7 @@ TEST_F(PmehGradualCrashTest, RecoverSplitRecordMovingResumesSplit) {
 }
 
 TEST_F(PmehGradualCrashTest, PlantedMovedBeforeCopyDurableIsCaught) {
-  engine::planted::bugs.store(engine::planted::kPmehMovedBeforeCopyDurable);
+  engine::planted::bugs.store(pm::testing::kMovedBeforeCopyDurable);
   const GradualExploration e = explore_gradual(/*k=*/1, /*step=*/1, kDrainSample);
   engine::planted::bugs.store(engine::planted::kNone);
   EXPECT_GT(e.violations, 0u) << "a bucket marked moved whose copy was lost";

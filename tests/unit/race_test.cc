@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/race/race.h"
+#include "engine/race/race_testing.h"
 #include "pmhash/store.h"
 #include "remote/memnode.h"
 #include "remote_engine_test.h"
@@ -50,7 +51,7 @@ std::string step_name(SplitStep step) {
 
 class RaceTest : public testing::RemoteEngineTest {
  protected:
-  void TearDown() override { engine::race::set_split_hook_for_testing(nullptr); }
+  void TearDown() override { engine::race::testing::set_split_hook(nullptr); }
 
   Options options() const override {
     Options o;
@@ -167,7 +168,7 @@ TEST_F(RaceTest, ReadersDuringEachSplitStepFindEveryKey) {
   Model model;
   std::atomic<unsigned> missed{0};
   std::vector<unsigned> steps(kSplitSteps, 0);
-  engine::race::set_split_hook_for_testing([&](SplitStep step, bool taking_over) {
+  engine::race::testing::set_split_hook([&](SplitStep step, bool taking_over) {
     EXPECT_FALSE(taking_over);
     ++steps[static_cast<unsigned>(step)];
     if (step == SplitStep::kHeadersHalfUpdated) return false;
@@ -178,7 +179,7 @@ TEST_F(RaceTest, ReadersDuringEachSplitStepFindEveryKey) {
     return false;
   });
   ASSERT_NO_FATAL_FAILURE(load(*st, 0, 1200, &model));  // each key after its insert returned
-  engine::race::set_split_hook_for_testing(nullptr);
+  engine::race::testing::set_split_hook(nullptr);
   EXPECT_EQ(missed.load(), 0u);
   for (unsigned s = 0; s < kSplitSteps; ++s) EXPECT_GT(steps[s], 2u) << step_name(SplitStep(s));
   EXPECT_EQ(st->stats().property("race.lock_takeovers"), 0u);
@@ -334,7 +335,7 @@ class RaceSplitLockTest : public RaceTest {
   static void insert_until_stopped(Store& st, SplitStep step, Model* model, std::string* unacked,
                                    unsigned* next) {
     std::atomic<bool> fired{false};
-    engine::race::set_split_hook_for_testing([&](SplitStep at, bool taking_over) {
+    engine::race::testing::set_split_hook([&](SplitStep at, bool taking_over) {
       return !taking_over && at == step && !fired.exchange(true);
     });
     for (unsigned i = 0; i < 20000 && unacked->empty(); ++i) {
@@ -348,7 +349,7 @@ class RaceSplitLockTest : public RaceTest {
       ASSERT_NE(s.message().find("test hook stopped a split"), std::string::npos) << s.to_string();
       *unacked = key_of(i);
     }
-    engine::race::set_split_hook_for_testing(nullptr);
+    engine::race::testing::set_split_hook(nullptr);
     ASSERT_TRUE(fired.load()) << "no split reached step " << step_name(step);
     ASSERT_GT(model->size(), 20u);
   }
@@ -371,7 +372,7 @@ class RaceSplitLockTest : public RaceTest {
       ::close(fds[0]);
       std::unique_ptr<Store> mine;
       if (!Store::open("", o, &mine).ok()) ::_exit(2);
-      engine::race::set_split_hook_for_testing([step](SplitStep at, bool taking_over) {
+      engine::race::testing::set_split_hook([step](SplitStep at, bool taking_over) {
         if (!taking_over && at == step) ::_exit(42);  // dies here: nothing more is written
         return false;
       });
@@ -417,14 +418,14 @@ class RaceSplitLockTest : public RaceTest {
   void expect_recovers(std::unique_ptr<Store> st, Model model, const std::string& unacked,
                        unsigned next, bool forward) {
     std::atomic<unsigned> taker_steps{0};
-    engine::race::set_split_hook_for_testing([&](SplitStep, bool taking_over) {
+    engine::race::testing::set_split_hook([&](SplitStep, bool taking_over) {
       if (taking_over) ++taker_steps;
       return false;
     });
     const auto t0 = std::chrono::steady_clock::now();
     const Status c = st->check();
     const double waited = ms_since(t0);
-    engine::race::set_split_hook_for_testing(nullptr);
+    engine::race::testing::set_split_hook(nullptr);
     ASSERT_TRUE(c.ok()) << c.to_string();
     EXPECT_GE(waited, lease_ms() * 0.9) << "check() did not wait for the lease";
     EXPECT_LT(waited, lease_ms() + kMarginMs);
@@ -514,14 +515,14 @@ TEST_F(RaceSplitLockTest, ATakerThatStopsMidwayIsTakenOverByTheNext) {
   unsigned next = 0;
   ASSERT_NO_FATAL_FAILURE(insert_until_stopped(*st, SplitStep::kIntentWritten, &model, &unacked, &next));
   std::atomic<bool> fired{false};
-  engine::race::set_split_hook_for_testing([&](SplitStep at, bool taking_over) {
+  engine::race::testing::set_split_hook([&](SplitStep at, bool taking_over) {
     return taking_over && at == SplitStep::kHeadersHalfUpdated && !fired.exchange(true);
   });
   const Status first = st->check();
   EXPECT_TRUE(first.is_io_error()) << first.to_string();  // the first taker stopped
   EXPECT_TRUE(fired.load());
   const Status second = st->check();
-  engine::race::set_split_hook_for_testing(nullptr);
+  engine::race::testing::set_split_hook(nullptr);
   ASSERT_TRUE(second.ok()) << second.to_string();
   EXPECT_EQ(st->stats().property("race.lock_takeovers"), 2u);
   ASSERT_NO_FATAL_FAILURE(load(*st, next, next + 2000, &model));
@@ -574,7 +575,7 @@ TEST_P(RaceSlowSplitterTest, ASplitterPastHalfItsLeaseStopsAndIsTakenOver) {
   ASSERT_NE(st, nullptr);
   std::atomic<bool> slept{false};
   std::atomic<unsigned> later{0};  // steps the slow splitter reached after its sleep
-  engine::race::set_split_hook_for_testing([&](SplitStep at, bool taking_over) {
+  engine::race::testing::set_split_hook([&](SplitStep at, bool taking_over) {
     if (taking_over) return false;
     if (slept) {
       ++later;
@@ -600,7 +601,7 @@ TEST_P(RaceSlowSplitterTest, ASplitterPastHalfItsLeaseStopsAndIsTakenOver) {
         << s.to_string();
     unacked = key_of(i);
   }
-  engine::race::set_split_hook_for_testing(nullptr);
+  engine::race::testing::set_split_hook(nullptr);
   ASSERT_TRUE(slept.load());
   ASSERT_FALSE(unacked.empty()) << "the slow splitter did not stop";
   EXPECT_EQ(later.load(), 0u) << "the slow splitter went on after half its lease";
@@ -626,7 +627,7 @@ TEST_F(RaceSplitLockTest, ASplitterThatWakesAfterATakeoverWritesNothing) {
   const std::thread::id sleeper = std::this_thread::get_id();
   std::atomic<bool> in_hook{false}, woke{false}, holder_done{false};
   std::atomic<unsigned> fired{0}, later{0};
-  engine::race::set_split_hook_for_testing([&](SplitStep at, bool taking_over) {
+  engine::race::testing::set_split_hook([&](SplitStep at, bool taking_over) {
     if (taking_over || std::this_thread::get_id() != sleeper) return false;
     if (woke) {
       ++later;
@@ -662,7 +663,7 @@ TEST_F(RaceSplitLockTest, ASplitterThatWakesAfterATakeoverWritesNothing) {
   in_hook = true;  // (should the hook never have run)
   in_hook.notify_all();
   writer.join();
-  engine::race::set_split_hook_for_testing(nullptr);
+  engine::race::testing::set_split_hook(nullptr);
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_GT(other.size(), 0u);
   EXPECT_EQ(st->stats().property("race.lock_takeovers"), 1u);

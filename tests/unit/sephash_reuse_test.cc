@@ -2,10 +2,10 @@
 // saying whether it ran (sephash.h, "Reclamation", lost replies): a push
 // or pop of a free record, or a merge's publish, whose reply is lost after
 // it ran, or whose request runs only after the client gave up on it
-// (remote/client.h, set_fate_hook_for_testing). No block may then be
+// (remote/remote_testing.h, set_fate_hook). No block may then be
 // owned twice. Two witnesses, on shm memory nodes:
 //   - a ledger of every block any client of the process takes and frees
-//     (set_block_hook_for_testing): no block is taken while it, or part
+//     (sephash_testing.h, set_block_hook): no block is taken while it, or part
 //     of it, is taken, and only taken blocks are freed;
 //   - once every client has closed, a scan of the nodes: the blocks the
 //     index names (CurSegs, MainSegs, the items of live entries) and the
@@ -30,8 +30,10 @@
 
 #include "engine/sephash/layout.h"
 #include "engine/sephash/sephash.h"
+#include "engine/sephash/sephash_testing.h"
 #include "pmhash/store.h"
 #include "remote/client.h"
+#include "remote/remote_testing.h"
 #include "remote_engine_test.h"
 
 namespace pmhash {
@@ -131,14 +133,14 @@ class SepHashReuseTest : public testing::RemoteEngineTest {
  protected:
   void SetUp() override {
     RemoteEngineTest::SetUp();
-    sh::set_block_hook_for_testing(
+    sh::testing::set_block_hook(
         [this](BlockUse use, unsigned node, std::uint64_t off, std::uint64_t bytes) {
           ledger_.use(use, node, off, bytes);
         });
   }
   void TearDown() override {
-    remote::set_fate_hook_for_testing(nullptr);
-    sh::set_block_hook_for_testing(nullptr);
+    remote::testing::set_fate_hook(nullptr);
+    sh::testing::set_block_hook(nullptr);
   }
 
   Options options() const override {
@@ -351,7 +353,7 @@ TEST_P(SepHashLostReplyTest, ABlockPushedWithoutAReplyIsNeverHandedOutTwice) {
   const std::uint64_t table = root().free_table;
   std::atomic<unsigned> fired{0};
   const Fate fate = GetParam();
-  remote::set_fate_hook_for_testing([&](unsigned, std::span<const Op> ops) {
+  remote::testing::set_fate_hook([&](unsigned, std::span<const Op> ops) {
     if (!is_push(ops, table) || fired.fetch_add(1) != 0) return Fate::kDeliver;
     return fate;
   });
@@ -402,7 +404,7 @@ TEST_P(SepHashLostReplyTest, APopWithoutAReplyTakesNothingThatStaysOnTheStack) {
   std::atomic<unsigned> fired{0};
   const Fate fate = GetParam();
   const std::thread::id b_thread = std::this_thread::get_id();  // b's calls run here
-  remote::set_fate_hook_for_testing([&](unsigned, std::span<const Op> ops) {
+  remote::testing::set_fate_hook([&](unsigned, std::span<const Op> ops) {
     if (std::this_thread::get_id() != b_thread || !is_pop(ops, table) ||
         fired.fetch_add(1) != 0) {
       return Fate::kDeliver;
@@ -455,7 +457,7 @@ TEST_F(SepHashReuseTest, AMergeWhosePublishReplyIsLostFreesOnlyWhatItDropped) {
   auto a = create(options());
   ASSERT_NE(a, nullptr);
   std::atomic<unsigned> publishes{0}, lost{0};
-  remote::set_fate_hook_for_testing([&](unsigned, std::span<const Op> ops) {
+  remote::testing::set_fate_hook([&](unsigned, std::span<const Op> ops) {
     if (!is_publish(ops) || publishes.fetch_add(1) % 5 != 4) return Fate::kDeliver;
     lost.fetch_add(1);
     return Fate::kLoseReply;
@@ -496,7 +498,7 @@ TEST_F(SepHashReuseTest, ClientsLosingEverySecondStackReplyNeverShareABlock) {
   }
   const std::uint64_t table = root().free_table;
   std::atomic<unsigned> stack_batches{0}, replies_lost{0}, requests_late{0};
-  remote::set_fate_hook_for_testing([&](unsigned, std::span<const Op> ops) {
+  remote::testing::set_fate_hook([&](unsigned, std::span<const Op> ops) {
     if (!is_stack(ops, table)) return Fate::kDeliver;
     const unsigned n = stack_batches.fetch_add(1);
     if (n % 2 == 0) return Fate::kDeliver;
@@ -535,7 +537,7 @@ TEST_F(SepHashReuseTest, ClientsLosingEverySecondStackReplyNeverShareABlock) {
     EXPECT_GT(d->stats().property("sephash.blocks_reused"), 100u);  // it took what the others handed back
     ASSERT_TRUE(d->close().ok());
   }
-  remote::set_fate_hook_for_testing(nullptr);
+  remote::testing::set_fate_hook(nullptr);
   EXPECT_GE(replies_lost.load(), 3u);
   EXPECT_GE(requests_late.load(), 3u);
   ASSERT_NO_FATAL_FAILURE(expect_all_holds(all));

@@ -28,9 +28,11 @@
 #include "engine/hash.h"
 #include "engine/sephash/layout.h"
 #include "engine/sephash/sephash.h"
+#include "engine/sephash/sephash_testing.h"
 #include "memnode_daemon.h"
 #include "pmhash/store.h"
 #include "remote/client.h"
+#include "remote/remote_testing.h"
 #include "remote/memnode.h"
 #include "remote/server.h"
 #include "remote_engine_test.h"
@@ -44,7 +46,7 @@ using testing::value_of;
 
 class SepHashTest : public testing::RemoteEngineTest {
  protected:
-  void TearDown() override { engine::sephash::set_append_hook_for_testing(nullptr); }
+  void TearDown() override { engine::sephash::testing::set_append_hook(nullptr); }
 
   Options options() const override {
     Options o;
@@ -166,7 +168,7 @@ TEST_F(SepHashTest, AnAppendWithAStaleSignIsNotLost) {
   const std::string victim = same.back();
   same.pop_back();
   bool fired = false;
-  engine::sephash::set_append_hook_for_testing([&] {
+  engine::sephash::testing::set_append_hook([&] {
     if (fired) return;
     fired = true;
     // Another thread, so another client: enough appends to the same
@@ -179,7 +181,7 @@ TEST_F(SepHashTest, AnAppendWithAStaleSignIsNotLost) {
     other.join();
   });
   ASSERT_TRUE(st->insert(victim, "mine").ok());
-  engine::sephash::set_append_hook_for_testing(nullptr);
+  engine::sephash::testing::set_append_hook(nullptr);
   ASSERT_TRUE(fired);
   EXPECT_GE(st->stats().property("sephash.append_retries"), 1u);  // the stale append ran again
   std::string got;
@@ -467,7 +469,7 @@ class SepHashLockTest : public SepHashTest {
   using LockStep = engine::sephash::LockStep;
 
   void TearDown() override {
-    engine::sephash::set_lock_hook_for_testing(nullptr);
+    engine::sephash::testing::set_lock_hook(nullptr);
     SepHashTest::TearDown();
   }
 
@@ -557,7 +559,7 @@ class SepHashLockTest : public SepHashTest {
       ::close(fds[0]);
       std::unique_ptr<Store> mine;
       if (!Store::open("", o, &mine).ok()) ::_exit(2);
-      engine::sephash::set_lock_hook_for_testing([step](LockStep at) {
+      engine::sephash::testing::set_lock_hook([step](LockStep at) {
         if (at == step) ::_exit(42);  // dies here: nothing more is written
         return false;
       });
@@ -702,7 +704,7 @@ TEST_F(SepHashLockTest, AnOpenUsesTheLeaseStoredAtCreateNotItsOption) {
   auto st = open(other);
   ASSERT_NE(st, nullptr);
   std::atomic<bool> slept{false};
-  engine::sephash::set_lock_hook_for_testing([&](LockStep at) {
+  engine::sephash::testing::set_lock_hook([&](LockStep at) {
     if (at == LockStep::kRead && !slept.exchange(true)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(lease_ms() * 6 / 10));
     }
@@ -726,7 +728,7 @@ TEST_F(SepHashLockTest, AnOpenUsesTheLeaseStoredAtCreateNotItsOption) {
   }
   ASSERT_TRUE(slept);
   ASSERT_FALSE(unacked.empty()) << "the slow holder did not give up at half the stored lease";
-  engine::sephash::set_lock_hook_for_testing(nullptr);
+  engine::sephash::testing::set_lock_hook(nullptr);
   ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(st), std::move(model), unacked, next));
 }
 
@@ -739,7 +741,7 @@ TEST_F(SepHashLockTest, AHolderThatWakesAfterATakeoverWritesNothing) {
   ASSERT_NE(st, nullptr);
   std::atomic<bool> in_hook{false}, holder_done{false};
   std::atomic<unsigned> fired{0};
-  engine::sephash::set_lock_hook_for_testing([&](LockStep at) {
+  engine::sephash::testing::set_lock_hook([&](LockStep at) {
     if (at == LockStep::kRead && fired.fetch_add(1) == 0) {
       in_hook = true;
       in_hook.notify_all();
@@ -769,7 +771,7 @@ TEST_F(SepHashLockTest, AHolderThatWakesAfterATakeoverWritesNothing) {
   in_hook = true;  // (should the hook never have run)
   in_hook.notify_all();
   writer.join();
-  engine::sephash::set_lock_hook_for_testing(nullptr);
+  engine::sephash::testing::set_lock_hook(nullptr);
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_GT(other.size(), 0u);
   EXPECT_EQ(st->stats().property("sephash.lock_takeovers"), 1u);
@@ -822,7 +824,7 @@ TEST_P(SepHashSlowHolderTest, AHolderPastHalfItsLeaseStopsAndIsTakenOver) {
   auto st = create(options());
   ASSERT_NE(st, nullptr);
   std::atomic<bool> slept{false};
-  engine::sephash::set_lock_hook_for_testing([&](LockStep at) {
+  engine::sephash::testing::set_lock_hook([&](LockStep at) {
     if (at == step && !slept.exchange(true)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs * 6 / 10));
     }
@@ -844,7 +846,7 @@ TEST_P(SepHashSlowHolderTest, AHolderPastHalfItsLeaseStopsAndIsTakenOver) {
   }
   ASSERT_TRUE(slept);
   ASSERT_FALSE(unacked.empty()) << "the slow holder did not give up";
-  engine::sephash::set_lock_hook_for_testing(nullptr);
+  engine::sephash::testing::set_lock_hook(nullptr);
   ASSERT_NO_FATAL_FAILURE(expect_recovers(std::move(st), std::move(model), unacked, next));
 }
 
@@ -1021,7 +1023,7 @@ class AppendWatch {
     const Status s = remote::Client::connect({"shm:" + node_path}, {}, &checker_);
     EXPECT_TRUE(s.ok()) << s.to_string();
   }
-  ~AppendWatch() { remote::set_fate_hook_for_testing(nullptr); }
+  ~AppendWatch() { remote::testing::set_fate_hook(nullptr); }
 
   // Watches the calling thread's sub-batches to node 0 from now on.
   // `at_speculation`, if given, runs once on this thread just before the
@@ -1030,12 +1032,12 @@ class AppendWatch {
   void start(std::function<void()> at_speculation = {}) {
     thread_ = std::this_thread::get_id();
     at_speculation_ = std::move(at_speculation);
-    remote::set_fate_hook_for_testing([this](unsigned node, std::span<const remote::Op> ops) {
+    remote::testing::set_fate_hook([this](unsigned node, std::span<const remote::Op> ops) {
       if (node == 0 && std::this_thread::get_id() == thread_ && !checking_) see(ops);
       return remote::Fate::kDeliver;
     });
   }
-  void stop() { remote::set_fate_hook_for_testing(nullptr); }
+  void stop() { remote::testing::set_fate_hook(nullptr); }
 
   // The word of the CurSeg at offset `at` now.
   std::uint64_t word(std::uint64_t at) {

@@ -8,7 +8,7 @@
 #include <unordered_set>
 
 #include "engine/clevel/clevel_index.h"
-#include "engine/planted.h"
+#include "engine/clevel/clevel_testing.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::clevel {
@@ -220,7 +220,7 @@ void ClevelIndex::settle(const Key& key, Ctx c, const Found& f) const {
   // "Durable linearizability", P4/P5): flush what the answer depends on
   // ourselves (another thread's flushes are not ordered by our drain),
   // drain, then clear PENDING so that later readers take the fast path.
-  if (planted::active(planted::kClevelReadUnpersisted)) return;
+  if (planted::active(testing::kReadUnpersisted)) return;
   thread_local std::vector<SlotRef> refs;
   refs.clear();
   if (f.off != 0) {
@@ -583,7 +583,7 @@ Status ClevelIndex::insert(const Key& key, std::string_view value) {
     if (s = write_item(tc, key, value, kTentative, &off); !s.ok()) return s;
     // The allocation, the intent and the item are durable before any slot
     // can point at the item.
-    if (!planted::active(planted::kSlotBeforeItemDurable)) region_.drain();
+    if (!planted::active(testing::kSlotBeforeItemDurable)) region_.drain();
     Publishing p;
     for (;;) {
       Attempt a;
@@ -604,7 +604,7 @@ Status ClevelIndex::insert(const Key& key, std::string_view value) {
       // intent is cleared: the cleared intent may reach media at once (it
       // shares a line with retired_count), and a crash keeping it without
       // them would leave a TENTATIVE or LOSER item in a slot no log names.
-      if (!planted::active(planted::kClevelLoserClearBeforeDrain)) region_.drain();
+      if (!planted::active(testing::kLoserClearBeforeDrain)) region_.drain();
     }
     tc->clear_intent();
     if (p.stage != Publishing::kKilled) return s;

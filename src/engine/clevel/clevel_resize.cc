@@ -5,7 +5,7 @@
 #include <chrono>
 
 #include "engine/clevel/clevel_index.h"
-#include "engine/planted.h"
+#include "engine/clevel/clevel_testing.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::clevel {
@@ -53,7 +53,7 @@ static Status make_level(media::Region& region, heap::ThreadCache* tc, std::atom
   if (entry.compare_exchange_strong(expected, off)) {
     // The ring entry is durable before a context can name the level.
     region.flush(&entry, sizeof(std::uint64_t));
-    if (!planted::active(planted::kNoFenceBeforeContextSwap)) region.drain();
+    if (!planted::active(testing::kNoFenceBeforeContextSwap)) region.drain();
     *mine = true;
     *linked = off;
   } else {
@@ -281,7 +281,7 @@ bool ClevelIndex::rehash_share(heap::ThreadCache* tc, unsigned j, Ctx c, std::ui
       progress.next.store(b + rehash_threads_, std::memory_order_relaxed);
       // Progress is durable after the bucket's moves (move_bucket drained
       // the copies, then the cleared sources): recovery resumes after it.
-      if (!planted::active(planted::kProgressNotPersisted)) {
+      if (!planted::active(testing::kProgressNotPersisted)) {
         region_.persist(&progress.next, sizeof(std::uint64_t));
       }
     }

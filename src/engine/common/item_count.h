@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "media/region.h"
+#include "pmhash/limits.h"
 
 namespace pmhash::engine::common {
 
@@ -32,7 +33,7 @@ struct NoExtra {};
 template <class Extra = NoExtra>
 class ItemCount {
  public:
-  static constexpr unsigned kStripes = 256;  // one per heap thread slot (kMaxThreads)
+  static constexpr unsigned kStripes = kMaxThreads;  // one per heap thread slot
 
   // `known`: whether a base of 0 is the count (a new, empty index).
   explicit ItemCount(bool known = false) : stripes_(new Stripe[kStripes]), known_(known) {}

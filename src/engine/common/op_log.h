@@ -42,11 +42,14 @@
 #include "engine/common/slot16.h"
 #include "engine/planted.h"
 #include "media/region.h"
+#include "pmhash/limits.h"
 #include "pool/pptr.h"
 
 namespace pmhash::engine::common {
 
-inline constexpr unsigned kOpLogs = 256;  // one per heap thread slot (kMaxThreads)
+// One per heap thread slot. A literal, since it fixes the roots' layout.
+inline constexpr unsigned kOpLogs = 256;
+static_assert(kOpLogs == kMaxThreads);
 
 inline constexpr std::uint64_t kOpKindMask = 0xF;
 inline constexpr std::uint64_t kOpNone = 0;
@@ -70,8 +73,9 @@ constexpr std::uint16_t log_meta_value(std::uint64_t w) { return static_cast<std
 constexpr std::uint64_t log_meta_offset(std::uint64_t w) { return w >> 16; }
 
 // Writes `slot` and `meta` to (w0, w1, new_meta) through `log`, in the
-// persist order above. `clear_bug` is a planted bug (engine/planted.h) that,
-// when active, leaves out persist #4; kNone for an engine without one.
+// persist order above. `clear_bug` is the calling engine's planted bug
+// (engine/planted.h) that, when active, leaves out persist #4; kNone for an
+// engine without one.
 void write_slot_update(media::Region& region, OpLog& log, Slot& slot, std::atomic<std::uint16_t>& meta,
                        std::uint16_t new_meta, std::uint64_t w0, std::uint64_t w1,
                        planted::Bug clear_bug = planted::kNone);

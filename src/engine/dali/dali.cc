@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "engine/dali/dali_index.h"
-#include "engine/planted.h"
+#include "engine/dali/dali_testing.h"
 
 namespace pmhash::engine::dali {
 
@@ -212,7 +212,7 @@ Status DaliIndex::get(const Key& key, std::string* value) {
     // Strict: never answer from an epoch a crash could still fail (dali.h,
     // "Durable linearizability"). Outside the epoch: waiting inside it
     // would hold up the very advance we wait for.
-    if (strict_ && depends_on != 0 && !planted::active(planted::kDaliAnswerBeforeDurable)) {
+    if (strict_ && depends_on != 0 && !planted::active(testing::kAnswerBeforeDurable)) {
       epochs_->wait_durable(depends_on);
     }
     return present ? Status::OK() : Status::NotFound();
@@ -382,7 +382,7 @@ void DaliIndex::retarget(unsigned t, std::uint64_t e, Bucket* b, std::uint64_t h
   // sees the record behind it complete.
   b->ptr[n.a].store(head, std::memory_order_release);
   b->status.store(n.encode(), std::memory_order_release);
-  if (planted::active(planted::kDaliBucketNotFenced)) return;
+  if (planted::active(testing::kBucketNotFenced)) return;
   epochs_->dirty(t, b, sizeof(Bucket));
 }
 
@@ -446,7 +446,7 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
     }
     // Strict: an AlreadyExists or NotFound is an answer too; it waits for
     // the epoch of the record it saw, like get().
-    if (strict_ && depends_on != 0 && !planted::active(planted::kDaliAnswerBeforeDurable)) {
+    if (strict_ && depends_on != 0 && !planted::active(testing::kAnswerBeforeDurable)) {
       epochs_->wait_durable(depends_on);
     }
     if (!s.ok()) return s;

@@ -8,7 +8,7 @@
 
 #include "engine/dali/dali.h"
 #include "engine/dali/dali_index.h"
-#include "engine/planted.h"
+#include "engine/dali/dali_testing.h"
 
 namespace pmhash::engine::dali {
 namespace {
@@ -232,7 +232,7 @@ Status DaliIndex::recover() {
   failed_.assign(root_->failed, root_->failed + count);
   if (crashed) {
     for (std::uint64_t e : {f - 1, f}) {
-      if (e == f - 1 && planted::active(planted::kDaliOnlyOneEpochFails)) continue;
+      if (e == f - 1 && planted::active(testing::kOnlyOneEpochFails)) continue;
       if (failed_.empty() || failed_.back() < e) failed_.push_back(e);
     }
   }
@@ -307,7 +307,7 @@ Status DaliIndex::append_failures(std::uint64_t f) {
   // its entries would name whatever the slots held.
   std::uint64_t at = count;
   for (std::uint64_t e : {f - 1, f}) {
-    if (e == f - 1 && planted::active(planted::kDaliOnlyOneEpochFails)) continue;
+    if (e == f - 1 && planted::active(testing::kOnlyOneEpochFails)) continue;
     if (at == 0 || root_->failed[at - 1] < e) root_->failed[at++] = e;
   }
   region_.persist(&root_->failed[count], (at - count) * sizeof(std::uint64_t));

@@ -6,7 +6,7 @@
 #include <unordered_set>
 
 #include "engine/dali/dali_index.h"
-#include "engine/planted.h"
+#include "engine/dali/dali_testing.h"
 
 namespace pmhash::engine::dali {
 
@@ -114,7 +114,7 @@ class DaliTxn final : public Txn {
   // from is durable (dali.h, "Durable linearizability"). The locks stay
   // held; the wait is outside any epoch, so it cannot hold up the advance.
   void answer_durable(std::uint64_t depends_on) {
-    if (ix_.strict_ && depends_on != 0 && !planted::active(planted::kDaliAnswerBeforeDurable)) {
+    if (ix_.strict_ && depends_on != 0 && !planted::active(testing::kAnswerBeforeDurable)) {
       ix_.epochs_->wait_durable(depends_on);
     }
   }

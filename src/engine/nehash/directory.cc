@@ -1,5 +1,6 @@
 // engine/nehash/directory.cc - the DRAM directory (design in nehash.h §2).
 #include "engine/nehash/directory.h"
+#include "engine/nehash/nehash_testing.h"
 
 #include <algorithm>
 #include <chrono>

@@ -26,17 +26,7 @@
 namespace pmhash::engine::nehash {
 
 // --- time values (§2.6) -------------------------------------------------------
-namespace testing {
-// Replaces the clock of the expansion-rate algorithm (nanoseconds); nullptr
-// restores std::chrono::steady_clock. Process-wide, for tests.
-using ClockFn = std::int64_t (*)();
-void set_clock(ClockFn fn);
-// Replaces the main-node bound (Directory::max_main_bits); 0 restores the
-// default. Process-wide, for tests that drive a group to overflow blocks.
-void set_max_main_bits(unsigned bits);
-}  // namespace testing
-
-// Now, by the clock above.
+// Now, by steady_clock or the clock a test set (nehash_testing.h).
 std::int64_t now_ns();
 
 // --- groups in DRAM -------------------------------------------------------------

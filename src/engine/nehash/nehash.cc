@@ -6,7 +6,7 @@
 
 #include "engine/item.h"
 #include "engine/nehash/nehash_index.h"
-#include "engine/planted.h"
+#include "engine/nehash/nehash_testing.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::nehash {
@@ -204,7 +204,7 @@ bool NehashIndex::has_room(GroupRef* g, std::uint64_t h1) const {
 Status NehashIndex::get(const Key& key, std::string* value) {
   rcu::ReadGuard guard;
   const std::uint16_t fp = fingerprint(key.h2);
-  const bool unpersisted = planted::active(planted::kNehashReadUnpersisted);
+  const bool unpersisted = planted::active(testing::kReadUnpersisted);
   const unsigned k = home_bucket(key.h1, b_);
   const unsigned hs = home_slot(key.h1);
   for (;;) {
@@ -327,7 +327,7 @@ void NehashIndex::store_new(const Place& p, const View& v) {
   // Drain #1: the item, its allocation bit and intent, and the slot words
   // are durable before the meta that makes them visible. (The meta on media
   // is not VALID: the last writer of this slot drained before unlocking.)
-  if (!planted::active(planted::kNehashMetaBeforeSlotDurable)) region_.drain();
+  if (!planted::active(testing::kMetaBeforeSlotDurable)) region_.drain();
   p.meta->store(v.meta, std::memory_order_release);
   region_.flush(p.meta, sizeof(std::uint16_t));
   // Drain #2: the insert is durable before it is acknowledged.
@@ -360,7 +360,7 @@ void NehashIndex::update_slot(heap::ThreadCache* tc, const Place& p, const View&
   // (common/op_log.h; its drain #1 also covers the new item and the retire
   // entry).
   write_slot_update(region_, root_->op_log[tc->slot()], *p.slot, *p.meta, fresh.meta, fresh.w0,
-                    fresh.w1, planted::kNehashOpLogClearNotPersisted);
+                    fresh.w1, testing::kOpLogClearNotPersisted);
 }
 
 NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key& key,

@@ -62,9 +62,6 @@ class NehashIndex final : public Index {
     std::uint64_t splits_committed = 0;      //  E1  B
   };
   const OpenCounters& open_counters() const { return open_counters_; }
-  // Called at step 9 of every split, after the directory action, while the
-  // group is still SPLITTING (tests park a split there).
-  static void set_split_hook(std::function<void()> hook);
   // Waits until the background split of shallow groups
   // (nehash.split_shallow_on_open) has finished; returns what stopped it.
   Status wait_shallow_splits();

@@ -10,7 +10,7 @@
 #include "engine/item.h"
 #include "engine/nehash/nehash.h"
 #include "engine/nehash/nehash_index.h"
-#include "engine/planted.h"
+#include "engine/nehash/nehash_testing.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::nehash {
@@ -277,7 +277,7 @@ Status NehashIndex::recover() {
           return fail(who + " holds a split record that names no live group");
         }
         records.push_back(&log);
-        if (planted::active(planted::kNehashSplitNotFinished)) continue;
+        if (planted::active(testing::kSplitNotFinished)) continue;
         Entry& g = entries[it->second];
         if (d < g.hdr->create_depth || g.depth < d) {
           return fail(who + " splits group " + std::to_string(g.id) + " at depth " +

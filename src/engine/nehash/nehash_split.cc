@@ -8,7 +8,7 @@
 
 #include "engine/nehash/nehash.h"
 #include "engine/nehash/nehash_index.h"
-#include "engine/planted.h"
+#include "engine/nehash/nehash_testing.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::nehash {
@@ -30,7 +30,7 @@ void run_split_hook() {
 
 }  // namespace
 
-void NehashIndex::set_split_hook(std::function<void()> hook) {
+void testing::set_split_hook(std::function<void()> hook) {
   std::lock_guard lock(hook_mutex);
   has_split_hook.store(static_cast<bool>(hook));
   split_hook = std::move(hook);
@@ -332,7 +332,7 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
   region_.flush(&log.op, sizeof(std::uint64_t));
   // 5. Drain #1: g1, its intent and the record are durable before either
   //    table word can reach media.
-  if (!planted::active(planted::kNehashTableBeforeGroupDurable)) region_.drain();
+  if (!planted::active(testing::kTableBeforeGroupDurable)) region_.drain();
   // 6. Both table words.
   table_word(id1)->store(rec_make(off1, d + 1), std::memory_order_relaxed);
   table_word(g->bg_id)->store(rec_make(g->off, d + 1), std::memory_order_relaxed);

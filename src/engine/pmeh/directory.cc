@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "engine/pmeh/pmeh_index.h"
-#include "engine/planted.h"
+#include "engine/pmeh/pmeh_testing.h"
 
 namespace pmhash::engine::pmeh {
 
@@ -51,7 +51,7 @@ Status PmehIndex::install_dir(heap::ThreadCache* tc, unsigned depth) {
   root_->dir_array[id].store(off, std::memory_order_relaxed);
   // The directory is live on media before any zone fills into it (else a
   // crash could free a directory a zone already depends on).
-  if (!planted::active(planted::kPmehDirSlotNotPersistedBeforeFill)) region_.persist(&root_->dir_array[id], sizeof(std::uint64_t));
+  if (!planted::active(testing::kDirSlotNotPersistedBeforeFill)) region_.persist(&root_->dir_array[id], sizeof(std::uint64_t));
   tc->clear_intent(kBlockIntent);
   auto d = std::make_unique<Dir>(Dir{off, h, dir_entries(h), depth, id});
   Dir* raw = d.get();
@@ -75,7 +75,7 @@ void PmehIndex::fill_zone(heap::ThreadCache* tc, unsigned z, Dir* to) {
   }
   region_.flush(&to->entry[base], sizeof(std::uint64_t) * per_zone);
   // The zone's entries are durable before its bit says they are complete.
-  if (!planted::active(planted::kPmehZoneFilledBeforeEntriesDurable)) region_.drain();
+  if (!planted::active(testing::kZoneFilledBeforeEntriesDurable)) region_.drain();
   to->hdr->zone_filled[z / 64].fetch_or(std::uint64_t{1} << (z % 64), std::memory_order_relaxed);
   // The zone lives in the new directory on media before its first write
   // there (a crash must not fall back to a directory that lacks a split).

@@ -9,7 +9,7 @@
 
 #include "engine/item.h"
 #include "engine/pmeh/pmeh_index.h"
-#include "engine/planted.h"
+#include "engine/pmeh/pmeh_testing.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::pmeh {
@@ -130,7 +130,7 @@ void PmehIndex::store_new(const Pos& at, const SlotView& v) {
   // are durable before the meta that makes them visible. The meta on media
   // is not VALID: the last write of this segment drained before its version
   // became even again.
-  if (!planted::active(planted::kPmehMetaBeforeSlotDurable)) region_.drain();
+  if (!planted::active(testing::kMetaBeforeSlotDurable)) region_.drain();
   at.bucket->meta[at.p].store(v.meta, std::memory_order_release);
   region_.flush(&at.bucket->meta[at.p], sizeof(std::uint16_t));
   // Drain #2: the insert is durable before it is acknowledged.
@@ -204,7 +204,7 @@ PmehIndex::Probe PmehIndex::probe(SegmentHeader* h, std::atomic<std::uint64_t>& 
         // state: then it is retired after this version and freed after our
         // read section.
         if (st.load(std::memory_order_acquire) != v1 &&
-            !planted::active(planted::kPmehReadUnpersisted)) {
+            !planted::active(testing::kReadUnpersisted)) {
           return Probe::kRetry;
         }
         const auto* item = checked_item(view_, pool::pptr_offset(w0));
@@ -223,7 +223,7 @@ PmehIndex::Probe PmehIndex::probe(SegmentHeader* h, std::atomic<std::uint64_t>& 
   // (write_slot; pmeh.h, "Durable linearizability" R1): an unchanged even
   // version means that what we read was durable.
   if (st.load(std::memory_order_acquire) != v1 &&
-      !(found && planted::active(planted::kPmehReadUnpersisted))) {
+      !(found && planted::active(testing::kReadUnpersisted))) {
     return Probe::kRetry;
   }
   if (!found && damaged) return Probe::kDamaged;
@@ -243,7 +243,7 @@ Status PmehIndex::get(const Key& key, std::string* value) {
         // Odd: a writer is inside. DEAD: split away, the directory names
         // its children now.
         if ((v1 & kSegDead) == 0 &&
-            ((v1 & 1) == 0 || planted::active(planted::kPmehReadUnpersisted))) {
+            ((v1 & 1) == 0 || planted::active(testing::kReadUnpersisted))) {
           r = probe(seg(off), st, v1, key, value);
         }
       }

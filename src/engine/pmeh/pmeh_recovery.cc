@@ -12,7 +12,7 @@
 #include "engine/item.h"
 #include "engine/pmeh/pmeh.h"
 #include "engine/pmeh/pmeh_index.h"
-#include "engine/planted.h"
+#include "engine/pmeh/pmeh_testing.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::pmeh {
@@ -175,7 +175,7 @@ Status PmehIndex::recover() {
   std::vector<SplitFix> split_fixes;
   for (unsigned z = 0; z < kSplitRecords; ++z) {
     const std::uint64_t rec = root_->split[z].load();
-    if (rec == 0 || planted::active(planted::kPmehSplitRecordIgnored)) continue;
+    if (rec == 0 || planted::active(testing::kSplitRecordIgnored)) continue;
     const std::string who = "zone " + std::to_string(z) + " split record";
     const std::uint64_t off = rec & kSplitOffsetMask;
     if (z >= zn || (rec & ~(kSplitOffsetMask | kSplitCompleting)) != 0) {

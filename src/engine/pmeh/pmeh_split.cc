@@ -6,7 +6,7 @@
 #include <shared_mutex>
 
 #include "engine/pmeh/pmeh_index.h"
-#include "engine/planted.h"
+#include "engine/pmeh/pmeh_testing.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::pmeh {
@@ -62,7 +62,7 @@ void PmehIndex::move_batch(SplitState* sp, const std::uint64_t (&m)[4]) {
   }
   // Drain #1: the children's buckets are durable before they are marked
   // moved (else a crash could leave a bucket moved whose copy was lost).
-  if (!planted::active(planted::kPmehMovedBeforeCopyDurable)) region_.drain();
+  if (!planted::active(testing::kMovedBeforeCopyDurable)) region_.drain();
   for (unsigned w = 0; w < 4; ++w) {
     if (m[w] == 0) continue;
     sp->s->moved[w].fetch_or(m[w], std::memory_order_relaxed);

@@ -13,7 +13,7 @@
 
 #include "engine/pmeh/pmeh.h"
 #include "engine/pmeh/pmeh_index.h"
-#include "engine/planted.h"
+#include "engine/pmeh/pmeh_testing.h"
 #include "sync/rcu.h"
 
 namespace pmhash::engine::pmeh {
@@ -243,7 +243,7 @@ void PmehIndex::apply_requests(unsigned i) {
       // see a writer's announcement and wait for it to end, or it sees
       // TO_OWNED and delegates.
       zone.mode.store(kToOwned, std::memory_order_seq_cst);
-      if (!planted::active(planted::kPmehHandOverSkipsWait)) {
+      if (!planted::active(testing::kHandOverSkipsWait)) {
         for (unsigned t = 0; t < kMaxThreads; ++t) {
           // Acquire: the direct writer's stores happen before our next
           // lock-free write in the zone.

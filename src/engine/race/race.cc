@@ -1,5 +1,6 @@
 // engine/race/race.cc - the race engine: the Index interface, create and open, registration.
 #include "engine/race/race_index.h"
+#include "engine/race/race_testing.h"
 
 namespace pmhash::engine::race {
 
@@ -132,7 +133,7 @@ Status no_params(const Options&, std::uint8_t*) { return Status::OK(); }
 
 }  // namespace
 
-void set_split_hook_for_testing(std::function<bool(SplitStep, bool)> hook) {
+void testing::set_split_hook(std::function<bool(SplitStep, bool)> hook) {
   split_hook() = std::move(hook);
 }
 

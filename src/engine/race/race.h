@@ -367,8 +367,9 @@ inline constexpr unsigned kMaxGroups = 4096;
 // 0): the index's lease is twice the create's timeout.
 inline constexpr unsigned kDefaultTimeoutMs = 1000;
 
-// Tests: the steps of a split ("Split" above) after which the split hook
-// runs, on the thread of the lock's holder, while the subtable is locked.
+// The steps of a split ("Split" above) after which a test's split hook
+// (race_testing.h) runs, on the thread of the lock's holder, while the
+// subtable is locked.
 enum class SplitStep {
   kLocked,              // (0) the lock taken, the subtable read; nothing frozen
   kFrozen,              // (1) every slot frozen
@@ -381,14 +382,5 @@ enum class SplitStep {
   kSlotsRewritten,      // (6) all of them
   kDirectoryFinished,   // (7) the old half's directory words; the lock still held
 };
-// Tests: hook(step, taking_over) runs at each step of a split, by its
-// first holder (taking_over false) or by a client that took the split
-// over ("Dead splitters"; from kDirectoryUpdated on). When it returns true
-// the holder stops there as if it died: it writes nothing more, leaves
-// the lock, and its call returns IOError. With a hook set, steps (3) and
-// (I) always run as two batches, and (5) and (6) each as two, so that
-// every step falls between batches (a holder killed mid-batch leaves a
-// prefix of it).
-void set_split_hook_for_testing(std::function<bool(SplitStep, bool)> hook);
 
 }  // namespace pmhash::engine::race

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "engine/index.h"
-#include "engine/planted.h"
 #include "engine/race/layout.h"
 #include "engine/race/race.h"
+#include "engine/race/race_testing.h"
 #include "engine/remote_common/remote_index.h"
 #include "remote/client.h"
 

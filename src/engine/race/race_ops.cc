@@ -1,5 +1,6 @@
 // engine/race/race_ops.cc - race searches and writes (race.h, "Search", "Insert").
 #include "engine/race/race_index.h"
+#include "engine/race/race_testing.h"
 
 namespace pmhash::engine::race {
 
@@ -205,7 +206,7 @@ Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op 
 RaceIndex::KvBlock::KvBlock(const Key& key, std::optional<std::string_view> value)
     : bytes(kv_bytes(key.bytes.size(), value ? value->size() : 0)),
       units((bytes + 63) / 64),
-      late(planted::active(planted::kRaceSlotBeforeKvDurable)) {
+      late(planted::active(testing::kSlotBeforeKvDurable)) {
   if (!value) return;
   block.assign(units * 64, std::byte{0});
   KvHeader kh{0, static_cast<std::uint32_t>(key.bytes.size()),

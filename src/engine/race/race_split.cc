@@ -1,5 +1,6 @@
 // engine/race/race_split.cc - race subtable splits (race.h, "Split").
 #include "engine/race/race_index.h"
+#include "engine/race/race_testing.h"
 
 namespace pmhash::engine::race {
 
@@ -152,7 +153,7 @@ Status RaceIndex::split_locked(Session& ss, const Held& held, std::uint64_t head
   b.clear();
   // (Tests: a planted bug writes the intent first, in a round trip before
   // the new subtable's.)
-  if (planted::active(planted::kRaceIntentBeforeNewTable)) {
+  if (planted::active(testing::kIntentBeforeNewTable)) {
     add_intent();
     if (Status s = exec_held(ss, held, b); !s.ok()) return s;
     b.clear();
@@ -163,12 +164,12 @@ Status RaceIndex::split_locked(Session& ss, const Held& held, std::uint64_t head
   // node (it runs in order), else in the round trip after (3) completed.
   // Either way the new subtable is whole wherever the seq stands.
   // (Tests: with a hook, always apart, so that a holder can stop between.)
-  if (node1 != held.node || split_hook() || planted::active(planted::kRaceIntentBeforeNewTable)) {
+  if (node1 != held.node || split_hook() || planted::active(testing::kIntentBeforeNewTable)) {
     if (Status s = exec_held(ss, held, b); !s.ok()) return s;
     if (stop_at(held, SplitStep::kNewTableWritten)) return stopped();
     b.clear();
   }
-  if (!planted::active(planted::kRaceIntentBeforeNewTable)) {
+  if (!planted::active(testing::kIntentBeforeNewTable)) {
     add_intent();
     if (Status s = exec_held(ss, held, b); !s.ok()) return s;
   }

@@ -2,6 +2,8 @@
 // (remote_index.h).
 #include "engine/remote_common/remote_index.h"
 
+#include "engine/remote_common/remote_index_testing.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -627,3 +629,9 @@ void Counters::fill(Stats* st, std::string_view engine) const {
 }
 
 }  // namespace pmhash::engine::remote_index
+
+namespace pmhash::engine::remote_index::testing {
+
+void set_lease(std::uint32_t ms) { lease_override.store(ms); }
+
+}  // namespace pmhash::engine::remote_index::testing

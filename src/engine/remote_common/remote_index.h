@@ -220,13 +220,9 @@ static_assert(sizeof(MemberHead) + kMaxNodes * remote::kNodeIdBytes <= remote::k
 // What a fence check reads: the head's first 32 bytes.
 inline constexpr std::uint32_t kFenceReadBytes = 32;
 
-// Tests: when not 0, every index this process attaches to is used as if
-// its lease were `ms` (Identity::lease_ms), whatever its create stored. A
-// crash checker's verifier, the only client of node images whose clients
-// are all dead, takes their locks over quickly with it. Never for an index
-// with live clients: clients with different leases break the lock's and
-// the fence's assumptions.
-inline std::atomic<std::uint32_t> lease_for_testing{0};
+// When not 0, the lease every index of this process is used with, whatever
+// its create stored; set only by testing::set_lease (remote_index_testing.h).
+inline std::atomic<std::uint32_t> lease_override{0};
 
 // An index's identity: node 0's ready stamp (generation, lease), the node
 // count and the index id. Every node of the index holds the same, with its
@@ -237,7 +233,7 @@ struct Identity {
   std::uint8_t index_id[16] = {};
   std::uint64_t generation() const { return stamp_generation(stamp); }
   std::uint32_t lease_ms() const {
-    const std::uint32_t forced = lease_for_testing.load(std::memory_order_relaxed);
+    const std::uint32_t forced = lease_override.load(std::memory_order_relaxed);
     return forced != 0 ? forced : stamp_lease_ms(stamp);
   }
 };

@@ -1,6 +1,7 @@
 // engine/sephash/sephash.cc - the sephash engine: the Index interface, create
 // and open, registration.
 #include "engine/sephash/sephash_index.h"
+#include "engine/sephash/sephash_testing.h"
 
 namespace pmhash::engine::sephash {
 
@@ -166,11 +167,11 @@ Status no_params(const Options&, std::uint8_t*) { return Status::OK(); }
 
 }  // namespace
 
-void set_append_hook_for_testing(std::function<void()> hook) { append_hook() = std::move(hook); }
-void set_lock_hook_for_testing(std::function<bool(LockStep)> hook) {
+void testing::set_append_hook(std::function<void()> hook) { append_hook() = std::move(hook); }
+void testing::set_lock_hook(std::function<bool(LockStep)> hook) {
   lock_hook() = std::move(hook);
 }
-void set_block_hook_for_testing(
+void testing::set_block_hook(
     std::function<void(BlockUse, unsigned, std::uint64_t, std::uint64_t)> hook) {
   block_hook() = std::move(hook);
 }

@@ -467,12 +467,8 @@ struct Config {
   static Config from(const Options& options);
 };
 
-// Tests: called in an append between its first round trip (meta and slots
-// read) and its second (the slot CAS), on the appending thread.
-void set_append_hook_for_testing(std::function<void()> hook);
-
-// Tests: the steps of a merge or split after its lock CAS at which the
-// lock hook is called, on the holder's thread.
+// The steps of a merge or split after its lock CAS at which a test's lock
+// hook runs (sephash_testing.h).
 enum class LockStep {
   kLocked,        // the lock taken; seq not raised yet
   kRead,          // seq raised, slots and MainSeg read; nothing written
@@ -485,15 +481,8 @@ enum class LockStep {
   kSplitDepth,    // split: also the global depth
   kSplitSlots,    // split: also the bitmap and the slots; not the meta
 };
-// Tests: a hook that returns true makes the holder stop at that step as if
-// it died there (it writes nothing more and leaves the lock; its call
-// returns IOError). With a hook set, the merge's publish runs as three
-// batches and the split's last as two, so that kMergeIntent, kMergeSlots
-// and kSplitSlots fall between batches (a holder killed mid-batch leaves
-// a prefix of it applied).
-void set_lock_hook_for_testing(std::function<bool(LockStep)> hook);
-
-// Tests: what a client does with a block of a memory node.
+// What a client does with a block of a memory node, as a test's block hook
+// sees it (sephash_testing.h).
 enum class BlockUse {
   kTaken,  // it writes the block from now on: an item, a MainSeg, a CurSeg,
            // or a free record it pushes (the record stays taken on the stack)
@@ -501,12 +490,5 @@ enum class BlockUse {
            // freed it, an allocation did not use it after all, or a
            // client popped the record it was
 };
-// Tests: called, on the client's thread, for every block any client of
-// the process takes or frees (its node, offset and length in bytes; a
-// block is freed with the length it was taken with). Blocks that go on or
-// come off a stack as a record's entries are free all along; blocks given
-// up (leaked) are never freed. Set it while no client runs.
-void set_block_hook_for_testing(
-    std::function<void(BlockUse, unsigned node, std::uint64_t off, std::uint64_t bytes)> hook);
 
 }  // namespace pmhash::engine::sephash

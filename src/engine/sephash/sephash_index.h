@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "engine/index.h"
-#include "engine/planted.h"
 #include "engine/remote_common/remote_index.h"
 #include "engine/sephash/layout.h"
 #include "engine/sephash/sephash.h"
+#include "engine/sephash/sephash_testing.h"
 #include "remote/client.h"
 
 namespace pmhash::engine::sephash {

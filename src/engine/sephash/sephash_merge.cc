@@ -1,5 +1,6 @@
 // engine/sephash/sephash_merge.cc - sephash merges and splits (sephash.h, "Merge", "Split").
 #include "engine/sephash/sephash_index.h"
+#include "engine/sephash/sephash_testing.h"
 
 namespace pmhash::engine::sephash {
 
@@ -125,7 +126,7 @@ Status SepHashIndex::publish_merge(Session& ss, const Held& held, std::uint64_t 
   std::fill(std::begin(cleared), std::end(cleared), free_slot(seq));
   const std::uint64_t zero[8] = {};
   // (Tests: a planted bug publishes the meta first, ahead of what it names.)
-  const bool meta_first = planted::active(planted::kSephashMetaBeforeMainSegDurable);
+  const bool meta_first = planted::active(testing::kMetaBeforeMainSegDurable);
   if (meta_first) b.write(node, off + kMetaOff, &meta_new, 8);
   if (!image.empty()) b.write(node, main_off, image.data(), static_cast<std::uint32_t>(image.size()));
   // The intent after the image and before anything destructive (same
