@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 jobs=$(nproc)
 status=0
+failed=()
 for preset in release asan tsan; do
   echo "=== tests: $preset ==="
   case "$preset" in
@@ -20,6 +21,12 @@ for preset in release asan tsan; do
   # instead of stalling the run.
   if ! ctest --test-dir "build/$preset" --output-on-failure -j "$jobs" --timeout 600 "${exclude[@]}"; then
     status=1
+    log="build/$preset/Testing/Temporary/LastTestsFailed.log"
+    if [ -f "$log" ]; then
+      while IFS= read -r line; do failed+=("$preset: ${line#*:}"); done < "$log"
+    else
+      failed+=("$preset: ctest failed without a list of failed tests")
+    fi
   fi
 done
 # One minute of fuzzing Store::open with damaged pools and half a minute
@@ -27,5 +34,14 @@ done
 # UBSan); the build takes about as long again. `make fuzz` runs longer.
 if ! ./scripts/fuzz.sh 60 30; then
   status=1
+  failed+=("fuzz: see build/fuzz/*.log")
+fi
+# The list of what failed comes last, where a reader of only the end of the
+# output (a CI summary) sees it.
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "=== failed (${#failed[@]}) ==="
+  printf '  %s\n' "${failed[@]}"
+else
+  echo "=== every test passed ==="
 fi
 exit $status
