@@ -25,6 +25,8 @@ class Status {
     kNotSupported,     // the engine does not offer this operation
     kAborted,          // a transaction was aborted (a lock wait timed out:
                        // a possible deadlock); none of its writes applied
+    kConflict,         // compare_and_swap found another value than the one
+                       // expected; nothing changed
   };
 
   Status() = default;
@@ -39,6 +41,9 @@ class Status {
   static Status Busy(std::string msg) { return {Code::kBusy, std::move(msg)}; }
   static Status NotSupported(std::string msg) { return {Code::kNotSupported, std::move(msg)}; }
   static Status Aborted(std::string msg) { return {Code::kAborted, std::move(msg)}; }
+  static Status Conflict(std::string msg = "the value is not the one expected") {
+    return {Code::kConflict, std::move(msg)};
+  }
 
   bool ok() const { return code_ == Code::kOk; }
   bool is_not_found() const { return code_ == Code::kNotFound; }
@@ -50,6 +55,7 @@ class Status {
   bool is_busy() const { return code_ == Code::kBusy; }
   bool is_not_supported() const { return code_ == Code::kNotSupported; }
   bool is_aborted() const { return code_ == Code::kAborted; }
+  bool is_conflict() const { return code_ == Code::kConflict; }
 
   Code code() const { return code_; }
   const std::string& message() const { return msg_; }

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,21 @@
 #include "pmhash/transaction.h"
 
 namespace pmhash {
+
+// What the function of Store::read_modify_write wants done with its key.
+struct Modification {
+  enum class Kind : unsigned char { kKeep, kSet, kRemove };
+  Kind kind = Kind::kKeep;
+  std::string value;  // the new value, for kSet
+
+  // Leave the key as it is (read_modify_write then writes nothing).
+  static Modification keep() { return {}; }
+  static Modification set(std::string value) { return {Kind::kSet, std::move(value)}; }
+  static Modification remove() { return {Kind::kRemove, {}}; }
+};
+
+// Sees the key's current value (std::nullopt when the key is absent).
+using ModifyFn = std::function<Modification(std::optional<std::string_view> current)>;
 
 class Store {
  public:
@@ -127,6 +143,26 @@ class Store {
 
   // Removes `key`. Errors: NotFound; InvalidArgument.
   virtual Status remove(std::string_view key) = 0;
+
+  // Atomically: if the current value of `key` is `expected`, makes it
+  // `desired`. std::nullopt as `expected` means "the key is absent", as
+  // `desired` "remove the key". Values are compared byte for byte. The call
+  // is linearizable with every other call on the key on every engine, and
+  // durable on return as the store's other writes are (Durability).
+  // Errors: Conflict when the key's state is not the expected one (nothing
+  // changed); InvalidArgument for an oversized key or value; NoSpace; Busy
+  // as for insert.
+  virtual Status compare_and_swap(std::string_view key, std::optional<std::string_view> expected,
+                                  std::optional<std::string_view> desired) = 0;
+
+  // Atomically changes `key` as fn says, given its current value: reads it,
+  // calls fn, and writes the result with compare_and_swap, expecting the
+  // value fn saw; when another write came in between, it reads again and
+  // calls fn again. So fn may run more than once (under contention) and
+  // must only compute its result; the last call's result is what happened.
+  // Modification::keep() writes nothing. No lock is held while fn runs.
+  // Errors: those of get and compare_and_swap except NotFound and Conflict.
+  Status read_modify_write(std::string_view key, const ModifyFn& fn);
 
   // Calls fn(key, value) for every key; stops early when fn returns false.
   // (Busy under dali as for get.)

@@ -25,6 +25,8 @@ std::string_view Status::code_name(Code code) {
       return "NotSupported";
     case Code::kAborted:
       return "Aborted";
+    case Code::kConflict:
+      return "Conflict";
   }
   return "Unknown";
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,18 @@ class Index {
   virtual Status update(const Key& key, std::string_view value) = 0;
   virtual Status upsert(const Key& key, std::string_view value) = 0;
   virtual Status remove(const Key& key) = 0;
+  // Store::compare_and_swap: makes the key's value `desired` (nullopt:
+  // removes the key) if it is `expected` (nullopt: the key is absent),
+  // atomically with every other write of the key, and durable on return as
+  // the engine's other writes are; Conflict, with nothing changed,
+  // otherwise. (The store has checked the sizes.)
+  virtual Status compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                                  std::optional<std::string_view> desired) {
+    (void)key;
+    (void)expected;
+    (void)desired;
+    return Status::NotSupported("compare_and_swap is not implemented by this engine yet");
+  }
   // ReadOptions::snapshot: the latest durable state, without locks. Engines
   // whose writes are durable on return read the latest state.
   virtual Status snapshot_get(const Key& key, std::string* value) { return get(key, value); }

@@ -192,6 +192,20 @@ class StoreBase : public Store {
     return index_->remove(engine::make_key(key));
   }
 
+  Status compare_and_swap(std::string_view key, std::optional<std::string_view> expected,
+                          std::optional<std::string_view> desired) override {
+    if (Status s = check_open(); !s.ok()) return s;
+    if (Status s = check_key(key); !s.ok()) return s;
+    if (expected) {
+      if (Status s = check_value(*expected); !s.ok()) return s;
+    }
+    if (desired) {
+      if (Status s = check_value(*desired); !s.ok()) return s;
+    }
+    const engine::Key k = engine::make_key(key);
+    return unless_only_garbage([&] { return index_->compare_and_swap(k, expected, desired); });
+  }
+
   Status for_each(const std::function<bool(std::string_view, std::string_view)>& fn)
       const override {
     if (Status s = check_open(); !s.ok()) return s;
@@ -524,6 +538,27 @@ Status Store::create_volatile(const Options& options, std::unique_ptr<Store>* st
   std::unique_ptr<pool::Pool> pool;
   if (Status s = pool::Pool::create_volatile(params, &pool); !s.ok()) return s;
   return attach(pool, options, info->create, Clock::now(), /*opening=*/false, store);
+}
+
+Status Store::read_modify_write(std::string_view key, const ModifyFn& fn) {
+  std::string current;
+  for (;;) {
+    Status s = get(key, &current);
+    if (!s.ok() && !s.is_not_found()) return s;
+    const bool present = s.ok();
+    const std::optional<std::string_view> seen =
+        present ? std::optional<std::string_view>(current) : std::nullopt;
+    const Modification m = fn(seen);
+    // Keep: the answer is the value read, as of the get.
+    if (m.kind == Modification::Kind::kKeep) return Status::OK();
+    // Removing an absent key changes nothing either.
+    if (m.kind == Modification::Kind::kRemove && !present) return Status::OK();
+    const std::optional<std::string_view> desired =
+        m.kind == Modification::Kind::kSet ? std::optional<std::string_view>(m.value)
+                                           : std::nullopt;
+    s = compare_and_swap(key, seen, desired);
+    if (!s.is_conflict()) return s;
+  }
 }
 
 std::vector<std::string> Store::engines() { return engine::engine_list(Location::kPoolFile); }
