@@ -357,8 +357,12 @@ TEST_F(MemnodeDaemonTest, PipelinedHugeReadsNeverReadKeepTheDaemonUnderItsMemory
   // A budget of one largest frame: the attacker's first response takes it
   // all, so the real client's large READ below is served only once the
   // daemon has closed the attacker for making no progress.
+  // The frame timeout that closes the attacker also closes a real client
+  // stalled that long: 3 s, so that a sanitizer build on a loaded machine
+  // moving 63 MiB never stalls as long.
   Limits lim;
   lim.budget_mib = 65;
+  lim.frame_timeout_s = 3.0;
   MemnodeProcess m(PMHASH_MEMNODE_PATH, pool, lim.flags());
   ASSERT_NE(m.port(), 0);
   auto c = client(m.spec());

@@ -2,9 +2,15 @@
 #include "server/commands.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <unistd.h>
 #include <string>
 #include <vector>
@@ -12,6 +18,8 @@
 #include "pmhash/engines.h"
 #include "pmhash/stats.h"
 #include "pmhash/store.h"
+#include "pmhash/transaction.h"
+#include "server/keyspace.h"
 #include "server/server.h"
 
 namespace pmhash::server {
@@ -186,73 +194,206 @@ void cmd_select(Call& c) {
 }
 
 // --- strings -----------------------------------------------------------
+//
+// Every value may carry an expiry deadline (server/keyspace.h). A command
+// that reads and writes a key runs as one Keyspace::modify, atomic on every
+// engine; its function may run more than once, so it only records what it
+// saw in locals the reply is made from after the call.
 
-void cmd_get(Call& c) {
-  std::string value;
-  const Status s = c.server.store().get(c.args[1], &value);
-  if (s.is_not_found()) return c.out.null();
-  if (!s.ok()) return store_error(c, s);
-  c.out.bulk(value);
+constexpr std::string_view kNotInteger = "ERR value is not an integer or out of range";
+
+std::string expire_error(std::string_view command) {
+  return "ERR invalid expire time in '" + lower(command) + "' command";
 }
 
-// SET key value [NX | XX]: NX is the store's insert and XX its update, each
-// atomic on every engine. GET, EX, PX, EXAT, PXAT and KEEPTTL need the
-// store's read-modify-write and expiry, which this server does not offer
-// yet: they are refused, never emulated.
+// The deadline (ms since the epoch) of an expiry given in `unit` (EX, PX,
+// EXAT, PXAT, lower case) with the amount `text`; false with the error in
+// *error when the amount is not a positive integer or the deadline
+// overflows.
+bool deadline_of(Call& c, std::string_view unit, std::string_view text, std::string_view command,
+                 std::uint64_t* deadline, std::string* error) {
+  std::int64_t n = 0;
+  if (!parse_int(text, &n)) {
+    *error = std::string(kNotInteger);
+    return false;
+  }
+  if (n <= 0) {
+    *error = expire_error(command);
+    return false;
+  }
+  const std::uint64_t now = c.server.keyspace().now_ms();
+  const std::uint64_t amount = static_cast<std::uint64_t>(n);
+  constexpr std::uint64_t kMax = static_cast<std::uint64_t>(INT64_MAX);
+  const bool seconds = unit == "ex" || unit == "exat";
+  const bool relative = unit == "ex" || unit == "px";
+  if (seconds && amount > kMax / 1000) {
+    *error = expire_error(command);
+    return false;
+  }
+  const std::uint64_t ms = seconds ? amount * 1000 : amount;
+  if (relative && ms > kMax - now) {
+    *error = expire_error(command);
+    return false;
+  }
+  *deadline = relative ? now + ms : ms;
+  return true;
+}
+
+bool is_expiry_unit(std::string_view opt) {
+  return opt == "ex" || opt == "px" || opt == "exat" || opt == "pxat";
+}
+
+void cmd_get(Call& c) {
+  Entry e;
+  const Status s = c.server.keyspace().get(c.args[1], &e);
+  if (s.is_not_found()) return c.out.null();
+  if (!s.ok()) return store_error(c, s);
+  c.out.bulk(e.value);
+}
+
+// SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]
 void cmd_set(Call& c) {
   bool nx = false;
   bool xx = false;
+  bool get = false;
+  bool keepttl = false;
+  bool expiry = false;
+  std::uint64_t deadline = 0;
   for (std::size_t i = 3; i < c.args.size(); ++i) {
     const std::string opt = lower(c.args[i]);
     if (opt == "nx" && !xx) {
       nx = true;
     } else if (opt == "xx" && !nx) {
       xx = true;
-    } else if (opt == "get" || opt == "ex" || opt == "px" || opt == "exat" || opt == "pxat" ||
-               opt == "keepttl") {
-      return c.out.error("ERR SET " + std::string(c.args[i]) +
-                         " is not supported by pmhash-server yet");
+    } else if (opt == "get") {
+      get = true;
+    } else if (opt == "keepttl" && !expiry) {
+      keepttl = true;
+    } else if (is_expiry_unit(opt) && !expiry && !keepttl && i + 1 < c.args.size()) {
+      std::string error;
+      if (!deadline_of(c, opt, c.args[++i], "set", &deadline, &error)) return c.out.error(error);
+      expiry = true;
     } else {
       return c.out.error("ERR syntax error");
     }
   }
-  Store& store = c.server.store();
-  Status s;
-  if (nx) {
-    s = store.insert(c.args[1], c.args[2]);
-    if (s.is_already_exists()) return c.out.null();
-  } else if (xx) {
-    s = store.update(c.args[1], c.args[2]);
-    if (s.is_not_found()) return c.out.null();
-  } else {
-    s = store.upsert(c.args[1], c.args[2]);
+  Keyspace& ks = c.server.keyspace();
+  if (!nx && !xx && !get && !keepttl) {
+    const Status s = ks.set(c.args[1], c.args[2], deadline);
+    if (!s.ok()) return store_error(c, s);
+    return c.out.simple("OK");
   }
+  bool applied = false;
+  std::optional<std::string> old;
+  const Status s = ks.modify(c.args[1], [&](const Entry* cur) {
+    old = cur != nullptr ? std::optional<std::string>(cur->value) : std::nullopt;
+    applied = !(nx && cur != nullptr) && !(xx && cur == nullptr);
+    if (!applied) return Change::keep();
+    const std::uint64_t d = keepttl && cur != nullptr ? cur->deadline_ms : deadline;
+    return Change::set(std::string(c.args[2]), d);
+  });
   if (!s.ok()) return store_error(c, s);
+  if (get) return old ? c.out.bulk(*old) : c.out.null();
+  if (!applied) return c.out.null();
   c.out.simple("OK");
 }
 
+// Sets `key` if it is absent (or expired); whether it did.
+Status set_if_absent(Keyspace& ks, std::string_view key, std::string_view value, bool* set) {
+  // The common case, one store call; an expired key is present to the
+  // store, so AlreadyExists is decided again by modify.
+  Status s = ks.store().insert(key, encode_entry(value, 0));
+  *set = s.ok();
+  if (!s.is_already_exists()) return s;
+  s = ks.modify(key, [&](const Entry* cur) {
+    *set = cur == nullptr;
+    return *set ? Change::set(std::string(value), 0) : Change::keep();
+  });
+  return s;
+}
+
 void cmd_setnx(Call& c) {
-  const Status s = c.server.store().insert(c.args[1], c.args[2]);
-  if (s.is_already_exists()) return c.out.integer(0);
+  bool set = false;
+  const Status s = set_if_absent(c.server.keyspace(), c.args[1], c.args[2], &set);
   if (!s.ok()) return store_error(c, s);
-  c.out.integer(1);
+  c.out.integer(set ? 1 : 0);
+}
+
+// SETEX key seconds value, PSETEX key milliseconds value
+void set_with_expiry(Call& c, std::string_view unit) {
+  std::uint64_t deadline = 0;
+  std::string error;
+  if (!deadline_of(c, unit, c.args[2], c.args[0], &deadline, &error)) return c.out.error(error);
+  const Status s = c.server.keyspace().set(c.args[1], c.args[3], deadline);
+  if (!s.ok()) return store_error(c, s);
+  c.out.simple("OK");
+}
+void cmd_setex(Call& c) { set_with_expiry(c, "ex"); }
+void cmd_psetex(Call& c) { set_with_expiry(c, "px"); }
+
+void cmd_getset(Call& c) {
+  std::optional<std::string> old;
+  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+    old = cur != nullptr ? std::optional<std::string>(cur->value) : std::nullopt;
+    return Change::set(std::string(c.args[2]), 0);
+  });
+  if (!s.ok()) return store_error(c, s);
+  old ? c.out.bulk(*old) : c.out.null();
+}
+
+void cmd_getdel(Call& c) {
+  std::optional<std::string> old;
+  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+    old = cur != nullptr ? std::optional<std::string>(cur->value) : std::nullopt;
+    return cur != nullptr ? Change::remove() : Change::keep();
+  });
+  if (!s.ok()) return store_error(c, s);
+  old ? c.out.bulk(*old) : c.out.null();
+}
+
+// GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST]
+void cmd_getex(Call& c) {
+  bool persist = false;
+  bool expiry = false;
+  std::uint64_t deadline = 0;
+  for (std::size_t i = 2; i < c.args.size(); ++i) {
+    const std::string opt = lower(c.args[i]);
+    if (opt == "persist" && !expiry && !persist) {
+      persist = true;
+    } else if (is_expiry_unit(opt) && !expiry && !persist && i + 1 < c.args.size()) {
+      std::string error;
+      if (!deadline_of(c, opt, c.args[++i], "getex", &deadline, &error)) return c.out.error(error);
+      expiry = true;
+    } else {
+      return c.out.error("ERR syntax error");
+    }
+  }
+  if (!persist && !expiry) return cmd_get(c);
+  std::optional<std::string> value;
+  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+    value = cur != nullptr ? std::optional<std::string>(cur->value) : std::nullopt;
+    if (cur == nullptr) return Change::keep();
+    return Change::set(cur->value, persist ? 0 : deadline);
+  });
+  if (!s.ok()) return store_error(c, s);
+  value ? c.out.bulk(*value) : c.out.null();
 }
 
 void cmd_strlen(Call& c) {
-  std::string value;
-  const Status s = c.server.store().get(c.args[1], &value);
+  Entry e;
+  const Status s = c.server.keyspace().get(c.args[1], &e);
   if (s.is_not_found()) return c.out.integer(0);
   if (!s.ok()) return store_error(c, s);
-  c.out.integer(static_cast<std::int64_t>(value.size()));
+  c.out.integer(static_cast<std::int64_t>(e.value.size()));
 }
 
 void cmd_mget(Call& c) {
   c.out.array(c.args.size() - 1);
-  std::string value;
+  Entry e;
   for (std::size_t i = 1; i < c.args.size(); ++i) {
-    const Status s = c.server.store().get(c.args[i], &value);
+    const Status s = c.server.keyspace().get(c.args[i], &e);
     if (s.ok()) {
-      c.out.bulk(value);
+      c.out.bulk(e.value);
     } else {
       // Redis answers nil for a key it cannot give, whatever the reason.
       c.out.null();
@@ -260,26 +401,292 @@ void cmd_mget(Call& c) {
   }
 }
 
+// Runs body(txn) in a store transaction, again while a lock wait aborts it.
+// NotSupported when the engine has no transactions.
+Status in_transaction(Store& store, const std::function<Status(Transaction&)>& body) {
+  for (;;) {
+    std::unique_ptr<Transaction> txn;
+    Status s = store.transaction(&txn);
+    if (!s.ok()) return s;
+    s = body(*txn);
+    if (s.ok()) s = txn->commit();
+    if (!s.is_aborted()) return s;
+  }
+}
+
+// MSET key value [key value ...]: one transaction where the engine has them,
+// so that no reader sees some of the keys set and a crash keeps all or none;
+// elsewhere one write per key, in order (docs/server.md, "Differences").
+void cmd_mset(Call& c) {
+  if (c.args.size() % 2 == 0) return wrong_args(c, "mset");
+  Status s = in_transaction(c.server.store(), [&](Transaction& txn) {
+    for (std::size_t i = 1; i + 1 < c.args.size(); i += 2) {
+      if (Status w = txn.upsert(c.args[i], encode_entry(c.args[i + 1], 0)); !w.ok()) return w;
+    }
+    return Status::OK();
+  });
+  if (s.is_not_supported()) {
+    s = Status::OK();
+    for (std::size_t i = 1; i + 1 < c.args.size() && s.ok(); i += 2) {
+      s = c.server.keyspace().set(c.args[i], c.args[i + 1], 0);
+    }
+  }
+  if (!s.ok()) return store_error(c, s);
+  c.out.simple("OK");
+}
+
+// MSETNX key value [key value ...]: all keys set, or none when any exists.
+// One key is one atomic modify on every engine; several need the engine's
+// transactions, and are refused on an engine without them.
+void cmd_msetnx(Call& c) {
+  if (c.args.size() % 2 == 0) return wrong_args(c, "msetnx");
+  Keyspace& ks = c.server.keyspace();
+  if (c.args.size() == 3) {
+    bool set = false;
+    const Status s = set_if_absent(ks, c.args[1], c.args[2], &set);
+    if (!s.ok()) return store_error(c, s);
+    return c.out.integer(set ? 1 : 0);
+  }
+  bool any_exists = false;
+  const std::uint64_t now = ks.now_ms();
+  const Status s = in_transaction(c.server.store(), [&](Transaction& txn) {
+    any_exists = false;
+    std::string stored;
+    for (std::size_t i = 1; i + 1 < c.args.size(); i += 2) {
+      const Status g = txn.get(c.args[i], &stored);
+      if (g.ok()) {
+        const Decoded d = decode_entry(stored);
+        if (d.deadline_ms == 0 || d.deadline_ms > now) {
+          any_exists = true;
+          return Status::OK();  // commits nothing written
+        }
+      } else if (!g.is_not_found()) {
+        return g;
+      }
+    }
+    for (std::size_t i = 1; i + 1 < c.args.size(); i += 2) {
+      if (Status w = txn.upsert(c.args[i], encode_entry(c.args[i + 1], 0)); !w.ok()) return w;
+    }
+    return Status::OK();
+  });
+  if (s.is_not_supported()) {
+    return c.out.error("ERR MSETNX of several keys needs an engine with transactions (pmhash engines "
+                       "lists them); this server's engine has none");
+  }
+  if (!s.ok()) return store_error(c, s);
+  c.out.integer(any_exists ? 0 : 1);
+}
+
+void cmd_append(Call& c) {
+  std::size_t length = 0;
+  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+    std::string value = cur != nullptr ? cur->value : std::string();
+    value.append(c.args[2]);
+    length = value.size();
+    return Change::set(std::move(value), cur != nullptr ? cur->deadline_ms : 0);
+  });
+  if (s.is_invalid_argument()) return c.out.error("ERR string exceeds maximum allowed size");
+  if (!s.ok()) return store_error(c, s);
+  c.out.integer(static_cast<std::int64_t>(length));
+}
+
+// INCR, DECR, INCRBY, DECRBY: the value is a signed 64-bit decimal; the
+// key keeps its deadline.
+void increment(Call& c, std::int64_t by) {
+  std::int64_t result = 0;
+  std::string_view error;
+  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+    error = {};
+    std::int64_t n = 0;
+    if (cur != nullptr && !parse_int(cur->value, &n)) {
+      error = kNotInteger;
+      return Change::keep();
+    }
+    if ((by > 0 && n > INT64_MAX - by) || (by < 0 && n < INT64_MIN - by)) {
+      error = "ERR increment or decrement would overflow";
+      return Change::keep();
+    }
+    result = n + by;
+    return Change::set(std::to_string(result), cur != nullptr ? cur->deadline_ms : 0);
+  });
+  if (!s.ok()) return store_error(c, s);
+  if (!error.empty()) return c.out.error(error);
+  c.out.integer(result);
+}
+
+void cmd_incr(Call& c) { increment(c, 1); }
+void cmd_decr(Call& c) { increment(c, -1); }
+
+void cmd_incrby(Call& c) {
+  std::int64_t by = 0;
+  if (!parse_int(c.args[2], &by)) return c.out.error(kNotInteger);
+  increment(c, by);
+}
+
+void cmd_decrby(Call& c) {
+  std::int64_t by = 0;
+  if (!parse_int(c.args[2], &by)) return c.out.error(kNotInteger);
+  if (by == INT64_MIN) return c.out.error("ERR decrement would overflow");
+  increment(c, -by);
+}
+
+// A decimal or exponent float as Redis accepts it: no spaces, not NaN.
+bool parse_float(std::string_view text, long double* out) {
+  if (text.empty() || text.size() > 5000 || std::isspace(static_cast<unsigned char>(text.front())) ||
+      std::isspace(static_cast<unsigned char>(text.back()))) {
+    return false;
+  }
+  const std::string copy(text);
+  errno = 0;
+  char* end = nullptr;
+  const long double v = std::strtold(copy.c_str(), &end);
+  if (end != copy.c_str() + copy.size() || errno == ERANGE || std::isnan(v)) return false;
+  *out = v;
+  return true;
+}
+
+// The shortest form Redis prints a long double in: 17 significant digits,
+// no trailing zeros after the point.
+std::string format_float(long double v) {
+  char buf[64];
+  const int n = std::snprintf(buf, sizeof buf, "%.17Lg", v);
+  std::string out(buf, static_cast<std::size_t>(std::max(n, 0)));
+  if (out.find('.') != std::string::npos && out.find('e') == std::string::npos) {
+    while (out.back() == '0') out.pop_back();
+    if (out.back() == '.') out.pop_back();
+  }
+  return out;
+}
+
+void cmd_incrbyfloat(Call& c) {
+  long double by = 0;
+  if (!parse_float(c.args[2], &by)) return c.out.error("ERR value is not a valid float");
+  std::string result;
+  std::string_view error;
+  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+    error = {};
+    long double n = 0;
+    if (cur != nullptr && !parse_float(cur->value, &n)) {
+      error = "ERR value is not a valid float";
+      return Change::keep();
+    }
+    const long double sum = n + by;
+    if (std::isnan(sum) || std::isinf(sum)) {
+      error = "ERR increment would produce NaN or Infinity";
+      return Change::keep();
+    }
+    result = format_float(sum);
+    return Change::set(result, cur != nullptr ? cur->deadline_ms : 0);
+  });
+  if (!s.ok()) return store_error(c, s);
+  if (!error.empty()) return c.out.error(error);
+  c.out.bulk(result);
+}
+
+// --- expiry ----------------------------------------------------------------
+
+// EXPIRE key seconds, PEXPIRE key ms, EXPIREAT key unix-s, PEXPIREAT key
+// unix-ms, each [NX | XX | GT | LT]. A deadline not in the future removes
+// the key. 1 when the deadline was set (or the key removed), 0 when the key
+// is absent or the condition failed. No deadline counts as infinitely far
+// (GT never holds against it, LT always does).
+void set_expiry(Call& c, std::string_view unit) {
+  bool nx = false, xx = false, gt = false, lt = false;
+  for (std::size_t i = 3; i < c.args.size(); ++i) {
+    const std::string opt = lower(c.args[i]);
+    if (opt == "nx") {
+      nx = true;
+    } else if (opt == "xx") {
+      xx = true;
+    } else if (opt == "gt") {
+      gt = true;
+    } else if (opt == "lt") {
+      lt = true;
+    } else {
+      return c.out.error("ERR Unsupported option " + std::string(c.args[i]));
+    }
+  }
+  if (nx && (xx || gt || lt)) {
+    return c.out.error("ERR NX and XX, GT or LT options at the same time are not compatible");
+  }
+  if (gt && lt) return c.out.error("ERR GT and LT options at the same time are not compatible");
+  std::int64_t n = 0;
+  if (!parse_int(c.args[2], &n)) return c.out.error(kNotInteger);
+  Keyspace& ks = c.server.keyspace();
+  const std::uint64_t now = ks.now_ms();
+  const bool seconds = unit == "ex" || unit == "exat";
+  const bool relative = unit == "ex" || unit == "px";
+  // In 128 bits, so that no amount a client sends can overflow.
+  __int128 ms = seconds ? static_cast<__int128>(n) * 1000 : n;
+  if (relative) ms += now;
+  if (ms > INT64_MAX || ms < INT64_MIN) return c.out.error(expire_error(c.args[0]));
+  const bool in_past = ms <= static_cast<__int128>(now);
+  const std::uint64_t deadline = in_past ? 0 : static_cast<std::uint64_t>(ms);
+  bool applied = false;
+  const Status s = ks.modify(c.args[1], [&](const Entry* cur) {
+    applied = false;
+    if (cur == nullptr) return Change::keep();
+    const bool has = cur->deadline_ms != 0;
+    if ((nx && has) || (xx && !has)) return Change::keep();
+    if (gt && (!has || (!in_past && deadline <= cur->deadline_ms) || in_past)) return Change::keep();
+    if (lt && has && !in_past && deadline >= cur->deadline_ms) return Change::keep();
+    applied = true;
+    if (in_past) return Change::remove();
+    return Change::set(cur->value, deadline);
+  });
+  if (!s.ok()) return store_error(c, s);
+  c.out.integer(applied ? 1 : 0);
+}
+
+void cmd_expire(Call& c) { set_expiry(c, "ex"); }
+void cmd_pexpire(Call& c) { set_expiry(c, "px"); }
+void cmd_expireat(Call& c) { set_expiry(c, "exat"); }
+void cmd_pexpireat(Call& c) { set_expiry(c, "pxat"); }
+
+// TTL and PTTL: -2 for an absent key, -1 for one without a deadline.
+void remaining(Call& c, bool in_seconds) {
+  Keyspace& ks = c.server.keyspace();
+  Entry e;
+  const Status s = ks.get(c.args[1], &e);
+  if (s.is_not_found()) return c.out.integer(-2);
+  if (!s.ok()) return store_error(c, s);
+  if (e.deadline_ms == 0) return c.out.integer(-1);
+  const std::uint64_t now = ks.now_ms();
+  const std::uint64_t ms = e.deadline_ms > now ? e.deadline_ms - now : 0;
+  c.out.integer(static_cast<std::int64_t>(in_seconds ? (ms + 500) / 1000 : ms));
+}
+
+void cmd_ttl(Call& c) { remaining(c, true); }
+void cmd_pttl(Call& c) { remaining(c, false); }
+
+void cmd_persist(Call& c) {
+  bool applied = false;
+  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+    applied = cur != nullptr && cur->deadline_ms != 0;
+    return applied ? Change::set(cur->value, 0) : Change::keep();
+  });
+  if (!s.ok()) return store_error(c, s);
+  c.out.integer(applied ? 1 : 0);
+}
+
 // --- keys ----------------------------------------------------------------
 
 void cmd_del(Call& c) {
   std::int64_t removed = 0;
   for (std::size_t i = 1; i < c.args.size(); ++i) {
-    const Status s = c.server.store().remove(c.args[i]);
-    if (s.ok()) {
-      ++removed;
-    } else if (!s.is_not_found()) {
-      return store_error(c, s);
-    }
+    bool was = false;
+    const Status s = c.server.keyspace().remove(c.args[i], &was);
+    if (!s.ok()) return store_error(c, s);
+    removed += was ? 1 : 0;
   }
   c.out.integer(removed);
 }
 
 void cmd_exists(Call& c) {
   std::int64_t found = 0;
-  std::string value;
+  Entry e;
   for (std::size_t i = 1; i < c.args.size(); ++i) {
-    const Status s = c.server.store().get(c.args[i], &value);
+    const Status s = c.server.keyspace().get(c.args[i], &e);
     if (s.ok()) {
       ++found;
     } else if (!s.is_not_found()) {
@@ -290,8 +697,8 @@ void cmd_exists(Call& c) {
 }
 
 void cmd_type(Call& c) {
-  std::string value;
-  const Status s = c.server.store().get(c.args[1], &value);
+  Entry e;
+  const Status s = c.server.keyspace().get(c.args[1], &e);
   if (s.is_not_found()) return c.out.simple("none");
   if (!s.ok()) return store_error(c, s);
   c.out.simple("string");
@@ -302,13 +709,34 @@ void cmd_dbsize(Call& c) { c.out.integer(static_cast<std::int64_t>(c.server.stor
 void cmd_keys(Call& c) {
   std::vector<std::string> keys;
   const std::string_view pattern = c.args[1];
-  const Status s = c.server.store().for_each([&](std::string_view key, std::string_view) {
+  const Status s = c.server.keyspace().for_each([&](std::string_view key, const Decoded&) {
     if (glob_match(pattern, key)) keys.emplace_back(key);
     return true;
   });
   if (!s.ok()) return store_error(c, s);
   c.out.array(keys.size());
   for (const std::string& k : keys) c.out.bulk(k);
+}
+
+// FLUSHDB and FLUSHALL [ASYNC | SYNC]: removes every key present when the
+// command starts, one removal each. Not one atomic step: a client may see
+// some keys gone and others not yet, a key written meanwhile may stay, and a
+// crash in the middle leaves the rest (docs/server.md, "Differences").
+void cmd_flushdb(Call& c) {
+  if (c.args.size() > 2 || (c.args.size() == 2 && lower(c.args[1]) != "async" && lower(c.args[1]) != "sync")) {
+    return c.out.error("ERR syntax error");
+  }
+  std::vector<std::string> keys;
+  Status s = c.server.store().for_each([&](std::string_view key, std::string_view) {
+    keys.emplace_back(key);
+    return true;
+  });
+  for (std::size_t i = 0; s.ok() && i < keys.size(); ++i) {
+    s = c.server.store().remove(keys[i]);
+    if (s.is_not_found()) s = Status::OK();
+  }
+  if (!s.ok()) return store_error(c, s);
+  c.out.simple("OK");
 }
 
 // --- server ----------------------------------------------------------------
@@ -454,30 +882,52 @@ void cmd_config(Call& c) {
 }
 
 const Command kCommands[] = {
+    {"append", 3, kWrite, 1, 1, 1, "Appends to a key's value.", cmd_append},
     {"auth", -2, kNoAuth | kFast | kStale | kLoading, 0, 0, 0, "Authenticates the connection.", cmd_auth},
     {"bgsave", -1, kAdmin, 0, 0, 0, "Makes every acknowledged write durable.", cmd_bgsave},
     {"client", -2, kAdmin | kStale | kLoading, 0, 0, 0, "Connection commands.", cmd_client},
-    {"config", -2, kAdmin | kStale | kLoading, 0, 0, 0, "The server's configuration.", cmd_config},
     {"command", -1, kLoading | kStale, 0, 0, 0, "Details about the commands.", cmd_command},
+    {"config", -2, kAdmin | kStale | kLoading, 0, 0, 0, "The server's configuration.", cmd_config},
     {"dbsize", 1, kReadonly | kFast, 0, 0, 0, "The number of keys.", cmd_dbsize},
+    {"decr", 2, kWrite | kFast, 1, 1, 1, "Decrements an integer value by one.", cmd_decr},
+    {"decrby", 3, kWrite | kFast, 1, 1, 1, "Decrements an integer value.", cmd_decrby},
     {"del", -2, kWrite, 1, -1, 1, "Deletes keys.", cmd_del},
     {"echo", 2, kFast, 0, 0, 0, "Returns the given string.", cmd_echo},
     {"exists", -2, kReadonly | kFast, 1, -1, 1, "How many of the keys exist.", cmd_exists},
+    {"expire", -3, kWrite | kFast, 1, 1, 1, "Sets a key's time to live in seconds.", cmd_expire},
+    {"expireat", -3, kWrite | kFast, 1, 1, 1, "Sets a key's expiry as a Unix time in seconds.", cmd_expireat},
+    {"flushall", -1, kWrite, 0, 0, 0, "Removes every key.", cmd_flushdb},
+    {"flushdb", -1, kWrite, 0, 0, 0, "Removes every key.", cmd_flushdb},
     {"get", 2, kReadonly | kFast, 1, 1, 1, "The value of a key.", cmd_get},
+    {"getdel", 2, kWrite | kFast, 1, 1, 1, "Returns a key's value and deletes the key.", cmd_getdel},
+    {"getex", -2, kWrite | kFast, 1, 1, 1, "Returns a key's value and sets or clears its expiry.", cmd_getex},
+    {"getset", 3, kWrite | kFast, 1, 1, 1, "Sets a key's value and returns the previous one.", cmd_getset},
     {"hello", -1, kNoAuth | kFast | kStale | kLoading, 0, 0, 0, "Handshake: protocol version, authentication, name.", cmd_hello},
+    {"incr", 2, kWrite | kFast, 1, 1, 1, "Increments an integer value by one.", cmd_incr},
+    {"incrby", 3, kWrite | kFast, 1, 1, 1, "Increments an integer value.", cmd_incrby},
+    {"incrbyfloat", 3, kWrite | kFast, 1, 1, 1, "Increments a floating-point value.", cmd_incrbyfloat},
     {"info", -1, kLoading | kStale, 0, 0, 0, "Information and counters about the server and its store.", cmd_info},
     {"keys", 2, kReadonly, 0, 0, 0, "Every key matching a pattern.", cmd_keys},
     {"lastsave", 1, kFast | kLoading | kStale, 0, 0, 0, "When SAVE or BGSAVE last succeeded.", cmd_lastsave},
     {"mget", -2, kReadonly | kFast, 1, -1, 1, "The values of keys.", cmd_mget},
+    {"mset", -3, kWrite, 1, -1, 2, "Sets several keys.", cmd_mset},
+    {"msetnx", -3, kWrite, 1, -1, 2, "Sets several keys only if none exists.", cmd_msetnx},
+    {"persist", 2, kWrite | kFast, 1, 1, 1, "Removes a key's expiry.", cmd_persist},
+    {"pexpire", -3, kWrite | kFast, 1, 1, 1, "Sets a key's time to live in milliseconds.", cmd_pexpire},
+    {"pexpireat", -3, kWrite | kFast, 1, 1, 1, "Sets a key's expiry as a Unix time in milliseconds.", cmd_pexpireat},
     {"ping", -1, kFast | kStale, 0, 0, 0, "Answers PONG, or the given string.", cmd_ping},
+    {"psetex", 4, kWrite, 1, 1, 1, "Sets a value and its time to live in milliseconds.", cmd_psetex},
+    {"pttl", 2, kReadonly | kFast, 1, 1, 1, "A key's time to live in milliseconds.", cmd_pttl},
     {"quit", -1, kNoAuth | kFast | kStale | kLoading, 0, 0, 0, "Closes the connection.", cmd_quit},
     {"save", 1, kAdmin, 0, 0, 0, "Makes every acknowledged write durable.", cmd_save},
     {"select", 2, kLoading | kStale | kFast, 0, 0, 0, "Selects database 0 (the only one).", cmd_select},
     {"set", -3, kWrite, 1, 1, 1, "Sets a key's value.", cmd_set},
+    {"setex", 4, kWrite, 1, 1, 1, "Sets a value and its time to live in seconds.", cmd_setex},
     {"setnx", 3, kWrite | kFast, 1, 1, 1, "Sets a key's value if the key does not exist.", cmd_setnx},
     {"shutdown", -1, kAdmin | kLoading | kStale, 0, 0, 0, "Stops the server; the store closes cleanly.", cmd_shutdown},
     {"strlen", 2, kReadonly | kFast, 1, 1, 1, "The length of a key's value.", cmd_strlen},
     {"time", 1, kFast | kLoading | kStale, 0, 0, 0, "The server's time.", cmd_time},
+    {"ttl", 2, kReadonly | kFast, 1, 1, 1, "A key's time to live in seconds.", cmd_ttl},
     {"type", 2, kReadonly | kFast, 1, 1, 1, "The type of a key's value: string, or none.", cmd_type},
     {"unlink", -2, kWrite | kFast, 1, -1, 1, "Deletes keys.", cmd_del},
     {"wait", 3, 0, 0, 0, 0, "Waits for replicas: there are none.", cmd_wait},
@@ -618,6 +1068,7 @@ std::string info_text(Call& c, std::string_view section) {
     field("total_net_output_bytes", num(n.bytes_out.load()));
     field("client_output_buffer_limit_disconnections", num(n.output_limit_closes.load()));
     field("total_error_replies", num(n.protocol_errors.load()));
+    field("expired_keys", num(c.server.keyspace().expired_keys()));
     field("pmhash_flushes", num(st.flushes));
     field("pmhash_fences", num(st.fences));
     out += "\r\n";
@@ -637,7 +1088,8 @@ std::string info_text(Call& c, std::string_view section) {
   }
   if (all || section == "keyspace") {
     out += "# Keyspace\r\n";
-    if (st.items != 0) field("db0", "keys=" + num(st.items) + ",expires=0,avg_ttl=0");
+    // (How many keys have a deadline is not counted: it is in each value.)
+    if (st.items != 0) field("db0", "keys=" + num(st.items));
     out += "\r\n";
   }
   if (out.size() >= 2) out.resize(out.size() - 2);  // no blank line after the last section

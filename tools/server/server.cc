@@ -311,7 +311,10 @@ class Server::Worker {
 };
 
 Server::Server(Store* store, ServerConfig config)
-    : store_(store), config_(std::move(config)), sessions_(std::make_unique<SessionRegistry>()) {}
+    : store_(store),
+      config_(std::move(config)),
+      keyspace_(std::make_unique<Keyspace>(store, config_.clock)),
+      sessions_(std::make_unique<SessionRegistry>()) {}
 
 Server::~Server() {
   stop();
@@ -378,6 +381,7 @@ Status Server::start() {
     }
     workers_.push_back(std::move(w));
   }
+  keyspace_->start_sweeper(config_.expire_sweep_ms);
   return Status::OK();
 }
 
@@ -390,6 +394,8 @@ void Server::stop() {
 
 void Server::wait() {
   for (auto& w : workers_) w->join();
+  // No command runs now; the sweeper is the last user of the store.
+  keyspace_->stop_sweeper();
 }
 
 }  // namespace pmhash::server

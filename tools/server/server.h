@@ -44,6 +44,7 @@
 
 #include "pmhash/status.h"
 #include "pmhash/store.h"
+#include "server/keyspace.h"
 #include "server/resp.h"
 
 namespace pmhash::server {
@@ -62,6 +63,10 @@ struct ServerConfig {
   RequestLimits limits;
   std::uint64_t output_pause = std::uint64_t{1} << 20;
   std::uint64_t output_limit = std::uint64_t{256} << 20;
+  // How often expired keys are swept (server/keyspace.h).
+  std::uint64_t expire_sweep_ms = 1000;
+  // Milliseconds since the Unix epoch, for expiry; empty: the wall clock.
+  Keyspace::Clock clock;
 };
 
 // What INFO and CLIENT report about the server.
@@ -105,6 +110,7 @@ class Server {
   const ServerConfig& config() const { return config_; }
   ServerCounters& counters() { return counters_; }
   Store& store() { return *store_; }
+  Keyspace& keyspace() { return *keyspace_; }
   std::uint64_t started_unix() const { return started_unix_; }
   // When the store was last made durable by SAVE or BGSAVE (LASTSAVE);
   // the start time before that.
@@ -117,6 +123,7 @@ class Server {
   Store* store_;
   ServerConfig config_;
   ServerCounters counters_;
+  std::unique_ptr<Keyspace> keyspace_;
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // eventfd every worker watches
   std::uint16_t port_ = 0;
