@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Prepares the Python environment that bench/plot needs: a project-local
-# virtual environment at .venv/ (beside scripts/) holding matplotlib from PyPI.
+# Prepares the project's Python environment: a project-local virtual
+# environment at .venv/ (beside scripts/) holding, from PyPI, matplotlib
+# (bench/plot) and redis-py (tests/server/redis_py_test.py, pmhash-server's
+# tests with a real Redis client).
 #
-# Idempotent: the venv is created only if missing, and pip runs only if
-# `import matplotlib` fails inside it, so a second run costs one Python start.
+# Idempotent: the venv is created only if missing, and pip runs only if an
+# import fails inside it, so a second run costs one Python start.
 # Silent unless it installs something; then it says what on stderr.
 #
 # Needs python3 and python3-venv (Debian packages, see scripts/bootstrap.sh).
@@ -12,7 +14,8 @@
 # Use afterwards:  .venv/bin/python bench/plot RESULT.json
 set -euo pipefail
 
-matplotlib_pin="matplotlib==3.9.4"   # has a cp311 manylinux wheel
+# Both have wheels for Debian 12's Python 3.11.
+pins=("matplotlib==3.9.4" "redis==5.2.1")
 python="${PYTHON:-python3}"
 venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
 
@@ -24,12 +27,12 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
 fi
 
-if "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
+if "$venv/bin/python" -c 'import matplotlib, redis' 2>/dev/null; then
   exit 0
 fi
 
-echo "bootstrap-plot: installing $matplotlib_pin into $venv" >&2
-if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$matplotlib_pin"; then
-  echo "bootstrap-plot: pip could not install $matplotlib_pin (is PyPI reachable?)" >&2
+echo "bootstrap-plot: installing ${pins[*]} into $venv" >&2
+if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${pins[@]}"; then
+  echo "bootstrap-plot: pip could not install ${pins[*]} (is PyPI reachable?)" >&2
   exit 1
 fi
