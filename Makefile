@@ -59,11 +59,11 @@
 # target skips the pattern search); no file of that name is ever made.
 .PHONY: run test help bootstrap bootstrap-plot build-release build-asan build-tsan \
         build-fuzz bench results figures crash-long \
-        costs cluster \
+        costs cluster bench-server \
         fuzz clean
 
 help:
-	@echo "make run | test | results | figures | costs | fuzz | crash-long | cluster | bench"
+	@echo "make run | test | results | figures | costs | fuzz | crash-long | cluster | bench | bench-server"
 	@echo "make bench-PROFILE, one of (bench/profiles.toml):"
 	@./scripts/bench.sh --list | sed 's/^/  /'
 
@@ -106,6 +106,13 @@ bench: build-release
 
 results: build-release bootstrap-plot
 	./scripts/bench.sh results build/release
+
+# pmhash-server against redis-server (scripts/bench-server.sh); results in
+# docs/results/server/.
+bench-server:
+	./scripts/bootstrap.sh bench-server
+	$(MAKE) build-release
+	./scripts/bench-server.sh --build build/release
 
 # Any profile of bench/profiles.toml by its name: bench-full, and one
 # profile per engine evaluation (make help). The name is checked before

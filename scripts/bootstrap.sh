@@ -5,6 +5,10 @@
 #
 #   scripts/bootstrap.sh         what make run and make test need
 #   scripts/bootstrap.sh costs   that, and perf (linux-perf) for make costs
+#   scripts/bootstrap.sh bench-server
+#                                that, and redis-server, the peer of make
+#                                bench-server (its service is not started:
+#                                the benchmark starts its own servers)
 set -euo pipefail
 
 packages=(
@@ -28,6 +32,9 @@ packages=(
 if [ "${1:-}" = costs ]; then
   # make costs (scripts/costs.sh): perf record and perf stat.
   packages+=(linux-perf)
+fi
+if [ "${1:-}" = bench-server ]; then
+  packages+=(redis-server)
 fi
 
 missing=()

@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# pmhash-server against Debian's redis-server, side by side in one sitting,
+# with the Redis project's own load generator (redis-benchmark).
+#
+#   scripts/bench-server.sh [--build DIR] [--out DIR] [--requests N]
+#                           [--keys N] [--restart-keys LIST] [--media LIST]
+#
+# Servers, each started fresh on an empty store:
+#   redis-none       redis-server, no persistence
+#   redis-everysec   appendonly, appendfsync everysec (loses up to ~1 s)
+#   redis-always     appendonly, appendfsync always (every write fsynced)
+#   pmhash-E         pmhash-server on engine E, every mode `pmhash engines
+#                    --modes pool` lists (E:strict: every acknowledged write
+#                    durable, the peer of redis-always; dali:epoch: durable
+#                    within two epochs, the peer of redis-everysec)
+# Media (--media, default "shm disk"): shm puts pools and append-only
+# files in /dev/shm (pools flushed by cache line, the emulation of
+# persistent memory; an fsync of tmpfs costs little), disk in /var/tmp
+# (pools written back by msync, append-only files fsynced to the disk).
+#
+# Load: redis-benchmark -t set,get,incr,mset -c 50 -P 1 and -P 16, values
+# of 16 and 100 bytes, keys drawn from --keys (default 1,000,000),
+# --requests each (default 1,000,000). Then the restart: --restart-keys
+# (default "1000000 10000000") keys written, the server killed with
+# SIGKILL, restarted, and the time until it answers PING (Redis replays its
+# append-only file; pmhash recovers its pool).
+#
+# Results: OUT/bench-server-<time>.json (every row) and .md (the tables,
+# with each pmhash configuration's ratio to its Redis peer); OUT defaults
+# to docs/results/server. The machine's cores are shared by the servers and
+# the load generator: the numbers compare configurations within one run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=build/release
+out=docs/results/server
+requests=1000000
+keys=1000000
+restart_keys="1000000 10000000"
+media="shm disk"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --requests) requests=$2; shift 2 ;;
+    --keys) keys=$2; shift 2 ;;
+    --restart-keys) restart_keys=$2; shift 2 ;;
+    --media) media=$2; shift 2 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    *) echo "bench-server: unknown flag $1 (--help)" >&2; exit 2 ;;
+  esac
+done
+
+for tool in redis-server redis-benchmark redis-cli; do
+  command -v "$tool" >/dev/null || { echo "bench-server: $tool is missing (scripts/bootstrap.sh bench-server)" >&2; exit 1; }
+done
+[ -x "$build/pmhash-server" ] || { echo "bench-server: no $build/pmhash-server (make build-release)" >&2; exit 1; }
+
+mkdir -p "$out"
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+rows=$(mktemp)
+work=$(mktemp -d)
+pid=""
+cleanup() {
+  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+  rm -rf "$work" "$rows"
+  rm -rf /dev/shm/pmhash-bench-server-* /var/tmp/pmhash-bench-server-*
+}
+trap cleanup EXIT
+
+port=$((20000 + RANDOM % 20000))
+
+dir_of() { # medium -> a fresh directory on it
+  local base=/dev/shm
+  [ "$1" = disk ] && base=/var/tmp
+  local d
+  d=$(mktemp -d "$base/pmhash-bench-server-XXXX")
+  echo "$d"
+}
+
+wait_ready() { # waits until PING answers PONG; prints the seconds it took since $1 (ns)
+  local t0=$1
+  for _ in $(seq 1 60000); do
+    if [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ]; then
+      echo "$(( ($(date +%s%N) - t0) / 1000 ))"
+      return 0
+    fi
+    sleep 0.005
+  done
+  echo "bench-server: the server on port $port never answered" >&2
+  return 1
+}
+
+# start NAME MEDIUM DIR: starts configuration NAME with its data in DIR.
+start() {
+  local name=$1 medium=$2 dir=$3
+  local gran=cache_line
+  [ "$medium" = disk ] && gran=page
+  case "$name" in
+    redis-none) redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+                  --daemonize no >"$dir/log" 2>&1 & ;;
+    redis-everysec|redis-always)
+      redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly yes \
+        --appendfsync "${name#redis-}" --dir "$dir" --daemonize no >"$dir/log" 2>&1 & ;;
+    pmhash-*)
+      local mode=${name#pmhash-}
+      local engine=${mode%%:*} durability=${mode#*:}
+      local size=4G
+      PMEM2_FORCE_GRANULARITY=$gran "$build/pmhash-server" --pool "$dir/server.pool" --create \
+        --engine "$engine" --durability "$durability" --size "$size" --port "$port" \
+        --workers 2 >"$dir/log" 2>&1 & ;;
+  esac
+  pid=$!
+}
+
+stop() {
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  pid=""
+}
+
+configs=(redis-none redis-everysec redis-always)
+while read -r m; do configs+=("pmhash-$m"); done < <("$build/pmhash" engines --modes pool)
+
+# --- throughput ---------------------------------------------------------------
+for medium in $media; do
+  for name in "${configs[@]}"; do
+    for size in 16 100; do
+      for pipeline in 1 16; do
+        dir=$(dir_of "$medium")
+        start "$name" "$medium" "$dir"
+        wait_ready "$(date +%s%N)" >/dev/null
+        echo "bench-server: $medium $name ${size}B -P $pipeline" >&2
+        redis-benchmark -p "$port" -t set,get,incr,mset -c 50 -P "$pipeline" -n "$requests" \
+          -r "$keys" -d "$size" --csv 2>/dev/null |
+          awk -F'","' -v m="$medium" -v n="$name" -v s="$size" -v p="$pipeline" \
+            'NR > 1 { gsub(/"/, "", $1); gsub(/"/, "", $2);
+                      printf "{\"kind\":\"throughput\",\"medium\":\"%s\",\"server\":\"%s\",\"value_bytes\":%s,\"pipeline\":%s,\"test\":\"%s\",\"rps\":%s}\n", m, n, s, p, $1, $2 }' >>"$rows"
+        stop
+        rm -rf "$dir"
+      done
+    done
+  done
+done
+
+# --- restart after SIGKILL ------------------------------------------------------
+# KEYS keys of 16-byte values, as redis-cli --pipe mass insertion.
+load() {
+  python3 - "$1" <<'EOF' | redis-cli -p "$port" --pipe >/dev/null
+import sys
+n = int(sys.argv[1])
+out = sys.stdout.buffer
+for i in range(n):
+    k = b"key:%012d" % i
+    out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$16\r\n%016d\r\n" % (len(k), k, i))
+EOF
+}
+
+for medium in $media; do
+  for n in $restart_keys; do
+    for name in redis-everysec redis-always "${configs[@]:3}"; do
+      dir=$(dir_of "$medium")
+      start "$name" "$medium" "$dir"
+      wait_ready "$(date +%s%N)" >/dev/null
+      echo "bench-server: restart of $medium $name with $n keys" >&2
+      load "$n"
+      [ "$(redis-cli -p "$port" dbsize)" -ge "$n" ] || { echo "bench-server: $name lost keys while loading" >&2; exit 1; }
+      stop
+      t0=$(date +%s%N)
+      case "$name" in
+        pmhash-*) # the pool exists now: open it, without --create
+          local_mode=${name#pmhash-}
+          gran=cache_line; [ "$medium" = disk ] && gran=page
+          PMEM2_FORCE_GRANULARITY=$gran "$build/pmhash-server" --pool "$dir/server.pool" \
+            --durability "${local_mode#*:}" --port "$port" --workers 2 >"$dir/log2" 2>&1 &
+          pid=$! ;;
+        *) start "$name" "$medium" "$dir" ;;
+      esac
+      us=$(wait_ready "$t0")
+      keys_after=$(redis-cli -p "$port" dbsize)
+      echo "{\"kind\":\"restart\",\"medium\":\"$medium\",\"server\":\"$name\",\"keys\":$n,\"keys_after\":$keys_after,\"ready_us\":$us}" >>"$rows"
+      stop
+      rm -rf "$dir"
+    done
+  done
+done
+
+json=$out/bench-server-$stamp.json
+python3 - "$rows" "$json" "$out/bench-server-$stamp.md" "$requests" "$keys" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+meta = {"requests": int(sys.argv[4]), "keys": int(sys.argv[5])}
+json.dump({"meta": meta, "rows": rows}, open(sys.argv[2], "w"), indent=1)
+def peer(server):
+    return "redis-everysec" if server.endswith(":epoch") else "redis-always"
+md = ["# pmhash-server and redis-server, one sitting", "",
+      "scripts/bench-server.sh: redis-benchmark -c 50, %d requests over %d keys." % (meta["requests"], meta["keys"]),
+      "Ratios: each pmhash configuration against its Redis peer of the same durability",
+      "(strict: appendfsync always; dali epoch: appendfsync everysec), and GET against redis-none.", ""]
+tp = [r for r in rows if r["kind"] == "throughput"]
+for medium in sorted({r["medium"] for r in tp}):
+    md += ["## Throughput, %s (requests/s)" % medium, "",
+           "| server | bytes | -P | test | rps | vs peer |", "|---|---|---|---|---|---|"]
+    index = {(r["server"], r["value_bytes"], r["pipeline"], r["test"]): r["rps"] for r in tp if r["medium"] == medium}
+    for (server, size, p, test), rps in sorted(index.items()):
+        ratio = ""
+        if server.startswith("pmhash-"):
+            ref = "redis-none" if test.startswith("GET") else peer(server)
+            base = index.get((ref, size, p, test))
+            if base:
+                ratio = "%.2f× %s" % (float(rps) / float(base), ref)
+        md.append("| %s | %s | %s | %s | %.0f | %s |" % (server, size, p, test, float(rps), ratio))
+    md.append("")
+rs = [r for r in rows if r["kind"] == "restart"]
+if rs:
+    md += ["## Restart after SIGKILL (time until PING answers)", "",
+           "| medium | server | keys | keys after | ms |", "|---|---|---|---|---|"]
+    for r in rs:
+        md.append("| %s | %s | %d | %d | %.1f |" % (r["medium"], r["server"], r["keys"], r["keys_after"], r["ready_us"] / 1000))
+open(sys.argv[3], "w").write("\n".join(md) + "\n")
+print(sys.argv[3])
+EOF
