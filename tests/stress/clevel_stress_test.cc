@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <barrier>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -360,6 +361,86 @@ TEST_F(ClevelStress, ExpansionsRightAfterShrinksKeepEveryKey) {
   EXPECT_EQ(mismatches_.count(), 0);
   EXPECT_GT(store_->stats().property("clevel.shrinks"), 0u);
   EXPECT_EQ(store_->size(), 0u);
+  expect_check_passes();
+}
+
+
+// Counters that wrap: read_modify_write increments each of a few keys from
+// absent (0) up to kWrap - 1 and then removes it, so every key is inserted
+// (a swap from absent), updated and removed (a swap to absent) again and
+// again by racing threads, while a filler grows and empties the table so
+// that expansions and shrinks move the counters' slots underneath. The
+// inserting swaps race each other in the same-key race, and the removing
+// one races them and the movers. Every increment shows: the final values
+// plus kWrap per removal the threads made add up to every increment.
+TEST_F(ClevelStress, WrappingCountersSwappedDuringExpansionsAndShrinksLoseNothing) {
+  create(128u << 20, /*shrink_threshold=*/0.3);
+  if (HasFatalFailure()) return;
+  constexpr unsigned kThreads = 3;
+  constexpr unsigned kCounters = 3;
+  constexpr std::uint64_t kWrap = 5;
+  const int increments = 1500 * kScale;
+  const int cycles = 12 * kScale;
+  const int batch = 400;
+  std::atomic<bool> filling{true};
+  std::vector<std::uint64_t> removals(kThreads, 0);
+  std::vector<std::uint64_t> done(kThreads, 0);
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      // At least `increments` each, and on while the filler resizes.
+      for (int i = 0; i < increments || filling.load(); ++i) {
+        const std::string key = "counter" + std::to_string((t + i) % kCounters);
+        bool removed = false;  // what the last call of fn decided
+        const Status s = store_->read_modify_write(key, [&](std::optional<std::string_view> cur) {
+          const std::uint64_t next = (cur ? std::stoull(std::string(*cur)) : 0) + 1;
+          removed = next == kWrap;
+          return removed ? Modification::remove() : Modification::set(std::to_string(next));
+        });
+        if (!s.ok()) {
+          report(t, key + ": " + s.to_string());
+          return;
+        }
+        removals[t] += removed ? 1 : 0;
+        ++done[t];
+      }
+    });
+  }
+  workers.emplace_back([&] {
+    for (int cycle = 0; cycle < cycles; ++cycle) {
+      auto name = [&](int i) { return "fill" + std::to_string(cycle) + "/" + std::to_string(i); };
+      for (int i = 0; i < batch; ++i) {
+        if (Status s = store_->insert(name(i), "v"); !s.ok()) report(kThreads, "insert " + name(i) + ": " + s.to_string());
+      }
+      for (int i = 0; i < batch; ++i) {
+        if (Status s = store_->remove(name(i)); !s.ok()) report(kThreads, "remove " + name(i) + ": " + s.to_string());
+      }
+    }
+    filling.store(false);
+  });
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(mismatches_.count(), 0);
+  std::uint64_t total = 0;
+  std::uint64_t counted = 0;
+  std::uint64_t present = 0;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    total += done[t];
+    counted += kWrap * removals[t];
+  }
+  for (unsigned c = 0; c < kCounters; ++c) {
+    std::string v;
+    const Status s = store_->get("counter" + std::to_string(c), &v);
+    ASSERT_TRUE(s.ok() || s.is_not_found()) << s.to_string();
+    if (s.ok()) {
+      counted += std::stoull(v);
+      ++present;
+    }
+  }
+  EXPECT_EQ(counted, total);
+  EXPECT_EQ(store_->size(), present);
+  const Stats st = store_->stats();
+  EXPECT_GT(st.property("clevel.expansions"), 0u);
+  EXPECT_GT(st.property("clevel.shrinks"), 0u);
   expect_check_passes();
 }
 

@@ -9,9 +9,12 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "engine/clevel/clevel_testing.h"
 #include "engine/clevel/layout.h"
 #include "engine/hash.h"
 #include "heap/layout.h"
@@ -767,6 +770,195 @@ TEST_F(ClevelTest, TagFiltersKeepRejectingUnderChurnWithoutResizes) {
   for (int i = 39 * kLive; i < 40 * kLive; ++i) {
     ASSERT_TRUE(store_->get(key(i), &v).ok()) << i;
   }
+}
+
+
+// ---------------------------------------------------------------------------
+// compare_and_swap racing a rehash thread
+// ---------------------------------------------------------------------------
+
+namespace cl = engine::clevel;
+
+// Parks the first rehash thread that reaches `step` for some item, until
+// let_go(); writers' waits for held slots are seen meanwhile. The hooks are
+// removed, and the rehash thread let go, on every way out of the test. The
+// state is shared with the hooks: a rehash thread may still run a copy of
+// one after the hooks are removed.
+class ParkedMove {
+ public:
+  static constexpr int kParked = 1;
+  static constexpr int kWriterWaited = 2;
+  static constexpr int kWriterDone = 4;
+
+  explicit ParkedMove(cl::testing::MoveStep step) {
+    cl::testing::set_move_hook([st = st_, step](cl::testing::MoveStep at, std::string_view key) {
+      if (at != step || !st->armed.exchange(false)) return;
+      st->parked_key = std::string(key);
+      st->events.fetch_or(kParked);
+      st->events.notify_all();
+      st->released.wait(false);
+    });
+    cl::testing::set_writer_wait_hook([st = st_] {
+      if ((st->events.fetch_or(kWriterWaited) & kWriterWaited) == 0) st->events.notify_all();
+    });
+  }
+  ~ParkedMove() {
+    let_go();
+    cl::testing::set_move_hook(nullptr);
+    cl::testing::set_writer_wait_hook(nullptr);
+  }
+  // Blocks until a rehash thread is parked; the key of its item.
+  std::string wait_parked() {
+    wait_for(kParked);
+    return st_->parked_key;
+  }
+  // Blocks until a writer waited for a held slot or `done_bit` was raised
+  // (by the writer's thread when its call returned); true for the former.
+  bool writer_waited_before(int done_bit) {
+    wait_for(kWriterWaited | done_bit);
+    return (st_->events.load() & kWriterWaited) != 0;
+  }
+  void raise(int bit) {
+    st_->events.fetch_or(bit);
+    st_->events.notify_all();
+  }
+  void let_go() {
+    st_->released.store(true);
+    st_->released.notify_all();
+  }
+
+ private:
+  struct State {
+    std::atomic<bool> armed{true};
+    std::atomic<bool> released{false};
+    std::atomic<int> events{0};
+    std::string parked_key;  // written before kParked is raised
+  };
+  void wait_for(int bits) {
+    for (int e = st_->events.load(); (e & bits) == 0; e = st_->events.load()) st_->events.wait(e);
+  }
+  std::shared_ptr<State> st_ = std::make_shared<State>();
+};
+
+// Inserts keys until a resize is in progress and `park` holds a rehash
+// thread; returns the key of the item it holds.
+std::string fill_until_parked(Store* store, ParkedMove* park, int* inserted) {
+  int i = 0;
+  while (!store->stats().resizing) {
+    EXPECT_TRUE(store->insert("key-" + std::to_string(i), "value-" + std::to_string(i)).ok());
+    ++i;
+  }
+  *inserted = i;
+  return park->wait_parked();
+}
+
+// A swap of a key whose slot a rehash thread has frozen, its copy not made
+// yet: the swap owns the item and compares at once, but replaces the
+// pointer only after the move (a pointer changed under the mover would be
+// overwritten by its copy of the old one). Swaps that fail, and swaps of
+// other keys, do not wait for the mover at all.
+TEST_F(ClevelTest, CompareAndSwapWaitsForAFrozenSlotAndLosesNothing) {
+  create();
+  int inserted = 0;
+  std::string key;
+  std::string before;
+  Status swapped;
+  {
+    ParkedMove park(cl::testing::MoveStep::kFrozen);
+    key = fill_until_parked(store_.get(), &park, &inserted);
+    ASSERT_TRUE(store_->get(key, &before).ok()) << key;
+    EXPECT_TRUE(store_->compare_and_swap(key, std::string_view("not it"), std::string_view("x"))
+                    .is_conflict());
+    EXPECT_TRUE(store_->compare_and_swap(key, std::nullopt, std::string_view("x")).is_conflict());
+    EXPECT_TRUE(store_->compare_and_swap("fresh", std::nullopt, std::string_view("f")).ok());
+    EXPECT_TRUE(store_->compare_and_swap("fresh", std::string_view("f"), std::string_view("g")).ok());
+    std::thread writer([&] {
+      swapped = store_->compare_and_swap(key, std::string_view(before), std::string_view("after"));
+      park.raise(ParkedMove::kWriterDone);
+    });
+    EXPECT_TRUE(park.writer_waited_before(ParkedMove::kWriterDone))
+        << "the swap completed while the slot was frozen";
+    std::string v;
+    EXPECT_TRUE(store_->get(key, &v).ok());
+    EXPECT_EQ(v, before) << "the swap took effect while the slot was frozen";
+    park.let_go();
+    writer.join();
+  }
+  EXPECT_TRUE(swapped.ok()) << swapped.to_string();
+  std::string v;
+  EXPECT_TRUE(store_->get(key, &v).ok());
+  EXPECT_EQ(v, "after");
+  EXPECT_TRUE(store_->get("fresh", &v).ok());
+  EXPECT_EQ(v, "g");
+  wait_until_stable();
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(inserted) + 1);
+  Status c = store_->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+  reopen();
+  EXPECT_TRUE(store_->get(key, &v).ok());
+  EXPECT_EQ(v, "after");
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(inserted) + 1);
+}
+
+// A swap that removes a key whose item was just copied: the source slot is
+// moved out but its clearing is not durable yet. The swap must not clear
+// the copy before it is (a crash would keep the old pointer and bring the
+// key back), so it waits, then removes it once and for all.
+TEST_F(ClevelTest, CompareAndSwapRemovalWaitsForAMovedOutSlot) {
+  create();
+  int inserted = 0;
+  std::string key;
+  std::string before;
+  Status swapped;
+  {
+    ParkedMove park(cl::testing::MoveStep::kMovedOut);
+    key = fill_until_parked(store_.get(), &park, &inserted);
+    ASSERT_TRUE(store_->get(key, &before).ok()) << key;
+    EXPECT_TRUE(store_->compare_and_swap(key, std::string_view(before + "?"), std::nullopt)
+                    .is_conflict());
+    std::thread writer([&] {
+      swapped = store_->compare_and_swap(key, std::string_view(before), std::nullopt);
+      park.raise(ParkedMove::kWriterDone);
+    });
+    EXPECT_TRUE(park.writer_waited_before(ParkedMove::kWriterDone))
+        << "the removal completed while the source slot was moved out";
+    park.let_go();
+    writer.join();
+  }
+  EXPECT_TRUE(swapped.ok()) << swapped.to_string();
+  std::string v;
+  EXPECT_TRUE(store_->get(key, &v).is_not_found());
+  EXPECT_TRUE(store_->compare_and_swap(key, std::string_view(before), std::nullopt).is_conflict());
+  EXPECT_TRUE(store_->compare_and_swap(key, std::nullopt, std::nullopt).ok());
+  wait_until_stable();
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(inserted) - 1);
+  Status c = store_->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+  reopen();
+  EXPECT_TRUE(store_->get(key, &v).is_not_found());
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(inserted) - 1);
+}
+
+// A swap that fails leaves the item as it was: owned for the comparison,
+// then LIVE again, so later writers neither wait for it nor find it gone,
+// and the pool after a reopen holds the value from before.
+TEST_F(ClevelTest, FailedCompareAndSwapLeavesTheItemToOtherWriters) {
+  create();
+  ASSERT_TRUE(store_->insert("k", "v1").ok());
+  EXPECT_TRUE(store_->compare_and_swap("k", std::string_view("v0"), std::string_view("v2")).is_conflict());
+  EXPECT_TRUE(store_->compare_and_swap("k", std::string_view("v0"), std::nullopt).is_conflict());
+  EXPECT_TRUE(store_->update("k", "v3").ok());
+  EXPECT_TRUE(store_->compare_and_swap("k", std::string_view("v1"), std::nullopt).is_conflict());
+  EXPECT_TRUE(store_->remove("k").ok());
+  EXPECT_TRUE(store_->insert("k", "v4").ok());
+  EXPECT_TRUE(store_->compare_and_swap("k", std::string_view("v3"), std::string_view("v5")).is_conflict());
+  reopen();
+  std::string v;
+  EXPECT_TRUE(store_->get("k", &v).ok());
+  EXPECT_EQ(v, "v4");
+  EXPECT_EQ(store_->size(), 1u);
+  Status c = store_->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
 }
 
 }  // namespace

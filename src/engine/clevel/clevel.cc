@@ -472,6 +472,7 @@ void ClevelIndex::unpublish(const Key& key, std::uint64_t off) {
   std::vector<SlotRef>& refs = scratch();
   for (;;) {
     if (!collect(key, load_ctx(), off, &refs)) {
+      run_writer_wait_hook();
       std::this_thread::yield();  // a moved-out slot's clearing: one drain
       continue;
     }
@@ -653,6 +654,7 @@ std::atomic<std::uint64_t>* ClevelIndex::replace_all(const Key& key, std::uint64
     // pointer beside it (found by the crash checker, two threads).
     if (!collect(key, c, off, &refs) ||
         std::any_of(refs.begin(), refs.end(), [](const SlotRef& r) { return r.value & kMoving; })) {
+      run_writer_wait_hook();
       std::this_thread::yield();
       continue;
     }
@@ -687,7 +689,18 @@ std::atomic<std::uint64_t>* ClevelIndex::replace_all(const Key& key, std::uint64
   }
 }
 
+bool ClevelIndex::holds(std::uint64_t off, const std::string_view* expected) const {
+  // Called by the owner, before it writes anything: the item's value never
+  // changes once published, and its writer drained it before that (P8).
+  return expected == nullptr || item_value(region_.at<ItemHeader>(off)) == *expected;
+}
+
 Status ClevelIndex::update(const Key& key, std::string_view value) {
+  return update_if(key, value, nullptr);
+}
+
+Status ClevelIndex::update_if(const Key& key, std::string_view value,
+                              const std::string_view* expected) {
   Status s;
   heap::ThreadCache* tc = heap_.thread(&s);
   if (tc == nullptr) return s;
@@ -699,6 +712,9 @@ Status ClevelIndex::update(const Key& key, std::string_view value) {
     const std::uint64_t old = own(key);
     if (old == 0) {
       s = Status::NotFound();
+    } else if (!holds(old, expected)) {
+      release(old);  // nothing was written: the item is LIVE as before
+      s = Status::Conflict("the key holds another value");
     } else {
       tc->retire(old);
       // The new item, its allocation and the retire entry are durable
@@ -719,7 +735,9 @@ Status ClevelIndex::update(const Key& key, std::string_view value) {
   return s;
 }
 
-Status ClevelIndex::remove(const Key& key) {
+Status ClevelIndex::remove(const Key& key) { return remove_if(key, nullptr); }
+
+Status ClevelIndex::remove_if(const Key& key, const std::string_view* expected) {
   Status s;
   heap::ThreadCache* tc = heap_.thread(&s);
   if (tc == nullptr) return s;
@@ -728,6 +746,10 @@ Status ClevelIndex::remove(const Key& key) {
     rcu::ReadGuard guard;
     const std::uint64_t old = own(key);
     if (old == 0) return Status::NotFound();
+    if (!holds(old, expected)) {
+      release(old);  // nothing was written: the item is LIVE as before
+      return Status::Conflict("the key holds another value");
+    }
     tc->retire(old);
     // The delete takes effect here (P7): REMOVED hides the item from every
     // search although slots still hold it; a reader that meets it makes the
@@ -746,6 +768,28 @@ Status ClevelIndex::remove(const Key& key) {
   add_count(tc, -1);
   maybe_shrink(tc);
   return Status::OK();
+}
+
+Status ClevelIndex::compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                                     std::optional<std::string_view> desired) {
+  // Each case is the write it becomes, decided where that write decides
+  // "present" or "absent" (clevel.h, "compare_and_swap").
+  if (expected) {
+    // The value is compared by the writer that owns the item: no other
+    // writer can replace or remove it meanwhile, and no insert of the key
+    // can win while it is visible.
+    const Status s = desired ? update_if(key, *desired, &*expected) : remove_if(key, &*expected);
+    return s.is_not_found() ? Status::Conflict("the key is absent") : s;
+  }
+  if (desired) {
+    const Status s = insert(key, *desired);
+    return s.is_already_exists() ? Status::Conflict("the key is present") : s;
+  }
+  // Absent to absent writes nothing: a search, answered as get answers.
+  rcu::ReadGuard guard;
+  std::uint64_t damaged = 0;
+  if (lookup(key, nullptr, &damaged) != 0) return Status::Conflict("the key is present");
+  return damaged != 0 ? damaged_item(damaged, "a slot of the key") : Status::OK();
 }
 
 Status ClevelIndex::upsert(const Key& key, std::string_view value) {

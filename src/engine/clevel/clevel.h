@@ -182,6 +182,27 @@
 //   5. update: clear PENDING (CAS) in the slot step 3 stored; a copy a
 //      rehash thread made meanwhile keeps its bit until a reader settles it
 //
+// compare_and_swap (not in the paper): each case runs as the write it
+//   becomes, and its expectation is checked where that write decides
+//   "present" or "absent", by the same search and the same ownership; so it
+//   persists in that write's order (P8) and recovery knows nothing new.
+//   - expecting a value, to a value: update; to absent: delete. Between
+//     step 1 and step 2 the owner compares the item's value with the
+//     expected one, byte for byte. Different: it stores LIVE back into the
+//     state (OWNED was never flushed, and a crash reads a stale OWNED as
+//     LIVE anyway), frees its unpublished new item, answers Conflict. The
+//     key absent (nothing to own): Conflict where update/delete answer
+//     NotFound. Atomic: from its CAS to OWNED until its last slot CAS no
+//     other writer replaces or removes the item (step 1), no insert of the
+//     key wins while the item is visible (insert 2 and 5), and an item's
+//     value never changes after it is published; a rehash thread only
+//     copies the pointer, and step 3 waits for its slots as it does for
+//     update and delete.
+//   - expecting absent, to a value: insert; AlreadyExists is Conflict. Two
+//     such swaps (or one and an insert) are decided by the same-key race
+//     (insert 5): exactly one wins.
+//   - absent to absent: a search, as get; found -> Conflict. Writes nothing.
+//
 // ---------------------------------------------------------------------------
 // Persist budget: the fewest drains the crash argument allows, and met
 // ---------------------------------------------------------------------------
@@ -204,6 +225,11 @@
 //           reader that saw the slot empty relied on a delete a crash takes
 //           back); the cleared slot before the answer (drain #2).
 //           Flushes: retire entry (1-2), state, slot: 3-4.
+//   compare_and_swap: the budget of the write it becomes (insert, update,
+//           delete); absent to absent is a get. A Conflict of a swap to a
+//           value costs what update's NotFound costs (the new item written
+//           and freed unpublished); of a swap to absent, a search, the
+//           CAS to OWNED and the store back to LIVE.
 //   get     0 drains, 0 flushes (a PENDING slot or a REMOVED item of this
 //           session costs the reader one drain, P4/P5 below).
 // Amortised on top: each thread's retire log (125 entries) is freed after a
@@ -256,6 +282,13 @@
 //      PENDING one); the dropped copies of the old pointer were drained
 //      before the replacement could be seen (P2).
 //   P7 the writers' own answers: each returns after its last drain (P1-P3).
+//   P8 compare_and_swap: a swap that writes follows P1 (from absent), P2 (to
+//      a value) or P3 (to absent) and answers by P7. Its comparison, equal
+//      or not, is made on what the write's own search returned, after P4
+//      (the item it compares: contents, LIVE state and a slot durable) or
+//      P5 (the key absent): so a Conflict, like a success, depends only on
+//      durable writes. A failed swap writes nothing that recovery reads: its
+//      unpublished item is freed, and OWNED back to LIVE needs no flush.
 //   R  Recovery: after a crash, open's count scan clears every PENDING bit
 //      (what is on media then is what there is) and unlinks REMOVED items
 //      whose retire entry did not reach media. After a clean close a bit
@@ -270,7 +303,8 @@
 //   - get, and the searches inside writes, are lock-free: a search retries
 //     only when the context changed, i.e. a resize made progress. A PENDING
 //     slot costs the reader flushes and a drain, never a wait for a thread.
-//   - Writers are not lock-free. They wait (yield in a loop, outside the
+//   - Writers (compare_and_swap among them, as the write it becomes) are
+//     not lock-free. They wait (yield in a loop, outside the
 //     read-side section where the wait is for another thread's progress)
 //     for: another writer's OWNED item of the same key (update, delete);
 //     a TENTATIVE rival at a lower offset in the same-key race (insert); a

@@ -4,11 +4,13 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <thread>
 #include <vector>
 
 #include "engine/clevel/clevel.h"
+#include "engine/clevel/clevel_testing.h"
 #include "engine/clevel/layout.h"
 #include "engine/clevel/tag_filter.h"
 #include "engine/common/item_count.h"
@@ -18,6 +20,11 @@
 #include "media/region.h"
 
 namespace pmhash::engine::clevel {
+
+// The test hooks of clevel_testing.h, run where they are named; each costs
+// one relaxed load while no hook is set.
+void run_move_hook(testing::MoveStep step, std::string_view key);
+void run_writer_wait_hook();
 
 class ClevelIndex final : public Index {
  public:
@@ -37,6 +44,8 @@ class ClevelIndex final : public Index {
   Status update(const Key& key, std::string_view value) override;
   Status upsert(const Key& key, std::string_view value) override;
   Status remove(const Key& key) override;
+  Status compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                          std::optional<std::string_view> desired) override;
   Status for_each(const ForEachFn& fn) override;
   Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
@@ -149,6 +158,13 @@ class ClevelIndex final : public Index {
   // Returns the slot the replacement was stored into (nullptr for a delete).
   std::atomic<std::uint64_t>* replace_all(const Key& key, std::uint64_t off,
                                           std::uint64_t replacement);
+  // update and remove; with `expected` (not nullptr) only when the owned
+  // item holds that value, else Conflict with nothing changed
+  // (compare_and_swap). NotFound when the key is absent.
+  Status update_if(const Key& key, std::string_view value, const std::string_view* expected);
+  Status remove_if(const Key& key, const std::string_view* expected);
+  // The owned item at `off` holds `expected` (nullptr: any value).
+  bool holds(std::uint64_t off, const std::string_view* expected) const;
   Status write_item(heap::ThreadCache* tc, const Key& key, std::string_view value, Kind kind,
                     std::uint64_t* off);
 

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <functional>
+#include <mutex>
+#include <string_view>
 
 #include "engine/clevel/clevel_index.h"
 #include "engine/clevel/clevel_testing.h"
@@ -16,12 +19,52 @@ namespace {
 [[maybe_unused]] constexpr unsigned kItemIntent = 0;  // write_item() allocation: the default slot
 constexpr unsigned kLevelIntent = 1;
 
+// The test hooks (clevel_testing.h): set while no operation runs, copied
+// under the mutex before each call.
+std::mutex hook_mutex;
+std::atomic<bool> has_move_hook{false};
+std::atomic<bool> has_writer_wait_hook{false};
+std::function<void(testing::MoveStep, std::string_view)> move_hook;
+std::function<void()> writer_wait_hook;
+
 std::uint64_t round_key(Ctx c) {
   return std::uint64_t{c.drain_level()} | (c.shrinking() ? std::uint64_t{1} << 16 : 0) |
          (std::uint64_t{1} << 17);
 }
 
 }  // namespace
+
+void testing::set_move_hook(std::function<void(MoveStep, std::string_view)> hook) {
+  std::lock_guard lock(hook_mutex);
+  has_move_hook.store(static_cast<bool>(hook));
+  move_hook = std::move(hook);
+}
+
+void testing::set_writer_wait_hook(std::function<void()> hook) {
+  std::lock_guard lock(hook_mutex);
+  has_writer_wait_hook.store(static_cast<bool>(hook));
+  writer_wait_hook = std::move(hook);
+}
+
+void run_move_hook(testing::MoveStep step, std::string_view key) {
+  if (!has_move_hook.load(std::memory_order_relaxed)) return;
+  std::function<void(testing::MoveStep, std::string_view)> hook;
+  {
+    std::lock_guard lock(hook_mutex);
+    hook = move_hook;
+  }
+  if (hook) hook(step, key);
+}
+
+void run_writer_wait_hook() {
+  if (!has_writer_wait_hook.load(std::memory_order_relaxed)) return;
+  std::function<void()> hook;
+  {
+    std::lock_guard lock(hook_mutex);
+    hook = writer_wait_hook;
+  }
+  if (hook) hook();
+}
 
 void ClevelIndex::wake_rehash() {
   {
@@ -205,6 +248,9 @@ ClevelIndex::Attempt ClevelIndex::move_bucket(heap::ThreadCache* tc, Bucket* b,
   unsigned copied = 0;
   Attempt result = Attempt::kDone;
   std::vector<SlotRef> refs;
+  // The keys of the whole items, for the test hook only.
+  std::string_view keys[kSlotsPerBucket];
+  bool whole[kSlotsPerBucket] = {};
   for (; copied < n; ++copied) {
     const std::uint64_t off = slot_offset(what[copied]);
     // A resize that open resumed runs before check() has seen the table: a
@@ -217,7 +263,10 @@ ClevelIndex::Attempt ClevelIndex::move_bucket(heap::ThreadCache* tc, Bucket* b,
             size) {
       continue;
     }
-    const Key key = make_key(item_key(region_.at<ItemHeader>(off)));
+    keys[copied] = item_key(region_.at<ItemHeader>(off));
+    whole[copied] = true;
+    run_move_hook(testing::MoveStep::kFrozen, keys[copied]);
+    const Key key = make_key(keys[copied]);
     Ctx c = load_ctx();
     collect(key, c, off, &refs);
     if (std::any_of(refs.begin(), refs.end(), [&](const SlotRef& r) { return r.level != src; })) {
@@ -249,6 +298,9 @@ ClevelIndex::Attempt ClevelIndex::move_bucket(heap::ThreadCache* tc, Bucket* b,
     } else {
       where[i]->store(what[i], std::memory_order_release);  // unfreeze: not moved
     }
+  }
+  for (unsigned i = 0; i < copied; ++i) {
+    if (whole[i]) run_move_hook(testing::MoveStep::kMovedOut, keys[i]);
   }
   region_.persist(b, sizeof(Bucket));
   // Then truly empty, durably so before the progress entry moves past the

@@ -1,10 +1,34 @@
-// engine/clevel/clevel_testing.h - clevel's planted bugs (engine/planted.h;
-// docs/architecture.md, "Test hooks"). Only tests set them.
+// engine/clevel/clevel_testing.h - clevel's test hooks and planted bugs
+// (engine/planted.h; docs/architecture.md, "Test hooks"). Only tests set
+// them, while no operation runs.
 #pragma once
+
+#include <functional>
+#include <string_view>
 
 #include "engine/planted.h"
 
 namespace pmhash::engine::clevel::testing {
+
+// Where a rehash thread stands in moving the items of one bucket
+// (move_bucket; clevel.h, "rehash").
+enum class MoveStep {
+  // The item's slot is frozen (MOVING); its copy is not made yet.
+  kFrozen,
+  // The copy is durable and the source slot is moved out (MOVING alone);
+  // its clearing is not durable yet.
+  kMovedOut,
+};
+// Called by a rehash thread at each step, for each item of the bucket it
+// moves, with the item's key; nullptr removes it. The thread is inside a
+// read-side section and holds the rehash threads' pause lock: a test that
+// parks it there must not wait for a grace period or call check() or
+// close() before it lets it go.
+void set_move_hook(std::function<void(MoveStep step, std::string_view key)> hook);
+// Called by a writer (update, delete, compare_and_swap, an insert that
+// takes its pointers back) each time it finds a slot of its item held by a
+// rehash thread (frozen, or moved out) and waits for it; nullptr removes it.
+void set_writer_wait_hook(std::function<void()> hook);
 
 // An insert publishes its slot before the item it points to is durable
 // (the fence between writing the item and the slot CAS is left out).
