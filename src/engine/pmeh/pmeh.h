@@ -121,6 +121,9 @@
 //          (b)  pointer to pointer: retire old item -> w0
 //          (c)  otherwise: op-log fields -> op -> slot and meta -> op = 0
 //   remove      (pointer: retire item ->) meta VALID cleared
+//   compare_and_swap (Request::kSwap)  the insert's, an update's or the
+//               remove's order for the write it makes; nothing for a
+//               Conflict or a swap from absent to absent (below)
 //   split       record R[z] = S -> (child header, S.children[i]) each ->
 //               S.split MOVING; each batch: child buckets -> S.moved bits;
 //               completion: retire S -> R = S | COMPLETING -> entries -> R = 0
@@ -158,6 +161,18 @@
 //       owner is the zone's only writer and runs one write at a time, each
 //       durable before it returns; SHARED, decided under the version taken
 //       by CAS (even, so durable); the hand-over waits out direct writers.
+//   R3  compare_and_swap: a write like the others (a request of op kSwap,
+//       run by the owner or, SHARED, by the caller under the segment's
+//       version), decided by refused() exactly where insert decides
+//       AlreadyExists and update/remove NotFound: after the owner moved the
+//       key's window out of a splitting S (or, direct, only in a moved
+//       window), in the one place the key can be. The key's slot value (w1,
+//       or the item w0 names: drained by its writer's caller before the slot
+//       named it) or its absence is compared with the expected state; a
+//       mismatch is Conflict with the version released unchanged in
+//       content, a match writes under the same hold with P1-P3. So the
+//       comparison and the write are one step for every other writer, and
+//       a Conflict, like AlreadyExists, is decided on durable state (R2).
 // No change was needed for this; the planted bug pmeh-read-unpersisted
 // (get reads under an odd version and keeps a hit whose version moved)
 // shows what R1 prevents. ReadOptions::snapshot is get(): every answer is
