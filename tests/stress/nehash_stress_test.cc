@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -786,6 +787,117 @@ TEST_F(NehashStress, FormChangingUpdatesAreReadWholeWhileGroupsSplit) {
     model[keys[k]] = value_for(keys[k], v, v % 2 == 1);
   }
   for (const std::string& key : filler) model[key] = value_for(key, 1, key.size() > 8);
+  expect_store_is(model);
+  ASSERT_NO_FATAL_FAILURE(reopen());
+  expect_store_is(model);
+}
+
+// 8. compare_and_swap against splits and plain writes: three threads
+// increment four counters through read_modify_write, whose values switch
+// between the inline form and an item every third increment (so a swap
+// also changes a slot's form, through the op log); on four flags, two
+// threads flip presence by read_modify_write (a swap that inserts or
+// removes) and a third by plain insert and remove; a filler inserts keys of
+// the same prefix, so every group the counters and flags live in splits,
+// with them in its conflict bucket or moving to the new group. No
+// increment is lost, each flag is present exactly when its successful flips
+// are odd, and the store equals the model before and after a reopen.
+TEST_F(NehashStress, SwapIncrementsAndFlipsThroughSplitsMatchTheModel) {
+  ASSERT_NO_FATAL_FAILURE(create(/*bucket_bits=*/1, /*dir_bits=*/0));
+  constexpr unsigned kIncrementers = 3;
+  constexpr unsigned kFlippers = 3;  // the last one with plain insert and remove
+  const std::uint64_t increments = 400 * kScale;
+  const std::uint64_t flips = 400 * kScale;
+  const std::size_t fillers = 1500 * kScale;
+  KeyFinder finder(/*top=*/0x13, /*bits=*/6);
+  const std::vector<std::string> counters = finder.take('c', 4);
+  const std::vector<std::string> flags = finder.take('g', 4);
+  const std::vector<std::string> filler = finder.take('x', fillers);
+  const auto encode = [](std::uint64_t n) {
+    return n % 3 == 2 ? "N" + std::to_string(n) + "/" + std::string(10 + n % 7, '#') : std::to_string(n);
+  };
+  const auto decode = [](std::string_view v) -> std::int64_t {
+    const std::size_t from = !v.empty() && v[0] == 'N' ? 1 : 0;
+    std::int64_t n = 0;
+    std::size_t i = from;
+    for (; i < v.size() && v[i] >= '0' && v[i] <= '9'; ++i) n = n * 10 + (v[i] - '0');
+    return i == from ? -1 : n;
+  };
+  std::vector<std::vector<std::int64_t>> flipped(kFlippers, std::vector<std::int64_t>(flags.size()));
+  std::barrier sync(kIncrementers + kFlippers + 1);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kIncrementers; ++t) {
+    threads.emplace_back([&, t] {
+      sync.arrive_and_wait();
+      for (std::uint64_t i = 0; i < increments; ++i) {
+        const std::string& key = counters[(t + i) % counters.size()];
+        const Status s = store_->read_modify_write(key, [&](std::optional<std::string_view> cur) {
+          const std::int64_t n = cur ? decode(*cur) : 0;
+          if (n < 0) mismatches_.report(t, key + " holds " + std::string(*cur) + ", no counter value");
+          return Modification::set(encode(static_cast<std::uint64_t>(n) + 1));
+        });
+        if (!s.ok()) mismatches_.report(t, "increment " + key + ": " + s.to_string());
+      }
+    });
+  }
+  for (unsigned t = 0; t < kFlippers; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(800 + t);
+      sync.arrive_and_wait();
+      for (std::uint64_t i = 0; i < flips; ++i) {
+        const std::size_t k = rng() % flags.size();
+        const std::string& key = flags[k];
+        const std::string on = "on" + std::to_string(t);
+        if (t + 1 < kFlippers) {
+          const Status s = store_->read_modify_write(key, [&](std::optional<std::string_view> cur) {
+            return cur ? Modification::remove() : Modification::set(on);
+          });
+          if (!s.ok()) mismatches_.report(t, "flip " + key + ": " + s.to_string());
+          ++flipped[t][k];
+          continue;
+        }
+        const Status s = rng() % 2 == 0 ? store_->insert(key, on) : store_->remove(key);
+        if (s.ok()) {
+          ++flipped[t][k];
+        } else if (!s.is_already_exists() && !s.is_not_found()) {
+          mismatches_.report(t, "plain flip " + key + ": " + s.to_string());
+        }
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    sync.arrive_and_wait();
+    for (const std::string& key : filler) {
+      const Status s = store_->insert(key, value_for(key, 1, key.size() > 8));
+      if (!s.ok()) mismatches_.report(kIncrementers + kFlippers, "filler insert " + key + ": " + s.to_string());
+    }
+  });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches_.count(), 0);
+  EXPECT_GT(store_->stats().property("nehash.splits"), 0u);
+
+  std::map<std::string, std::string> model;
+  for (const std::string& key : filler) model[key] = value_for(key, 1, key.size() > 8);
+  std::uint64_t total = 0;
+  for (const std::string& key : counters) {
+    std::string got;
+    const Status s = store_->get(key, &got);
+    ASSERT_TRUE(s.ok()) << key << ": " << s.to_string();
+    ASSERT_GE(decode(got), 0) << key << " holds " << got;
+    total += static_cast<std::uint64_t>(decode(got));
+    EXPECT_EQ(got, encode(static_cast<std::uint64_t>(decode(got)))) << key;
+    model[key] = got;
+  }
+  EXPECT_EQ(total, kIncrementers * increments);
+  for (std::size_t k = 0; k < flags.size(); ++k) {
+    std::int64_t n = 0;
+    for (unsigned t = 0; t < kFlippers; ++t) n += flipped[t][k];
+    std::string got;
+    const Status s = store_->get(flags[k], &got);
+    ASSERT_TRUE(s.ok() || s.is_not_found()) << s.to_string();
+    EXPECT_EQ(s.ok(), n % 2 == 1) << flags[k] << " after " << n << " successful flips";
+    if (s.ok()) model[flags[k]] = got;
+  }
   expect_store_is(model);
   ASSERT_NO_FATAL_FAILURE(reopen());
   expect_store_is(model);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -442,6 +443,137 @@ TEST_F(PmehStress, ForEachDuringSplitsReportsNoKeyTwice) {
   }
   expect_store_is(model);
 }
+
+// 5. compare_and_swap against splits, directory growth and plain writes,
+// delegated (OWNED zones, gradual splits: a swap on S moves its window
+// first) and direct (SHARED zones: swaps by the callers under the segment's
+// version, into the moved windows of a split in flight): three threads
+// increment four counters per zone through read_modify_write, whose values
+// switch between the inline form and an item every third increment; on
+// four flags, two threads flip presence by read_modify_write (a swap that
+// inserts or removes) and a third by plain insert and remove; two fillers
+// insert keys that split every zone again and again. No increment is lost,
+// each flag is present exactly when its successful flips are odd, and the
+// store equals the model before and after a reopen.
+class PmehSwaps : public PmehStress, public ::testing::WithParamInterface<unsigned> {};
+
+TEST_P(PmehSwaps, IncrementsAndFlipsThroughSplitsMatchTheModel) {
+  Options o = options(/*split_bits=*/1);
+  o.set("pmeh.write_mode", GetParam());
+  o.set("pmeh.split_step", 2);
+  {
+    const Status s = Store::create(path_, o, &store_);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  }
+  constexpr unsigned kIncrementers = 3;
+  constexpr unsigned kFlippers = 3;  // the last one with plain insert and remove
+  constexpr unsigned kFillers = 2;
+  const std::uint64_t increments = 300 * kScale;
+  const std::uint64_t flips = 300 * kScale;
+  const std::size_t per_filler = 1500 * kScale;
+  std::vector<std::string> counters, flags;
+  for (std::size_t i = 0; i < 16; ++i) counters.push_back(key_for('c', i));
+  for (std::size_t i = 0; i < 4; ++i) flags.push_back(key_for('g', i));
+  const auto encode = [](std::uint64_t n) {
+    return n % 3 == 2 ? "N" + std::to_string(n) + "/" + std::string(10 + n % 7, '#') : std::to_string(n);
+  };
+  const auto decode = [](std::string_view v) -> std::int64_t {
+    const std::size_t from = !v.empty() && v[0] == 'N' ? 1 : 0;
+    std::int64_t n = 0;
+    std::size_t i = from;
+    for (; i < v.size() && v[i] >= '0' && v[i] <= '9'; ++i) n = n * 10 + (v[i] - '0');
+    return i == from ? -1 : n;
+  };
+  std::vector<std::vector<std::int64_t>> flipped(kFlippers, std::vector<std::int64_t>(flags.size()));
+  std::barrier sync(kIncrementers + kFlippers + kFillers);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kIncrementers; ++t) {
+    threads.emplace_back([&, t] {
+      sync.arrive_and_wait();
+      for (std::uint64_t i = 0; i < increments; ++i) {
+        const std::string& key = counters[(t * 5 + i) % counters.size()];
+        const Status s = store_->read_modify_write(key, [&](std::optional<std::string_view> cur) {
+          const std::int64_t n = cur ? decode(*cur) : 0;
+          if (n < 0) mismatches_.report(t, key + " holds " + std::string(*cur) + ", no counter value");
+          return Modification::set(encode(static_cast<std::uint64_t>(n) + 1));
+        });
+        if (!s.ok()) mismatches_.report(t, "increment " + key + ": " + s.to_string());
+      }
+    });
+  }
+  for (unsigned t = 0; t < kFlippers; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(900 + t);
+      sync.arrive_and_wait();
+      for (std::uint64_t i = 0; i < flips; ++i) {
+        const std::size_t k = rng() % flags.size();
+        const std::string& key = flags[k];
+        const std::string on = "on" + std::to_string(t);
+        if (t + 1 < kFlippers) {
+          const Status s = store_->read_modify_write(key, [&](std::optional<std::string_view> cur) {
+            return cur ? Modification::remove() : Modification::set(on);
+          });
+          if (!s.ok()) mismatches_.report(t, "flip " + key + ": " + s.to_string());
+          ++flipped[t][k];
+          continue;
+        }
+        const Status s = rng() % 2 == 0 ? store_->insert(key, on) : store_->remove(key);
+        if (s.ok()) {
+          ++flipped[t][k];
+        } else if (!s.is_already_exists() && !s.is_not_found()) {
+          mismatches_.report(t, "plain flip " + key + ": " + s.to_string());
+        }
+      }
+    });
+  }
+  for (unsigned f = 0; f < kFillers; ++f) {
+    threads.emplace_back([&, f] {
+      sync.arrive_and_wait();
+      for (std::size_t i = 0; i < per_filler; ++i) {
+        const std::string key = key_for(static_cast<char>('x' + f), i);
+        const Status s = store_->insert(key, value_for(key, 1, key.size() > 8));
+        if (!s.ok()) mismatches_.report(kIncrementers + kFlippers + f, "filler insert " + key + ": " + s.to_string());
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches_.count(), 0);
+  EXPECT_GT(store_->stats().property("pmeh.splits"), 0u);
+
+  std::map<std::string, std::string> model;
+  for (unsigned f = 0; f < kFillers; ++f) {
+    for (std::size_t i = 0; i < per_filler; ++i) {
+      const std::string key = key_for(static_cast<char>('x' + f), i);
+      model[key] = value_for(key, 1, key.size() > 8);
+    }
+  }
+  std::uint64_t total = 0;
+  for (const std::string& key : counters) {
+    std::string got;
+    const Status s = store_->get(key, &got);
+    ASSERT_TRUE(s.ok()) << key << ": " << s.to_string();
+    ASSERT_GE(decode(got), 0) << key << " holds " << got;
+    total += static_cast<std::uint64_t>(decode(got));
+    EXPECT_EQ(got, encode(static_cast<std::uint64_t>(decode(got)))) << key;
+    model[key] = got;
+  }
+  EXPECT_EQ(total, kIncrementers * increments);
+  for (std::size_t k = 0; k < flags.size(); ++k) {
+    std::int64_t n = 0;
+    for (unsigned t = 0; t < kFlippers; ++t) n += flipped[t][k];
+    std::string got;
+    const Status s = store_->get(flags[k], &got);
+    ASSERT_TRUE(s.ok() || s.is_not_found()) << s.to_string();
+    EXPECT_EQ(s.ok(), n % 2 == 1) << flags[k] << " after " << n << " successful flips";
+    if (s.ok()) model[flags[k]] = got;
+  }
+  expect_store_is(model);
+  ASSERT_NO_FATAL_FAILURE(reopen(/*split_bits=*/1));
+  expect_store_is(model);
+}
+
+INSTANTIATE_TEST_SUITE_P(WriteModes, PmehSwaps, ::testing::Values(1u, 2u),
+                         [](const auto& info) { return info.param == 1 ? "Delegated" : "Direct"; });
 
 }  // namespace
 }  // namespace pmhash

@@ -434,6 +434,152 @@ TEST_F(NehashEngineTest, OnlyTheExpandingEntryIsLocked) {
   expect_check();
 }
 
+// compare_and_swap is a write like the others while a group splits. The
+// split of entry 1's group g is parked at step 9: the directory already
+// names the new group g1 for the upper half, whose keys g1 holds (g still
+// holds stale copies, step 10 has not cleaned them). Swaps of upper-half
+// keys run in g1 at once (one from the key's value, one from a wrong
+// value); swaps of lower-half keys reach g, take the key's home bucket,
+// see SPLITTING, back off and wait, and decide after the split (one
+// changing a key of the home bucket, one removing a key from the conflict
+// bucket). Each swap that backs off bumps the version of g's bucket-0 lock
+// word once (nothing else takes that bucket while the split is parked),
+// which is how the test knows both wait. The stale copies g cleans later do
+// not bring back the values the swaps in g1 replaced.
+TEST_F(NehashEngineTest, CompareAndSwapDuringASplitDecidesInTheGroupThatCoversTheKey) {
+  create();
+  const unsigned b = 1;
+  const auto other = find_keys(at(0b0, 1, b, 1, 2), 1);
+  ASSERT_TRUE(put(other[0], "v-" + other[0]).ok());
+  const auto lower = find_keys(at(0b10, 2, b, 0, 0), 17);
+  const auto upper = find_keys(at(0b11, 2, b, 0, 0), 16);
+  for (int i = 0; i < 17; ++i) {
+    ASSERT_TRUE(put(lower[i], "v-" + lower[i]).ok());
+    if (i < 15) {
+      ASSERT_TRUE(put(upper[i], "v-" + upper[i]).ok());
+    }
+  }
+  // Bucket 0 (16 slots) and the conflict bucket (16) are full; lower[16],
+  // inserted last, sits in the conflict bucket.
+  nh::GroupRef* g = group_of(lower[0]);
+  ASSERT_EQ(nh::conflict_count(g->lock[0].load()), 16u);
+  std::atomic<int> parked{0};
+  std::atomic<int> release{0};
+  nh::testing::set_split_hook([&] {
+    parked.store(1);
+    parked.notify_all();
+    release.wait(0);
+  });
+  Status splitter_status;
+  std::thread splitter([&] { splitter_status = put(upper[15], "v-" + upper[15]); });
+  parked.wait(0);
+  auto cas = [&](const std::string& k, std::optional<std::string_view> e,
+                 std::optional<std::string_view> d) {
+    return index_->compare_and_swap(engine::make_key(k), e, d);
+  };
+  const std::string moved_value = "a value long enough for an item";
+  ASSERT_NE(group_of(upper[0]), g);
+  EXPECT_TRUE(cas(upper[0], std::string_view("v-" + upper[0]), std::string_view(moved_value)).ok());
+  EXPECT_TRUE(cas(upper[1], std::string_view("not its value"), std::string_view("x")).is_conflict());
+  EXPECT_TRUE(cas(upper[2], std::string_view("v-" + upper[2]), std::nullopt).ok());
+  EXPECT_EQ(value_of(upper[0]), moved_value);
+  const std::uint64_t version = g->lock[0].load() >> nh::kVersionShift;
+  Status changed, removed;
+  std::vector<std::thread> swappers;
+  swappers.emplace_back([&] {
+    changed = cas(lower[0], std::string_view("v-" + lower[0]), std::string_view("w"));
+  });
+  swappers.emplace_back([&] {
+    removed = cas(lower[16], std::string_view("v-" + lower[16]), std::nullopt);
+  });
+  while ((g->lock[0].load() >> nh::kVersionShift) < version + 2) std::this_thread::yield();
+  // A swap on another group does not wait for the split either.
+  EXPECT_TRUE(cas(other[0], std::string_view("v-" + other[0]), std::string_view("swapped")).ok());
+  EXPECT_EQ(value_of(other[0]), "swapped");
+  release.store(1);
+  release.notify_all();
+  splitter.join();
+  for (std::thread& t : swappers) t.join();
+  nh::testing::set_split_hook(nullptr);
+  ASSERT_TRUE(splitter_status.ok()) << splitter_status.to_string();
+  EXPECT_TRUE(changed.ok()) << changed.to_string();
+  EXPECT_TRUE(removed.ok()) << removed.to_string();
+  ASSERT_EQ(stats().property("nehash.splits"), 1u);
+  const std::string absent = "<" + Status::NotFound().to_string() + ">";
+  auto expect_state = [&] {
+    EXPECT_EQ(value_of(upper[0]), moved_value);
+    EXPECT_EQ(value_of(upper[1]), "v-" + upper[1]);
+    EXPECT_EQ(value_of(upper[2]), absent);
+    EXPECT_EQ(value_of(upper[15]), "v-" + upper[15]);
+    EXPECT_EQ(value_of(lower[0]), "w");
+    EXPECT_EQ(value_of(lower[16]), absent);
+    EXPECT_EQ(index_->size(), 1u + 17 + 16 - 2);
+    expect_check();
+  };
+  expect_state();
+  ASSERT_TRUE(reopen().ok());
+  expect_state();
+}
+
+// Each form a swap can take, on a home slot, a conflict slot and a group
+// not yet created: a swap that fails changes nothing and writes nothing
+// (the pool's bytes stay), one from absent to absent writes nothing either,
+// and the conflict counts follow swaps that insert into and remove from
+// the conflict bucket (check() verifies them).
+TEST_F(NehashEngineTest, CompareAndSwapInEveryPlaceAKeyCanLive) {
+  create();
+  const unsigned b = 1;
+  // Main entry 1 has no group yet.
+  const auto nowhere = find_keys(at(0b1, 1, b, 0, 0), 1);
+  auto cas = [&](const std::string& k, std::optional<std::string_view> e,
+                 std::optional<std::string_view> d) {
+    return index_->compare_and_swap(engine::make_key(k), e, d);
+  };
+  EXPECT_TRUE(cas(nowhere[0], std::string_view("v"), std::string_view("w")).is_conflict());
+  EXPECT_TRUE(cas(nowhere[0], std::string_view("v"), std::nullopt).is_conflict());
+  EXPECT_TRUE(cas(nowhere[0], std::nullopt, std::nullopt).ok());
+  EXPECT_EQ(group_of(nowhere[0]), nullptr) << "nothing was created";
+  // Bucket 0 of entry 0's group full of inline pairs, then three keys in
+  // the conflict bucket (items).
+  const auto home = find_keys(at(0b0, 1, b, 0, 3), 16, 8);
+  const auto short_value = [&](std::size_t i) { return "h" + std::to_string(i); };
+  for (std::size_t i = 0; i < home.size(); ++i) {
+    ASSERT_TRUE(cas(home[i], std::nullopt, std::string_view(short_value(i))).ok());
+  }
+  const auto spill = find_keys(at(0b0, 1, b, 0, 5), 3);
+  for (const auto& k : spill) ASSERT_TRUE(cas(k, std::nullopt, std::string_view("v-" + k)).ok());
+  nh::GroupRef* g = group_of(home[0]);
+  EXPECT_EQ(nh::conflict_count(g->lock[0].load()), 3u);
+  EXPECT_EQ(stats().property("nehash.splits"), 0u);
+  const auto group_image = [&] {
+    return std::string(reinterpret_cast<const char*>(g->hdr), nh::group_bytes(b));
+  };
+  const std::string before = group_image();
+  // Failing swaps on a home slot (inline) and a conflict slot (an item).
+  EXPECT_TRUE(cas(home[2], std::string_view(short_value(3)), std::string_view("x")).is_conflict());
+  EXPECT_TRUE(cas(home[2], std::nullopt, std::string_view("x")).is_conflict());
+  EXPECT_TRUE(cas(spill[1], std::string_view("v-" + spill[1] + "!"), std::nullopt).is_conflict());
+  EXPECT_TRUE(cas(spill[1], std::nullopt, std::nullopt).is_conflict());
+  EXPECT_EQ(group_image(), before) << "a failed swap wrote to the group";
+  // Successful swaps: inline to inline, inline to an item, an item to an
+  // item, and a removal from the conflict bucket.
+  EXPECT_TRUE(cas(home[0], std::string_view(short_value(0)), std::string_view("short")).ok());
+  EXPECT_TRUE(cas(home[1], std::string_view(short_value(1)), std::string_view("now an item value")).ok());
+  EXPECT_TRUE(cas(spill[0], std::string_view("v-" + spill[0]), std::string_view("another item")).ok());
+  EXPECT_TRUE(cas(spill[1], std::string_view("v-" + spill[1]), std::nullopt).ok());
+  EXPECT_EQ(nh::conflict_count(g->lock[0].load()), 2u);
+  EXPECT_EQ(value_of(home[0]), "short");
+  EXPECT_EQ(value_of(home[1]), "now an item value");
+  EXPECT_EQ(value_of(spill[0]), "another item");
+  EXPECT_EQ(value_of(spill[1]), "<" + Status::NotFound().to_string() + ">");
+  EXPECT_EQ(index_->size(), 16u + 2);
+  expect_check();
+  ASSERT_TRUE(reopen().ok());
+  EXPECT_EQ(value_of(home[1]), "now an item value");
+  EXPECT_EQ(index_->size(), 16u + 2);
+  expect_check();
+}
+
 // ---------------------------------------------------------------------------
 // Groups, slots, splits
 // ---------------------------------------------------------------------------
@@ -1639,8 +1785,9 @@ struct Exploration {
 class NehashWriteCrashTest : public NehashCrashTest {
  protected:
   // With crash_recovery, each image's recovery is crashed at its drains
-  // too, and every image that leaves is judged the same way.
-  Exploration explore_every_write_form(bool crash_recovery = false) {
+  // too, and every image that leaves is judged the same way. With by_swap,
+  // every write is made by compare_and_swap from the acknowledged state.
+  Exploration explore_every_write_form(bool crash_recovery = false, bool by_swap = false) {
     Exploration out;
     testing::GranularityGuard granularity;
     granularity.force("cache_line");
@@ -1710,7 +1857,17 @@ class NehashWriteCrashTest : public NehashCrashTest {
     };
     for (const Op& op : ops) {
       points.clear();
-      EXPECT_TRUE(op.run().ok()) << op.what;
+      if (by_swap) {
+        const auto it = now.find(op.key);
+        const std::optional<std::string_view> expected =
+            it == now.end() ? std::nullopt : std::optional<std::string_view>(it->second);
+        const std::optional<std::string_view> desired =
+            op.after ? std::optional<std::string_view>(*op.after) : std::nullopt;
+        EXPECT_TRUE(index_->compare_and_swap(engine::make_key(op.key), expected, desired).ok())
+            << op.what;
+      } else {
+        EXPECT_TRUE(op.run().ok()) << op.what;
+      }
       EXPECT_FALSE(points.empty()) << op.what;
       for (std::size_t i = 0; i < points.size(); ++i) {
         const Point& p = points[i];
@@ -1770,6 +1927,16 @@ class NehashWriteCrashTest : public NehashCrashTest {
 
 TEST_F(NehashWriteCrashTest, EveryDrainOfEveryWriteFormRecoversToBeforeOrAfter) {
   const Exploration e = explore_every_write_form();
+  EXPECT_GT(e.images, 100u);
+  EXPECT_EQ(e.violations, 0u) << e.first;
+  expect_check();
+}
+
+// The same writes made by compare_and_swap (expecting the acknowledged
+// state): a swap that writes follows the persist order of the write it
+// makes, so every crash image recovers to before or after it.
+TEST_F(NehashWriteCrashTest, EveryDrainOfEveryCompareAndSwapFormRecoversToBeforeOrAfter) {
+  const Exploration e = explore_every_write_form(/*crash_recovery=*/false, /*by_swap=*/true);
   EXPECT_GT(e.images, 100u);
   EXPECT_EQ(e.violations, 0u) << e.first;
   expect_check();

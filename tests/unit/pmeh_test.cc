@@ -1195,6 +1195,144 @@ TEST_F(PmehGradualTest, DirectWriteIntoAMovedWindowGoesToTheChildAndAnUnmovedOne
   expect_check();
 }
 
+// compare_and_swap in an OWNED zone with a gradual split in flight: each
+// swap of a key in S is run by the owner, which moves the key's window to
+// the child first (as for every write on S) and then compares there, so a
+// swap decides on the child's copy, whether it succeeds, conflicts, removes
+// or inserts; the split goes on and completes, and the swaps survive it
+// and a reopen.
+TEST_F(PmehGradualTest, CompareAndSwapDuringAGradualSplitDecidesInTheChild) {
+  options_.set("pmeh.split_bits", 1);
+  options_.set("pmeh.split_step", 1);
+  create();
+  const unsigned nb = pmeh().nb();
+  const std::vector<std::string> z0 = zone_keys(0, 3000);
+  std::map<std::string, std::string> want;
+  std::size_t n = 0;
+  while (!pmeh().split_in_flight(0)) {
+    ASSERT_TRUE(insert(z0[n], "v").ok()) << n;
+    want[z0[n++]] = "v";
+  }
+  // Keys in S whose windows are not moved yet, one per window.
+  std::vector<std::string> in_s;
+  Moved windows = moved(0);
+  for (std::size_t i = 0; i < n && in_s.size() < 3; ++i) {
+    const unsigned h = home(z0[i]);
+    if (windows.has(h) || windows.has((h + 1) % nb)) continue;
+    windows.add(h);
+    windows.add((h + 1) % nb);
+    in_s.push_back(z0[i]);
+  }
+  ASSERT_EQ(in_s.size(), 3u);
+  auto cas = [&](const std::string& k, std::optional<std::string_view> e,
+                 std::optional<std::string_view> d) {
+    return index_->compare_and_swap(engine::make_key(k), e, d);
+  };
+  auto window_moved = [&](const std::string& k) {
+    const Moved m = moved(0);
+    return m.has(home(k)) && m.has((home(k) + 1) % nb);
+  };
+  ASSERT_TRUE(cas(in_s[0], std::string_view("v"), std::string_view("a value that needs an item")).ok());
+  want[in_s[0]] = "a value that needs an item";
+  EXPECT_TRUE(window_moved(in_s[0]));
+  ASSERT_TRUE(pmeh().split_in_flight(0));
+  EXPECT_TRUE(cas(in_s[1], std::string_view("w"), std::string_view("x")).is_conflict());
+  EXPECT_TRUE(cas(in_s[1], std::nullopt, std::string_view("x")).is_conflict());
+  EXPECT_TRUE(window_moved(in_s[1])) << "a swap that conflicts steps the split like any write";
+  ASSERT_TRUE(cas(in_s[2], std::string_view("v"), std::nullopt).ok());
+  want.erase(in_s[2]);
+  const std::string fresh = z0[n];
+  ASSERT_TRUE(cas(fresh, std::nullopt, std::string_view("new")).ok());
+  want[fresh] = "new";
+  EXPECT_TRUE(cas(fresh, std::nullopt, std::nullopt).is_conflict());
+  ASSERT_TRUE(pmeh().split_in_flight(0));
+  EXPECT_EQ(stats().property("pmeh.splits"), 0u);
+  for (const auto& [k, v] : want) ASSERT_EQ(get(k), v) << k;
+  EXPECT_TRUE(absent(in_s[2]));
+  EXPECT_EQ(index_->size(), want.size());
+  expect_check();
+  // Swaps of the child's copies go on until the split completes.
+  for (std::size_t i = 0; pmeh().split_in_flight(0); ++i) {
+    ASSERT_LT(i, n);
+    if (want.count(z0[i]) == 0 || want[z0[i]] != "v") continue;
+    ASSERT_TRUE(cas(z0[i], std::string_view("v"), std::string_view("s")).ok()) << z0[i];
+    want[z0[i]] = "s";
+  }
+  EXPECT_EQ(stats().property("pmeh.splits"), 1u);
+  for (const auto& [k, v] : want) ASSERT_EQ(get(k), v) << k;
+  EXPECT_EQ(index_->size(), want.size());
+  expect_check();
+  reopen();
+  for (const auto& [k, v] : want) ASSERT_EQ(get(k), v) << k;
+  EXPECT_TRUE(absent(in_s[2]));
+  EXPECT_EQ(index_->size(), want.size());
+  expect_check();
+}
+
+// compare_and_swap by a direct writer in a SHARED zone whose split is in
+// flight: a key whose window is moved is swapped by the caller itself in
+// the child, under S's version (rule 2 of "Writes during a split"), for
+// every outcome; a key whose window is not moved goes to the owner, which
+// completes the split first.
+TEST_F(PmehGradualTest, DirectCompareAndSwapIntoAMovedWindowGoesToTheChild) {
+  options_.set("pmeh.zone_bits", 0);
+  options_.set("pmeh.split_bits", 1);
+  options_.set("pmeh.split_step", 1);
+  options_.set("pmeh.segment_kib", 64);
+  options_.set("pmeh.workers", 1);
+  create();
+  const unsigned nb = pmeh().nb();
+  std::map<std::string, std::string> want;
+  std::string trigger;
+  for (int i = 0; !pmeh().split_in_flight(0); ++i) {
+    trigger = "p" + std::to_string(i);
+    ASSERT_TRUE(insert(trigger, "v").ok());
+    want[trigger] = "v";
+  }
+  options_.set("pmeh.write_mode", pm::kWriteDirect);
+  reopen();
+  ASSERT_TRUE(pmeh().split_in_flight(0));
+  ASSERT_EQ(pmeh().zone_mode(0), pm::kShared);
+  const unsigned h = home(trigger);
+  ASSERT_EQ(moved(0).count(), 2u);
+  auto cas = [&](const std::string& k, std::optional<std::string_view> e,
+                 std::optional<std::string_view> d) {
+    return index_->compare_and_swap(engine::make_key(k), e, d);
+  };
+  const std::vector<std::string> in = placed_keys("m", 2, h, nb, 2);
+  const std::uint64_t delegated = pmeh().delegated_ops();
+  const std::uint64_t direct = pmeh().direct_split_writes();
+  ASSERT_TRUE(cas(in[0], std::nullopt, std::string_view("d")).ok());
+  ASSERT_TRUE(cas(in[1], std::nullopt, std::string_view("a value that needs an item")).ok());
+  EXPECT_TRUE(cas(in[0], std::string_view("e"), std::string_view("x")).is_conflict());
+  EXPECT_TRUE(cas(in[1], std::nullopt, std::nullopt).is_conflict());
+  ASSERT_TRUE(cas(in[0], std::string_view("d"), std::string_view("a longer value, an item")).ok());
+  ASSERT_TRUE(cas(in[1], std::string_view("a value that needs an item"), std::nullopt).ok());
+  want[in[0]] = "a longer value, an item";
+  EXPECT_EQ(pmeh().direct_split_writes(), direct + 6);
+  EXPECT_EQ(pmeh().delegated_ops(), delegated) << "no swap went to the owner";
+  EXPECT_EQ(moved(0).count(), 2u) << "direct writers move no bucket";
+  EXPECT_TRUE(pmeh().split_in_flight(0));
+  EXPECT_TRUE(absent(in[1]));
+  for (const auto& [k, v] : want) ASSERT_EQ(get(k), v) << k;
+  expect_check();
+  // A window with an unmoved bucket: the owner completes the split, then
+  // swaps.
+  const std::string out = placed_keys("u", 2, (h + 1) % nb, nb, 1)[0];
+  ASSERT_TRUE(cas(out, std::nullopt, std::string_view("o")).ok());
+  want[out] = "o";
+  EXPECT_EQ(pmeh().delegated_ops(), delegated + 1);
+  EXPECT_FALSE(pmeh().split_in_flight(0));
+  for (const auto& [k, v] : want) ASSERT_EQ(get(k), v) << k;
+  EXPECT_EQ(index_->size(), want.size());
+  expect_check();
+  reopen();
+  for (const auto& [k, v] : want) ASSERT_EQ(get(k), v) << k;
+  EXPECT_TRUE(absent(in[1]));
+  EXPECT_EQ(index_->size(), want.size());
+  expect_check();
+}
+
 TEST_F(PmehGradualTest, SharedZoneSplitCompletesRightAfterTheWriteThatStartedIt) {
   // B = 1 and no idle steps: in an OWNED zone this split would stay in
   // flight until the zone's next writes. In a SHARED zone the owner moves
@@ -1640,9 +1778,14 @@ TEST_F(PmehSplitCrashTest, RecoverSplitRecordAtEveryDrainOfATwoSplit) {
   EXPECT_LE(e.rows.segments_read, 1u + 2u);
 }
 
-// Crashes every write form at each of its drains. The owner runs writes
-// inside a read section, so the images are recovered after the write.
-TEST_F(PmehCrashTest, RecoverEveryWriteFormAtEachDrainToBeforeOrAfter) {
+// Crashes every write form at each of its drains, the write made by
+// insert, update and remove, or (CompareAndSwap) by compare_and_swap from
+// the acknowledged state, which follows the persist order of the write it
+// makes. The owner runs writes inside a read section, so the images are
+// recovered after the write.
+class PmehWriteFormCrashTest : public PmehCrashTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(PmehWriteFormCrashTest, RecoverEveryWriteFormAtEachDrainToBeforeOrAfter) {
   create();
   struct Step {
     std::string key, before, after;  // "" = absent
@@ -1672,7 +1815,13 @@ TEST_F(PmehCrashTest, RecoverEveryWriteFormAtEachDrainToBeforeOrAfter) {
       for (const testing::CrashChoice& c : choices(s, rng)) images.push_back(s.crash_image(c));
     });
     Status s;
-    if (st.remove) {
+    if (GetParam()) {
+      const auto state = [](const std::string& v, bool absent) {
+        return absent ? std::nullopt : std::optional<std::string_view>(v);
+      };
+      s = index_->compare_and_swap(engine::make_key(st.key), state(st.before, st.before.empty()),
+                                   state(st.after, st.remove));
+    } else if (st.remove) {
       s = index_->remove(engine::make_key(st.key));
     } else if (st.before.empty()) {
       s = insert(st.key, st.after);
@@ -1699,6 +1848,9 @@ TEST_F(PmehCrashTest, RecoverEveryWriteFormAtEachDrainToBeforeOrAfter) {
   EXPECT_GE(replayed, 1u) << "some image held a committed slot update";
   expect_check();
 }
+
+INSTANTIATE_TEST_SUITE_P(ByWriteOrSwap, PmehWriteFormCrashTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "CompareAndSwap" : "Write"; });
 
 // Crashes at every drain of a gradual split (start, each move batch,
 // completion) while the writes between the steps land in moved child

@@ -35,8 +35,10 @@
 #include <string>
 #include <string_view>
 
+#include "engine/item.h"
 #include "heap/heap.h"
 #include "media/region.h"
+#include "pool/pptr.h"
 
 namespace pmhash::engine::common {
 
@@ -79,6 +81,20 @@ inline std::uint64_t pack_word(std::string_view bytes) {
 }
 inline std::string_view unpack_word(const std::uint64_t& w, unsigned len) {
   return {reinterpret_cast<const char*>(&w), len};
+}
+
+// Whether the VALID slot (meta m, words w0 and w1) holds the value
+// `value`, byte for byte: an inline slot's w1, or the value of the item w0
+// names, read through `view` (checked: a pointer outside the heap holds no
+// value, and check() reports it). The caller holds the slot still (its
+// lock, or the owner of its segment), so the item cannot be freed meanwhile.
+inline bool slot_value_is(const heap::PoolView& view, std::uint16_t m, std::uint64_t w0,
+                          std::uint64_t w1, std::string_view value) {
+  if (meta_is_inline(m)) {
+    return meta_value_len(m) == value.size() && unpack_word(w1, meta_value_len(m)) == value;
+  }
+  const ItemHeader* item = checked_item(view, pool::pptr_offset(w0));
+  return item != nullptr && item_value(item) == value;
 }
 
 struct Slot {

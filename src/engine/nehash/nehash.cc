@@ -2,6 +2,7 @@
 #include "engine/nehash/nehash.h"
 
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "engine/item.h"
@@ -365,14 +366,20 @@ void NehashIndex::update_slot(heap::ThreadCache* tc, const Place& p, const View&
 
 NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key& key,
                                                 std::string_view value, Mode mode,
-                                                std::uint64_t item, bool* published) {
+                                                const Swap* swap, std::uint64_t item,
+                                                bool* published) {
   Attempt a;
   rcu::ReadGuard guard;
   const Leaf leaf = dir_->find(key.h1);
   GroupRef* g = leaf.group;
   if (g == nullptr) {
+    // No group covers the key (a durable state: P5): it is absent.
     if (mode == Mode::kUpdate) {
       a.status = Status::NotFound();
+    } else if (mode == Mode::kSwap && swap->expected) {
+      a.status = Status::Conflict("the key is absent");
+    } else if (mode == Mode::kSwap && swap->remove) {
+      // Absent, as expected, and to stay absent: nothing to write.
     } else {
       a.kind = Attempt::kCreate;
     }
@@ -406,8 +413,17 @@ NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key
       const bool other = at.lock != h;
       if (other) lock(at);
       const View old{at.meta->load(), at.slot->w0.load(), at.slot->w1.load()};
-      update_slot(tc, at, old, new_view(key, value, item));
-      *published = item != 0;
+      if (mode == Mode::kSwap &&
+          !(swap->expected && slot_value_is(view_, old.meta, old.w0, old.w1, *swap->expected))) {
+        // Decided on durable slots (R3): every earlier writer of the key
+        // held the home bucket, and unlocked it only once durable.
+        a.status = Status::Conflict("the key's value is not the expected one");
+      } else if (mode == Mode::kSwap && swap->remove) {
+        erase(tc, g, h, at);
+      } else {
+        update_slot(tc, at, old, new_view(key, value, item));
+        *published = item != 0;
+      }
       if (other) unlock(at);
     }
     unlock_bucket(h);
@@ -416,6 +432,13 @@ NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key
   if (mode == Mode::kUpdate) {
     unlock_bucket(h);
     a.status = Status::NotFound();
+    return a;
+  }
+  if (mode == Mode::kSwap && (swap->expected || swap->remove)) {
+    unlock_bucket(h);
+    // Absent (R3): a conflict when a value was expected; else absent as
+    // expected, and to stay absent: nothing to write.
+    if (swap->expected) a.status = Status::Conflict("the key is absent");
     return a;
   }
   // Target: the first free slot of the home bucket from the home slot on,
@@ -468,14 +491,17 @@ NehashIndex::Attempt NehashIndex::write_attempt(heap::ThreadCache* tc, const Key
   return a;
 }
 
-Status NehashIndex::write(const Key& key, std::string_view value, Mode mode) {
+Status NehashIndex::write(const Key& key, std::string_view value, Mode mode, const Swap* swap) {
   Status s;
   heap::ThreadCache* tc = heap_.thread(&s);
   if (tc == nullptr) return s;
-  // An update may retire the old item: room for it before the read section.
+  // An update (or a swap's removal) may retire the old item: room for it
+  // before the read section.
   if (mode != Mode::kInsert) tc->reserve_retire(1);
   std::uint64_t item = 0;
-  if (!fits_inline(key.bytes.size(), value.size())) {
+  // A swap that removes stores no value.
+  const bool stores = mode != Mode::kSwap || !swap->remove;
+  if (stores && !fits_inline(key.bytes.size(), value.size())) {
     const std::size_t n = item_size(key.bytes.size(), value.size());
     if (s = tc->allocate(n, &item, false, kItemIntent); !s.ok()) return s;
     auto* h = region_.at<ItemHeader>(item);
@@ -484,7 +510,7 @@ Status NehashIndex::write(const Key& key, std::string_view value, Mode mode) {
   }
   bool published = false;
   for (;;) {
-    Attempt a = write_attempt(tc, key, value, mode, item, &published);
+    Attempt a = write_attempt(tc, key, value, mode, swap, item, &published);
     if (a.kind == Attempt::kDone) {
       s = a.status;
       break;
@@ -515,6 +541,28 @@ Status NehashIndex::upsert(const Key& key, std::string_view value) {
   return write(key, value, Mode::kUpsert);
 }
 
+void NehashIndex::erase(heap::ThreadCache* tc, GroupRef* g, std::atomic<std::uint64_t>* home,
+                        const Place& at) {
+  const std::uint16_t m = at.meta->load(std::memory_order_relaxed);
+  if (!meta_is_inline(m)) {
+    tc->retire(pool::pptr_offset(at.slot->w0.load(std::memory_order_relaxed)));
+    // Drain #1: the retire entry is durable before the slot stops naming
+    // the item (else a crash would leak it).
+    region_.drain();
+  }
+  at.meta->store(static_cast<std::uint16_t>(m & ~kMetaValid), std::memory_order_release);
+  // The removal is durable before it is acknowledged.
+  region_.persist(at.meta, sizeof(std::uint16_t));
+  if (at.lock == conflict_lock(g)) home->fetch_sub(kConflictOne, std::memory_order_relaxed);
+  add_count(tc, -1);
+}
+
+Status NehashIndex::compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                                     std::optional<std::string_view> desired) {
+  const Swap swap{expected, !desired.has_value()};
+  return write(key, desired.value_or(std::string_view()), Mode::kSwap, &swap);
+}
+
 Status NehashIndex::remove(const Key& key) {
   Status s;
   heap::ThreadCache* tc = heap_.thread(&s);
@@ -542,18 +590,7 @@ Status NehashIndex::remove(const Key& key) {
         }
         const bool other = at.lock != h;
         if (other) lock(at);
-        const std::uint16_t m = at.meta->load(std::memory_order_relaxed);
-        if (!meta_is_inline(m)) {
-          tc->retire(pool::pptr_offset(at.slot->w0.load(std::memory_order_relaxed)));
-          // Drain #1: the retire entry is durable before the slot stops
-          // naming the item (else a crash would leak it).
-          region_.drain();
-        }
-        at.meta->store(static_cast<std::uint16_t>(m & ~kMetaValid), std::memory_order_release);
-        // The removal is durable before it is acknowledged.
-        region_.persist(at.meta, sizeof(std::uint16_t));
-        if (at.lock == conflict_lock(g)) h->fetch_sub(kConflictOne, std::memory_order_relaxed);
-        add_count(tc, -1);
+        erase(tc, g, h, at);
         if (other) unlock(at);
         unlock_bucket(h);
         return Status::OK();

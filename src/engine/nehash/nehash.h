@@ -160,6 +160,20 @@
 //              persist (commit) | slot words and meta -> drain #3 | log.op =
 //              0, persist.
 //   remove     pointer: retire item -> drain #1 | clear VALID, persist.
+//   compare_and_swap (Mode::kSwap of the write path): decided where insert
+//              decides AlreadyExists and update NotFound, under the key's
+//              home bucket (and a conflict or overflow slot's own lock),
+//              past the SPLITTING check, in the group that covers the key:
+//              the slot's value (w1, or the item w0 names) is compared byte
+//              for byte with the expected one, or the key's absence with an
+//              expected absence. A mismatch answers Conflict and writes
+//              nothing; a match writes as insert (absent -> value), update
+//              a/b/c (value -> value) or remove (value -> absent) does,
+//              with the same persist order. Absent -> absent writes
+//              nothing. The comparison and the write are one step for every
+//              other writer of the key, which all hold the home bucket, and
+//              for a split, which waits for the bucket's lock before it
+//              moves or cleans the slot (step 0, step 10).
 //   group creation in an empty main entry: CAS the entry to LOCK; id; block
 //              zeroed (intent 1), header -> drain #1 | table[id] = off | L,
 //              persist | publish the entry.
@@ -187,6 +201,8 @@
 //       locks, drained (#3) before unlock. Recovery of a committed split
 //       clears them again.
 //   P5  group creation: table word persisted before the entry is published.
+//   P6  compare_and_swap: P1, P2 or P3 for the write it makes; nothing for
+//       a Conflict or a swap from absent to absent.
 // So a lock is released only once every store made under it is durable
 // (quiescent unlock), and the lock word (DRAM) is the "not yet durable"
 // mark: while a bucket's bits are set, its metas and words may hold a store
@@ -209,6 +225,13 @@
 //       key's home bucket lock, after every earlier writer of the key
 //       unlocked, so on durable slots; a conflict or overflow slot is read
 //       under its seqlock (R1).
+//   R3' compare_and_swap's Conflict (and the comparison of a swap that
+//       writes) is decided as R3: under the home bucket lock, on slots
+//       every earlier writer of the key made durable before it unlocked
+//       (P1-P3, P6); the value of a pointer slot is its item's, drained
+//       before the slot named it. A swap that finds no group (the key's
+//       entry is empty) answers from the directory, which names only
+//       durable groups (P5), as update's NotFound does.
 //   R4  a group reached through the directory is durable (P4, P5); a
 //       reader of a group a split left keeps an answer only if the group
 //       still covers the key.

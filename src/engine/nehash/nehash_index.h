@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -40,6 +41,8 @@ class NehashIndex final : public Index {
   Status update(const Key& key, std::string_view value) override;
   Status upsert(const Key& key, std::string_view value) override;
   Status remove(const Key& key) override;
+  Status compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                          std::optional<std::string_view> desired) override;
   Status for_each(const ForEachFn& fn) override;
   Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
@@ -80,7 +83,14 @@ class NehashIndex final : public Index {
     std::uint16_t meta = 0;
     std::uint64_t w0 = 0, w1 = 0;
   };
-  enum class Mode { kInsert, kUpdate, kUpsert };
+  // kSwap: compare_and_swap, with its Swap (nehash.h, "Operations").
+  enum class Mode { kInsert, kUpdate, kUpsert, kSwap };
+  // What a kSwap write expects to find (nullopt: the key absent) and
+  // whether it removes the key (else it stores the write's value).
+  struct Swap {
+    std::optional<std::string_view> expected;
+    bool remove = false;
+  };
   // What a write attempt inside a read-side section asks its caller to do
   // outside of it.
   struct Attempt {
@@ -121,9 +131,14 @@ class NehashIndex final : public Index {
   bool has_room(GroupRef* g, std::uint64_t h1) const;
 
   // --- writing ---
-  Status write(const Key& key, std::string_view value, Mode mode);
+  // `swap`: Mode::kSwap's expectation (nullptr for the other modes).
+  Status write(const Key& key, std::string_view value, Mode mode, const Swap* swap = nullptr);
   Attempt write_attempt(heap::ThreadCache* tc, const Key& key, std::string_view value, Mode mode,
-                        std::uint64_t item, bool* published);
+                        const Swap* swap, std::uint64_t item, bool* published);
+  // Removes the key at `at` of g (remove, and a swap that removes). The
+  // caller holds the key's home bucket `home` and, for a conflict or
+  // overflow slot, the slot's own lock.
+  void erase(heap::ThreadCache* tc, GroupRef* g, std::atomic<std::uint64_t>* home, const Place& at);
   void store_new(const Place& p, const View& v);
   void update_slot(heap::ThreadCache* tc, const Place& p, const View& old, const View& fresh);
   View new_view(const Key& key, std::string_view value, std::uint64_t item) const;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "engine/item.h"
@@ -292,12 +293,19 @@ Status PmehIndex::owner_get(const Key& key, std::string* out) const {
 // Writes (§4.2 - §4.4): prepared by the caller, run by the zone's owner
 // ---------------------------------------------------------------------------
 
-Status PmehIndex::write(Request::Op op, const Key& key, std::string_view value) {
+Status PmehIndex::write(Request::Op op, const Key& key, std::string_view value,
+                        std::optional<std::string_view> expected, bool swap_remove) {
   Status s;
   heap::ThreadCache* tc = heap_.thread(&s);
   if (tc == nullptr) return s;
+  Request req;
+  req.op = op;
+  req.key = &key;
+  req.value = value;
+  req.expected = expected;
+  req.swap_remove = swap_remove;
   std::uint64_t item = 0;
-  if (op != Request::kRemove && !fits_inline(key.bytes.size(), value.size())) {
+  if (!req.removes() && !fits_inline(key.bytes.size(), value.size())) {
     const std::size_t n = item_size(key.bytes.size(), value.size());
     if (s = tc->allocate(n, &item, false, kItemIntent); s.is_no_space()) {
       // The values that updates replace and the items removes unlink are
@@ -315,10 +323,6 @@ Status PmehIndex::write(Request::Op op, const Key& key, std::string_view value) 
     // publishes it: the owner's drain orders only the owner's own flushes.
     region_.drain();
   }
-  Request req;
-  req.op = op;
-  req.key = &key;
-  req.value = value;
   req.item = item;
   Request result = req;
   const unsigned z = zone_of(key.h1);
@@ -387,6 +391,50 @@ Status PmehIndex::upsert(const Key& key, std::string_view value) {
   return write(Request::kUpsert, key, value);
 }
 Status PmehIndex::remove(const Key& key) { return write(Request::kRemove, key, {}); }
+Status PmehIndex::compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                                   std::optional<std::string_view> desired) {
+  return write(Request::kSwap, key, desired.value_or(std::string_view()), expected,
+               !desired.has_value());
+}
+
+bool PmehIndex::refused(const Request& r, const Pos& at, Status* why) const {
+  switch (r.op) {
+    case Request::kInsert:
+      if (at) *why = Status::AlreadyExists("key exists");
+      return static_cast<bool>(at);
+    case Request::kUpdate:
+    case Request::kRemove:
+      if (!at) *why = Status::NotFound();
+      return !at;
+    case Request::kSwap: {
+      // Decided on durable slots (R2): the zone's writer is the only one
+      // inside the window, and every write before it was durable when it
+      // left.
+      if (!at) {
+        // Absent: a conflict when a value was expected; else absent as
+        // expected, and to stay absent when the swap removes (nothing to
+        // write), or inserted.
+        if (r.expected) {
+          *why = Status::Conflict("the key is absent");
+        } else {
+          *why = Status::OK();
+        }
+        return r.expected.has_value() || r.swap_remove;
+      }
+      const Bucket& b = *at.bucket;
+      if (r.expected && slot_value_is(view_, b.meta[at.p].load(std::memory_order_relaxed),
+                                      b.slot[at.p].w0.load(std::memory_order_relaxed),
+                                      b.slot[at.p].w1.load(std::memory_order_relaxed),
+                                      *r.expected)) {
+        return false;
+      }
+      *why = Status::Conflict("the key's value is not the expected one");
+      return true;
+    }
+    default:
+      return false;
+  }
+}
 
 Status PmehIndex::execute(heap::ThreadCache* tc, Request& r) {
   switch (r.op) {
@@ -484,13 +532,9 @@ Status PmehIndex::owner_write(heap::ThreadCache* tc, Request& r) {
         child_full = true;
       }
       const Pos at = find(h, key);
-      if (at && r.op == Request::kInsert) {
+      if (Status why; refused(r, at, &why)) {
         if (shared) st.fetch_add(1, std::memory_order_release);
-        return Status::AlreadyExists("key exists");
-      }
-      if (!at && (r.op == Request::kUpdate || r.op == Request::kRemove)) {
-        if (shared) st.fetch_add(1, std::memory_order_release);
-        return Status::NotFound();
+        return why;
       }
       const Pos target = at ? at : free_in_window(h, key.h1);
       if (target) {
@@ -523,7 +567,7 @@ void PmehIndex::write_slot(heap::ThreadCache* tc, Request& r, std::atomic<std::u
   const SlotView old{b.meta[target.p].load(std::memory_order_relaxed),
                      b.slot[target.p].w0.load(std::memory_order_relaxed),
                      b.slot[target.p].w1.load(std::memory_order_relaxed)};
-  if (r.op == Request::kRemove) {
+  if (r.removes()) {
     if (!meta_is_inline(old.meta)) {
       tc->retire(pool::pptr_offset(old.w0));
       // Drain #1: the retire entry is durable before the slot stops naming
@@ -611,14 +655,8 @@ bool PmehIndex::direct_write(heap::ThreadCache* tc, Request& r, Status* result) 
           count_.extra(tc->slot()).split_direct.fetch_add(1, std::memory_order_relaxed);
         }
         const Pos at = find(h, key);
-        if (at && r.op == Request::kInsert) {
+        if (refused(r, at, result)) {
           st.fetch_add(1, std::memory_order_release);
-          *result = Status::AlreadyExists("key exists");
-          return true;
-        }
-        if (!at && (r.op == Request::kUpdate || r.op == Request::kRemove)) {
-          st.fetch_add(1, std::memory_order_release);
-          *result = Status::NotFound();
           return true;
         }
         const Pos target = at ? at : free_in_window(h, key.h1);

@@ -121,6 +121,9 @@
 //          (b)  pointer to pointer: retire old item -> w0
 //          (c)  otherwise: op-log fields -> op -> slot and meta -> op = 0
 //   remove      (pointer: retire item ->) meta VALID cleared
+//   compare_and_swap (Request::kSwap)  the insert's, an update's or the
+//               remove's order for the write it makes; nothing for a
+//               Conflict or a swap from absent to absent (below)
 //   split       record R[z] = S -> (child header, S.children[i]) each ->
 //               S.split MOVING; each batch: child buckets -> S.moved bits;
 //               completion: retire S -> R = S | COMPLETING -> entries -> R = 0
@@ -148,6 +151,8 @@
 //   P6  directory: dir_array[id] persisted before a zone fills; a zone's
 //       entries, then its zone_filled bit, persisted before the zone's
 //       DRAM directory pointer moves.
+//   P7  compare_and_swap: P1, P2 or P3 for the write it makes; nothing
+//       for a Conflict or a swap from absent to absent.
 // The answers:
 //   R1  get (any thread): reads only under an even version and keeps the
 //       answer (hit or NotFound) only if the version did not move: every
@@ -162,6 +167,19 @@
 // (get reads under an odd version and keeps a hit whose version moved)
 // shows what R1 prevents. ReadOptions::snapshot is get(): every answer is
 // already durable.
+//   R3  compare_and_swap: a write like the others (a request of op kSwap,
+//       run by the owner or, SHARED, by the caller under the segment's
+//       version), decided by refused() exactly where insert decides
+//       AlreadyExists and update/remove NotFound: after the owner moved the
+//       key's window out of a splitting S (or, direct, only in a moved
+//       window), in the one place the key can be. The key's slot value (w1,
+//       or the item w0 names: drained by its writer's caller before the slot
+//       named it) or its absence is compared with the expected state; a
+//       mismatch is Conflict and writes nothing (a direct writer releases
+//       the version it took), a match writes under the same hold (P7). So
+//       the comparison and the write are one step for every other writer,
+//       and a Conflict, like AlreadyExists, is decided on durable state
+//       (R2).
 //
 // ---------------------------------------------------------------------------
 // Open (§9): O(threads + in-flight splits)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -121,9 +122,16 @@ struct ScanDamage {
 // caller's key, value and output stay valid: the caller waits for `done`.
 struct Request {
   // kDrainRetired: the owner frees what it retired (drain_owners_retired).
-  enum Op : std::uint8_t { kGet, kInsert, kUpdate, kUpsert, kRemove, kScan, kDrainRetired } op = kGet;
+  // kSwap: compare_and_swap (pmeh.h, "Persist order").
+  enum Op : std::uint8_t {
+    kGet, kInsert, kUpdate, kUpsert, kRemove, kSwap, kScan, kDrainRetired
+  } op = kGet;
   const Key* key = nullptr;
   std::string_view value;
+  // kSwap: the value the key must hold (nullopt: the key must be absent),
+  // and whether the swap removes the key (else it stores `value`).
+  std::optional<std::string_view> expected;
+  bool swap_remove = false;
   std::uint64_t item = 0;    // the caller's prepared item (0: the pair is inline)
   std::string* out = nullptr;  // kGet
   std::uint64_t scan_x = 0;    // kScan: a point of the segment to copy
@@ -132,6 +140,9 @@ struct Request {
   bool scan_last = false;       // kScan result: the range ended the hash space
   ScanDamage* scan_damage = nullptr;  // kScan: where the copy notes what it could not read
   bool published = false;       // result: the item is named by a slot now
+
+  // Whether the write, when it finds the key, clears its slot.
+  bool removes() const { return op == kRemove || (op == kSwap && swap_remove); }
 };
 
 struct alignas(128) Mailbox {
@@ -178,6 +189,8 @@ class PmehIndex final : public Index {
   Status update(const Key& key, std::string_view value) override;
   Status upsert(const Key& key, std::string_view value) override;
   Status remove(const Key& key) override;
+  Status compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                          std::optional<std::string_view> desired) override;
   Status for_each(const ForEachFn& fn) override;
   Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
@@ -288,7 +301,15 @@ class PmehIndex final : public Index {
   void update_slot(heap::ThreadCache* tc, const Pos& at, const SlotView& old, const SlotView& fresh);
 
   // --- operations ---
-  Status write(Request::Op op, const Key& key, std::string_view value);
+  // `expected` and `swap_remove`: Request's, for kSwap.
+  Status write(Request::Op op, const Key& key, std::string_view value,
+               std::optional<std::string_view> expected = std::nullopt, bool swap_remove = false);
+  // Whether write r ends at what it found, the key's slot `at` (or none),
+  // without writing; then *why is its answer: AlreadyExists, NotFound,
+  // Conflict, or OK for a swap that expects the key absent and leaves it
+  // so. Called by the zone's writer, with the key's window held (the owner
+  // of an OWNED zone, or the segment's version taken by CAS).
+  bool refused(const Request& r, const Pos& at, Status* why) const;
   // Hands a request to the zone's owner and waits for its result.
   Status delegate(heap::ThreadCache* tc, unsigned zone, const Request& req, Request* result_req);
   // Has every owner free the blocks in its retire log, after a grace period.
