@@ -7,12 +7,15 @@
 // a resurrected remove, is a mismatch. Transactions move money between
 // accounts: any interleaving that is not serializable shows up as a total
 // that is not the one the accounts started with, in the end or in a
-// snapshot a reader took.
+// snapshot a reader took. Counters incremented by swaps and transactions at
+// once lose no increment.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -57,6 +60,18 @@ class DaliStress : public ::testing::Test {
 
   // A mismatch seen by a worker thread (not the main one).
   void report(const std::string& what) { mismatches_.report(0, what); }
+
+  // Counters incremented at once by read_modify_write (a get, then a
+  // compare_and_swap from the value read) and by transactions (which lock
+  // the counter's stripe from their read to their commit), while keys are
+  // toggled present and absent by swaps, a filler grows the table by
+  // splits, epochs end every millisecond and garbage collection unlinks
+  // the counters' old versions. A swap that is not atomic with the other
+  // writes of its key (the transactions', a split's copy, an in-place
+  // rewrite of the same epoch) loses an increment or a toggle; a reader
+  // checks that no counter ever goes back, in the newest state and in
+  // snapshots.
+  void increments_lose_nothing(Durability durability, int increments, int fill);
 
   std::string path_;
   std::unique_ptr<Store> store_;
@@ -289,6 +304,150 @@ TEST_F(DaliStress, TransfersBetweenAccountsKeepTheTotalInEverySnapshot) {
   }
   EXPECT_EQ(total, kAccounts * kStart);
   EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+void DaliStress::increments_lose_nothing(Durability durability, int increments, int fill) {
+  ASSERT_NO_FATAL_FAILURE(create(durability));
+  constexpr unsigned kCounters = 3;
+  constexpr unsigned kToggles = 2;
+  constexpr unsigned kSwappers = 2;  // read_modify_write incrementers
+  const auto counter = [](unsigned c) { return "counter" + std::to_string(c); };
+  const auto toggle = [](unsigned k) { return "toggle" + std::to_string(k); };
+  const auto number = [](std::optional<std::string_view> v) {
+    return v ? std::stoll(std::string(*v)) : 0;
+  };
+  std::atomic<bool> done{false};
+  std::atomic<long> txn_retries{0};
+  std::vector<std::atomic<long>> flips(kToggles);
+  std::barrier start(kSwappers + 5);
+  std::vector<std::thread> threads;
+  for (unsigned w = 0; w < kSwappers; ++w) {
+    threads.emplace_back([&, w] {
+      start.arrive_and_wait();
+      for (int i = 0; i < increments; ++i) {
+        const std::string key = counter((w + static_cast<unsigned>(i)) % kCounters);
+        const Status s = store_->read_modify_write(key, [&](std::optional<std::string_view> cur) {
+          return Modification::set(std::to_string(number(cur) + 1));
+        });
+        if (!s.ok()) report("increment " + key + ": " + s.to_string());
+      }
+    });
+  }
+  // Transactional increments of the same counters.
+  threads.emplace_back([&] {
+    start.arrive_and_wait();
+    for (int i = 0; i < increments; ++i) {
+      const std::string key = counter(static_cast<unsigned>(i) % kCounters);
+      for (;;) {
+        std::unique_ptr<Transaction> txn;
+        Status s = store_->transaction({.lock_timeout_ms = 20}, &txn);
+        if (!s.ok()) {
+          report("begin: " + s.to_string());
+          return;
+        }
+        std::string v;
+        s = txn->get(key, &v);
+        if (s.ok() || s.is_not_found()) {
+          const long long n = s.ok() ? std::stoll(v) : 0;
+          s = txn->upsert(key, std::to_string(n + 1));
+        }
+        if (s.ok()) s = txn->commit();
+        if (s.ok()) break;
+        if (!s.is_aborted()) {
+          report("transaction " + key + ": " + s.to_string());
+          return;
+        }
+        txn_retries.fetch_add(1);
+      }
+    }
+  });
+  // Two togglers flip the same keys: present -> absent -> present, each
+  // flip a swap that inserts or removes.
+  for (unsigned g = 0; g < 2; ++g) {
+    threads.emplace_back([&, g] {
+      start.arrive_and_wait();
+      for (int i = 0; i < increments; ++i) {
+        const unsigned k = (g + static_cast<unsigned>(i)) % kToggles;
+        const Status s = store_->read_modify_write(toggle(k), [](std::optional<std::string_view> cur) {
+          return cur ? Modification::remove() : Modification::set("on");
+        });
+        if (s.ok()) {
+          flips[k].fetch_add(1);
+        } else {
+          report("toggle " + toggle(k) + ": " + s.to_string());
+        }
+      }
+    });
+  }
+  // The filler: the table splits under the swaps.
+  threads.emplace_back([&] {
+    start.arrive_and_wait();
+    for (int i = 0; i < fill; ++i) {
+      const std::uint64_t k = static_cast<std::uint64_t>(i);
+      if (Status s = store_->insert(key_of(k), value_of(k, 0)); !s.ok()) report("fill: " + s.to_string());
+    }
+  });
+  // The reader: counters never go back, in the newest state or in a
+  // snapshot (a later read runs in a later or the same epoch).
+  threads.emplace_back([&] {
+    start.arrive_and_wait();
+    std::vector<long long> newest(kCounters, 0), durable(kCounters, 0);
+    while (!done.load()) {
+      for (unsigned c = 0; c < kCounters; ++c) {
+        for (const bool snapshot : {false, true}) {
+          std::string v;
+          const Status s = store_->get(counter(c), &v, ReadOptions{.snapshot = snapshot});
+          if (!s.ok() && !s.is_not_found()) report("read " + counter(c) + ": " + s.to_string());
+          const long long n = s.ok() ? std::stoll(v) : 0;
+          long long& last = snapshot ? durable[c] : newest[c];
+          if (n < last) {
+            report(counter(c) + (snapshot ? " (snapshot)" : "") + " went back from " +
+                   std::to_string(last) + " to " + std::to_string(n));
+          }
+          last = std::max(last, n);
+        }
+      }
+    }
+  });
+  for (std::size_t i = 0; i + 1 < threads.size(); ++i) threads[i].join();
+  done.store(true);
+  threads.back().join();
+  EXPECT_EQ(mismatches_.count(), 0);
+
+  const auto expect_state = [&] {
+    long long total = 0;
+    for (unsigned c = 0; c < kCounters; ++c) {
+      std::string v;
+      ASSERT_TRUE(store_->get(counter(c), &v).ok()) << counter(c);
+      total += std::stoll(v);
+    }
+    EXPECT_EQ(total, static_cast<long long>(kSwappers + 1) * increments);
+    std::uint64_t present = 0;
+    for (unsigned k = 0; k < kToggles; ++k) {
+      const bool on = flips[k].load() % 2 == 1;
+      present += on ? 1 : 0;
+      std::string v;
+      const Status s = store_->get(toggle(k), &v);
+      EXPECT_EQ(s.ok(), on) << toggle(k) << " after " << flips[k].load() << " flips: " << s.to_string();
+    }
+    EXPECT_EQ(store_->size(), kCounters + present + static_cast<std::uint64_t>(fill));
+    EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  };
+  expect_state();
+  EXPECT_GT(store_->stats().property("dali.splits"), 100u) << "the table did not grow under the swaps";
+  ASSERT_TRUE(store_->close().ok());
+  Options o;
+  o.engine = "dali";
+  ASSERT_TRUE(Store::open(path_, o, &store_).ok());
+  expect_state();
+}
+
+TEST_F(DaliStress, IncrementsBySwapsAndTransactionsLoseNothingWhileTheTableGrows) {
+  increments_lose_nothing(Durability::kEpoch, 1000 * kScale, 3000 * kScale);
+}
+
+TEST_F(DaliStress, StrictIncrementsBySwapsAndTransactionsLoseNothingWhileTheTableGrows) {
+  increments_lose_nothing(Durability::kStrict, 150 * kScale, 1000 * kScale);
 }
 
 // Strict durability: a write is durable when it returns, so a snapshot

@@ -11,11 +11,14 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 
+#include "engine/dali/dali_testing.h"
 #include "engine/dali/layout.h"
+#include "engine/hash.h"
 #include "pmhash/store.h"
 #include "pmhash/transaction.h"
 #include "pool/pool.h"
@@ -784,6 +787,162 @@ TEST_F(DaliTest, StrictAlreadyExistsAnswersOnlyOnceTheWinnerIsDurable) {
     EXPECT_GE(durable, before) << s.to_string() << " returned while only epoch " << durable
                                << " was durable";
   }
+}
+
+// --- compare_and_swap ---------------------------------------------------------------
+
+// compare_and_swap's answers under strict durability are those of a write:
+// a Conflict with another thread's swap in flight comes only once the
+// winner's record is durable, like AlreadyExists above (and the winner
+// returns durable anyway). Both threads race from absent to a value, then
+// from the value to absent.
+TEST_F(DaliTest, StrictConflictsAnswerOnlyOnceTheValueTheySawIsDurable) {
+  options_.durability = Durability::kStrict;
+  options_.epoch_ms = 60000;  // only the callers end epochs
+  create();
+  using Opt = std::optional<std::string_view>;
+  for (int i = 0; i < 20; ++i) {
+    const std::string mine = value(i, 1);
+    const std::string theirs = value(i, 2);
+    for (const bool to_absent : {false, true}) {
+      // From absent to two different values; then from the winner's value
+      // (read before the race) to absent.
+      std::string current;
+      if (to_absent) {
+        ASSERT_TRUE(store_->get(key(i), &current).ok());
+      }
+      const Opt expected = to_absent ? Opt(current) : std::nullopt;
+      const std::uint64_t before = store_->stats().epoch;
+      std::thread other([&] {
+        const Status s = store_->compare_and_swap(key(i), expected,
+                                                  to_absent ? std::nullopt : Opt(theirs));
+        EXPECT_TRUE(s.ok() || s.is_conflict()) << s.to_string();
+      });
+      const Status s =
+          store_->compare_and_swap(key(i), expected, to_absent ? std::nullopt : Opt(mine));
+      const std::uint64_t durable = store_->stats().durable_epoch;
+      other.join();
+      ASSERT_TRUE(s.ok() || s.is_conflict()) << s.to_string();
+      EXPECT_GE(durable, before) << s.to_string() << " returned while only epoch " << durable
+                                 << " was durable";
+    }
+    EXPECT_TRUE(store_->get(key(i), nullptr).is_not_found()) << key(i);
+  }
+  EXPECT_EQ(store_->size(), 0u);
+}
+
+// A swap waits for a transaction that holds its key's lock, and compares
+// against what the transaction committed, never against the state before.
+TEST_F(DaliTest, ASwapWaitsForTheTransactionHoldingItsKeyAndSeesItsCommit) {
+  options_.durability = Durability::kEpoch;
+  options_.set("dali.lock_timeout_ms", 60000);
+  create();
+  ASSERT_TRUE(store_->insert("k", "before").ok());
+  std::unique_ptr<Transaction> txn;
+  ASSERT_TRUE(store_->transaction(&txn).ok());
+  ASSERT_TRUE(txn->update("k", "committed").ok());  // holds the stripe now
+  Status from_committed, from_before;
+  std::thread a([&] {
+    from_committed = store_->compare_and_swap("k", std::string_view("committed"),
+                                              std::string_view("swapped"));
+  });
+  std::thread b([&] {
+    from_before = store_->compare_and_swap("k", std::string_view("before"), std::nullopt);
+  });
+  ASSERT_TRUE(txn->commit().ok());
+  a.join();
+  b.join();
+  EXPECT_TRUE(from_committed.ok()) << from_committed.to_string();
+  EXPECT_TRUE(from_before.is_conflict()) << from_before.to_string();
+  std::string v;
+  ASSERT_TRUE(store_->get("k", &v).ok());
+  EXPECT_EQ(v, "swapped");
+  EXPECT_EQ(store_->size(), 1u);
+}
+
+// Swaps race the growth of the table at the one point the split hook stops
+// it: the split has chosen its bucket and not locked it yet. The hook swaps
+// every counter of that bucket (records of the current epoch, which the
+// split copies, keeping their version), and after the split the swaps go on
+// from the values the copies carry, rewriting them in place (same epoch).
+// All of it runs in one epoch, which a crash either loses whole (counters
+// back at "0", the table at its old shape) or, after a sync, keeps whole.
+TEST_F(DaliTest, SwapsOfABucketAboutToSplitAreCarriedOverAndACrashKeepsAllOrNone) {
+  options_.durability = Durability::kEpoch;
+  options_.epoch_ms = 60000;  // one epoch for the whole child
+  options_.set("dali.initial_log2", 2);
+  create();
+  constexpr int kCounters = 64;
+  constexpr int kRemoved = 8;  // counters the child finally removes
+  const auto counter = [](int c) { return "counter-" + std::to_string(c); };
+  for (int c = 0; c < kCounters; ++c) ASSERT_TRUE(store_->insert(counter(c), "0").ok());
+  const std::uint64_t slots_before = store_->stats().slots;
+  ASSERT_TRUE(store_->close().ok());
+  using Opt = std::optional<std::string_view>;
+  // The child: false (a failed child) when a swap answers wrongly.
+  const auto swap_through_splits = [&](Store& s, bool sync) {
+    std::vector<std::string> current(kCounters, "0");
+    int swapped = 0;
+    int splits = 0;
+    bool ok = true;
+    engine::dali::testing::set_split_hook([&](std::uint64_t src, unsigned level) {
+      ++splits;
+      const std::uint64_t mask = (std::uint64_t{1} << level) - 1;
+      for (int c = 0; c < kCounters; ++c) {
+        if ((engine::make_key(counter(c)).h1 & mask) != src) continue;
+        const std::string next = current[c] + "s";
+        ok = ok && s.compare_and_swap(counter(c), Opt(next), Opt("x")).is_conflict();
+        ok = ok && s.compare_and_swap(counter(c), Opt(current[c]), Opt(next)).ok();
+        current[c] = next;
+        ++swapped;
+      }
+    });
+    int inserted = 0;
+    for (; inserted < 20000 && ok && swapped < 32; ++inserted) {
+      ok = s.insert(key(inserted), value(inserted)).ok();
+    }
+    engine::dali::testing::set_split_hook(nullptr);
+    if (!ok || swapped < 32 || splits < 2) return false;
+    for (int c = 0; c < kCounters; ++c) {
+      const std::string fin = "final-" + std::to_string(c);
+      if (!s.compare_and_swap(counter(c), Opt(current[c]), Opt(fin)).ok()) return false;
+      if (c < kRemoved && !s.compare_and_swap(counter(c), Opt(fin), std::nullopt).ok()) return false;
+    }
+    // From absent to absent: nothing to write.
+    if (!s.compare_and_swap(counter(0), std::nullopt, std::nullopt).ok()) return false;
+    if (s.size() != static_cast<std::uint64_t>(kCounters - kRemoved + inserted)) return false;
+    return !sync || s.sync().ok();
+  };
+  crash_after([&](Store& s) { return swap_through_splits(s, /*sync=*/false); });
+  reopen();
+  std::string v;
+  for (int c = 0; c < kCounters; ++c) {
+    ASSERT_TRUE(store_->get(counter(c), &v).ok()) << counter(c);
+    EXPECT_EQ(v, "0") << counter(c);
+  }
+  EXPECT_TRUE(store_->get(key(0), &v).is_not_found());
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(kCounters));
+  EXPECT_EQ(store_->stats().slots, slots_before) << "the lost splits' shape survived";
+  wait_swept();
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+  crash_after([&](Store& s) { return swap_through_splits(s, /*sync=*/true); });
+  reopen();
+  for (int c = 0; c < kCounters; ++c) {
+    const Status s = store_->get(counter(c), &v);
+    if (c < kRemoved) {
+      EXPECT_TRUE(s.is_not_found()) << counter(c) << ": " << s.to_string();
+    } else {
+      ASSERT_TRUE(s.ok()) << counter(c) << ": " << s.to_string();
+      EXPECT_EQ(v, "final-" + std::to_string(c));
+    }
+  }
+  int inserted = 0;
+  while (store_->get(key(inserted), &v).ok()) ++inserted;
+  EXPECT_GT(inserted, 0);
+  EXPECT_EQ(store_->size(), static_cast<std::uint64_t>(kCounters - kRemoved + inserted));
+  EXPECT_GT(store_->stats().slots, slots_before);
+  wait_swept();
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
 }
 
 // A transaction whose commit meets a full pool makes room and commits: the

@@ -273,9 +273,25 @@ DaliIndex::Probe DaliIndex::probe(const Key& key) const {
   return p;
 }
 
-Status DaliIndex::judge(Op op, const Probe& p) {
-  if (op == Op::kInsert && p.present) return Status::AlreadyExists("key exists");
-  if ((op == Op::kUpdate || op == Op::kRemove) && !p.present) return Status::NotFound();
+Status DaliIndex::judge(Op op, const Probe& p, const std::string_view* expected) const {
+  switch (op) {
+    case Op::kInsert:
+      return p.present ? Status::AlreadyExists("key exists") : Status::OK();
+    case Op::kUpdate:
+    case Op::kRemove:
+      return p.present ? Status::OK() : Status::NotFound();
+    case Op::kUpsert:
+      return Status::OK();
+    case Op::kSwap:
+    case Op::kSwapRemove:
+      // The newest record of the key under the lock is its current state
+      // (no one rewrites it while we hold the lock).
+      if (expected == nullptr ? !p.present
+                              : p.present && record_value(rec(p.found)) == *expected) {
+        return Status::OK();
+      }
+      return Status::Conflict();
+  }
   return Status::OK();
 }
 
@@ -390,18 +406,26 @@ Status DaliIndex::insert(const Key& key, std::string_view value) { return write(
 Status DaliIndex::update(const Key& key, std::string_view value) { return write(Op::kUpdate, key, value); }
 Status DaliIndex::upsert(const Key& key, std::string_view value) { return write(Op::kUpsert, key, value); }
 Status DaliIndex::remove(const Key& key) { return write(Op::kRemove, key, {}); }
+Status DaliIndex::compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                                   std::optional<std::string_view> desired) {
+  return write(desired ? Op::kSwap : Op::kSwapRemove, key, desired.value_or(std::string_view()),
+               expected ? &*expected : nullptr);
+}
 
-Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
+Status DaliIndex::write(Op op, const Key& key, std::string_view value,
+                        const std::string_view* expected) {
   prefetch_bucket(key);  // as in get()
   Status s;
   heap::ThreadCache* tc = heap_.thread(&s);
   if (tc == nullptr) return s;
   const unsigned t = tc->slot();
   const std::uint32_t stripe = stripe_of(key.h1);
-  const bool absent = op == Op::kRemove;
+  const bool absent = op == Op::kRemove || op == Op::kSwapRemove;
   const std::size_t n = record_size(key.bytes.size(), value.size());
   for (int attempt = 0;; ++attempt) {
-    std::uint64_t depends_on = 0;  // the epoch of what an AlreadyExists/NotFound saw
+    // The epoch of the record an answer that writes nothing saw
+    // (AlreadyExists, NotFound, Conflict, a swap from absent to absent).
+    std::uint64_t depends_on = 0;
     // Lock before the epoch: a thread waiting for a lock must not hold up
     // the end of an epoch (the worker waits for every thread inside one),
     // and a bucket's updates then run in non-decreasing epochs.
@@ -410,9 +434,11 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
     const std::uint64_t e = epochs_->enter(t);
     reclaim(tc, t);
     const Probe p = probe(key);
-    s = judge(op, p);
-    if (!s.ok() && p.found != 0) depends_on = rec(p.found)->version;
-    if (s.ok()) {
+    s = judge(op, p, expected);
+    // A swap from absent to absent is a write that finds nothing to do.
+    const bool changes = s.ok() && (p.present || !absent);
+    if (!changes && p.found != 0) depends_on = rec(p.found)->version;
+    if (changes) {
       if (fits_in_place(p.found, e, key.bytes.size(), value.size())) {
         write_in_place(t, e, p.found, value, absent);
       } else {
@@ -421,7 +447,7 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
         if (s.ok()) prepend(t, e, p.bucket, off, key.bytes, value, absent, e);
       }
     }
-    if (s.ok()) {
+    if (changes && s.ok()) {
       if (absent || !p.present) add_count(t, stripe, absent ? -1 : 1);
       // Paper §3.4: "occasionally" after an update. Here: when the write
       // superseded a version with more records behind it (older versions
@@ -444,12 +470,13 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value) {
       make_room(tc, t, nullptr);
       continue;
     }
-    // Strict: an AlreadyExists or NotFound is an answer too; it waits for
-    // the epoch of the record it saw, like get().
+    // Strict: an AlreadyExists, NotFound or Conflict is an answer too, and
+    // so is a swap that found nothing to do; it waits for the epoch of the
+    // record it saw, like get().
     if (strict_ && depends_on != 0 && !planted::active(testing::kAnswerBeforeDurable)) {
       epochs_->wait_durable(depends_on);
     }
-    if (!s.ok()) return s;
+    if (!s.ok() || !changes) return s;
     if (!p.present && !absent) maybe_grow(tc, t);
     if (strict_) epochs_->wait_durable(e);
     return s;

@@ -48,9 +48,12 @@
 // not fail and f is not ⊥; else c. Every read and update starts there, so
 // records of failed epochs are never seen again.
 //
-// update (paper Fig. 5; insert, update, upsert and remove are all one),
-// under the bucket's lock, inside epoch E:
-//   1. find the valid head;
+// update (paper Fig. 5; insert, update, upsert, remove and
+// compare_and_swap are all one), under the bucket's lock, inside epoch E:
+//   1. find the valid head, and on it the newest record of the key; decide
+//      (judge()): insert needs the key absent, update and remove present,
+//      compare_and_swap its expected state (below); a refusal writes
+//      nothing;
 //   2. the newest record of the key carries a write of E (its version is E)
 //      -> rewrite it in place (paper §3.4 "In-place updates") if the new
 //      value fits its block; done;
@@ -62,6 +65,20 @@
 //   5. ptr[new a] := the record; status := <new roles, ss = E> (one store).
 // The record, the pointer, the status word and the heap's allocation bit are
 // written with plain stores and recorded for the epoch's fence.
+//
+// compare_and_swap(key, expected, desired) is this update with the
+// expectation as its condition (Op::kSwap, or kSwapRemove when desired is
+// absent): in step 1 the newest record of the key on the valid list must be
+// a value equal byte for byte to `expected`, or, when expected is absent,
+// an "absent" record or none; else Conflict and nothing is written. Then
+// steps 2-5 write `desired` as update/insert would, or an "absent" record
+// as remove would (so size() moves as theirs does); from absent to absent
+// there is nothing to write and the answer is OK. Atomic: the comparison
+// and the write happen under the stripe's lock, which every write of the
+// key (a transaction's from its first touch to its commit) and every
+// split of its bucket holds while it reads and changes the list, and the
+// probe reads the shape under that lock, so a split cannot move the key
+// between them.
 //
 // Why any order is safe (paper §4, Lemma 3): the pointer an update
 // retargets is, under both the old and the new status, never a valid head
@@ -84,7 +101,8 @@
 // epoch": helping; concurrent callers share each advance).
 //
 // Persist order of a strict write in epoch e (insert, update, upsert,
-// remove; a commit), after its plain stores (epochs.h numbers the steps):
+// remove, compare_and_swap; a commit), after its plain stores (epochs.h
+// numbers the steps):
 //   S1  advance(e), step 2: counter e+1 stored, flushed, drained (drain 1;
 //       its step 1 fences e-1, a drain only if e-1 dirtied a line); e+1
 //       published;
@@ -111,17 +129,23 @@
 // survives (epochs.h): its own write is then durable, and so is each later
 // write of the valid list that could hide it only if it too survived. The
 // orders, per answer:
-//   D1  write OK (insert, update, upsert, remove; a commit): its records
-//       are written in epoch e; it returns after wait_durable(e). What it
-//       decided on (the key's previous newest record) has a version <= e,
-//       so it is durable too.
+//   D1  write OK (insert, update, upsert, remove, compare_and_swap; a
+//       commit): its records are written in epoch e; it returns after
+//       wait_durable(e). What it decided on (the key's previous newest
+//       record: for compare_and_swap, the value it compared) has a version
+//       <= e, so it is durable too.
 //   D2  get() value or NotFound from an "absent" record of version v: read
 //       inside an epoch, then, outside it, wait_durable(v) before the
 //       answer. Split copies keep the version of the record they copy, and
 //       a failed split leaves the original on the valid list.
-//   D3  insert AlreadyExists, update/remove NotFound: the same, for the
-//       record the probe saw under the lock (read before unlocking, since
-//       garbage collection may free it after).
+//   D3  insert AlreadyExists, update/remove NotFound, compare_and_swap
+//       Conflict, and a compare_and_swap from absent to absent (OK with
+//       nothing written): the same, for the record the probe saw under the
+//       lock (its version read before unlocking, since garbage collection
+//       may free it after). So a Conflict never rests on a write a crash
+//       could lose: when the value it differs from is of an epoch that may
+//       still fail, it waits for that epoch (at most S1-S3 of it). A
+//       Conflict with no record of the key is D4.
 //   D4  NotFound with no record of the key on the list: depends on no
 //       write that a crash can undo. Garbage collection drops a key's last
 //       record (an "absent" anchor) only once the unlinks of its older

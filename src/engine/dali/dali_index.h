@@ -7,7 +7,9 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -61,6 +63,8 @@ class DaliIndex final : public Index {
   Status update(const Key& key, std::string_view value) override;
   Status upsert(const Key& key, std::string_view value) override;
   Status remove(const Key& key) override;
+  Status compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                          std::optional<std::string_view> desired) override;
   Status begin(const TransactionOptions& options, std::unique_ptr<Txn>* txn) override;
   Status for_each(const ForEachFn& fn) override;
   Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
@@ -74,7 +78,10 @@ class DaliIndex final : public Index {
  private:
   friend class DaliTxn;
 
-  enum class Op : unsigned char { kInsert, kUpdate, kUpsert, kRemove };
+  // The writes (dali.h, "update"). kSwap and kSwapRemove are
+  // compare_and_swap to a value and to absence: they carry the state they
+  // expect (write()'s `expected`).
+  enum class Op : unsigned char { kInsert, kUpdate, kUpsert, kRemove, kSwap, kSwapRemove };
 
   // --- stripe locks (DRAM; dali.h "Locks") ---
   //   bit 0       kLocked     held (an operation, a transaction, a split or
@@ -157,8 +164,11 @@ class DaliIndex final : public Index {
     bool damaged = false;     // the list ended in damage (find())
   };
   Probe probe(const Key& key) const;
-  // The answer of `op` given the probe: OK when it changes the store.
-  static Status judge(Op op, const Probe& p);
+  // The answer of `op` given the probe (stripe locked): OK when `op` may
+  // go ahead. For kSwap and kSwapRemove, `expected` is the value the key
+  // must have, nullptr when it must be absent; values compare byte for
+  // byte.
+  Status judge(Op op, const Probe& p, const std::string_view* expected) const;
   // A record of `n` bytes (allocate_unlogged; its bitmap word is recorded).
   // The "absent" record of a remove names the record it `superseded`: in a
   // full pool it may use the heap's reserve or a block of that one's size.
@@ -182,7 +192,9 @@ class DaliIndex final : public Index {
                std::string_view value, bool absent, std::uint64_t version);
   // Points the new active pointer at `head` with the roles of Fig. 6.
   void retarget(unsigned t, std::uint64_t e, Bucket* b, std::uint64_t head);
-  Status write(Op op, const Key& key, std::string_view value);
+  // Every write of a key (dali.h, "update"); `expected` as for judge().
+  Status write(Op op, const Key& key, std::string_view value,
+               const std::string_view* expected = nullptr);
   void add_count(unsigned t, std::uint32_t stripe, std::int64_t delta);
 
   // --- garbage collection (paper §3.4) ---

@@ -1,10 +1,23 @@
-// engine/dali/dali_testing.h - dali's planted bugs (engine/planted.h;
-// docs/architecture.md, "Test hooks"). Only tests set them.
+// engine/dali/dali_testing.h - dali's test hook and planted bugs
+// (engine/planted.h; docs/architecture.md, "Test hooks"). Only tests set
+// them; the hook is process-wide and set while no operation runs.
 #pragma once
+
+#include <cstdint>
+#include <functional>
 
 #include "engine/planted.h"
 
 namespace pmhash::engine::dali::testing {
+
+// Called by every split once it has chosen the bucket it splits, `src`, of
+// the table 2^level + src buckets (the keys whose hash has src as its low
+// `level` bits), and made sure the segment of the new bucket exists: in the
+// splitting thread, before it locks the stripe and enters an epoch, so the
+// hook may write keys of src itself (and wait for durability), which the
+// split must then carry over. It must not add keys (a write that adds one
+// may start a split, and splits do not nest). nullptr removes it.
+void set_split_hook(std::function<void(std::uint64_t src, unsigned level)> hook);
 
 // Recovery adds only the counter's epoch F to the failure list, not F-1,
 // whose global fence may not have finished.

@@ -3,14 +3,38 @@
 #include <bit>
 #include <cstring>
 
+#include <functional>
+#include <mutex>
+
 #include "engine/dali/dali_index.h"
+#include "engine/dali/dali_testing.h"
 
 namespace pmhash::engine::dali {
 
 namespace {
 // Split while present keys exceed this many per bucket.
 constexpr std::int64_t kMaxLoad = 2;
+
+std::mutex hook_mutex;
+std::function<void(std::uint64_t, unsigned)> split_hook;
+std::atomic<bool> has_split_hook{false};
+
+void run_split_hook(std::uint64_t src, unsigned level) {
+  if (!has_split_hook.load(std::memory_order_relaxed)) return;
+  std::function<void(std::uint64_t, unsigned)> hook;
+  {
+    std::lock_guard lock(hook_mutex);
+    hook = split_hook;
+  }
+  if (hook) hook(src, level);
+}
 }  // namespace
+
+void testing::set_split_hook(std::function<void(std::uint64_t src, unsigned level)> hook) {
+  std::lock_guard lock(hook_mutex);
+  has_split_hook.store(static_cast<bool>(hook));
+  split_hook = std::move(hook);
+}
 
 void DaliIndex::maybe_grow(heap::ThreadCache* tc, unsigned t) {
   const Shape sh = shape();
@@ -60,6 +84,9 @@ void DaliIndex::split_one(heap::ThreadCache* tc, unsigned t) {
     grow_blocked_epoch_.store(epochs_->current(), std::memory_order_relaxed);
     return;
   }
+  // (Tests: the hook may write keys of src now. The shape stays sh, since
+  // only a split changes it and we hold split_mu_.)
+  run_split_hook(src, sh.level);
   // src and dst differ in bit L >= L0 >= the stripe bits: one stripe.
   const std::uint32_t stripe = stripe_of(src);
   if (!try_lock(stripe)) return;  // busy (a transaction?): a later insert splits
