@@ -127,6 +127,12 @@ class RaceIndex final : public Index {
   Status remove(const Key& key) override {
     return with_session([&](Session& ss) { return write(ss, key, {}, Op::kRemove); });
   }
+  // race.h, "Compare and swap".
+  Status compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                          std::optional<std::string_view> desired) override {
+    const Swap swap{expected, desired};
+    return with_session([&](Session& ss) { return write(ss, key, {}, Op::kSwap, &swap); });
+  }
 
   Status for_each(const ForEachFn& fn) override {
     return with_session([&](Session& ss) { return scan(ss, fn, /*verify=*/false); });
@@ -159,7 +165,14 @@ class RaceIndex final : public Index {
   Status attach();
 
  private:
-  enum class Op { kInsert, kUpdate, kUpsert, kRemove };
+  // kSwap: compare_and_swap, with its two states in a Swap.
+  enum class Op { kInsert, kUpdate, kUpsert, kRemove, kSwap };
+  // What a swap expects the key to hold and what it makes it hold
+  // (nullopt: absent).
+  struct Swap {
+    std::optional<std::string_view> expected;
+    std::optional<std::string_view> desired;
+  };
 
   // A subtable: its groups, then its trailer (layout.h).
   std::uint64_t bucket_bytes() const { return std::uint64_t{params_.groups} * kGroupBytes; }
@@ -228,7 +241,10 @@ class RaceIndex final : public Index {
                   bool* any);
 
   // ---- writes ----
-  Status write(Session& ss, const Key& key, std::string_view value, Op op);
+  // `value` is the new value of an insert, update or upsert; a swap's
+  // states are in *swap (and `value` is unused).
+  Status write(Session& ss, const Key& key, std::string_view value, Op op,
+               const Swap* swap = nullptr);
 
   // The steps of a write (race.h, "Writers").
   // Its KV block (none for a remove) and the entry that names it once it

@@ -150,14 +150,20 @@ Status RaceIndex::find_key(Session& ss, const Place& p, const Key& key, const Vi
   return Status::OK();
 }
 
-Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op op) {
+Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op op,
+                        const Swap* swap) {
   const Place p = place(key);
-  KvBlock kv(key, op == Op::kRemove ? std::nullopt : std::optional<std::string_view>(value));
+  std::optional<std::string_view> content(value);
+  if (op == Op::kRemove) content.reset();
+  if (op == Op::kSwap) content = swap->desired;
+  KvBlock kv(key, content);
   LockWatch watch = new_watch();  // a split of the key's subtable this call waits on
   for (;;) {
     // Round trip 1: the KV block (once) and the key's buckets.
     Batch first;
-    if (op != Op::kRemove && kv.entry == 0) {
+    // (A swap places its block only once it is to write: race.h,
+    // "Compare and swap".)
+    if (op != Op::kRemove && op != Op::kSwap && kv.entry == 0) {
       if (Status s = place_kv(ss, p, &kv, &first); !s.ok()) return s;
     }
     View v;
@@ -174,6 +180,24 @@ Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op 
     Kv found;
     bool any = false;
     if (Status s = find_key(ss, p, key, v, &found, &any); !s.ok()) return s;
+    if (op == Op::kSwap) {
+      // The comparison, against this view: the slot CAS below succeeds
+      // only from the entry compared (or, absent, from a free slot, then
+      // settled as an insert), so a write between them makes it look again.
+      const bool as_expected =
+          any ? swap->expected.has_value() && found.value() == *swap->expected
+              : !swap->expected.has_value();
+      if (!as_expected) return Status::Conflict("");
+      if (!any && !swap->desired) return Status::OK();  // absent, and to stay so
+      if (swap->desired && kv.entry == 0) {
+        Batch b;
+        if (Status s = place_kv(ss, p, &kv, &b); !s.ok()) return s;
+        // The block is durable before any CAS that names it (next round trip).
+        if (b.size() != 0) {
+          if (Status s = ss.exec(b); !s.ok()) return s;
+        }
+      }
+    }
     if (any) {
       if (op == Op::kInsert) return Status::AlreadyExists("");
       bool done = false;
@@ -199,6 +223,7 @@ Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op 
     if (Status s = settle(ss, p, key, kv.entry, &won); !s.ok()) return s;
     if (won) return Status::OK();
     if (op == Op::kInsert) return Status::AlreadyExists("");
+    if (op == Op::kSwap) return Status::Conflict("");  // another insert of the key stands
     // Upsert: the other entry stands; update it (our block is still good).
   }
 }
