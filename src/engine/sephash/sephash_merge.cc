@@ -4,7 +4,7 @@
 
 namespace pmhash::engine::sephash {
 
-Status SepHashIndex::merge(Session& ss, RAddr seg, std::uint64_t meta) {
+Status SepHashIndex::merge(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t seen_seq) {
   const unsigned node = raddr_node(seg);
   const std::uint64_t off = raddr_off(seg);
   const Held held{seg, Clock::now()};  // before the CAS: no later than the lock
@@ -13,15 +13,15 @@ Status SepHashIndex::merge(Session& ss, RAddr seg, std::uint64_t meta) {
   if (Status s = exec(ss, b); !s.ok()) return s;
   if (b.result(0) != meta) return Status::OK();
   // Locked: no append that re-reads the meta from now on keeps its slot.
-  bool restorable = true;
+  bool restorable = true, stale = false;
   Status s;
   if (stop_at(LockStep::kLocked)) {
     restorable = false;
     s = stopped();
   } else {
-    s = merge_locked(ss, held, meta, &restorable);
+    s = merge_locked(ss, held, meta, seen_seq, &restorable, &stale);
   }
-  if (!s.ok() && restorable && in_lease(held)) {
+  if ((!s.ok() || stale) && restorable && in_lease(held)) {
     // Leave the segment as it was (unlocked); the entries are all still
     // in the CurSeg and the old MainSeg. A new seq first, so that this
     // lock's (meta, seq) never shows again: a waiter that saw it before
@@ -35,7 +35,7 @@ Status SepHashIndex::merge(Session& ss, RAddr seg, std::uint64_t meta) {
 }
 
 Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t meta,
-                                  bool* restorable) {
+                                  std::uint64_t seen_seq, bool* restorable, bool* stale) {
   const RAddr seg = held.seg;
   const unsigned node = raddr_node(seg);
   const bool sign = meta_sign(meta);
@@ -44,9 +44,19 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
   // Every batch that writes to the segment, the directory or the global
   // depth begins within lease/2 of the lock (sephash.h, "Dead lock holders").
   if (!in_lease(held)) return gave_up(seg);
-  std::uint64_t seq = 0, pattern = 0;
+  std::uint64_t seq = 0, pattern = 0, floor = 0;
   std::vector<std::uint64_t> all;
-  if (Status s = read_locked(ss, seg, meta, &seq, &pattern, &all); !s.ok()) return s;
+  if (Status s = read_locked(ss, seg, meta, &seq, &pattern, &floor, &all); !s.ok()) return s;
+  if (seq != seen_seq + 1) {
+    // The lock CAS matched a later state with the same meta (two merges
+    // flip the sign back onto a reused MainSeg block), whose slots may
+    // not all be taken: an append could land after the READ above and be
+    // lost with the publish. Undone instead; every entry that lands in a
+    // state is thus read by the lock that ends it (sephash.h, "Compare
+    // and swap").
+    *stale = true;
+    return Status::OK();
+  }
   if (stop_at(LockStep::kRead)) {
     *restorable = false;
     return stopped();
@@ -58,7 +68,7 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
   }
   merges_.fetch_add(1, std::memory_order_relaxed);
   if (keep.size() > params_.main_max_slots && depth < params_.max_depth) {
-    return split_locked(ss, held, meta, seq, pattern, keep, drop, restorable);
+    return split_locked(ss, held, meta, seq, pattern, floor, keep, drop, restorable);
   }
   if (keep.size() > kMaxMainSlots - kCurSlots) {
     return Status::NoSpace("sephash: a segment is full at the maximum depth " +
@@ -86,7 +96,8 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
 }
 
 Status SepHashIndex::read_locked(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t* seq,
-                                 std::uint64_t* pattern, std::vector<std::uint64_t>* all) {
+                                 std::uint64_t* pattern, std::uint64_t* floor,
+                                 std::vector<std::uint64_t>* all) {
   const unsigned node = raddr_node(seg);
   const std::uint64_t off = raddr_off(seg);
   const unsigned main_len = meta_main_len(meta);
@@ -99,6 +110,7 @@ Status SepHashIndex::read_locked(Session& ss, RAddr seg, std::uint64_t meta, std
   b.faa(node, off + kSeqOff, 1);
   b.read(node, off + kSlotsOff, slots, sizeof(slots));
   b.read(node, off + kPatternOff, pattern, 8);
+  b.read(node, off + kSwapFloorOff, floor, 8);
   if (main_len != 0) {
     b.read(node, meta_main_off(meta) + kPrefixBytes, main.data(), main_len * 8);
   }
@@ -369,7 +381,7 @@ Status SepHashIndex::split_halves(Session& ss, unsigned node, unsigned depth,
 }
 
 Status SepHashIndex::split_locked(Session& ss, const Held& held, std::uint64_t meta,
-                                  std::uint64_t seq, std::uint64_t pattern,
+                                  std::uint64_t seq, std::uint64_t pattern, std::uint64_t floor,
                                   const std::vector<std::uint64_t>& keep,
                                   const std::vector<Dropped>& drop, bool* restorable) {
   const RAddr seg = held.seg;
@@ -415,8 +427,10 @@ Status SepHashIndex::split_locked(Session& ss, const Held& held, std::uint64_t m
   // (2) the directory entries of the new half; (3) the global depth;
   // (4) this segment's bitmap, slots and meta, which unlocks it. Each
   // begins within lease/2 of the lock (sephash.h, "Dead lock holders").
+  // The new CurSeg starts with this segment's swap floor: the keys it
+  // takes over keep their floor (sephash.h, "Compare and swap").
   const std::vector<std::byte> cur_img = curseg_image(
-      make_meta(true, depth1, static_cast<unsigned>(half[1].size()), main1), pattern1);
+      make_meta(true, depth1, static_cast<unsigned>(half[1].size()), main1), pattern1, floor);
   const RAddr seg1 = make_raddr(node1, cur1);
   const std::uint64_t meta0 =
       make_meta(!sign, depth1, static_cast<unsigned>(half[0].size()), main0);
