@@ -701,5 +701,91 @@ TEST_F(RaceSplitLockTcpTest, ASplitterKilledWithHalfItsSlotsRewrittenIsFinished)
   die_at(SplitStep::kSlotsHalfRewritten);
 }
 
+// ---- compare_and_swap (race.h, "Compare and swap") ----
+// Swaps every key of the model twice: from a value it does not hold
+// (Conflict, nothing changed) and from the one it holds (OK); the model
+// follows. The number of swaps that did not answer as the model says.
+static unsigned swap_all(Store& st, Model* model) {
+  unsigned wrong = 0;
+  for (auto& [k, v] : *model) {
+    const std::string next = v + "+";
+    if (!st.compare_and_swap(k, std::string_view("not " + v), std::string_view(next)).is_conflict()) {
+      ++wrong;
+    }
+    if (st.compare_and_swap(k, std::string_view(v), std::string_view(next)).ok()) {
+      v = next;
+    } else {
+      ++wrong;
+    }
+  }
+  return wrong;
+}
+
+// A client swaps every key while another client's split of one subtable
+// holds its lock, before it freezes the slots and after it thaws them
+// (writers are not held there, so the swaps land in the split's view):
+// each swap answers as the model says, and the split carries every
+// swapped entry to the key's subtable.
+TEST_F(RaceTest, SwapsDuringASplitLandWhereTheSplitCarriesThem) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 300, &model));
+  unsigned at_lock = 0, at_thaw = 0;
+  std::atomic<unsigned> wrong{0};
+  engine::race::testing::set_split_hook([&](SplitStep step, bool taking_over) {
+    if (taking_over || (step != SplitStep::kLocked && step != SplitStep::kDirectoryFinished)) {
+      return false;
+    }
+    if (step == SplitStep::kLocked && at_lock++ % 4 != 0) return false;
+    if (step == SplitStep::kDirectoryFinished && at_thaw++ % 4 != 0) return false;
+    // The splitter is this (the loading) thread: another client swaps.
+    std::thread t([&] { wrong += swap_all(*st, &model); });
+    t.join();
+    return false;
+  });
+  ASSERT_NO_FATAL_FAILURE(load(*st, 300, 3000, &model));
+  engine::race::testing::set_split_hook(nullptr);
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(at_lock, 2u);
+  EXPECT_GT(at_thaw, 2u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  EXPECT_EQ(st->size(), model.size());
+  const Status c = st->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
+// A splitter stops with every slot of its subtable frozen (as if its
+// client died there). Swaps of every key then wait for the thaw, take the
+// split over after the lease (undone: no intent), and answer as the model
+// says; so do swaps to absence and back.
+TEST_F(RaceSplitLockTest, SwapsOfAFrozenSubtableTakeTheDeadSplitOverAndLand) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  std::string unacked;
+  unsigned next = 0;
+  ASSERT_NO_FATAL_FAILURE(insert_until_stopped(*st, SplitStep::kFrozen, &model, &unacked, &next));
+  EXPECT_EQ(swap_all(*st, &model), 0u);
+  EXPECT_EQ(st->stats().property("race.lock_takeovers"), 1u);
+  // The stopped insert never placed its entry: absent, as a swap expects.
+  EXPECT_TRUE(st->compare_and_swap(unacked, std::string_view("x"), std::nullopt).is_conflict());
+  ASSERT_TRUE(st->compare_and_swap(unacked, std::nullopt, std::string_view("later")).ok());
+  model[unacked] = "later";
+  unsigned removed = 0;
+  for (auto it = model.begin(); it != model.end();) {
+    if (removed++ % 3 != 0) {
+      ++it;
+      continue;
+    }
+    ASSERT_TRUE(st->compare_and_swap(it->first, std::string_view(it->second), std::nullopt).ok());
+    it = model.erase(it);
+  }
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  EXPECT_EQ(st->size(), model.size());
+  const Status c = st->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
 }  // namespace
 }  // namespace pmhash

@@ -194,9 +194,12 @@
 // order (every verb on the segment's node; a batch's verbs run in order):
 //   (1) CAS the meta from the meta read to meta | lock;
 //   (2) FAA seq by 1, then READ the slots and the MainSeg (one batch: the
-//       FAA before anything is read). A seq before the FAA other than the
-//       one of the full view the merge began from: undone (as a failed
-//       merge, below), since the state may have free slots (section 13);
+//       FAA before anything is read);
+//   (2b) only when a slot read names no item (a free word of an earlier
+//       state, left by a merge undone, or the state's own when the lock
+//       CAS matched a later state with a recurring meta): CAS each such
+//       slot to free_slot(seq); one that fails holds an append that landed
+//       after the READ, and the merge is undone (section 13);
 //   (3) sort the CurSeg's entries and merge them into the MainSeg's,
 //       keeping each key's newest entry (items are read only where entries'
 //       18 filter bits collide), dropping tombstones;
@@ -508,13 +511,13 @@
 // append whose item did land (its CAS won and its check failed) keeps its
 // version: the lock that failed its check read its entry, which thus
 // counts, and its second entry is the duplicate of section 4. That lock
-// read it because: a merge locks only a state whose slots it saw all
-// taken (the lock's seq must follow the seq of that full view, else the
-// lock CAS matched a later state with a recurring meta and the merge is
-// undone before it reads: nothing could land in it and be lost by the
-// publish); a swap's fence finds every entry that landed; a seq raised on
-// an unlocked segment (a late FAA) leaves the entry in the slots of a
-// state that looks full, whose merge reads it.
+// read it, or its entry stays in the slots: no append lands in a locked
+// state after its holder's READ unseen. A swap fences every free slot; a
+// merge, whose lock comes after a READ that saw every slot taken, fences
+// the slots that name no item (merge (2b)); a lock undone (seq + 1, the
+// meta) leaves the slots as they were; a seq raised on an unlocked
+// segment (a late FAA) leaves the entry in the slots of a state that looks
+// full, whose merge reads it.
 //   Dead or slow holders. A swap writes no intent. A taker rolls it back
 // (seq + 1, the old meta), which is the swap's own unlock: a takeover keeps
 // seq's low bits, so the fenced slots hold the taken-over state's free

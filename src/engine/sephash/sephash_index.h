@@ -569,12 +569,11 @@ class SepHashIndex final : public Index {
                     bool* moved);
 
   // ---- merge and split ----
-  // Empties the CurSeg at `seg` into a new MainSeg, splitting the segment
-  // when that MainSeg would be too large: the state of (`meta`, `seq`),
-  // whose slots the caller saw all taken. Returns OK also when another
-  // client holds the lock, or when the state changed before the lock
-  // (undone: the caller looks again).
-  Status merge(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t seq);
+  // Empties the CurSeg at `seg` (whose meta was `meta`) into a new MainSeg,
+  // splitting the segment when that MainSeg would be too large. Returns OK
+  // also when another client holds the lock, or when an append landed in a
+  // slot it fenced (undone; the caller looks again).
+  Status merge(Session& ss, RAddr seg, std::uint64_t meta);
 
   // ---- compare_and_swap (sephash.h, "Compare and swap") ----
   // What a swap expects the key to hold and what it makes it hold
@@ -607,17 +606,24 @@ class SepHashIndex final : public Index {
   // *restorable: false once a failure may have left the segment changed
   // (its lock then stays until a waiter takes it over, sephash.h "Dead
   // lock holders"), or the holder stopped past lease/2.
-  // *stale: the lock's seq is not the one after `seen_seq` (another state
-  // than the caller saw full); nothing written, to be undone.
-  Status merge_locked(Session& ss, const Held& held, std::uint64_t meta, std::uint64_t seen_seq,
-                      bool* restorable, bool* stale);
+  // *stale: an append landed in a slot fence_loose_slots fenced; nothing
+  // else written, to be undone.
+  Status merge_locked(Session& ss, const Held& held, std::uint64_t meta, bool* restorable,
+                      bool* stale);
   // Merge step (2), under the lock of `seg` (whose meta was `meta`): FAA
   // seq, READ the slots, the pattern, the swap floor and the MainSeg, in
   // one batch, the FAA first. *seq: the lock's seq; *all: the MainSeg's
-  // entries, then the CurSeg's live ones (sign cleared).
+  // entries, then the CurSeg's live ones (sign cleared); slots: the
+  // kCurSlots slot words read.
   Status read_locked(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t* seq,
                      std::uint64_t* pattern, std::uint64_t* floor,
-                     std::vector<std::uint64_t>* all);
+                     std::vector<std::uint64_t>* all, std::uint64_t* slots);
+  // Merge step (2b), under the lock of seq `seq`: CASes every slot read
+  // that names no item (a free word of an earlier state whose merge was
+  // undone; none when every slot was taken) to free_slot(seq), so that no
+  // append lands after the READ unseen. *landed: one did (its CAS failed).
+  Status fence_loose_slots(Session& ss, const Held& held, std::uint64_t seq,
+                           const std::uint64_t* slots, bool* landed);
   // Merge steps (4) and (5): the publish batch (the MainSeg `image` at
   // `main_off`, the intent, the bitmap clear, the slots' free words, the
   // meta `meta_new`), then the frees of `drop` and of the MainSeg `meta`

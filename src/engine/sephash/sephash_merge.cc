@@ -4,7 +4,7 @@
 
 namespace pmhash::engine::sephash {
 
-Status SepHashIndex::merge(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t seen_seq) {
+Status SepHashIndex::merge(Session& ss, RAddr seg, std::uint64_t meta) {
   const unsigned node = raddr_node(seg);
   const std::uint64_t off = raddr_off(seg);
   const Held held{seg, Clock::now()};  // before the CAS: no later than the lock
@@ -19,7 +19,7 @@ Status SepHashIndex::merge(Session& ss, RAddr seg, std::uint64_t meta, std::uint
     restorable = false;
     s = stopped();
   } else {
-    s = merge_locked(ss, held, meta, seen_seq, &restorable, &stale);
+    s = merge_locked(ss, held, meta, &restorable, &stale);
   }
   if ((!s.ok() || stale) && restorable && in_lease(held)) {
     // Leave the segment as it was (unlocked); the entries are all still
@@ -35,7 +35,7 @@ Status SepHashIndex::merge(Session& ss, RAddr seg, std::uint64_t meta, std::uint
 }
 
 Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t meta,
-                                  std::uint64_t seen_seq, bool* restorable, bool* stale) {
+                                  bool* restorable, bool* stale) {
   const RAddr seg = held.seg;
   const unsigned node = raddr_node(seg);
   const bool sign = meta_sign(meta);
@@ -46,17 +46,11 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
   if (!in_lease(held)) return gave_up(seg);
   std::uint64_t seq = 0, pattern = 0, floor = 0;
   std::vector<std::uint64_t> all;
-  if (Status s = read_locked(ss, seg, meta, &seq, &pattern, &floor, &all); !s.ok()) return s;
-  if (seq != seen_seq + 1) {
-    // The lock CAS matched a later state with the same meta (two merges
-    // flip the sign back onto a reused MainSeg block), whose slots may
-    // not all be taken: an append could land after the READ above and be
-    // lost with the publish. Undone instead; every entry that lands in a
-    // state is thus read by the lock that ends it (sephash.h, "Compare
-    // and swap").
-    *stale = true;
-    return Status::OK();
+  std::uint64_t slots[kCurSlots];
+  if (Status s = read_locked(ss, seg, meta, &seq, &pattern, &floor, &all, slots); !s.ok()) {
+    return s;
   }
+  if (Status s = fence_loose_slots(ss, held, seq, slots, stale); !s.ok() || *stale) return s;
   if (stop_at(LockStep::kRead)) {
     *restorable = false;
     return stopped();
@@ -97,18 +91,17 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
 
 Status SepHashIndex::read_locked(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t* seq,
                                  std::uint64_t* pattern, std::uint64_t* floor,
-                                 std::vector<std::uint64_t>* all) {
+                                 std::vector<std::uint64_t>* all, std::uint64_t* slots) {
   const unsigned node = raddr_node(seg);
   const std::uint64_t off = raddr_off(seg);
   const unsigned main_len = meta_main_len(meta);
-  std::uint64_t slots[kCurSlots];
   std::vector<std::uint64_t> main(main_len);
   Batch b;
   // The seq first, before anything is read: every reader whose snapshot
   // is older than this lock now fails its check (sephash.h, "Reclamation").
   const std::size_t seq_op = b.size();
   b.faa(node, off + kSeqOff, 1);
-  b.read(node, off + kSlotsOff, slots, sizeof(slots));
+  b.read(node, off + kSlotsOff, slots, kCurSlots * 8);
   b.read(node, off + kPatternOff, pattern, 8);
   b.read(node, off + kSwapFloorOff, floor, 8);
   if (main_len != 0) {
@@ -118,8 +111,29 @@ Status SepHashIndex::read_locked(Session& ss, RAddr seg, std::uint64_t meta, std
   *seq = b.result(seq_op) + 1;  // this lock's, and the next state's
   *all = std::move(main);
   all->reserve(all->size() + kCurSlots);
-  for (std::uint64_t s : slots) {
-    if (slot_live(s, meta_sign(meta))) all->push_back(slot_entry(s));
+  for (unsigned i = 0; i < kCurSlots; ++i) {
+    if (slot_live(slots[i], meta_sign(meta))) all->push_back(slot_entry(slots[i]));
+  }
+  return Status::OK();
+}
+
+Status SepHashIndex::fence_loose_slots(Session& ss, const Held& held, std::uint64_t seq,
+                                       const std::uint64_t* slots, bool* landed) {
+  const unsigned node = raddr_node(held.seg);
+  const std::uint64_t off = raddr_off(held.seg);
+  *landed = false;
+  Batch b;
+  for (unsigned i = 0; i < kCurSlots; ++i) {
+    if ((slots[i] & kItemMask) != 0) continue;
+    b.cas(node, off + kSlotsOff + i * 8ull, slots[i], free_slot(seq));
+  }
+  if (b.size() == 0) return Status::OK();  // every slot taken: nothing can land
+  if (!in_lease(held)) return gave_up(held.seg);
+  if (Status s = exec(ss, b); !s.ok()) return s;
+  std::size_t op = 0;
+  for (unsigned i = 0; i < kCurSlots; ++i) {
+    if ((slots[i] & kItemMask) != 0) continue;
+    if (b.result(op++) != slots[i]) *landed = true;
   }
   return Status::OK();
 }

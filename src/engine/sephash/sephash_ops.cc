@@ -417,7 +417,7 @@ Status SepHashIndex::find_free_slots(Session& ss, AppendPass* p, bool* again) {
   }
   if (p->free_slots.empty()) {
     *again = true;
-    return merge(ss, p->seg, p->hd.meta, p->snap.seq);
+    return merge(ss, p->seg, p->hd.meta);
   }
   ss.window = (p->free_slots.front() / kWindowSlots) * kWindowSlots;
   return Status::OK();

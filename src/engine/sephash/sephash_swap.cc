@@ -191,7 +191,7 @@ Status SepHashIndex::swap_held(Session& ss, const Held& held, const Key& key, co
     *locked = false;
     if (!in_lease(held)) return gave_up(seg);
     if (Status s = unlock_swap(ss, held, meta); !s.ok()) return s;
-    return merge(ss, seg, meta, seq + 2);
+    return merge(ss, seg, meta);
   }
   if (any && best.header().version >= it.header.version) {
     // An entry that landed before the fence took its version after this
