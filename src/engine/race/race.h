@@ -339,7 +339,7 @@
 // combined buckets; no key has two entries.
 //
 // ---- 11. Compare and swap (the write path of section 4; 3 round trips
-// for a present key, 2 for a Conflict) ----
+// for a present key, 2 for a Conflict, 7 from absence) ----
 // A swap reads the view and its candidates' blocks as an update does
 // (round trips 1 and 2), and compares the key's entry (the lowest, the one
 // every operation uses) with the expected state:
@@ -349,23 +349,37 @@
 //     to be removed), complete before (3b) CAS the entry's slot from the
 //     word compared to the new entry, or to 0. A CAS that fails looks
 //     again, and compares again;
-//   - absent as expected: the insert's steps (2) and (3): the free slot's
-//     CAS, then the re-read; a lower entry of the key found there makes
-//     the swap take its own back and return Conflict, as an insert's
-//     AlreadyExists.
+//   - absent as expected: under the subtable's split lock, (L) READ the
+//     lock word (held: wait, and take over after a lease, as a splitter
+//     does), CAS it to (locked, seq + 1); the view again, which must show
+//     the same subtable with the same headers (else release, look again)
+//     and the key still absent (else Conflict); the block WRITE; the
+//     insert's steps (2) and (3), the free slot's CAS and the re-read (a
+//     lower entry of the key makes the swap take its own back: Conflict);
+//     release (CAS to (unlocked, seq + 1)). Both buckets full: release,
+//     split, again.
 // The block is written only once the swap is to write (a Conflict costs
 // none; blocks are never reclaimed). Persist order: the block durable
 // before the CAS that names it, the CAS durable when the swap returns.
+//   The lock is the split's, and a swap holds it as a splitter would,
+// without freezing anything and without an intent: writers do not look at
+// the lock word, splits of the subtable and other swaps from absence wait
+// for it, a waiter that sees it for a lease takes it over and, finding no
+// intent of this lock, rolls back (nothing frozen) and releases. The swap
+// writes nothing past lease/2 after its lock CAS (section 7, "Fencing").
 //   Atomicity. For a present key, the comparison and the write are one
 // CAS on the word compared: every write of a present key changes that
 // word first (update, upsert, remove and swap CAS it; a split freezes it,
 // and writers wait for the thaw), and a word equal to the one compared
 // names the same block, whose bytes never change (blocks are neither
-// changed nor reused), so the same value. For an absent key it is the
-// insert's: exactly one of concurrent swaps from absent succeeds, with
-// the GAP of section 4 (two may succeed when a third client freed a slot
-// between their reads; the key then has two entries, of which the lower
-// counts).
+// changed nor reused), so the same value. For an absent key, swaps from
+// absence of one subtable hold its lock one at a time, so each reads the
+// view after the previous one's entry stood or was taken back: of
+// concurrent swaps from absence exactly one succeeds. GAP: a plain insert
+// (or an upsert of an absent key) takes no lock, and races a swap from
+// absence as two inserts race (section 4): when a third client freed a
+// slot between their reads both may succeed, and the key then has two
+// entries, of which the lower counts.
 //   Durability. As an update's: the block is durable before the slot's CAS
 // and the call returns once the CAS is durable; a crash leaves the old
 // entry or the new one. A Conflict depends on the view as a get's answer

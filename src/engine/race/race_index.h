@@ -355,6 +355,15 @@ class RaceIndex final : public Index {
   }
   static Status stopped() { return Status::IOError("race: a test hook stopped a split"); }
 
+  // A swap from absence (the key absent in view `v`): under the split lock
+  // of v's subtable, the view again, then the insert's CAS and settle.
+  // *again: look again (the lock was another's, the subtable split, or it
+  // was full and has been split).
+  Status swap_from_absence(Session& ss, const Place& p, const Key& key, const View& v,
+                           KvBlock* kv, LockWatch* watch, bool* again);
+  Status swap_from_absence_held(Session& ss, const Held& held, const Place& p, const Key& key,
+                                std::uint64_t header, KvBlock* kv, bool* again, bool* full);
+
   // What is left of a split once its intent stands (steps 4 to 8): the
   // split subtable's depth and suffix before it, the new subtable, and the
   // slots still frozen with the word each gets.
