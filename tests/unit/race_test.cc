@@ -755,6 +755,60 @@ TEST_F(RaceTest, SwapsDuringASplitLandWhereTheSplitCarriesThem) {
   EXPECT_TRUE(c.ok()) << c.to_string();
 }
 
+// Threads swap one key from absence at once, round after round, while
+// each also removes keys of its own (freeing slots between the others'
+// reads, what lets two plain inserts of one key both succeed, race.h
+// section 4): exactly one swap per round succeeds, its value stands, and
+// the others conflict.
+TEST_F(RaceTest, ConcurrentSwapsFromAbsenceExactlyOneSucceeds) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  constexpr unsigned kThreads = 4, kRounds = 300;
+  std::vector<std::vector<Status>> results(kRounds, std::vector<Status>(kThreads));
+  std::barrier start(kThreads);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (unsigned r = 0; r < kRounds; ++r) {
+        // One key to remove and one to keep (the subtables split).
+        const std::string own = key_of(t * 10000 + r);
+        EXPECT_TRUE(st->insert(own, "x").ok());
+        EXPECT_TRUE(st->insert(key_of(t * 10000 + 5000 + r), "kept").ok());
+        start.arrive_and_wait();
+        if (r % 2 == 1) {
+          EXPECT_TRUE(st->remove(own).ok());
+        }
+        results[r][t] = st->compare_and_swap("same-" + std::to_string(r), std::nullopt,
+                                             std::string_view("t" + std::to_string(t)));
+        if (r % 2 == 0) {
+          EXPECT_TRUE(st->remove(own).ok());
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (unsigned r = 0; r < kRounds; ++r) {
+    unsigned ok = 0, conflicts = 0, winner = 0;
+    for (unsigned t = 0; t < kThreads; ++t) {
+      if (results[r][t].ok()) {
+        ++ok;
+        winner = t;
+      } else if (results[r][t].is_conflict()) {
+        ++conflicts;
+      }
+    }
+    ASSERT_EQ(ok, 1u) << "round " << r;
+    ASSERT_EQ(conflicts, kThreads - 1) << "round " << r;
+    std::string got;
+    ASSERT_TRUE(st->get("same-" + std::to_string(r), &got).ok());
+    EXPECT_EQ(got, "t" + std::to_string(winner)) << "round " << r;
+  }
+  EXPECT_GT(st->stats().property("race.splits"), 0u);
+  EXPECT_EQ(st->size(), kRounds + kThreads * kRounds);
+  const Status c = st->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
 // A splitter stops with every slot of its subtable frozen (as if its
 // client died there). Swaps of every key then wait for the thaw, take the
 // split over after the lease (undone: no intent), and answer as the model
