@@ -10,6 +10,11 @@
 // phases so that a table grows, churns and empties again: with a small
 // initial table it expands and, where the engine shrinks, shrinks.
 //
+// One in six inserts, updates and removes (outside transactions) goes
+// through compare_and_swap instead (Op::kSwapIn: from absent to the value;
+// Op::kSwap and Op::kSwapOut: read_modify_write to the value, or to
+// removal, when the key is present), with the same effect on the model.
+//
 // Two more kinds of operation: sync (Store::sync, 2 % of operations: every
 // operation of the thread before it is durable once it returns), and, for
 // engines with transactions (WorkloadSpec::transactions), transactions of 2
@@ -24,6 +29,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pmhash/store.h"
@@ -44,7 +50,13 @@ struct WorkloadSpec {
 };
 
 struct Op {
-  enum Kind : unsigned char { kInsert, kUpdate, kUpsert, kRemove, kGet, kSync, kTxn };
+  enum Kind : unsigned char {
+    kInsert, kUpdate, kUpsert, kRemove, kGet, kSync, kTxn,
+    // Single-key writes through Store::compare_and_swap: insert (expecting
+    // absence), update and remove (read_modify_write, from whatever value
+    // the key has; nothing when it is absent).
+    kSwapIn, kSwap, kSwapOut,
+  };
   Kind kind = kGet;
   std::uint64_t key = 0;  // index into the thread's keys
   std::string value;      // insert, update, upsert
@@ -111,7 +123,14 @@ inline Op simple_op(const WorkloadSpec& w, unsigned thread, std::uint64_t i, uns
           : r < s[0] + s[1] + s[2] + s[3] ? Op::kRemove
           : Op::kGet;
   op.key = w.keys == 0 ? 0 : rng() % w.keys;
-  if (op.kind != Op::kRemove && op.kind != Op::kGet) {
+  // Outside transactions, one write in six of these kinds is a swap.
+  if (salt == 0 && rng() % 6 == 0) {
+    op.kind = op.kind == Op::kInsert   ? Op::kSwapIn
+            : op.kind == Op::kUpdate   ? Op::kSwap
+            : op.kind == Op::kRemove   ? Op::kSwapOut
+                                       : op.kind;
+  }
+  if (op.kind != Op::kRemove && op.kind != Op::kSwapOut && op.kind != Op::kGet) {
     const std::size_t pad = rng() % 4 == 0 ? 100 + 100 * (rng() % 2) : rng() % 24;
     if (pad < 4) op.value = short_value(i, salt, 5 + pad);
     if (op.value.empty()) {
@@ -158,16 +177,19 @@ inline Op op_at(const WorkloadSpec& w, unsigned thread, std::uint64_t i) {
 using ThreadModel = std::map<std::uint64_t, std::string>;
 
 // Applies `op` to the model; returns whether the store changes (what the
-// store answers OK to; the others answer NotFound or AlreadyExists). A
-// transaction applies its steps in order and always commits.
+// store answers OK to; the others answer NotFound, AlreadyExists or, for a
+// swap, Conflict). A transaction applies its steps in order and always
+// commits.
 inline bool apply_op(const Op& op, ThreadModel* m) {
   const auto it = m->find(op.key);
   switch (op.kind) {
     case Op::kInsert:
+    case Op::kSwapIn:
       if (it != m->end()) return false;
       m->emplace(op.key, op.value);
       return true;
     case Op::kUpdate:
+    case Op::kSwap:
       if (it == m->end()) return false;
       it->second = op.value;
       return true;
@@ -175,6 +197,7 @@ inline bool apply_op(const Op& op, ThreadModel* m) {
       (*m)[op.key] = op.value;
       return true;
     case Op::kRemove:
+    case Op::kSwapOut:
       if (it == m->end()) return false;
       m->erase(it);
       return true;
@@ -191,6 +214,20 @@ inline bool apply_op(const Op& op, ThreadModel* m) {
 
 namespace detail {
 
+// read_modify_write that changes a present key (to `value`, or removes it
+// when `value` is nullopt) and leaves an absent one alone, answering
+// NotFound for it as update and remove do.
+inline Status swap_present(Store& store, const std::string& key, std::optional<std::string_view> value) {
+  bool present = false;
+  const Status s = store.read_modify_write(key, [&](std::optional<std::string_view> current) {
+    present = current.has_value();
+    if (!present) return Modification::keep();
+    return value ? Modification::set(std::string(*value)) : Modification::remove();
+  });
+  if (s.ok() && !present) return Status::NotFound();
+  return s;
+}
+
 inline Status run_simple(Store& store, const std::string& key, const Op& op, std::string* got) {
   switch (op.kind) {
     case Op::kInsert: return store.insert(key, op.value);
@@ -198,6 +235,9 @@ inline Status run_simple(Store& store, const std::string& key, const Op& op, std
     case Op::kUpsert: return store.upsert(key, op.value);
     case Op::kRemove: return store.remove(key);
     case Op::kGet: return store.get(key, got);
+    case Op::kSwapIn: return store.compare_and_swap(key, std::nullopt, std::string_view(op.value));
+    case Op::kSwap: return swap_present(store, key, std::string_view(op.value));
+    case Op::kSwapOut: return swap_present(store, key, std::nullopt);
     default: return Status::InvalidArgument("not a single-key operation");
   }
 }
@@ -252,10 +292,10 @@ inline std::string run_checked(Store& store, unsigned thread, const Op& op, Thre
     const auto it = model->find(o.key);
     const std::string before = it == model->end() ? std::string() : it->second;
     const bool changes = apply_op(o, model);
-    const bool ok = changes ? s.ok() : (s.is_not_found() || s.is_already_exists());
+    const bool ok = changes ? s.ok() : (s.is_not_found() || s.is_already_exists() || s.is_conflict());
     if (!ok) {
       return key_name(thread, o.key) + " answered " + s.to_string() + ", expected " +
-             (changes ? "OK" : "NotFound or AlreadyExists");
+             (changes ? "OK" : "NotFound, AlreadyExists or Conflict");
     }
     if (o.kind == Op::kGet && s.ok() && got != before) {
       return "get(" + key_name(thread, o.key) + ") returned a wrong value";

@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
       const Op op = op_at(w, t, i);
       std::string value;
       const Status s = run_op(*store, t, op, &value);
-      if (!s.ok() && !s.is_not_found() && !s.is_already_exists()) {
+      if (!s.ok() && !s.is_not_found() && !s.is_already_exists() && !s.is_conflict()) {
         std::fprintf(stderr, "kill child: thread %u op %llu: %s\n", t, static_cast<unsigned long long>(i),
                      s.to_string().c_str());
         std::_Exit(4);

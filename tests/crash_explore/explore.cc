@@ -1185,7 +1185,12 @@ bool Explorer::shared_workload(unsigned t) {
       case Op::kRemove: s = store_->remove(key); break;
       case Op::kGet: s = store_->get(key, &got, ReadOptions{.snapshot = is_snapshot_get(op)}); break;
       case Op::kSync: s = store_->sync(); break;
-      case Op::kTxn: s = Status::InvalidArgument("no transactions in the shared-key workload"); break;
+      case Op::kTxn:
+      case Op::kSwapIn:
+      case Op::kSwap:
+      case Op::kSwapOut:
+        s = Status::InvalidArgument("no transactions or swaps in the shared-key workload");
+        break;
     }
     const Call::Answer answer = s.ok() ? Call::kOk
                               : s.is_not_found() ? Call::kNotFound

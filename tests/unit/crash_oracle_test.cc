@@ -252,5 +252,40 @@ TEST_F(SharedHistory, EpochHoldsOnlyPromisedWritesAndDurableReads) {
   EXPECT_EQ(oracle.check(crash, {}, 5), "");
 }
 
+// The per-thread workload mixes swaps in: each kind appears, only outside
+// transactions, and a swap's effect on the model is that of the plain
+// write it stands for.
+TEST(ThreadWorkload, SwapsAreMixedInOutsideTransactionsWithThePlainWritesEffects) {
+  WorkloadSpec w;
+  w.seed = 11;
+  w.ops = 4000;
+  w.keys = 50;
+  w.transactions = true;
+  std::map<Op::Kind, unsigned> seen;
+  ThreadModel model;
+  for (std::uint64_t i = 0; i < w.ops; ++i) {
+    const Op op = op_at(w, 0, i);
+    ++seen[op.kind];
+    for (const Op& step : op.steps) {
+      EXPECT_TRUE(step.kind != Op::kSwapIn && step.kind != Op::kSwap && step.kind != Op::kSwapOut) << i;
+    }
+    if (op.kind == Op::kSwapIn || op.kind == Op::kSwap || op.kind == Op::kSwapOut) {
+      Op plain = op;
+      plain.kind = op.kind == Op::kSwapIn ? Op::kInsert : op.kind == Op::kSwap ? Op::kUpdate : Op::kRemove;
+      ThreadModel by_plain = model;
+      const bool plain_changes = apply_op(plain, &by_plain);
+      EXPECT_EQ(apply_op(op, &model), plain_changes) << i;
+      EXPECT_EQ(model, by_plain) << i;
+      EXPECT_EQ(op.kind == Op::kSwapOut, op.value.empty()) << i;
+    } else {
+      apply_op(op, &model);
+    }
+  }
+  EXPECT_GT(seen[Op::kSwapIn], 20u);
+  EXPECT_GT(seen[Op::kSwap], 20u);
+  EXPECT_GT(seen[Op::kSwapOut], 20u);
+  EXPECT_GT(seen[Op::kInsert], seen[Op::kSwapIn]);
+}
+
 }  // namespace
 }  // namespace pmhash::crashtest
