@@ -705,5 +705,145 @@ TEST_F(RaceSplitLockTcpTest, ASplitterKilledWithHalfItsSlotsRewrittenIsFinished)
   die_at(SplitStep::kSlotsHalfRewritten);
 }
 
+// ---- compare_and_swap (race.h, "Compare and swap") ----
+// Swaps every key of the model twice: from a value it does not hold
+// (Conflict, nothing changed) and from the one it holds (OK); the model
+// follows. The number of swaps that did not answer as the model says.
+static unsigned swap_all(Store& st, Model* model) {
+  unsigned wrong = 0;
+  for (auto& [k, v] : *model) {
+    const std::string next = v + "+";
+    if (!st.compare_and_swap(k, std::string_view("not " + v), std::string_view(next)).is_conflict()) {
+      ++wrong;
+    }
+    if (st.compare_and_swap(k, std::string_view(v), std::string_view(next)).ok()) {
+      v = next;
+    } else {
+      ++wrong;
+    }
+  }
+  return wrong;
+}
+
+// A client swaps every key while another client's split of one subtable
+// holds its lock, before it freezes the slots and after it thaws them
+// (writers are not held there, so the swaps land in the split's view):
+// each swap answers as the model says, and the split carries every
+// swapped entry to the key's subtable.
+TEST_F(RaceTest, SwapsDuringASplitLandWhereTheSplitCarriesThem) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 300, &model));
+  unsigned at_lock = 0, at_thaw = 0;
+  std::atomic<unsigned> wrong{0};
+  engine::race::testing::set_split_hook([&](SplitStep step, bool taking_over) {
+    if (taking_over || (step != SplitStep::kLocked && step != SplitStep::kDirectoryFinished)) {
+      return false;
+    }
+    if (step == SplitStep::kLocked && at_lock++ % 4 != 0) return false;
+    if (step == SplitStep::kDirectoryFinished && at_thaw++ % 4 != 0) return false;
+    // The splitter is this (the loading) thread: another client swaps.
+    std::thread t([&] { wrong += swap_all(*st, &model); });
+    t.join();
+    return false;
+  });
+  ASSERT_NO_FATAL_FAILURE(load(*st, 300, 3000, &model));
+  engine::race::testing::set_split_hook(nullptr);
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(at_lock, 2u);
+  EXPECT_GT(at_thaw, 2u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  EXPECT_EQ(st->size(), model.size());
+  const Status c = st->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
+// Threads swap one key from absence at once, round after round, while
+// each also removes keys of its own (freeing slots between the others'
+// reads, what lets two plain inserts of one key both succeed, race.h
+// section 4): exactly one swap per round succeeds, its value stands, and
+// the others conflict.
+TEST_F(RaceTest, ConcurrentSwapsFromAbsenceExactlyOneSucceeds) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  constexpr unsigned kThreads = 4, kRounds = 300;
+  std::vector<std::vector<Status>> results(kRounds, std::vector<Status>(kThreads));
+  std::barrier start(kThreads);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (unsigned r = 0; r < kRounds; ++r) {
+        // One key to remove and one to keep (the subtables split).
+        const std::string own = key_of(t * 10000 + r);
+        EXPECT_TRUE(st->insert(own, "x").ok());
+        EXPECT_TRUE(st->insert(key_of(t * 10000 + 5000 + r), "kept").ok());
+        start.arrive_and_wait();
+        if (r % 2 == 1) {
+          EXPECT_TRUE(st->remove(own).ok());
+        }
+        results[r][t] = st->compare_and_swap("same-" + std::to_string(r), std::nullopt,
+                                             std::string_view("t" + std::to_string(t)));
+        if (r % 2 == 0) {
+          EXPECT_TRUE(st->remove(own).ok());
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (unsigned r = 0; r < kRounds; ++r) {
+    unsigned ok = 0, conflicts = 0, winner = 0;
+    for (unsigned t = 0; t < kThreads; ++t) {
+      if (results[r][t].ok()) {
+        ++ok;
+        winner = t;
+      } else if (results[r][t].is_conflict()) {
+        ++conflicts;
+      }
+    }
+    ASSERT_EQ(ok, 1u) << "round " << r;
+    ASSERT_EQ(conflicts, kThreads - 1) << "round " << r;
+    std::string got;
+    ASSERT_TRUE(st->get("same-" + std::to_string(r), &got).ok());
+    EXPECT_EQ(got, "t" + std::to_string(winner)) << "round " << r;
+  }
+  EXPECT_GT(st->stats().property("race.splits"), 0u);
+  EXPECT_EQ(st->size(), kRounds + kThreads * kRounds);
+  const Status c = st->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
+// A splitter stops with every slot of its subtable frozen (as if its
+// client died there). Swaps of every key then wait for the thaw, take the
+// split over after the lease (undone: no intent), and answer as the model
+// says; so do swaps to absence and back.
+TEST_F(RaceSplitLockTest, SwapsOfAFrozenSubtableTakeTheDeadSplitOverAndLand) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  std::string unacked;
+  unsigned next = 0;
+  ASSERT_NO_FATAL_FAILURE(insert_until_stopped(*st, SplitStep::kFrozen, &model, &unacked, &next));
+  EXPECT_EQ(swap_all(*st, &model), 0u);
+  EXPECT_EQ(st->stats().property("race.lock_takeovers"), 1u);
+  // The stopped insert never placed its entry: absent, as a swap expects.
+  EXPECT_TRUE(st->compare_and_swap(unacked, std::string_view("x"), std::nullopt).is_conflict());
+  ASSERT_TRUE(st->compare_and_swap(unacked, std::nullopt, std::string_view("later")).ok());
+  model[unacked] = "later";
+  unsigned removed = 0;
+  for (auto it = model.begin(); it != model.end();) {
+    if (removed++ % 3 != 0) {
+      ++it;
+      continue;
+    }
+    ASSERT_TRUE(st->compare_and_swap(it->first, std::string_view(it->second), std::nullopt).ok());
+    it = model.erase(it);
+  }
+  ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+  EXPECT_EQ(st->size(), model.size());
+  const Status c = st->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
 }  // namespace
 }  // namespace pmhash

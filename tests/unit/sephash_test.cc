@@ -784,6 +784,126 @@ TEST_F(SepHashLockTest, AHolderThatWakesAfterATakeoverWritesNothing) {
 
 // The same over tcp: the killed client's last batch went to the
 // memory-node daemons as requests (it ran whole before the client died).
+// ---- compare_and_swap (sephash.h, "Compare and swap") ----
+// Swaps every key of the model twice: from a value it does not hold
+// (Conflict, nothing changed) and from the one it holds (OK); the model
+// follows. The number of swaps that did not answer as the model says.
+unsigned swap_all(Store& st, Model* model) {
+  unsigned wrong = 0;
+  for (auto& [k, v] : *model) {
+    const std::string next = v + "+";
+    if (!st.compare_and_swap(k, std::string_view("not " + v), std::string_view(next)).is_conflict()) {
+      ++wrong;
+    }
+    if (st.compare_and_swap(k, std::string_view(v), std::string_view(next)).ok()) {
+      v = next;
+    } else {
+      ++wrong;
+    }
+  }
+  return wrong;
+}
+
+// A merger or splitter dies holding a segment's lock (before its intent:
+// undone; after: finished). Swaps of every key then wait for the lease,
+// one takes the lock over, and all answer as the model says; merges and
+// splits go on, and a reopened client reads the swapped values.
+TEST_F(SepHashLockTest, SwapsWaitOutAKilledMergerAndLand) {
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(kill_and_open(LockStep::kRead, &k));
+  EXPECT_EQ(swap_all(*k.st, &k.model), 0u);
+  EXPECT_EQ(k.st->stats().property("sephash.lock_takeovers"), 1u);
+  ASSERT_NO_FATAL_FAILURE(load(*k.st, k.next, k.next + 2000, &k.model));
+  EXPECT_EQ(swap_all(*k.st, &k.model), 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(k.st), k.model));
+}
+
+TEST_F(SepHashLockTest, SwapsWaitOutAKilledSplitterAndLand) {
+  Killed k;
+  ASSERT_NO_FATAL_FAILURE(kill_and_open(LockStep::kSplitDirectory, &k));
+  EXPECT_EQ(swap_all(*k.st, &k.model), 0u);
+  EXPECT_EQ(k.st->stats().property("sephash.lock_takeovers"), 1u);
+  ASSERT_NO_FATAL_FAILURE(load(*k.st, k.next, k.next + 2000, &k.model));
+  EXPECT_EQ(swap_all(*k.st, &k.model), 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(k.st), k.model));
+}
+
+// A swap stops (as if its client died) at each of its steps under the
+// lock, its slot not written: the key keeps its value; the next call on
+// the segment waits a lease and takes the lock over (a roll-back, which is
+// the swap's own unlock); the segment's appends, merges, splits and swaps
+// go on; the index checks out and reopens.
+class SepHashStoppedSwapTest : public SepHashLockTest,
+                               public ::testing::WithParamInterface<engine::sephash::LockStep> {};
+
+TEST_P(SepHashStoppedSwapTest, TheKeyKeepsItsValueAndTheSegmentIsTakenOver) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 600, &model));
+  const std::string key = key_of(17);
+  std::atomic<bool> fired{false};
+  const LockStep step = GetParam();
+  engine::sephash::testing::set_lock_hook(
+      [&](LockStep at) { return at == step && !fired.exchange(true); });
+  const Status s = st->compare_and_swap(key, std::string_view(model[key]), std::string_view("new"));
+  engine::sephash::testing::set_lock_hook(nullptr);
+  ASSERT_TRUE(fired.load());
+  ASSERT_TRUE(s.is_io_error()) << s.to_string();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string got;
+  ASSERT_TRUE(st->get(key, &got).ok());
+  const double waited = ms_since(t0);
+  EXPECT_EQ(got, model[key]);
+  EXPECT_GE(waited, lease_ms() * 0.9) << "the call did not wait for the lease";
+  EXPECT_LT(waited, lease_ms() + kMarginMs);
+  EXPECT_EQ(st->stats().property("sephash.lock_takeovers"), 1u);
+  EXPECT_EQ(swap_all(*st, &model), 0u);
+  ASSERT_NO_FATAL_FAILURE(load(*st, 600, 3000, &model));
+  EXPECT_EQ(swap_all(*st, &model), 0u);
+  EXPECT_EQ(st->size(), model.size());
+  ASSERT_NO_FATAL_FAILURE(expect_holds_here_and_reopened(std::move(st), model));
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, SepHashStoppedSwapTest,
+                         ::testing::Values(engine::sephash::LockStep::kSwapLocked,
+                                           engine::sephash::LockStep::kSwapFenced,
+                                           engine::sephash::LockStep::kSwapItem));
+
+// An upsert has taken its version and read its snapshot when another
+// client swaps the same key (its lock fences the slot the upsert chose).
+// The upsert, which began before the swap and returns after it, must
+// order after it: its entry lands after the swap's, with a version above
+// the swap floor, and the key ends with the upsert's value. (With the
+// version of its first pass, the upsert's entry would be shadowed by the
+// swap's, which never compared with it.)
+TEST_F(SepHashTest, AnAppendBegunBeforeASwapOfItsKeyAndEndedAfterOrdersAfterIt) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  for (const bool upsert : {true, false}) {
+    ASSERT_TRUE(st->upsert("k", "old").ok());
+    bool fired = false;
+    Status swapped;
+    engine::sephash::testing::set_append_hook([&] {
+      if (fired) return;
+      fired = true;
+      std::thread other([&] {  // another client
+        swapped = st->compare_and_swap("k", std::string_view("old"), std::string_view("swapped"));
+      });
+      other.join();
+    });
+    const Status s = upsert ? st->upsert("k", "mine") : st->update("k", "mine");
+    engine::sephash::testing::set_append_hook(nullptr);
+    ASSERT_TRUE(fired);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    ASSERT_TRUE(swapped.ok()) << swapped.to_string();
+    std::string got;
+    ASSERT_TRUE(st->get("k", &got).ok());
+    EXPECT_EQ(got, "mine");
+  }
+  EXPECT_TRUE(st->check().ok());
+}
+
 class SepHashLockTcpTest : public SepHashLockTest {
  protected:
   // A lease long enough that half of it (the clients' remote timeout)

@@ -17,7 +17,7 @@
 // Sections: 1 structure and bytes; 2 reading a key's buckets; 3 search;
 // 4 insert, update, upsert, remove; 5 split; 6 readers and writers during
 // a split; 7 dead splitters; 8 durability, membership, the lease; 9 what a
-// crash leaves; 10 invariants (check).
+// crash leaves; 10 invariants (check); 11 compare and swap.
 //
 // ---- 1. Structure and bytes (extendible hashing) ---- A directory of 2^max_depth words on node
 // 0 names, for the low hash bits of h1 (the suffix), a subtable, with its
@@ -337,6 +337,53 @@
 // KV block's checksum; every entry's fingerprint and stored hash match its
 // key, its key belongs to the subtable and sits in one of its two
 // combined buckets; no key has two entries.
+//
+// ---- 11. Compare and swap (the write path of section 4; 3 round trips
+// for a present key, 2 for a Conflict, 7 from absence) ----
+// A swap reads the view and its candidates' blocks as an update does
+// (round trips 1 and 2), and compares the key's entry (the lowest, the one
+// every operation uses) with the expected state:
+//   - not as expected: Conflict, as of that view (a search's answer); absent
+//     and to stay absent: OK, nothing written;
+//   - present as expected: (3a) WRITE the new block (none when the key is
+//     to be removed), complete before (3b) CAS the entry's slot from the
+//     word compared to the new entry, or to 0. A CAS that fails looks
+//     again, and compares again;
+//   - absent as expected: under the subtable's split lock, (L) READ the
+//     lock word (held: wait, and take over after a lease, as a splitter
+//     does), CAS it to (locked, seq + 1); the view again, which must show
+//     the same subtable with the same headers (else release, look again)
+//     and the key still absent (else Conflict); the block WRITE; the
+//     insert's steps (2) and (3), the free slot's CAS and the re-read (a
+//     lower entry of the key makes the swap take its own back: Conflict);
+//     release (CAS to (unlocked, seq + 1)). Both buckets full: release,
+//     split, again.
+// The block is written only once the swap is to write (a Conflict costs
+// none; blocks are never reclaimed). Persist order: the block durable
+// before the CAS that names it, the CAS durable when the swap returns.
+//   The lock is the split's, and a swap holds it as a splitter would,
+// without freezing anything and without an intent: writers do not look at
+// the lock word, splits of the subtable and other swaps from absence wait
+// for it, a waiter that sees it for a lease takes it over and, finding no
+// intent of this lock, rolls back (nothing frozen) and releases. The swap
+// writes nothing past lease/2 after its lock CAS (section 7, "Fencing").
+//   Atomicity. For a present key, the comparison and the write are one
+// CAS on the word compared: every write of a present key changes that
+// word first (update, upsert, remove and swap CAS it; a split freezes it,
+// and writers wait for the thaw), and a word equal to the one compared
+// names the same block, whose bytes never change (blocks are neither
+// changed nor reused), so the same value. For an absent key, swaps from
+// absence of one subtable hold its lock one at a time, so each reads the
+// view after the previous one's entry stood or was taken back: of
+// concurrent swaps from absence exactly one succeeds. GAP: a plain insert
+// (or an upsert of an absent key) takes no lock, and races a swap from
+// absence as two inserts race (section 4): when a third client freed a
+// slot between their reads both may succeed, and the key then has two
+// entries, of which the lower counts.
+//   Durability. As an update's: the block is durable before the slot's CAS
+// and the call returns once the CAS is durable; a crash leaves the old
+// entry or the new one. A Conflict depends on the view as a get's answer
+// does (remote/transport.h, "Visibility comes before durability").
 #pragma once
 
 #include <functional>

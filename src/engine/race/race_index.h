@@ -127,6 +127,12 @@ class RaceIndex final : public Index {
   Status remove(const Key& key) override {
     return with_session([&](Session& ss) { return write(ss, key, {}, Op::kRemove); });
   }
+  // race.h, "Compare and swap".
+  Status compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                          std::optional<std::string_view> desired) override {
+    const Swap swap{expected, desired};
+    return with_session([&](Session& ss) { return write(ss, key, {}, Op::kSwap, &swap); });
+  }
 
   Status for_each(const ForEachFn& fn) override {
     return with_session([&](Session& ss) { return scan(ss, fn, /*verify=*/false); });
@@ -159,7 +165,14 @@ class RaceIndex final : public Index {
   Status attach();
 
  private:
-  enum class Op { kInsert, kUpdate, kUpsert, kRemove };
+  // kSwap: compare_and_swap, with its two states in a Swap.
+  enum class Op { kInsert, kUpdate, kUpsert, kRemove, kSwap };
+  // What a swap expects the key to hold and what it makes it hold
+  // (nullopt: absent).
+  struct Swap {
+    std::optional<std::string_view> expected;
+    std::optional<std::string_view> desired;
+  };
 
   // A subtable: its groups, then its trailer (layout.h).
   std::uint64_t bucket_bytes() const { return std::uint64_t{params_.groups} * kGroupBytes; }
@@ -228,7 +241,10 @@ class RaceIndex final : public Index {
                   bool* any);
 
   // ---- writes ----
-  Status write(Session& ss, const Key& key, std::string_view value, Op op);
+  // `value` is the new value of an insert, update or upsert; a swap's
+  // states are in *swap (and `value` is unused).
+  Status write(Session& ss, const Key& key, std::string_view value, Op op,
+               const Swap* swap = nullptr);
 
   // The steps of a write (race.h, "Writers").
   // Its KV block (none for a remove) and the entry that names it once it
@@ -338,6 +354,15 @@ class RaceIndex final : public Index {
     return split_hook() && split_hook()(step, h.taker);
   }
   static Status stopped() { return Status::IOError("race: a test hook stopped a split"); }
+
+  // A swap from absence (the key absent in view `v`): under the split lock
+  // of v's subtable, the view again, then the insert's CAS and settle.
+  // *again: look again (the lock was another's, the subtable split, or it
+  // was full and has been split).
+  Status swap_from_absence(Session& ss, const Place& p, const Key& key, const View& v,
+                           KvBlock* kv, LockWatch* watch, bool* again);
+  Status swap_from_absence_held(Session& ss, const Held& held, const Place& p, const Key& key,
+                                std::uint64_t header, KvBlock* kv, bool* again, bool* full);
 
   // What is left of a split once its intent stands (steps 4 to 8): the
   // split subtable's depth and suffix before it, the new subtable, and the

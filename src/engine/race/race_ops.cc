@@ -150,14 +150,20 @@ Status RaceIndex::find_key(Session& ss, const Place& p, const Key& key, const Vi
   return Status::OK();
 }
 
-Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op op) {
+Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op op,
+                        const Swap* swap) {
   const Place p = place(key);
-  KvBlock kv(key, op == Op::kRemove ? std::nullopt : std::optional<std::string_view>(value));
+  std::optional<std::string_view> content(value);
+  if (op == Op::kRemove) content.reset();
+  if (op == Op::kSwap) content = swap->desired;
+  KvBlock kv(key, content);
   LockWatch watch = new_watch();  // a split of the key's subtable this call waits on
   for (;;) {
     // Round trip 1: the KV block (once) and the key's buckets.
     Batch first;
-    if (op != Op::kRemove && kv.entry == 0) {
+    // (A swap places its block only once it is to write: race.h,
+    // "Compare and swap".)
+    if (op != Op::kRemove && op != Op::kSwap && kv.entry == 0) {
       if (Status s = place_kv(ss, p, &kv, &first); !s.ok()) return s;
     }
     View v;
@@ -174,6 +180,24 @@ Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op 
     Kv found;
     bool any = false;
     if (Status s = find_key(ss, p, key, v, &found, &any); !s.ok()) return s;
+    if (op == Op::kSwap) {
+      // The comparison, against this view: the slot CAS below succeeds
+      // only from the entry compared (or, absent, from a free slot, then
+      // settled as an insert), so a write between them makes it look again.
+      const bool as_expected =
+          any ? swap->expected.has_value() && found.value() == *swap->expected
+              : !swap->expected.has_value();
+      if (!as_expected) return Status::Conflict("");
+      if (!any && !swap->desired) return Status::OK();  // absent, and to stay so
+      if (swap->desired && kv.entry == 0) {
+        Batch b;
+        if (Status s = place_kv(ss, p, &kv, &b); !s.ok()) return s;
+        // The block is durable before any CAS that names it (next round trip).
+        if (b.size() != 0) {
+          if (Status s = ss.exec(b); !s.ok()) return s;
+        }
+      }
+    }
     if (any) {
       if (op == Op::kInsert) return Status::AlreadyExists("");
       bool done = false;
@@ -184,6 +208,16 @@ Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op 
       continue;  // the slot changed meanwhile: look again
     }
     if (op == Op::kUpdate || op == Op::kRemove) return Status::NotFound("");
+    if (op == Op::kSwap) {
+      // From absence: the insert's steps under the subtable's split lock,
+      // so that swaps from absence of one subtable run one at a time
+      // (race.h, "Compare and swap").
+      bool again = false;
+      if (Status s = swap_from_absence(ss, p, key, v, &kv, &watch, &again); !s.ok() || !again) {
+        return s;
+      }
+      continue;
+    }
     // Insert (or upsert of an absent key): a free slot of the less loaded
     // combined bucket, main bucket first.
     const Slot* slot = free_slot(p, v);
@@ -201,6 +235,70 @@ Status RaceIndex::write(Session& ss, const Key& key, std::string_view value, Op 
     if (op == Op::kInsert) return Status::AlreadyExists("");
     // Upsert: the other entry stands; update it (our block is still good).
   }
+}
+
+Status RaceIndex::swap_from_absence(Session& ss, const Place& p, const Key& key, const View& v,
+                                    KvBlock* kv, LockWatch* watch, bool* again) {
+  *again = true;
+  const std::uint64_t lock_at = v.base + bucket_bytes();
+  std::uint64_t word = 0;
+  Batch b;
+  b.read(v.node, lock_at, &word, 8);
+  if (Status s = ss.exec(b); !s.ok()) return s;
+  if (lock_held(word)) {
+    // A split, or another swap from absence: waited for, taken over after
+    // a lease (a swap's lock has no intent: the taker releases it).
+    if (Status s = observe(ss, v.node, v.base, word, watch, "stayed locked"); !s.ok()) return s;
+    std::this_thread::yield();
+    return Status::OK();
+  }
+  const Held held{v.node, v.base, make_lock(true, lock_seq(word) + 1), Clock::now(), false};
+  b.clear();
+  b.cas(v.node, lock_at, word, held.lock);
+  // A failure here may leave the lock taken: a taker releases it after a lease.
+  if (Status s = ss.exec(b); !s.ok()) return s;
+  if (b.result(0) != word) return Status::OK();  // locked by another client first
+  bool full = false;
+  Status s = swap_from_absence_held(ss, held, p, key, v.header, kv, again, &full);
+  b.clear();
+  add_release(b, held);
+  if (Status r = exec_held(ss, held, b); !r.ok() && s.ok()) s = r;
+  if (s.ok() && full) s = split(ss, v, watch);
+  return s;
+}
+
+Status RaceIndex::swap_from_absence_held(Session& ss, const Held& held, const Place& p,
+                                         const Key& key, std::uint64_t header, KvBlock* kv,
+                                         bool* again, bool* full) {
+  // The view again, under the lock: the same subtable with the same
+  // headers (a split needs the lock), and the key still absent (a plain
+  // insert does not take the lock).
+  View v;
+  if (Status s = read_view(ss, p, &v); !s.ok()) return s;
+  if (v.node != held.node || v.base != held.base || v.header != header || v.frozen) {
+    return Status::OK();  // not the key's subtable any more: look again
+  }
+  Kv found;
+  bool any = false;
+  if (Status s = find_key(ss, p, key, v, &found, &any); !s.ok()) return s;
+  if (any) {
+    *again = false;
+    return Status::Conflict("");
+  }
+  const Slot* slot = free_slot(p, v);
+  if (slot == nullptr) {
+    *full = true;  // split once the lock is released, then again
+    return Status::OK();
+  }
+  if (!in_lease(held)) return past_half_lease(held);
+  bool placed = false;
+  if (Status s = claim_slot(ss, p, v, *slot, kv, &placed); !s.ok() || !placed) return s;
+  // A plain insert of the key may have landed meanwhile: settled as
+  // inserts settle.
+  bool won = false;
+  if (Status s = settle(ss, p, key, kv->entry, &won); !s.ok()) return s;
+  *again = false;
+  return won ? Status::OK() : Status::Conflict("");
 }
 
 RaceIndex::KvBlock::KvBlock(const Key& key, std::optional<std::string_view> value)

@@ -114,7 +114,12 @@ inline unsigned hash_dbits(std::uint64_t h, unsigned depth) {
 //   +40     new meta: the meta its publish writes (unlocked)
 //   +48     new segment: the RAddr of a split's new CurSeg (on this
 //           segment's node, complete before the intent), 0 for a merge
-//   +56   unused
+//   +56   swap floor: the version of the last compare_and_swap made
+//         under this segment's lock (0: none), written under the lock
+//         before that swap's slot and copied into a split's new CurSeg.
+//         An append whose item has not landed and whose version is not
+//         above the floor its snapshot shows takes a new version first
+//         (sephash.h, "Compare and swap").
 //   +64   fingerprint bitmaps, one of 512 bits per sign: bit fp*2 + (fp2&1)
 //         is set (before the slot's CAS) for every entry in a slot of that sign
 //   +192  104 slots
@@ -124,6 +129,7 @@ inline constexpr std::uint64_t kSeqOff = 8;
 inline constexpr std::uint64_t kPatternOff = 16;
 inline constexpr std::uint64_t kIntentOff = 24;
 inline constexpr std::uint64_t kIntentBytes = 32;
+inline constexpr std::uint64_t kSwapFloorOff = 56;
 inline constexpr std::uint64_t kSeqTakeover = std::uint64_t{1} << 32;
 // Whether an intent of seq `intent_seq` was written under the lock whose
 // seq is now `seq` (by its first holder; takeovers since kept the low bits).

@@ -126,10 +126,12 @@ Status SepHashIndex::locked_too_long(RAddr seg) const {
                       " ms (lock lease + remote timeout; taking the lock over failed)");
 }
 
-std::vector<std::byte> SepHashIndex::curseg_image(std::uint64_t meta, std::uint64_t pattern) const {
+std::vector<std::byte> SepHashIndex::curseg_image(std::uint64_t meta, std::uint64_t pattern,
+                                                  std::uint64_t swap_floor) const {
   std::vector<std::byte> img(kCurSegBytes);
   std::memcpy(img.data() + kMetaOff, &meta, 8);
   std::memcpy(img.data() + kPatternOff, &pattern, 8);
+  std::memcpy(img.data() + kSwapFloorOff, &swap_floor, 8);
   return img;
 }
 

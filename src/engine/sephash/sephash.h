@@ -12,14 +12,14 @@
 // layout.h (the constants of every byte below), sephash_index.h (the
 // client), sephash_ops.cc (search, append), sephash_merge.cc (merge,
 // split), sephash_reclaim.cc (allocation, reuse), sephash_takeover.cc
-// (leases, takeovers), sephash_check.cc (scan, check), sephash.cc (create,
-// open, the Index interface).
+// (leases, takeovers), sephash_check.cc (scan, check), sephash_swap.cc
+// (compare and swap), sephash.cc (create, open, the Index interface).
 //
 // Sections: 1 structure; 2 bytes on the memory nodes; 3 search; 4 append
 // (insert, update, upsert, remove); 5 merge; 6 split; 7 reclamation; 8
 // lost replies; 9 dead lock holders; 10 the lease, the timeout and
 // membership; 11 durability and what a crash leaves; 12 invariants
-// (check).
+// (check); 13 compare and swap (sephash_swap.cc).
 //
 // ---- 1. Structure ----
 // A directory of 2^max_depth entries on node 0 names, for the low hash
@@ -57,16 +57,19 @@
 //
 // CurSeg (1024 bytes, 64-byte aligned):
 //   +0      +8      +16      +24 ........... +56   +64          +128         +192 ......... +1024
-//   | meta | seq   | pattern | intent (4 words) | - | bitmap sign 0 | bitmap sign 1 | 104 slots |
+//   | meta | seq   | pattern | intent (4 words) | floor | bitmap sign 0 | bitmap sign 1 | 104 slots |
 //   meta:  63 sign | 62 lock | 61..56 local depth | 55..42 MainSeg slots |
 //          41..0 MainSeg offset / 64 (same node). One word, so that a
 //          merge's sign, depth and MainSeg change at once.
 //   seq:   the merge sequence number: +1 by each lock holder before it
-//          reads the segment, +1 by a roll-back, +2^32 by a takeover;
+//          reads the segment, +1 by a roll-back or a swap's unlock, +2^32
+//          by a takeover;
 //          never decreases, never repeats with the same meta (section 7).
 //   intent: seq of the lock | old meta (unlocked) | new meta | a split's
 //          new CurSeg (0 for a merge): what a taker needs to finish a
 //          publish (section 9).
+//   floor: the swap floor, the version of the last compare_and_swap
+//          made under the lock (0: none; section 13).
 //   bitmap: 512 bits per sign; bit fp*2 + (fp2 & 1) is set before any
 //          slot of that sign names an entry with those fingerprints.
 //
@@ -125,7 +128,9 @@
 //       whether the key is present from this snapshot, as a search does
 //       (its items' round trips are the extra cost of a match); when the
 //       newest entry it saw has a version >= its own, it takes a new one
-//       (one more FAA), so that it orders after everything it saw.
+//       (one more FAA), so that it orders after everything it saw. Any
+//       pass whose item has not landed yet and whose version is not above
+//       the snapshot's swap floor takes a new one too (section 13).
 //   (1b) only while the bit is not known set: WRITE the item, CAS the
 //       bitmap word from the word last seen to word | bit, READ the check.
 //   (2) WRITE the item (unless 1b did), CAS a free slot from the
@@ -190,6 +195,11 @@
 //   (1) CAS the meta from the meta read to meta | lock;
 //   (2) FAA seq by 1, then READ the slots and the MainSeg (one batch: the
 //       FAA before anything is read);
+//   (2b) only when a slot read names no item (a free word of an earlier
+//       state, left by a merge undone, or the state's own when the lock
+//       CAS matched a later state with a recurring meta): CAS each such
+//       slot to free_slot(seq); one that fails holds an append that landed
+//       after the READ, and the merge is undone (section 13);
 //   (3) sort the CurSeg's entries and merge them into the MainSeg's,
 //       keeping each key's newest entry (items are read only where entries'
 //       18 filter bits collide), dropping tombstones;
@@ -443,6 +453,86 @@
 //     a tombstone has no value;
 //   - (not checked, argued above) a live entry's bitmap bit is set in its
 //     sign's bitmap; no free block is named by a live entry.
+//
+// ---- 13. Compare and swap (a search, then 4 round trips under the
+// segment's lock; 5 when the key's bitmap bit is not set yet) ----
+// An append decides presence from a snapshot and lands later (two inserts
+// of an absent key may both succeed, section 4). A swap instead holds the
+// segment's lock, the merge lock of section 5, from its comparison to its
+// write. In this order, each round trip complete (so durable) before the
+// next is posted:
+//   (1) a search (section 3). A key not in the expected state is a
+//       Conflict as of that search's validated snapshot, and a key absent
+//       and to stay absent is OK: nothing is locked or written;
+//   (2) CAS the meta from the meta read to meta | lock; then one batch:
+//       FAA the version on node 0; on the segment's node FAA seq by 1
+//       (every older snapshot now fails its check), READ the header, the
+//       slots and the MainSeg's prefix table;
+//   (3) the fence: CAS every slot holding free_slot(s) (s: the seq before
+//       the lock, the state's free word) to free_slot(s + 2), the free
+//       word of the state the unlock begins; READ the MainSeg slots of the
+//       key's fingerprint;
+//   (4) READ the items of the key's candidates and compare the newest
+//       entry with the expected state (a tombstone is absence). Not as
+//       expected, or absent and to stay absent: unlock (FAA seq by 1, then
+//       WRITE the meta, unlocked) and return Conflict (or OK). Every slot
+//       taken: unlock, merge, start over. An entry newer than the swap's
+//       version (it landed before the fence with a later FAA): one more
+//       FAA;
+//   (5) WRITE the item (a tombstone when the key is to be absent), WRITE
+//       the swap floor (CurSeg +56) = the swap's version, CAS the key's
+//       bitmap bit into the meta's sign (again, from the word found, while
+//       appenders' speculative CASes change the word; skipped when the
+//       header showed the bit);
+//   (6) one batch: WRITE the entry into a fenced slot, FAA seq by 1,
+//       WRITE the meta, unlocked.
+// One node, in order: the item, the floor and the bit are durable before
+// the slot, the slot before the unlock.
+//   Why the comparison and the write are one step. From the fence on, no
+// slot changes until the unlock: an append can CAS a slot only from its
+// snapshot's free word, and every slot holding this state's now holds the
+// next state's (an append that landed first made the fence's CAS fail,
+// and its entry is compared with like the others); appends whose snapshot
+// saw the lock fail their check; merges and splits need the lock; the
+// MainSeg is immutable; nothing is freed while the lock is held (frees
+// need it), so the items need no check. (4) thus sees every entry of the
+// key, none lands between (4) and (6), and the swap's version is above
+// every one it compared with. The swap takes effect at (4).
+//   The swap floor. A write whose version is below the swap's could still
+// land after the unlock: an append whose version FAA ran before the
+// swap's and whose snapshot READ after the unlock (the two run on
+// different nodes), or an append begun again with the version of an
+// earlier pass. Its entry would be shadowed by the swap's, as if ordered
+// before a swap that never compared with it. So an append whose item has
+// not landed yet and whose version is not above the floor its snapshot
+// shows takes a new version first (an FAA after the snapshot, so after the
+// unlock, so after the swap's FAA), and rewrites its item. A split copies
+// the floor into the new CurSeg (the keys it moves keep their floor). An
+// append whose item did land (its CAS won and its check failed) keeps its
+// version: the lock that failed its check read its entry, which thus
+// counts, and its second entry is the duplicate of section 4. That lock
+// read it, or its entry stays in the slots: no append lands in a locked
+// state after its holder's READ unseen. A swap fences every free slot; a
+// merge, whose lock comes after a READ that saw every slot taken, fences
+// the slots that name no item (merge (2b)); a lock undone (seq + 1, the
+// meta) leaves the slots as they were; a seq raised on an unlocked
+// segment (a late FAA) leaves the entry in the slots of a state that looks
+// full, whose merge reads it.
+//   Dead or slow holders. A swap writes no intent. A taker rolls it back
+// (seq + 1, the old meta), which is the swap's own unlock: a takeover keeps
+// seq's low bits, so the fenced slots hold the taken-over state's free
+// word; slots not yet fenced hold an older one and look taken (the next
+// appender merges); an entry (6) wrote stands, its item, floor and bit
+// durable before it. The swap writes nothing past lease/2 after its lock
+// CAS. A failure before (6) unlocks (within lease/2); a failed (6) is
+// never sent again (the segment may have been locked by another since).
+// Its item's block follows the append's rules (section 8).
+//   Durability. The swap returns after (6) completes: durable on return. A
+// crash before leaves the key's old state, or the swap's entry (with its
+// item, floor and bit): either state, which readers and check() take as
+// any entry. A Conflict depends on the words it compared with as a get's
+// answer does (remote/transport.h, "Visibility comes before durability");
+// an OK that wrote depends on none: its entry is newer than all of them.
 #pragma once
 
 #include <cstdint>
@@ -467,8 +557,8 @@ struct Config {
   static Config from(const Options& options);
 };
 
-// The steps of a merge or split after its lock CAS at which a test's lock
-// hook runs (sephash_testing.h).
+// The steps of a merge, split or compare_and_swap after its lock CAS at
+// which a test's lock hook runs (sephash_testing.h).
 enum class LockStep {
   kLocked,        // the lock taken; seq not raised yet
   kRead,          // seq raised, slots and MainSeg read; nothing written
@@ -480,6 +570,9 @@ enum class LockStep {
   kSplitDirectory,  // split: also the new half's directory entries
   kSplitDepth,    // split: also the global depth
   kSplitSlots,    // split: also the bitmap and the slots; not the meta
+  kSwapLocked,    // compare_and_swap: the lock taken; seq not raised yet
+  kSwapFenced,    // swap: seq raised, the free slots fenced; nothing else written
+  kSwapItem,      // swap: also the item, the swap floor and the bit; not the slot
 };
 // What a client does with a block of a memory node, as a test's block hook
 // sees it (sephash_testing.h).

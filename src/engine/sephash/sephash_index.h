@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -74,12 +75,13 @@ struct Header {
   std::uint64_t intent_old;
   std::uint64_t intent_new;
   std::uint64_t intent_seg;
-  std::uint64_t reserved;
+  std::uint64_t swap_floor;  // layout.h, +56
   std::uint64_t bitmap[2][8];
 };
 static_assert(sizeof(Header) == kHeaderBytes);
 static_assert(offsetof(Header, pattern) == kPatternOff && offsetof(Header, seq) == kSeqOff);
 static_assert(offsetof(Header, intent_seq) == kIntentOff);
+static_assert(offsetof(Header, swap_floor) == kSwapFloorOff);
 
 // What a lock holder writes at kIntentOff before anything destructive.
 struct Intent {
@@ -238,6 +240,9 @@ class SepHashIndex final : public Index {
     return write(key, value, false, Want::kAny);
   }
   Status remove(const Key& key) override { return write(key, {}, true, Want::kPresent); }
+  // sephash_swap.cc (sephash.h, "Compare and swap").
+  Status compare_and_swap(const Key& key, std::optional<std::string_view> expected,
+                          std::optional<std::string_view> desired) override;
 
   Status for_each(const ForEachFn& fn) override {
     return with_session([&](Session& ss) { return scan(ss, fn); });
@@ -305,7 +310,8 @@ class SepHashIndex final : public Index {
 
   Status locked_too_long(RAddr seg) const;
 
-  std::vector<std::byte> curseg_image(std::uint64_t meta, std::uint64_t pattern) const;
+  std::vector<std::byte> curseg_image(std::uint64_t meta, std::uint64_t pattern,
+                                      std::uint64_t swap_floor = 0) const;
 
   // ---- allocation: FAA on the node's bump word (remote_index) ----
   Status alloc_direct(Session& ss, unsigned node, std::uint64_t bytes, std::uint64_t* off);
@@ -565,8 +571,30 @@ class SepHashIndex final : public Index {
   // ---- merge and split ----
   // Empties the CurSeg at `seg` (whose meta was `meta`) into a new MainSeg,
   // splitting the segment when that MainSeg would be too large. Returns OK
-  // also when another client holds the lock (the caller looks again).
+  // also when another client holds the lock, or when an append landed in a
+  // slot it fenced (undone; the caller looks again).
   Status merge(Session& ss, RAddr seg, std::uint64_t meta);
+
+  // ---- compare_and_swap (sephash.h, "Compare and swap") ----
+  // What a swap expects the key to hold and what it makes it hold
+  // (nullopt: absent).
+  struct Swap {
+    std::optional<std::string_view> expected;
+    std::optional<std::string_view> desired;
+  };
+  // Whether the key's newest entry (any false: it has none) is the state
+  // the swap expects (a tombstone is absence).
+  static bool as_expected(const Swap& w, const Candidate& newest, bool any);
+  // Steps (2) to (6) under the lock of the key's segment. *again: start
+  // over (the lock was another's first, the directory was stale, or the
+  // segment was full and has been merged).
+  Status swap_locked(Session& ss, const Key& key, const Swap& w, bool* again);
+  // The lock held, on `meta` (unlocked). *locked false once the unlock was
+  // sent, or must be left to a taker (a test hook stopped the holder).
+  Status swap_held(Session& ss, const Held& held, const Key& key, const Swap& w,
+                   std::uint64_t meta, bool* again, bool* locked);
+  // seq + 1, then `meta` (the locked one, unlocked), in one batch.
+  Status unlock_swap(Session& ss, const Held& held, std::uint64_t meta);
 
   // A block a merge or split drops: its offset on the segment's node and
   // its length in 64-byte units.
@@ -578,13 +606,24 @@ class SepHashIndex final : public Index {
   // *restorable: false once a failure may have left the segment changed
   // (its lock then stays until a waiter takes it over, sephash.h "Dead
   // lock holders"), or the holder stopped past lease/2.
-  Status merge_locked(Session& ss, const Held& held, std::uint64_t meta, bool* restorable);
+  // *stale: an append landed in a slot fence_loose_slots fenced; nothing
+  // else written, to be undone.
+  Status merge_locked(Session& ss, const Held& held, std::uint64_t meta, bool* restorable,
+                      bool* stale);
   // Merge step (2), under the lock of `seg` (whose meta was `meta`): FAA
-  // seq, READ the slots, the pattern and the MainSeg, in one batch, the
-  // FAA first. *seq: the lock's seq; *all: the MainSeg's entries, then the
-  // CurSeg's live ones (sign cleared).
+  // seq, READ the slots, the pattern, the swap floor and the MainSeg, in
+  // one batch, the FAA first. *seq: the lock's seq; *all: the MainSeg's
+  // entries, then the CurSeg's live ones (sign cleared); slots: the
+  // kCurSlots slot words read.
   Status read_locked(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t* seq,
-                     std::uint64_t* pattern, std::vector<std::uint64_t>* all);
+                     std::uint64_t* pattern, std::uint64_t* floor,
+                     std::vector<std::uint64_t>* all, std::uint64_t* slots);
+  // Merge step (2b), under the lock of seq `seq`: CASes every slot read
+  // that names no item (a free word of an earlier state whose merge was
+  // undone; none when every slot was taken) to free_slot(seq), so that no
+  // append lands after the READ unseen. *landed: one did (its CAS failed).
+  Status fence_loose_slots(Session& ss, const Held& held, std::uint64_t seq,
+                           const std::uint64_t* slots, bool* landed);
   // Merge steps (4) and (5): the publish batch (the MainSeg `image` at
   // `main_off`, the intent, the bitmap clear, the slots' free words, the
   // meta `meta_new`), then the frees of `drop` and of the MainSeg `meta`
@@ -658,7 +697,7 @@ class SepHashIndex final : public Index {
                       std::vector<std::uint64_t> (*halves)[2]);
 
   Status split_locked(Session& ss, const Held& held, std::uint64_t meta, std::uint64_t seq,
-                      std::uint64_t pattern,
+                      std::uint64_t pattern, std::uint64_t floor,
                       const std::vector<std::uint64_t>& keep, const std::vector<Dropped>& drop,
                       bool* restorable);
 

@@ -13,15 +13,15 @@ Status SepHashIndex::merge(Session& ss, RAddr seg, std::uint64_t meta) {
   if (Status s = exec(ss, b); !s.ok()) return s;
   if (b.result(0) != meta) return Status::OK();
   // Locked: no append that re-reads the meta from now on keeps its slot.
-  bool restorable = true;
+  bool restorable = true, stale = false;
   Status s;
   if (stop_at(LockStep::kLocked)) {
     restorable = false;
     s = stopped();
   } else {
-    s = merge_locked(ss, held, meta, &restorable);
+    s = merge_locked(ss, held, meta, &restorable, &stale);
   }
-  if (!s.ok() && restorable && in_lease(held)) {
+  if ((!s.ok() || stale) && restorable && in_lease(held)) {
     // Leave the segment as it was (unlocked); the entries are all still
     // in the CurSeg and the old MainSeg. A new seq first, so that this
     // lock's (meta, seq) never shows again: a waiter that saw it before
@@ -35,7 +35,7 @@ Status SepHashIndex::merge(Session& ss, RAddr seg, std::uint64_t meta) {
 }
 
 Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t meta,
-                                  bool* restorable) {
+                                  bool* restorable, bool* stale) {
   const RAddr seg = held.seg;
   const unsigned node = raddr_node(seg);
   const bool sign = meta_sign(meta);
@@ -44,9 +44,13 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
   // Every batch that writes to the segment, the directory or the global
   // depth begins within lease/2 of the lock (sephash.h, "Dead lock holders").
   if (!in_lease(held)) return gave_up(seg);
-  std::uint64_t seq = 0, pattern = 0;
+  std::uint64_t seq = 0, pattern = 0, floor = 0;
   std::vector<std::uint64_t> all;
-  if (Status s = read_locked(ss, seg, meta, &seq, &pattern, &all); !s.ok()) return s;
+  std::uint64_t slots[kCurSlots];
+  if (Status s = read_locked(ss, seg, meta, &seq, &pattern, &floor, &all, slots); !s.ok()) {
+    return s;
+  }
+  if (Status s = fence_loose_slots(ss, held, seq, slots, stale); !s.ok() || *stale) return s;
   if (stop_at(LockStep::kRead)) {
     *restorable = false;
     return stopped();
@@ -58,7 +62,7 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
   }
   merges_.fetch_add(1, std::memory_order_relaxed);
   if (keep.size() > params_.main_max_slots && depth < params_.max_depth) {
-    return split_locked(ss, held, meta, seq, pattern, keep, drop, restorable);
+    return split_locked(ss, held, meta, seq, pattern, floor, keep, drop, restorable);
   }
   if (keep.size() > kMaxMainSlots - kCurSlots) {
     return Status::NoSpace("sephash: a segment is full at the maximum depth " +
@@ -86,19 +90,20 @@ Status SepHashIndex::merge_locked(Session& ss, const Held& held, std::uint64_t m
 }
 
 Status SepHashIndex::read_locked(Session& ss, RAddr seg, std::uint64_t meta, std::uint64_t* seq,
-                                 std::uint64_t* pattern, std::vector<std::uint64_t>* all) {
+                                 std::uint64_t* pattern, std::uint64_t* floor,
+                                 std::vector<std::uint64_t>* all, std::uint64_t* slots) {
   const unsigned node = raddr_node(seg);
   const std::uint64_t off = raddr_off(seg);
   const unsigned main_len = meta_main_len(meta);
-  std::uint64_t slots[kCurSlots];
   std::vector<std::uint64_t> main(main_len);
   Batch b;
   // The seq first, before anything is read: every reader whose snapshot
   // is older than this lock now fails its check (sephash.h, "Reclamation").
   const std::size_t seq_op = b.size();
   b.faa(node, off + kSeqOff, 1);
-  b.read(node, off + kSlotsOff, slots, sizeof(slots));
+  b.read(node, off + kSlotsOff, slots, kCurSlots * 8);
   b.read(node, off + kPatternOff, pattern, 8);
+  b.read(node, off + kSwapFloorOff, floor, 8);
   if (main_len != 0) {
     b.read(node, meta_main_off(meta) + kPrefixBytes, main.data(), main_len * 8);
   }
@@ -106,8 +111,29 @@ Status SepHashIndex::read_locked(Session& ss, RAddr seg, std::uint64_t meta, std
   *seq = b.result(seq_op) + 1;  // this lock's, and the next state's
   *all = std::move(main);
   all->reserve(all->size() + kCurSlots);
-  for (std::uint64_t s : slots) {
-    if (slot_live(s, meta_sign(meta))) all->push_back(slot_entry(s));
+  for (unsigned i = 0; i < kCurSlots; ++i) {
+    if (slot_live(slots[i], meta_sign(meta))) all->push_back(slot_entry(slots[i]));
+  }
+  return Status::OK();
+}
+
+Status SepHashIndex::fence_loose_slots(Session& ss, const Held& held, std::uint64_t seq,
+                                       const std::uint64_t* slots, bool* landed) {
+  const unsigned node = raddr_node(held.seg);
+  const std::uint64_t off = raddr_off(held.seg);
+  *landed = false;
+  Batch b;
+  for (unsigned i = 0; i < kCurSlots; ++i) {
+    if ((slots[i] & kItemMask) != 0) continue;
+    b.cas(node, off + kSlotsOff + i * 8ull, slots[i], free_slot(seq));
+  }
+  if (b.size() == 0) return Status::OK();  // every slot taken: nothing can land
+  if (!in_lease(held)) return gave_up(held.seg);
+  if (Status s = exec(ss, b); !s.ok()) return s;
+  std::size_t op = 0;
+  for (unsigned i = 0; i < kCurSlots; ++i) {
+    if ((slots[i] & kItemMask) != 0) continue;
+    if (b.result(op++) != slots[i]) *landed = true;
   }
   return Status::OK();
 }
@@ -369,7 +395,7 @@ Status SepHashIndex::split_halves(Session& ss, unsigned node, unsigned depth,
 }
 
 Status SepHashIndex::split_locked(Session& ss, const Held& held, std::uint64_t meta,
-                                  std::uint64_t seq, std::uint64_t pattern,
+                                  std::uint64_t seq, std::uint64_t pattern, std::uint64_t floor,
                                   const std::vector<std::uint64_t>& keep,
                                   const std::vector<Dropped>& drop, bool* restorable) {
   const RAddr seg = held.seg;
@@ -415,8 +441,10 @@ Status SepHashIndex::split_locked(Session& ss, const Held& held, std::uint64_t m
   // (2) the directory entries of the new half; (3) the global depth;
   // (4) this segment's bitmap, slots and meta, which unlocks it. Each
   // begins within lease/2 of the lock (sephash.h, "Dead lock holders").
+  // The new CurSeg starts with this segment's swap floor: the keys it
+  // takes over keep their floor (sephash.h, "Compare and swap").
   const std::vector<std::byte> cur_img = curseg_image(
-      make_meta(true, depth1, static_cast<unsigned>(half[1].size()), main1), pattern1);
+      make_meta(true, depth1, static_cast<unsigned>(half[1].size()), main1), pattern1, floor);
   const RAddr seg1 = make_raddr(node1, cur1);
   const std::uint64_t meta0 =
       make_meta(!sign, depth1, static_cast<unsigned>(half[0].size()), main0);

@@ -244,6 +244,16 @@ Status SepHashIndex::append(Session& ss, const Key& key, std::string_view value,
       // Decided once: a later pass may see this append's own entry.
       want = Want::kAny;
     }
+    if (!it.named && it.header.version <= p.hd.swap_floor) {
+      // A compare_and_swap decided under this segment's lock, after this
+      // version was taken and without this item, which had not landed:
+      // this append orders after it (sephash.h, "Compare and swap").
+      Batch b;
+      b.faa(0, kVersionOff, 1);
+      if (Status s = exec(ss, b); !s.ok()) return s;
+      it.header.version = b.result(0);
+      it.written = false;  // the block holds the old version (named by no slot)
+    }
     bool again = false;
     if (Status s = find_free_slots(ss, &p, &again); !s.ok() || again) {
       if (!s.ok()) return s;
