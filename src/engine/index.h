@@ -57,12 +57,7 @@ class Index {
   // the engine's other writes are; Conflict, with nothing changed,
   // otherwise. (The store has checked the sizes.)
   virtual Status compare_and_swap(const Key& key, std::optional<std::string_view> expected,
-                                  std::optional<std::string_view> desired) {
-    (void)key;
-    (void)expected;
-    (void)desired;
-    return Status::NotSupported("compare_and_swap is not implemented by this engine yet");
-  }
+                                  std::optional<std::string_view> desired) = 0;
   // ReadOptions::snapshot: the latest durable state, without locks. Engines
   // whose writes are durable on return read the latest state.
   virtual Status snapshot_get(const Key& key, std::string* value) { return get(key, value); }
