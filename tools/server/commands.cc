@@ -804,6 +804,15 @@ void cmd_client(Call& c) {
     c.sessions.set_identity(c.session, std::string(c.args[2]), c.session.protocol);
     return c.out.simple("OK");
   }
+  // CLIENT SETINFO LIB-NAME|LIB-VER value: what client libraries send on
+  // connect; accepted and not kept.
+  if (sub == "setinfo" && c.args.size() == 4) {
+    const std::string attr = lower(c.args[2]);
+    if (attr != "lib-name" && attr != "lib-ver") {
+      return c.out.error("ERR Unrecognized option '" + std::string(c.args[2]) + "'");
+    }
+    return c.out.simple("OK");
+  }
   if (sub == "list" && c.args.size() == 2) {
     return c.out.verbatim("txt", c.sessions.list());
   }
