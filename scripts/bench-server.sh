@@ -11,7 +11,7 @@
 #   redis-always     appendonly, appendfsync always (every write fsynced)
 #   pmhash-E         pmhash-server on engine E, every mode `pmhash engines
 #                    --modes pool` lists (E:strict: every acknowledged write
-#                    durable, the peer of redis-always; dali:epoch: durable
+#                    durable, the peer of redis-always; E:epoch: durable
 #                    within two epochs, the peer of redis-everysec)
 # Media (--media, default "shm disk"): shm puts pools and append-only
 # files in /dev/shm (pools flushed by cache line, the emulation of
@@ -196,7 +196,7 @@ def peer(server):
 md = ["# pmhash-server and redis-server, one sitting", "",
       "scripts/bench-server.sh: redis-benchmark -c 50, %d requests over %d keys." % (meta["requests"], meta["keys"]),
       "Ratios: each pmhash configuration against its Redis peer of the same durability",
-      "(strict: appendfsync always; dali epoch: appendfsync everysec), and GET against redis-none.", ""]
+      "(strict: appendfsync always; epoch durability: appendfsync everysec), and GET against redis-none.", ""]
 tp = [r for r in rows if r["kind"] == "throughput"]
 for medium in sorted({r["medium"] for r in tp}):
     md += ["## Throughput, %s (requests/s)" % medium, "",
