@@ -329,9 +329,15 @@ class ThroughNutcracker(unittest.TestCase):
         # Into a file, not a pipe: the servers and the proxy it starts keep
         # their output open, and a pipe would never end.
         log_path = os.path.join(cls.dir, "start.log")
-        with open(log_path, "w") as log:
-            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=120).returncode
-        assert code == 0, open(log_path).read()
+        try:
+            with open(log_path, "w") as log:
+                code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=120).returncode
+            assert code == 0, open(log_path).read()
+        except BaseException:
+            # tearDownClass does not run after a failed setUpClass: stop
+            # whatever started.
+            cls.tearDownClass()
+            raise
         env = dict(line.split("=", 1) for line in open(os.path.join(cls.dir, "cluster.env")).read().split()
                    if "=" in line)
         cls.port = int(env["PROXY_PORT"])
