@@ -67,6 +67,7 @@ cleanup() {
   rm -rf /dev/shm/pmhash-bench-server-* /var/tmp/pmhash-bench-server-*
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM PIPE  # through the EXIT trap: no server left behind
 
 port=$((20000 + RANDOM % 20000))
 # The system's interpreter: a version manager's shim (pyenv) takes a
