@@ -6,7 +6,7 @@
 // fence). The granularity of a file pool is whatever libpmem2 reports; the
 // driver forces it with PMEM2_FORCE_GRANULARITY before any table exists.
 //
-// Durability: engines that only persist synchronously (clevel) refuse
+// Durability: engines that only persist synchronously refuse
 // Durability::kEpoch; the table then runs them strict, which is stronger,
 // and says so in durability(). Epochs last config.epoch_interval
 // (Options::epoch_ms).
@@ -26,7 +26,7 @@
 //     pool marked open: a legal crash image.
 //   2 close the store (clean), open it again; it serves the run phase.
 //   3 open the copy (crash recovery), check it, close it, remove it.
-// Engines that write the pool from a background thread (dali's epochs) are
+// Engines that write the pool from a background thread (epoch durability) are
 // not quiescent, so the copy could be torn; they get only the clean reopen,
 // and the reason is reported.
 #pragma once

@@ -58,7 +58,7 @@
 //     crash: OPEN or null, crash_skipped: why crash is null, or null.
 //   OPEN: open_ns and recovery_ns (Stats), clean_shutdown (false: recovery
 //     ran), wall_s (Store::open as called), items, slots, heap_used,
-//     dram_bytes (what the index keeps in DRAM: nehash's directory),
+//     dram_bytes (what the index keeps in DRAM: a directory, say),
 //     bytes_per_key (heap_used / items), check_s, properties (the
 //     engine's, right after the open).
 //

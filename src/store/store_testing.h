@@ -13,7 +13,7 @@ namespace pmhash::store::testing {
 // The region of an open store's pool (file-backed or anonymous).
 media::Region& region(Store& store);
 
-// The epoch operations of an epoch engine (dali) run in now; 0 for engines
+// The epoch operations of an epoch engine run in now; 0 for engines
 // that persist every write before it returns. Cheap (one atomic load).
 std::uint64_t epoch(const Store& store);
 

@@ -15,7 +15,7 @@
 // Every command but create takes --engine E: the engine the pool must hold
 // (empty, the default, accepts whatever it holds). Every command takes
 // --durability strict|epoch and --epoch-ms N (Options::durability and
-// Options::epoch_ms; epoch needs an engine that persists by epochs, dali).
+// Options::epoch_ms; epoch needs an engine that persists by epochs: pmhash engines --modes pool).
 // Every command that creates or opens a store takes engine options,
 // `-o NAME=VALUE`, repeatable (Options::set; `pmhash engines` lists them):
 // a name of no engine, an option the engine does not have or a value out

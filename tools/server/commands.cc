@@ -749,7 +749,7 @@ void cmd_time(Call& c) {
 }
 
 // SAVE and BGSAVE make every acknowledged write durable (Store::sync):
-// with strict durability that is already so; with epochs (dali) it ends the
+// with strict durability that is already so; with epoch durability it ends the
 // current epoch and waits for it.
 void save(Call& c, std::string_view ok) {
   const Status s = c.server.store().sync();
