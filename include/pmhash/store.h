@@ -173,6 +173,27 @@ class Store {
   virtual Status for_each(
       const std::function<bool(std::string_view key, std::string_view value)>& fn) const = 0;
 
+  // One step of a resumable scan (SCAN): passes fn the keys of a run of
+  // whole parts of the index (buckets, segments, subtables) from position
+  // `cursor` on, until at least `count` keys were passed (count 0 counts as
+  // 1) or the index ends, and sets *next to the position after the last
+  // part; *next == 0 when the scan is over. Start with cursor 0 and pass each
+  // *next back. A cursor is a plain number: every 64-bit value is a valid
+  // position (one no call returned starts mid-way), it needs no state in the
+  // store, and it stays valid across resizes and a close and reopen.
+  // The guarantee (Redis's SCAN): a key present from the call with cursor 0
+  // until the call that set *next = 0 is passed at least once, also while
+  // the index resizes; a key may be passed more than once then; keys
+  // inserted or removed meanwhile may or may not be. Without concurrent
+  // writes each key is passed exactly once. A scan ends after a bounded
+  // number of calls unless the index keeps growing. fn runs outside any
+  // internal lock; DRAM used is bounded by the parts one call visits.
+  // Errors: Busy when the store is closed (and under dali as for get);
+  // Corruption for damage found on the way.
+  virtual Status scan(std::uint64_t cursor, std::size_t count,
+                      const std::function<void(std::string_view key, std::string_view value)>& fn,
+                      std::uint64_t* next) const = 0;
+
   // for_each for salvaging a damaged pool: every entry whose bytes fail
   // validation (an offset outside the pool, a length beyond its block) is
   // passed over and counted in *skipped (0 when none was), where for_each

@@ -26,6 +26,7 @@
 namespace pmhash::engine {
 
 using ForEachFn = std::function<bool(std::string_view key, std::string_view value)>;
+using ScanFn = std::function<void(std::string_view key, std::string_view value)>;
 
 // A transaction of an engine that offers them (pmhash/transaction.h has the
 // contract; the store checks sizes and hashes keys). Keys passed in are
@@ -67,6 +68,19 @@ class Index {
     return Status::NotSupported("this engine has no transactions");
   }
   virtual Status for_each(const ForEachFn& fn) = 0;
+  // Store::scan, with its guarantee and its cursor contract (any 64-bit
+  // value is a position; 0 starts, *next == 0 ends; valid across resizes
+  // and reopen). Each engine orders its hash space so that the parts a
+  // resize moves a key between keep the key on the same side of every
+  // cursor, and states that argument in its header. count >= 1 here.
+  virtual Status scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+                      std::uint64_t* next) {
+    (void)cursor;
+    (void)count;
+    (void)fn;
+    *next = 0;
+    return Status::NotSupported("this engine has no scan yet");
+  }
   // for_each on a pool that may be damaged (Store::salvage). Pool engines
   // validate every offset and length they follow (heap/checked.h): with
   // skipped == nullptr the first damaged entry ends the scan with

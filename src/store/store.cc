@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <new>
@@ -210,6 +211,14 @@ class StoreBase : public Store {
       const override {
     if (Status s = check_open(); !s.ok()) return s;
     return index_->for_each(fn);
+  }
+
+  Status scan(std::uint64_t cursor, std::size_t count,
+              const std::function<void(std::string_view, std::string_view)>& fn,
+              std::uint64_t* next) const override {
+    *next = 0;
+    if (Status s = check_open(); !s.ok()) return s;
+    return index_->scan(cursor, std::max<std::size_t>(count, 1), fn, next);
   }
 
   Status salvage(const std::function<bool(std::string_view, std::string_view)>& fn,
