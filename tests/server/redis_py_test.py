@@ -260,6 +260,74 @@ class Commands:
         self.assertTrue(r.flushall())
         self.assertEqual(r.dbsize(), 0)
 
+    def test_scan_and_randomkey(self):
+        r = self.r
+        self.assertIsNone(r.randomkey())
+        r.mset({"user:%d" % i: str(i) for i in range(300)})
+        r.mset({"item:%d" % i: str(i) for i in range(100)})
+        seen = list(r.scan_iter(count=17))
+        self.assertEqual(len(seen), 400)
+        self.assertEqual(len(set(seen)), 400)
+        users = set(r.scan_iter(match="user:*", count=50))
+        self.assertEqual(users, {"user:%d" % i for i in range(300)})
+        self.assertEqual(len(set(r.scan_iter(_type="string"))), 400)
+        self.assertEqual(list(r.scan_iter(_type="hash")), [])
+        cursor, keys = r.scan(0, count=1000)
+        self.assertEqual(cursor, 0)
+        self.assertEqual(len(keys), 400)
+        with self.assertRaisesRegex(redis.ResponseError, "invalid cursor"):
+            r.execute_command("SCAN", "nope")
+        self.assertIn(r.randomkey(), set(seen))
+
+    def test_multi_exec_watch(self):
+        r = self.r
+        transactions = self.server_has_transactions()
+        if not transactions:
+            # The whole pipelined block is refused: its SET does not run.
+            with self.assertRaises(redis.ResponseError):
+                r.pipeline(transaction=True).set("a", "1").execute()
+            self.assertEqual(r.exists("a"), 0)
+            with self.assertRaisesRegex(redis.ResponseError, "needs an engine with transactions"):
+                r.watch("a")
+            # Without MULTI, a pipeline works everywhere.
+            self.assertEqual(r.pipeline(transaction=False).set("a", "1").incr("a").execute(), [True, 2])
+            return
+        self.assertEqual(r.pipeline().set("a", "1").incr("a").get("a").execute(), [True, 2, "2"])
+        # WATCH: a change by another client makes EXEC run nothing.
+        other = redis.Redis(host="127.0.0.1", port=self.port, protocol=self.protocol,
+                            decode_responses=True, socket_timeout=30)
+        with r.pipeline() as pipe:
+            pipe.watch("a")
+            other.set("a", "changed")
+            pipe.multi()
+            pipe.set("a", "mine")
+            with self.assertRaises(redis.WatchError):
+                pipe.execute()
+        self.assertEqual(r.get("a"), "changed")
+        # The usual optimistic loop (redis-py's transaction helper).
+        def double(pipe):
+            value = int(pipe.get("n") or 1)
+            pipe.multi()
+            pipe.set("n", value * 2)
+        for _ in range(5):
+            r.transaction(double, "n")
+        self.assertEqual(r.get("n"), "32")
+        # A queued command refused: nothing runs.
+        with self.assertRaises(redis.ResponseError):
+            r.pipeline().set("b", "1").execute_command("NOSUCHCOMMAND").execute()
+        self.assertEqual(r.exists("b"), 0)
+        other.close()
+
+    def server_has_transactions(self):
+        try:
+            self.r.execute_command("MULTI")
+        except redis.ResponseError as e:
+            self.assertIn("needs an engine with transactions", str(e))
+            self.assertEqual(self.r.execute_command("DISCARD"), "OK")
+            return False
+        self.assertEqual(self.r.execute_command("DISCARD"), "OK")
+        return True
+
     # --- server -------------------------------------------------------------
 
     def test_server_commands(self):

@@ -109,7 +109,9 @@ class Scan : public ::testing::TestWithParam<Where> {
           [&](std::string_view k, std::string_view v) {
             ++passed;
             ++seen->times[std::string(k)];
-            if (check_values) EXPECT_EQ(v, value_of(std::string(k))) << "key " << k;
+            if (check_values) {
+              EXPECT_EQ(v, value_of(std::string(k))) << "key " << k;
+            }
           },
           &next);
       EXPECT_TRUE(s.ok()) << s.to_string();
@@ -147,7 +149,9 @@ TEST_P(Scan, WithoutWritesEachKeyIsPassedExactlyOnceWithItsValue) {
       ASSERT_EQ(n, 1) << "count " << count << ": key " << k;
       ASSERT_EQ(k.rfind('k', 0), 0u) << "a key nobody inserted: " << k;
     }
-    if (count == (std::size_t{1} << 20)) EXPECT_EQ(seen.calls, 1u);
+    if (count == (std::size_t{1} << 20)) {
+      EXPECT_EQ(seen.calls, 1u);
+    }
   }
   // Removed keys are gone from the next scan.
   for (int i = 0; i < kKeys; i += 2) ASSERT_TRUE(store_->remove(key_of("k", i)).ok());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -369,6 +370,29 @@ TEST_F(ServerTest, RedisCliPipeMassInsertionLandsEveryKey) {
   RespClient c(port());
   EXPECT_EQ(c.call({"DBSIZE"}), "(integer) 20000");
   EXPECT_EQ(c.call({"GET", "pipe:12345"}), "value 12345");
+}
+
+TEST_F(ServerTest, RedisCliScanListsEveryKeyOnce) {
+  start();
+  RespClient c(port());
+  for (int i = 0; i < 3000; ++i) ASSERT_EQ(c.call({"SET", "scan:" + std::to_string(i), "v"}), "OK");
+  ASSERT_EQ(c.call({"SET", "other", "v"}), "OK");
+  const auto r = pmhash::testing::run_program(
+      kRedisCli, {"-p", std::to_string(port()), "--scan", "--pattern", "scan:*", "--count", "100"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::set<std::string> keys;
+  std::size_t lines = 0;
+  for (std::size_t from = 0; from < r.out.size();) {
+    const std::size_t nl = r.out.find('\n', from);
+    if (nl == std::string::npos) break;
+    keys.insert(r.out.substr(from, nl - from));
+    ++lines;
+    from = nl + 1;
+  }
+  EXPECT_EQ(lines, 3000u);
+  EXPECT_EQ(keys.size(), 3000u);
+  EXPECT_EQ(keys.count("scan:2999"), 1u);
+  EXPECT_EQ(keys.count("other"), 0u);
 }
 
 TEST_F(ServerTest, RedisCliStatReadsTheServersCounters) {

@@ -34,6 +34,14 @@ struct Call {
   Session& session;
   Args args;
   ReplyWriter& out;
+  // Where the command's key operations go: the keyspace, or under EXEC the
+  // transaction's TxnKeys.
+  KeyOps& keys;
+  // Under EXEC: the store transaction every key operation runs in, and the
+  // first store error that ends it (the whole transaction then fails or,
+  // for Aborted, runs again).
+  Transaction* txn = nullptr;
+  Status txn_failure;
 };
 
 // Command flags, as COMMAND INFO names them.
@@ -45,6 +53,7 @@ enum Flag : unsigned {
   kAdmin = 16,
   kLoading = 32,
   kStale = 64,
+  kNoMulti = 128,  // refused between MULTI and EXEC (cannot run in a store transaction)
 };
 
 struct Command {
@@ -85,6 +94,9 @@ std::uint64_t now_us() {
 
 // A store error as a Redis error reply.
 void store_error(Call& c, const Status& s) {
+  // Under EXEC a store error other than a refused argument ends the
+  // transaction: nothing of it may apply (cmd_exec).
+  if (c.txn != nullptr && c.txn_failure.ok() && !s.is_invalid_argument()) c.txn_failure = s;
   c.out.error("ERR " + s.to_string());
 }
 
@@ -221,7 +233,7 @@ bool deadline_of(Call& c, std::string_view unit, std::string_view text, std::str
     *error = expire_error(command);
     return false;
   }
-  const std::uint64_t now = c.server.keyspace().now_ms();
+  const std::uint64_t now = c.keys.now_ms();
   const std::uint64_t amount = static_cast<std::uint64_t>(n);
   constexpr std::uint64_t kMax = static_cast<std::uint64_t>(INT64_MAX);
   const bool seconds = unit == "ex" || unit == "exat";
@@ -245,7 +257,7 @@ bool is_expiry_unit(std::string_view opt) {
 
 void cmd_get(Call& c) {
   Entry e;
-  const Status s = c.server.keyspace().get(c.args[1], &e);
+  const Status s = c.keys.get(c.args[1], &e);
   if (s.is_not_found()) return c.out.null();
   if (!s.ok()) return store_error(c, s);
   c.out.bulk(e.value);
@@ -277,7 +289,7 @@ void cmd_set(Call& c) {
       return c.out.error("ERR syntax error");
     }
   }
-  Keyspace& ks = c.server.keyspace();
+  KeyOps& ks = c.keys;
   if (!nx && !xx && !get && !keepttl) {
     const Status s = ks.set(c.args[1], c.args[2], deadline);
     if (!s.ok()) return store_error(c, s);
@@ -299,22 +311,23 @@ void cmd_set(Call& c) {
 }
 
 // Sets `key` if it is absent (or expired); whether it did.
-Status set_if_absent(Keyspace& ks, std::string_view key, std::string_view value, bool* set) {
+Status set_if_absent(Call& c, std::string_view key, std::string_view value, bool* set) {
   // The common case, one store call; an expired key is present to the
   // store, so AlreadyExists is decided again by modify.
-  Status s = ks.store().insert(key, encode_entry(value, 0));
-  *set = s.ok();
-  if (!s.is_already_exists()) return s;
-  s = ks.modify(key, [&](const Entry* cur) {
+  if (c.txn == nullptr) {
+    const Status s = c.server.store().insert(key, encode_entry(value, 0));
+    *set = s.ok();
+    if (!s.is_already_exists()) return s;
+  }
+  return c.keys.modify(key, [&](const Entry* cur) {
     *set = cur == nullptr;
     return *set ? Change::set(std::string(value), 0) : Change::keep();
   });
-  return s;
 }
 
 void cmd_setnx(Call& c) {
   bool set = false;
-  const Status s = set_if_absent(c.server.keyspace(), c.args[1], c.args[2], &set);
+  const Status s = set_if_absent(c, c.args[1], c.args[2], &set);
   if (!s.ok()) return store_error(c, s);
   c.out.integer(set ? 1 : 0);
 }
@@ -324,7 +337,7 @@ void set_with_expiry(Call& c, std::string_view unit) {
   std::uint64_t deadline = 0;
   std::string error;
   if (!deadline_of(c, unit, c.args[2], c.args[0], &deadline, &error)) return c.out.error(error);
-  const Status s = c.server.keyspace().set(c.args[1], c.args[3], deadline);
+  const Status s = c.keys.set(c.args[1], c.args[3], deadline);
   if (!s.ok()) return store_error(c, s);
   c.out.simple("OK");
 }
@@ -333,7 +346,7 @@ void cmd_psetex(Call& c) { set_with_expiry(c, "px"); }
 
 void cmd_getset(Call& c) {
   std::optional<std::string> old;
-  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+  const Status s = c.keys.modify(c.args[1], [&](const Entry* cur) {
     old = cur != nullptr ? std::optional<std::string>(cur->value) : std::nullopt;
     return Change::set(std::string(c.args[2]), 0);
   });
@@ -343,7 +356,7 @@ void cmd_getset(Call& c) {
 
 void cmd_getdel(Call& c) {
   std::optional<std::string> old;
-  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+  const Status s = c.keys.modify(c.args[1], [&](const Entry* cur) {
     old = cur != nullptr ? std::optional<std::string>(cur->value) : std::nullopt;
     return cur != nullptr ? Change::remove() : Change::keep();
   });
@@ -370,7 +383,7 @@ void cmd_getex(Call& c) {
   }
   if (!persist && !expiry) return cmd_get(c);
   std::optional<std::string> value;
-  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+  const Status s = c.keys.modify(c.args[1], [&](const Entry* cur) {
     value = cur != nullptr ? std::optional<std::string>(cur->value) : std::nullopt;
     if (cur == nullptr) return Change::keep();
     return Change::set(cur->value, persist ? 0 : deadline);
@@ -381,7 +394,7 @@ void cmd_getex(Call& c) {
 
 void cmd_strlen(Call& c) {
   Entry e;
-  const Status s = c.server.keyspace().get(c.args[1], &e);
+  const Status s = c.keys.get(c.args[1], &e);
   if (s.is_not_found()) return c.out.integer(0);
   if (!s.ok()) return store_error(c, s);
   c.out.integer(static_cast<std::int64_t>(e.value.size()));
@@ -391,7 +404,7 @@ void cmd_mget(Call& c) {
   c.out.array(c.args.size() - 1);
   Entry e;
   for (std::size_t i = 1; i < c.args.size(); ++i) {
-    const Status s = c.server.keyspace().get(c.args[i], &e);
+    const Status s = c.keys.get(c.args[i], &e);
     if (s.ok()) {
       c.out.bulk(e.value);
     } else {
@@ -401,9 +414,12 @@ void cmd_mget(Call& c) {
   }
 }
 
-// Runs body(txn) in a store transaction, again while a lock wait aborts it.
-// NotSupported when the engine has no transactions.
-Status in_transaction(Store& store, const std::function<Status(Transaction&)>& body) {
+// Runs body(txn) in a store transaction, again while a lock wait aborts it;
+// under EXEC, in EXEC's transaction (committed by EXEC). NotSupported when
+// the engine has no transactions.
+Status in_transaction(Call& c, const std::function<Status(Transaction&)>& body) {
+  if (c.txn != nullptr) return body(*c.txn);
+  Store& store = c.server.store();
   for (;;) {
     std::unique_ptr<Transaction> txn;
     Status s = store.transaction(&txn);
@@ -419,7 +435,7 @@ Status in_transaction(Store& store, const std::function<Status(Transaction&)>& b
 // elsewhere one write per key, in order (docs/server.md, "Differences").
 void cmd_mset(Call& c) {
   if (c.args.size() % 2 == 0) return wrong_args(c, "mset");
-  Status s = in_transaction(c.server.store(), [&](Transaction& txn) {
+  Status s = in_transaction(c, [&](Transaction& txn) {
     for (std::size_t i = 1; i + 1 < c.args.size(); i += 2) {
       if (Status w = txn.upsert(c.args[i], encode_entry(c.args[i + 1], 0)); !w.ok()) return w;
     }
@@ -428,7 +444,7 @@ void cmd_mset(Call& c) {
   if (s.is_not_supported()) {
     s = Status::OK();
     for (std::size_t i = 1; i + 1 < c.args.size() && s.ok(); i += 2) {
-      s = c.server.keyspace().set(c.args[i], c.args[i + 1], 0);
+      s = c.keys.set(c.args[i], c.args[i + 1], 0);
     }
   }
   if (!s.ok()) return store_error(c, s);
@@ -440,16 +456,16 @@ void cmd_mset(Call& c) {
 // transactions, and are refused on an engine without them.
 void cmd_msetnx(Call& c) {
   if (c.args.size() % 2 == 0) return wrong_args(c, "msetnx");
-  Keyspace& ks = c.server.keyspace();
+  KeyOps& ks = c.keys;
   if (c.args.size() == 3) {
     bool set = false;
-    const Status s = set_if_absent(ks, c.args[1], c.args[2], &set);
+    const Status s = set_if_absent(c, c.args[1], c.args[2], &set);
     if (!s.ok()) return store_error(c, s);
     return c.out.integer(set ? 1 : 0);
   }
   bool any_exists = false;
   const std::uint64_t now = ks.now_ms();
-  const Status s = in_transaction(c.server.store(), [&](Transaction& txn) {
+  const Status s = in_transaction(c, [&](Transaction& txn) {
     any_exists = false;
     std::string stored;
     for (std::size_t i = 1; i + 1 < c.args.size(); i += 2) {
@@ -479,7 +495,7 @@ void cmd_msetnx(Call& c) {
 
 void cmd_append(Call& c) {
   std::size_t length = 0;
-  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+  const Status s = c.keys.modify(c.args[1], [&](const Entry* cur) {
     std::string value = cur != nullptr ? cur->value : std::string();
     value.append(c.args[2]);
     length = value.size();
@@ -495,7 +511,7 @@ void cmd_append(Call& c) {
 void increment(Call& c, std::int64_t by) {
   std::int64_t result = 0;
   std::string_view error;
-  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+  const Status s = c.keys.modify(c.args[1], [&](const Entry* cur) {
     error = {};
     std::int64_t n = 0;
     if (cur != nullptr && !parse_int(cur->value, &n)) {
@@ -563,7 +579,7 @@ void cmd_incrbyfloat(Call& c) {
   if (!parse_float(c.args[2], &by)) return c.out.error("ERR value is not a valid float");
   std::string result;
   std::string_view error;
-  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+  const Status s = c.keys.modify(c.args[1], [&](const Entry* cur) {
     error = {};
     long double n = 0;
     if (cur != nullptr && !parse_float(cur->value, &n)) {
@@ -612,7 +628,7 @@ void set_expiry(Call& c, std::string_view unit) {
   if (gt && lt) return c.out.error("ERR GT and LT options at the same time are not compatible");
   std::int64_t n = 0;
   if (!parse_int(c.args[2], &n)) return c.out.error(kNotInteger);
-  Keyspace& ks = c.server.keyspace();
+  KeyOps& ks = c.keys;
   const std::uint64_t now = ks.now_ms();
   const bool seconds = unit == "ex" || unit == "exat";
   const bool relative = unit == "ex" || unit == "px";
@@ -645,7 +661,7 @@ void cmd_pexpireat(Call& c) { set_expiry(c, "pxat"); }
 
 // TTL and PTTL: -2 for an absent key, -1 for one without a deadline.
 void remaining(Call& c, bool in_seconds) {
-  Keyspace& ks = c.server.keyspace();
+  KeyOps& ks = c.keys;
   Entry e;
   const Status s = ks.get(c.args[1], &e);
   if (s.is_not_found()) return c.out.integer(-2);
@@ -661,7 +677,7 @@ void cmd_pttl(Call& c) { remaining(c, false); }
 
 void cmd_persist(Call& c) {
   bool applied = false;
-  const Status s = c.server.keyspace().modify(c.args[1], [&](const Entry* cur) {
+  const Status s = c.keys.modify(c.args[1], [&](const Entry* cur) {
     applied = cur != nullptr && cur->deadline_ms != 0;
     return applied ? Change::set(cur->value, 0) : Change::keep();
   });
@@ -675,7 +691,7 @@ void cmd_del(Call& c) {
   std::int64_t removed = 0;
   for (std::size_t i = 1; i < c.args.size(); ++i) {
     bool was = false;
-    const Status s = c.server.keyspace().remove(c.args[i], &was);
+    const Status s = c.keys.remove(c.args[i], &was);
     if (!s.ok()) return store_error(c, s);
     removed += was ? 1 : 0;
   }
@@ -686,7 +702,7 @@ void cmd_exists(Call& c) {
   std::int64_t found = 0;
   Entry e;
   for (std::size_t i = 1; i < c.args.size(); ++i) {
-    const Status s = c.server.keyspace().get(c.args[i], &e);
+    const Status s = c.keys.get(c.args[i], &e);
     if (s.ok()) {
       ++found;
     } else if (!s.is_not_found()) {
@@ -698,7 +714,7 @@ void cmd_exists(Call& c) {
 
 void cmd_type(Call& c) {
   Entry e;
-  const Status s = c.server.keyspace().get(c.args[1], &e);
+  const Status s = c.keys.get(c.args[1], &e);
   if (s.is_not_found()) return c.out.simple("none");
   if (!s.ok()) return store_error(c, s);
   c.out.simple("string");
@@ -718,6 +734,241 @@ void cmd_keys(Call& c) {
   for (const std::string& k : keys) c.out.bulk(k);
 }
 
+// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: one step of
+// Store::scan from the cursor, whose guarantee it has (a key present for a
+// whole scan comes at least once, also while the index resizes). COUNT is
+// how many keys the step passes at least before MATCH and TYPE filter them
+// (default 10, as Redis); the cursor is the store's, a decimal number.
+void cmd_scan(Call& c) {
+  std::uint64_t cursor = 0;
+  {
+    const std::string_view t = c.args[1];
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), cursor);
+    if (ec != std::errc() || end != t.data() + t.size()) return c.out.error("ERR invalid cursor");
+  }
+  std::optional<std::string_view> pattern;
+  std::int64_t count = 10;
+  bool strings = true;
+  for (std::size_t i = 2; i < c.args.size(); i += 2) {
+    if (i + 1 >= c.args.size()) return c.out.error("ERR syntax error");
+    const std::string opt = lower(c.args[i]);
+    if (opt == "match") {
+      pattern = c.args[i + 1];
+    } else if (opt == "count") {
+      if (!parse_int(c.args[i + 1], &count)) return c.out.error(kNotInteger);
+      if (count < 1) return c.out.error("ERR syntax error");
+    } else if (opt == "type") {
+      // Every value here is a string: another type matches nothing.
+      strings = lower(c.args[i + 1]) == "string";
+    } else {
+      return c.out.error("ERR syntax error");
+    }
+  }
+  std::vector<std::string> keys;
+  std::uint64_t next = 0;
+  const Status s = c.server.keyspace().scan(
+      cursor, static_cast<std::size_t>(count),
+      [&](std::string_view key, const Decoded&) {
+        if (strings && (!pattern || glob_match(*pattern, key))) keys.emplace_back(key);
+      },
+      &next);
+  if (!s.ok()) return store_error(c, s);
+  c.out.array(2);
+  c.out.bulk(std::to_string(next));
+  c.out.array(keys.size());
+  for (const std::string& k : keys) c.out.bulk(k);
+}
+
+void cmd_randomkey(Call& c) {
+  std::string key;
+  const Status s = c.server.keyspace().random_key(&key);
+  if (s.is_not_found()) return c.out.null();
+  if (!s.ok()) return store_error(c, s);
+  c.out.bulk(key);
+}
+
+// --- transactions (docs/server.md, "Transactions") ---------------------
+//
+// MULTI queues the requests that follow (each answered +QUEUED, after the
+// checks a request gets before it runs: a known command, its arity); EXEC
+// runs them all in ONE store transaction and answers their replies as an
+// array. So on an engine with transactions a MULTI block is what Redis
+// promises and more: no other client sees part of it (strict two-phase
+// locking), and a crash keeps all of its writes or none. A command whose
+// own reply is an error (INCR of a word) does not stop the others, as in
+// Redis; a store error (the pool full, the store closing) ends the whole
+// transaction with nothing applied and EXEC answers -EXECABORT; a lock wait
+// that timed out runs the whole block again. WATCH records each key's live
+// value (or its absence); EXEC first reads each watched key in the
+// transaction, locking it, and answers a null array, running nothing, when
+// one differs. On an engine without transactions MULTI and WATCH are
+// refused: queuing the commands would only pretend isolation.
+
+// Whether the store can run MULTI; an error reply when not.
+bool transactions_or_refuse(Call& c, std::string_view command) {
+  if (c.server.transactions()) return true;
+  c.out.error("ERR " + std::string(command) +
+              " needs an engine with transactions, and this server's engine has none "
+              "(pmhash engines lists which have them; docs/server.md, \"Transactions\")");
+  return false;
+}
+
+// Refused MULTI still opens the block, spoiled: a client that pipelined
+// MULTI, its commands and EXEC gets errors for all of them and nothing runs,
+// rather than its commands run one by one outside any transaction.
+void cmd_multi(Call& c) {
+  if (c.session.in_multi) return c.out.error("ERR MULTI calls can not be nested");
+  c.session.in_multi = true;
+  if (!transactions_or_refuse(c, "MULTI")) {
+    c.session.multi_refused = true;
+    c.session.multi_unsupported = true;
+    return;
+  }
+  c.out.simple("OK");
+}
+
+void cmd_discard(Call& c) {
+  if (!c.session.in_multi) return c.out.error("ERR DISCARD without MULTI");
+  c.session.end_multi();
+  c.out.simple("OK");
+}
+
+// The state of a key WATCH compares: its stored bytes while it is live,
+// nullopt when it is absent or expired.
+std::optional<std::string> watch_state(Keyspace& ks, const Status& s, std::string stored) {
+  if (!s.ok()) return std::nullopt;
+  const Decoded d = decode_entry(stored);
+  if (ks.expired(d, ks.now_ms())) return std::nullopt;
+  return stored;
+}
+
+void cmd_watch(Call& c) {
+  if (!transactions_or_refuse(c, "WATCH")) return;
+  Session& session = c.session;
+  for (std::size_t i = 1; i < c.args.size(); ++i) {
+    std::string stored;
+    const Status s = c.server.store().get(c.args[i], &stored);
+    if (!s.ok() && !s.is_not_found()) return store_error(c, s);
+    std::optional<std::string> state = watch_state(c.server.keyspace(), s, std::move(stored));
+    const std::uint64_t bytes = c.args[i].size() + (state ? state->size() : 0) + 64;
+    if (session.watched_bytes + bytes > c.server.config().limits.max_request) {
+      return c.out.error("ERR the watched keys and values passed client-query-buffer-limit");
+    }
+    session.watched_bytes += bytes;
+    session.watched.emplace_back(std::string(c.args[i]), std::move(state));
+  }
+  c.out.simple("OK");
+}
+
+void cmd_unwatch(Call& c) {
+  c.session.watched.clear();
+  c.session.watched.shrink_to_fit();
+  c.session.watched_bytes = 0;
+  c.out.simple("OK");
+}
+
+const Command* find_command(std::string_view name);
+
+// How often EXEC runs its block again after lock waits timed out before it
+// gives up (each run waits at most the lock timeout per lock).
+constexpr int kExecRuns = 100;
+
+void cmd_exec(Call& c) {
+  Session& session = c.session;
+  if (!session.in_multi) return c.out.error("ERR EXEC without MULTI");
+  if (session.multi_refused) {
+    session.end_multi();
+    return c.out.error("EXECABORT Transaction discarded because of previous errors.");
+  }
+  const std::vector<std::vector<std::string>> queued = std::move(session.queued);
+  const auto watched = std::move(session.watched);
+  session.end_multi();
+  Keyspace& ks = c.server.keyspace();
+  std::string replies;
+  Status failure;
+  for (int run = 0; run < kExecRuns; ++run) {
+    std::unique_ptr<Transaction> txn;
+    if (Status s = c.server.store().transaction(&txn); !s.ok()) return store_error(c, s);
+    // WATCH: every watched key as it was, read (and locked) in the
+    // transaction, so nothing can change it before the commit.
+    failure = Status::OK();
+    bool changed = false;
+    for (const auto& [key, seen] : watched) {
+      std::string stored;
+      const Status g = txn->get(key, &stored);
+      if (!g.ok() && !g.is_not_found()) {
+        failure = g;
+        break;
+      }
+      if (watch_state(ks, g, std::move(stored)) != seen) {
+        changed = true;
+        break;
+      }
+    }
+    if (failure.is_aborted()) continue;
+    if (!failure.ok()) break;
+    if (changed) {
+      txn->abort();
+      return c.out.null_array();
+    }
+    replies.clear();
+    ReplyWriter out(&replies, c.out.protocol());
+    TxnKeys keys(ks, *txn);
+    Call sub{c.server, c.sessions, session, {}, out, keys, txn.get(), Status::OK()};
+    out.array(queued.size());
+    std::vector<std::string_view> args;
+    for (const std::vector<std::string>& words : queued) {
+      args.assign(words.begin(), words.end());
+      sub.args = args;
+      find_command(args[0])->run(sub);
+      if (!sub.txn_failure.ok()) break;
+    }
+    failure = sub.txn_failure;
+    if (failure.ok()) failure = txn->commit();
+    if (failure.ok()) {
+      ks.note_expired(keys.expired_removed());
+      return c.out.raw(replies);
+    }
+    txn->abort();
+    if (!failure.is_aborted()) break;
+  }
+  c.out.error("EXECABORT Transaction failed and nothing of it was applied: " + failure.to_string());
+}
+
+// Queues a request between MULTI and EXEC; false when it is not to be
+// queued but run now (EXEC, DISCARD, MULTI, QUIT).
+bool queue_in_multi(Call& c, const Command& cmd) {
+  const std::string_view name = cmd.name;
+  if (name == "exec" || name == "discard" || name == "multi" || name == "quit") return false;
+  Session& session = c.session;
+  if (session.multi_unsupported) {
+    c.out.error("ERR not run: MULTI was refused (this server's engine has no transactions); "
+                "EXEC or DISCARD ends the block");
+    return true;
+  }
+  if ((cmd.flags & kNoMulti) != 0 || name == "watch") {
+    session.multi_refused = true;
+    c.out.error("ERR Command not allowed inside a transaction");
+    return true;
+  }
+  std::uint64_t bytes = 32;
+  for (std::string_view a : c.args) bytes += a.size() + 16;
+  const RequestLimits& limits = c.server.config().limits;
+  if (session.queued_bytes + bytes > limits.max_request || session.queued.size() >= limits.max_args) {
+    // The queue is dropped at once: EXEC can only refuse it now.
+    session.queued.clear();
+    session.queued.shrink_to_fit();
+    session.queued_bytes = 0;
+    session.multi_refused = true;
+    c.out.error("ERR the requests queued since MULTI passed client-query-buffer-limit");
+    return true;
+  }
+  session.queued_bytes += bytes;
+  session.queued.emplace_back(c.args.begin(), c.args.end());
+  c.out.simple("QUEUED");
+  return true;
+}
+
 // FLUSHDB and FLUSHALL [ASYNC | SYNC]: removes every key present when the
 // command starts, one removal each. Not one atomic step: a client may see
 // some keys gone and others not yet, a key written meanwhile may stay, and a
@@ -726,16 +977,20 @@ void cmd_flushdb(Call& c) {
   if (c.args.size() > 2 || (c.args.size() == 2 && lower(c.args[1]) != "async" && lower(c.args[1]) != "sync")) {
     return c.out.error("ERR syntax error");
   }
-  std::vector<std::string> keys;
-  Status s = c.server.store().for_each([&](std::string_view key, std::string_view) {
-    keys.emplace_back(key);
-    return true;
-  });
-  for (std::size_t i = 0; s.ok() && i < keys.size(); ++i) {
-    s = c.server.store().remove(keys[i]);
-    if (s.is_not_found()) s = Status::OK();
-  }
-  if (!s.ok()) return store_error(c, s);
+  // A scan step at a time, so DRAM stays bounded by a step.
+  Store& store = c.server.store();
+  std::uint64_t cursor = 0;
+  do {
+    std::vector<std::string> keys;
+    Status s = store.scan(
+        cursor, Keyspace::kSweepStep,
+        [&](std::string_view key, std::string_view) { keys.emplace_back(key); }, &cursor);
+    for (std::size_t i = 0; s.ok() && i < keys.size(); ++i) {
+      s = store.remove(keys[i]);
+      if (s.is_not_found()) s = Status::OK();
+    }
+    if (!s.ok()) return store_error(c, s);
+  } while (cursor != 0);
   c.out.simple("OK");
 }
 
@@ -892,8 +1147,8 @@ void cmd_config(Call& c) {
 
 const Command kCommands[] = {
     {"append", 3, kWrite, 1, 1, 1, "Appends to a key's value.", cmd_append},
-    {"auth", -2, kNoAuth | kFast | kStale | kLoading, 0, 0, 0, "Authenticates the connection.", cmd_auth},
-    {"bgsave", -1, kAdmin, 0, 0, 0, "Makes every acknowledged write durable.", cmd_bgsave},
+    {"auth", -2, kNoAuth | kFast | kStale | kLoading | kNoMulti, 0, 0, 0, "Authenticates the connection.", cmd_auth},
+    {"bgsave", -1, kAdmin | kNoMulti, 0, 0, 0, "Makes every acknowledged write durable.", cmd_bgsave},
     {"client", -2, kAdmin | kStale | kLoading, 0, 0, 0, "Connection commands.", cmd_client},
     {"command", -1, kLoading | kStale, 0, 0, 0, "Details about the commands.", cmd_command},
     {"config", -2, kAdmin | kStale | kLoading, 0, 0, 0, "The server's configuration.", cmd_config},
@@ -901,26 +1156,29 @@ const Command kCommands[] = {
     {"decr", 2, kWrite | kFast, 1, 1, 1, "Decrements an integer value by one.", cmd_decr},
     {"decrby", 3, kWrite | kFast, 1, 1, 1, "Decrements an integer value.", cmd_decrby},
     {"del", -2, kWrite, 1, -1, 1, "Deletes keys.", cmd_del},
+    {"discard", 1, kFast | kLoading | kStale, 0, 0, 0, "Drops the requests queued since MULTI.", cmd_discard},
     {"echo", 2, kFast, 0, 0, 0, "Returns the given string.", cmd_echo},
+    {"exec", 1, kLoading | kStale, 0, 0, 0, "Runs the requests queued since MULTI as one store transaction.", cmd_exec},
     {"exists", -2, kReadonly | kFast, 1, -1, 1, "How many of the keys exist.", cmd_exists},
     {"expire", -3, kWrite | kFast, 1, 1, 1, "Sets a key's time to live in seconds.", cmd_expire},
     {"expireat", -3, kWrite | kFast, 1, 1, 1, "Sets a key's expiry as a Unix time in seconds.", cmd_expireat},
-    {"flushall", -1, kWrite, 0, 0, 0, "Removes every key.", cmd_flushdb},
-    {"flushdb", -1, kWrite, 0, 0, 0, "Removes every key.", cmd_flushdb},
+    {"flushall", -1, kWrite | kNoMulti, 0, 0, 0, "Removes every key.", cmd_flushdb},
+    {"flushdb", -1, kWrite | kNoMulti, 0, 0, 0, "Removes every key.", cmd_flushdb},
     {"get", 2, kReadonly | kFast, 1, 1, 1, "The value of a key.", cmd_get},
     {"getdel", 2, kWrite | kFast, 1, 1, 1, "Returns a key's value and deletes the key.", cmd_getdel},
     {"getex", -2, kWrite | kFast, 1, 1, 1, "Returns a key's value and sets or clears its expiry.", cmd_getex},
     {"getset", 3, kWrite | kFast, 1, 1, 1, "Sets a key's value and returns the previous one.", cmd_getset},
-    {"hello", -1, kNoAuth | kFast | kStale | kLoading, 0, 0, 0, "Handshake: protocol version, authentication, name.", cmd_hello},
+    {"hello", -1, kNoAuth | kFast | kStale | kLoading | kNoMulti, 0, 0, 0, "Handshake: protocol version, authentication, name.", cmd_hello},
     {"incr", 2, kWrite | kFast, 1, 1, 1, "Increments an integer value by one.", cmd_incr},
     {"incrby", 3, kWrite | kFast, 1, 1, 1, "Increments an integer value.", cmd_incrby},
     {"incrbyfloat", 3, kWrite | kFast, 1, 1, 1, "Increments a floating-point value.", cmd_incrbyfloat},
     {"info", -1, kLoading | kStale, 0, 0, 0, "Information and counters about the server and its store.", cmd_info},
-    {"keys", 2, kReadonly, 0, 0, 0, "Every key matching a pattern.", cmd_keys},
+    {"keys", 2, kReadonly | kNoMulti, 0, 0, 0, "Every key matching a pattern.", cmd_keys},
     {"lastsave", 1, kFast | kLoading | kStale, 0, 0, 0, "When SAVE or BGSAVE last succeeded.", cmd_lastsave},
     {"mget", -2, kReadonly | kFast, 1, -1, 1, "The values of keys.", cmd_mget},
     {"mset", -3, kWrite, 1, -1, 2, "Sets several keys.", cmd_mset},
     {"msetnx", -3, kWrite, 1, -1, 2, "Sets several keys only if none exists.", cmd_msetnx},
+    {"multi", 1, kFast | kLoading | kStale, 0, 0, 0, "Starts queuing requests for EXEC.", cmd_multi},
     {"persist", 2, kWrite | kFast, 1, 1, 1, "Removes a key's expiry.", cmd_persist},
     {"pexpire", -3, kWrite | kFast, 1, 1, 1, "Sets a key's time to live in milliseconds.", cmd_pexpire},
     {"pexpireat", -3, kWrite | kFast, 1, 1, 1, "Sets a key's expiry as a Unix time in milliseconds.", cmd_pexpireat},
@@ -928,18 +1186,22 @@ const Command kCommands[] = {
     {"psetex", 4, kWrite, 1, 1, 1, "Sets a value and its time to live in milliseconds.", cmd_psetex},
     {"pttl", 2, kReadonly | kFast, 1, 1, 1, "A key's time to live in milliseconds.", cmd_pttl},
     {"quit", -1, kNoAuth | kFast | kStale | kLoading, 0, 0, 0, "Closes the connection.", cmd_quit},
-    {"save", 1, kAdmin, 0, 0, 0, "Makes every acknowledged write durable.", cmd_save},
+    {"randomkey", 1, kReadonly | kNoMulti, 0, 0, 0, "A key chosen at random.", cmd_randomkey},
+    {"save", 1, kAdmin | kNoMulti, 0, 0, 0, "Makes every acknowledged write durable.", cmd_save},
+    {"scan", -2, kReadonly | kNoMulti, 0, 0, 0, "Iterates over the keys with a cursor.", cmd_scan},
     {"select", 2, kLoading | kStale | kFast, 0, 0, 0, "Selects database 0 (the only one).", cmd_select},
     {"set", -3, kWrite, 1, 1, 1, "Sets a key's value.", cmd_set},
     {"setex", 4, kWrite, 1, 1, 1, "Sets a value and its time to live in seconds.", cmd_setex},
     {"setnx", 3, kWrite | kFast, 1, 1, 1, "Sets a key's value if the key does not exist.", cmd_setnx},
-    {"shutdown", -1, kAdmin | kLoading | kStale, 0, 0, 0, "Stops the server; the store closes cleanly.", cmd_shutdown},
+    {"shutdown", -1, kAdmin | kLoading | kStale | kNoMulti, 0, 0, 0, "Stops the server; the store closes cleanly.", cmd_shutdown},
     {"strlen", 2, kReadonly | kFast, 1, 1, 1, "The length of a key's value.", cmd_strlen},
     {"time", 1, kFast | kLoading | kStale, 0, 0, 0, "The server's time.", cmd_time},
     {"ttl", 2, kReadonly | kFast, 1, 1, 1, "A key's time to live in seconds.", cmd_ttl},
     {"type", 2, kReadonly | kFast, 1, 1, 1, "The type of a key's value: string, or none.", cmd_type},
     {"unlink", -2, kWrite | kFast, 1, -1, 1, "Deletes keys.", cmd_del},
-    {"wait", 3, 0, 0, 0, 0, "Waits for replicas: there are none.", cmd_wait},
+    {"unwatch", 1, kFast | kLoading | kStale, 0, 0, 0, "Forgets the watched keys.", cmd_unwatch},
+    {"wait", 3, 0 | kNoMulti, 0, 0, 0, "Waits for replicas: there are none.", cmd_wait},
+    {"watch", -2, kFast | kLoading | kStale, 1, -1, 1, "Makes EXEC run only if the keys stay as they are.", cmd_watch},
 };
 
 const Command* find_command(std::string_view name) {
@@ -955,6 +1217,7 @@ void command_info(ReplyWriter& out, const Command& cmd) {
   if (cmd.flags & kReadonly) flags.push_back("readonly");
   if (cmd.flags & kAdmin) flags.push_back("admin");
   if (cmd.flags & kNoAuth) flags.push_back("no_auth");
+  if (cmd.flags & kNoMulti) flags.push_back("no_multi");
   if (cmd.flags & kLoading) flags.push_back("loading");
   if (cmd.flags & kStale) flags.push_back("stale");
   if (cmd.flags & kFast) flags.push_back("fast");
@@ -1142,9 +1405,11 @@ std::string SessionRegistry::list() const {
 
 void execute(Server& server, SessionRegistry& sessions, Session& session, Args args,
              ReplyWriter& out) {
-  Call call{server, sessions, session, args, out};
+  Call call{server, sessions, session, args, out, server.keyspace(), nullptr, Status::OK()};
   const Command* cmd = find_command(args[0]);
   if (cmd == nullptr) {
+    // Between MULTI and EXEC a request refused here spoils the block.
+    if (session.in_multi) session.multi_refused = true;
     std::string text = "ERR unknown command '" + std::string(args[0]) + "', with args beginning with: ";
     for (std::size_t i = 1; i < args.size() && text.size() < 256; ++i) {
       text += "'" + std::string(args[i].substr(0, 64)) + "' ";
@@ -1156,8 +1421,10 @@ void execute(Server& server, SessionRegistry& sessions, Session& session, Args a
   }
   const auto n = static_cast<std::int64_t>(args.size());
   if ((cmd->arity > 0 && n != cmd->arity) || (cmd->arity < 0 && n < -cmd->arity)) {
+    if (session.in_multi) session.multi_refused = true;
     return wrong_args(call, cmd->name);
   }
+  if (session.in_multi && queue_in_multi(call, *cmd)) return;
   cmd->run(call);
 }
 

@@ -19,10 +19,13 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "server/resp.h"
 
@@ -42,6 +45,33 @@ struct Session {
   Protocol protocol = Protocol::kResp2;
   // Set by a command: send the replies so far, then close (QUIT).
   bool close_after_reply = false;
+
+  // MULTI ... EXEC (docs/server.md, "Transactions"): whether MULTI is open,
+  // the requests queued since (each its words), their bytes, and whether
+  // one was refused while queuing (EXEC then answers -EXECABORT).
+  bool in_multi = false;
+  bool multi_refused = false;
+  // MULTI was refused (no transactions): until EXEC or DISCARD every
+  // request is refused, so that a pipelined block runs nothing.
+  bool multi_unsupported = false;
+  std::vector<std::vector<std::string>> queued;
+  std::uint64_t queued_bytes = 0;
+  // WATCH: each watched key with the stored bytes it held when watched
+  // (nullopt: absent), and their bytes.
+  std::vector<std::pair<std::string, std::optional<std::string>>> watched;
+  std::uint64_t watched_bytes = 0;
+
+  void end_multi() {
+    in_multi = false;
+    multi_refused = false;
+    multi_unsupported = false;
+    queued.clear();
+    queued.shrink_to_fit();
+    queued_bytes = 0;
+    watched.clear();
+    watched.shrink_to_fit();
+    watched_bytes = 0;
+  }
 };
 
 // The sessions of every worker, for CLIENT LIST.

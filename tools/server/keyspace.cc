@@ -2,6 +2,7 @@
 #include "server/keyspace.h"
 
 #include <chrono>
+#include <random>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -20,6 +21,12 @@ std::uint64_t wall_clock_ms() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                         std::chrono::system_clock::now().time_since_epoch())
                                         .count());
+}
+
+// Per thread: RANDOMKEY runs on every worker.
+std::uint64_t random_u64() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
 }
 
 }  // namespace
@@ -76,7 +83,7 @@ Status Keyspace::set(std::string_view key, std::string_view value, std::uint64_t
   return store_->upsert(key, encode_entry(value, deadline_ms));
 }
 
-Status Keyspace::modify(std::string_view key, const std::function<Change(const Entry* current)>& fn) {
+Status Keyspace::modify(std::string_view key, const ModifyFn& fn) {
   bool removed_expired = false;
   const Status s = store_->read_modify_write(key, [&](std::optional<std::string_view> stored) {
     removed_expired = false;
@@ -111,7 +118,7 @@ Status Keyspace::modify(std::string_view key, const std::function<Change(const E
   return s;
 }
 
-Status Keyspace::remove(std::string_view key, bool* removed) {
+Status KeyOps::remove(std::string_view key, bool* removed) {
   bool live = false;
   const Status s = modify(key, [&](const Entry* current) {
     live = current != nullptr;
@@ -130,29 +137,72 @@ Status Keyspace::for_each(const std::function<bool(std::string_view key, const D
   });
 }
 
+Status Keyspace::scan(std::uint64_t cursor, std::size_t count,
+                      const std::function<void(std::string_view key, const Decoded& entry)>& fn,
+                      std::uint64_t* next) {
+  const std::uint64_t now = now_ms();
+  return store_->scan(
+      cursor, count,
+      [&](std::string_view key, std::string_view stored) {
+        const Decoded d = decode_entry(stored);
+        if (!expired(d, now)) fn(key, d);
+      },
+      next);
+}
+
+Status Keyspace::random_key(std::string* key) {
+  if (store_->size() == 0) return Status::NotFound();
+  std::uint64_t cursor = random_u64();
+  // From the random position to the end, then from the start round to it:
+  // a whole scan at most, so a keyspace of expired keys ends too.
+  bool wrapped = false;
+  for (;;) {
+    std::vector<std::string> live;
+    std::uint64_t next = 0;
+    const Status s = scan(cursor, 1, [&](std::string_view k, const Decoded&) { live.emplace_back(k); },
+                          &next);
+    if (!s.ok()) return s;
+    if (!live.empty()) {
+      *key = std::move(live[random_u64() % live.size()]);
+      return Status::OK();
+    }
+    if (next == 0) {
+      if (wrapped) return Status::NotFound();
+      wrapped = true;
+    }
+    cursor = next;
+  }
+}
+
 Status Keyspace::sweep(std::uint64_t* removed) {
   *removed = 0;
-  const std::uint64_t now = now_ms();
-  std::vector<std::pair<std::string, std::string>> doomed;
   bool pending = false;
-  const Status s = store_->for_each([&](std::string_view key, std::string_view stored) {
-    const Decoded d = decode_entry(stored);
-    if (expired(d, now)) {
-      doomed.emplace_back(key, stored);
-    } else if (d.deadline_ms != 0) {
-      pending = true;
+  std::uint64_t cursor = 0;
+  do {
+    const std::uint64_t now = now_ms();
+    std::vector<std::pair<std::string, std::string>> doomed;
+    const Status s = store_->scan(
+        cursor, kSweepStep,
+        [&](std::string_view key, std::string_view stored) {
+          const Decoded d = decode_entry(stored);
+          if (expired(d, now)) {
+            doomed.emplace_back(key, stored);
+          } else if (d.deadline_ms != 0) {
+            pending = true;
+          }
+        },
+        &cursor);
+    if (!s.ok()) return s;
+    for (const auto& [key, stored] : doomed) {
+      // From exactly the bytes read: a write that came in since stays.
+      if (store_->compare_and_swap(key, stored, std::nullopt).ok()) {
+        expired_.fetch_add(1, std::memory_order_relaxed);
+        ++*removed;
+      }
     }
-    return true;
-  });
-  if (!s.ok()) return s;
+  } while (cursor != 0);
   // Keys that will expire later: the next sweep looks again.
   if (pending) deadlines_seen_.store(true, std::memory_order_relaxed);
-  for (const auto& [key, stored] : doomed) {
-    if (store_->compare_and_swap(key, stored, std::nullopt).ok()) {
-      expired_.fetch_add(1, std::memory_order_relaxed);
-      ++*removed;
-    }
-  }
   return Status::OK();
 }
 
@@ -179,6 +229,55 @@ void Keyspace::stop_sweeper() {
   }
   sweeper_cv_.notify_all();
   if (sweeper_.joinable()) sweeper_.join();
+}
+
+Status TxnKeys::read(std::string_view key, Entry* entry, bool* live) {
+  *live = false;
+  std::string stored;
+  Status s = txn_.get(key, &stored);
+  if (s.is_not_found()) return Status::OK();
+  if (!s.ok()) return s;
+  const Decoded d = decode_entry(stored);
+  keyspace_.note_deadline(d.deadline_ms);
+  if (keyspace_.expired(d, now_ms())) {
+    // Locked since the get: nothing else can have rewritten it.
+    s = txn_.remove(key);
+    if (!s.ok()) return s;
+    ++expired_removed_;
+    return Status::OK();
+  }
+  entry->value.assign(d.value);
+  entry->deadline_ms = d.deadline_ms;
+  *live = true;
+  return Status::OK();
+}
+
+Status TxnKeys::get(std::string_view key, Entry* entry) {
+  bool live = false;
+  const Status s = read(key, entry, &live);
+  if (!s.ok()) return s;
+  return live ? Status::OK() : Status::NotFound();
+}
+
+Status TxnKeys::set(std::string_view key, std::string_view value, std::uint64_t deadline_ms) {
+  keyspace_.note_deadline(deadline_ms);
+  return txn_.upsert(key, encode_entry(value, deadline_ms));
+}
+
+Status TxnKeys::modify(std::string_view key, const ModifyFn& fn) {
+  Entry entry;
+  bool live = false;
+  if (Status s = read(key, &entry, &live); !s.ok()) return s;
+  const Change c = fn(live ? &entry : nullptr);
+  switch (c.kind) {
+    case Change::Kind::kKeep:
+      return Status::OK();
+    case Change::Kind::kSet:
+      return set(key, c.entry.value, c.entry.deadline_ms);
+    case Change::Kind::kRemove:
+      return live ? txn_.remove(key) : Status::OK();
+  }
+  return Status::OK();
 }
 
 }  // namespace pmhash::server

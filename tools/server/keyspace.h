@@ -48,6 +48,7 @@
 
 #include "pmhash/status.h"
 #include "pmhash/store.h"
+#include "pmhash/transaction.h"
 
 namespace pmhash::server {
 
@@ -80,7 +81,27 @@ struct Change {
   static Change remove() { return {Kind::kRemove, {}}; }
 };
 
-class Keyspace {
+// The key operations of a command: on the store directly (Keyspace), or,
+// under EXEC, inside one store transaction (TxnKeys). get sees the live
+// entry (NotFound when the key is absent or expired); set writes whatever
+// the key held; modify is atomic: fn sees the live entry (nullptr when
+// absent or expired) and says what becomes of it.
+class KeyOps {
+ public:
+  using ModifyFn = std::function<Change(const Entry* current)>;
+
+  virtual ~KeyOps() = default;
+  virtual std::uint64_t now_ms() const = 0;
+  virtual Status get(std::string_view key, Entry* entry) = 0;
+  virtual Status set(std::string_view key, std::string_view value, std::uint64_t deadline_ms) = 0;
+  virtual Status modify(std::string_view key, const ModifyFn& fn) = 0;
+
+  // Removes `key` if it is live; *removed says whether it was (an expired
+  // key is removed too, but does not count, as in Redis).
+  Status remove(std::string_view key, bool* removed);
+};
+
+class Keyspace final : public KeyOps {
  public:
   // Milliseconds since the Unix epoch; the wall clock unless a test gives
   // another.
@@ -91,31 +112,40 @@ class Keyspace {
   Keyspace(const Keyspace&) = delete;
   Keyspace& operator=(const Keyspace&) = delete;
 
-  std::uint64_t now_ms() const;
+  std::uint64_t now_ms() const override;
   Store& store() { return *store_; }
 
-  // The live entry of `key`; NotFound when it is absent or expired (an
-  // expired one is removed on the way).
-  Status get(std::string_view key, Entry* entry);
+  // An expired entry found is removed on the way.
+  Status get(std::string_view key, Entry* entry) override;
 
-  // Sets `key` whatever it held (SET without options): one store write.
-  Status set(std::string_view key, std::string_view value, std::uint64_t deadline_ms);
+  // One store write (SET without options).
+  Status set(std::string_view key, std::string_view value, std::uint64_t deadline_ms) override;
 
-  // Atomically: fn sees the live entry (nullptr when the key is absent or
-  // expired) and says what becomes of it. fn may run more than once (under
-  // contention; Store::read_modify_write) and must only compute its
-  // result. An expired entry is removed even when fn keeps it.
-  Status modify(std::string_view key, const std::function<Change(const Entry* current)>& fn);
-
-  // Removes `key` if it is live; *removed says whether it was (an expired
-  // key is removed too, but does not count, as in Redis).
-  Status remove(std::string_view key, bool* removed);
+  // One Store::read_modify_write: fn may run more than once (under
+  // contention) and must only compute its result. An expired entry is
+  // removed even when fn keeps it.
+  Status modify(std::string_view key, const ModifyFn& fn) override;
 
   // Calls fn(key, entry) for every live key (Store::for_each).
   Status for_each(const std::function<bool(std::string_view key, const Decoded& entry)>& fn);
 
-  // Removes every expired key; *removed counts them.
+  // One step of a scan (Store::scan, with its cursor and guarantee): fn
+  // sees the live keys among those the step passes.
+  Status scan(std::uint64_t cursor, std::size_t count,
+              const std::function<void(std::string_view key, const Decoded& entry)>& fn,
+              std::uint64_t* next);
+
+  // A live key chosen at random (RANDOMKEY): the first live key of a scan
+  // step from a random cursor, picked at random among those the step
+  // passed; NotFound when a whole scan finds none. Keys are not all equally
+  // likely (those after a sparse stretch of the index come more often),
+  // as with Redis.
+  Status random_key(std::string* key);
+
+  // Removes every expired key, a scan step of kSweepStep keys at a time
+  // (DRAM bounded by a step); *removed counts them.
   Status sweep(std::uint64_t* removed);
+  static constexpr std::size_t kSweepStep = 1024;
 
   // The sweeper thread (see the file's comment); stop_sweeper() joins it.
   void start_sweeper(std::uint64_t sweep_interval_ms);
@@ -123,14 +153,17 @@ class Keyspace {
 
   // Keys removed because they expired (INFO's expired_keys).
   std::uint64_t expired_keys() const { return expired_.load(std::memory_order_relaxed); }
-
- private:
-  bool expired(const Decoded& d, std::uint64_t now) const {
-    return d.deadline_ms != 0 && d.deadline_ms <= now;
-  }
+  // Counts keys a committed transaction removed because they expired, and
+  // deadlines it saw or wrote (TxnKeys).
+  void note_expired(std::uint64_t n) { expired_.fetch_add(n, std::memory_order_relaxed); }
   void note_deadline(std::uint64_t deadline_ms) {
     if (deadline_ms != 0) deadlines_seen_.store(true, std::memory_order_relaxed);
   }
+  bool expired(const Decoded& d, std::uint64_t now) const {
+    return d.deadline_ms != 0 && d.deadline_ms <= now;
+  }
+
+ private:
   // Removes `key` if it still holds exactly `stored`.
   void remove_expired(std::string_view key, std::string_view stored);
 
@@ -143,6 +176,36 @@ class Keyspace {
   std::condition_variable sweeper_cv_;
   bool sweeper_stop_ = false;
   std::thread sweeper_;
+};
+
+// KeyOps inside a store transaction (EXEC). Every key read or written
+// stays locked until the transaction ends (pmhash/transaction.h: strict
+// two-phase locking), so get-then-write is atomic without compare_and_swap,
+// and the writes apply at commit, all or none, also across a crash. An
+// expired entry found is removed in the transaction. Errors are the
+// transaction's: Aborted means a lock wait timed out and the whole
+// transaction must run again.
+class TxnKeys final : public KeyOps {
+ public:
+  TxnKeys(Keyspace& keyspace, Transaction& txn) : keyspace_(keyspace), txn_(txn) {}
+
+  std::uint64_t now_ms() const override { return keyspace_.now_ms(); }
+  Status get(std::string_view key, Entry* entry) override;
+  Status set(std::string_view key, std::string_view value, std::uint64_t deadline_ms) override;
+  Status modify(std::string_view key, const ModifyFn& fn) override;
+
+  // Expired keys this transaction removed, for Keyspace::note_expired
+  // once it committed.
+  std::uint64_t expired_removed() const { return expired_removed_; }
+
+ private:
+  // The key's live entry read in the transaction; *stale when it held an
+  // expired one (removed in the transaction).
+  Status read(std::string_view key, Entry* entry, bool* live);
+
+  Keyspace& keyspace_;
+  Transaction& txn_;
+  std::uint64_t expired_removed_ = 0;
 };
 
 }  // namespace pmhash::server

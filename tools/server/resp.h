@@ -151,6 +151,9 @@ class ReplyWriter {
   void boolean(bool value);
   // RESP3 "=" with a three-letter format ("txt"), RESP2 a bulk string.
   void verbatim(std::string_view format, std::string_view text);
+  // Replies already written, in this protocol, by another ReplyWriter
+  // (EXEC's, once its transaction committed).
+  void raw(std::string_view encoded) { out_->append(encoded); }
 
  private:
   void line(char type, std::string_view text);

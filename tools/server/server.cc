@@ -16,6 +16,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "pmhash/engines.h"
 #include "server/commands.h"
 
 namespace pmhash::server {
@@ -314,7 +315,10 @@ Server::Server(Store* store, ServerConfig config)
     : store_(store),
       config_(std::move(config)),
       keyspace_(std::make_unique<Keyspace>(store, config_.clock)),
-      sessions_(std::make_unique<SessionRegistry>()) {}
+      sessions_(std::make_unique<SessionRegistry>()) {
+  const EngineDescriptor* engine = find_engine(store_->stats().engine);
+  transactions_ = engine != nullptr && engine->capabilities.transactions;
+}
 
 Server::~Server() {
   stop();

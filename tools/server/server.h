@@ -111,6 +111,8 @@ class Server {
   ServerCounters& counters() { return counters_; }
   Store& store() { return *store_; }
   Keyspace& keyspace() { return *keyspace_; }
+  // Whether the store's engine has transactions (MULTI, WATCH).
+  bool transactions() const { return transactions_; }
   std::uint64_t started_unix() const { return started_unix_; }
   // When the store was last made durable by SAVE or BGSAVE (LASTSAVE);
   // the start time before that.
@@ -124,6 +126,7 @@ class Server {
   ServerConfig config_;
   ServerCounters counters_;
   std::unique_ptr<Keyspace> keyspace_;
+  bool transactions_ = false;
   int listen_fd_ = -1;
   int stop_fd_ = -1;  // eventfd every worker watches
   std::uint16_t port_ = 0;
