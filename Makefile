@@ -110,8 +110,9 @@ bench: build-release
 results: build-release bootstrap-plot
 	./scripts/bench.sh results build/release
 
-# pmhash-server against redis-server (scripts/bench-server.sh); results in
-# docs/results/server/.
+# pmhash-server against redis-server (scripts/bench-server.sh): redis-benchmark,
+# restarts, and YCSB through the project's binding (scripts/ycsb.sh; sizes
+# from YCSB_RECORDS, YCSB_OPS, YCSB_THREADS); results in docs/results/server/.
 bench-server:
 	./scripts/bootstrap.sh bench-server
 	$(MAKE) build-release

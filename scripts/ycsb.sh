@@ -21,8 +21,9 @@
 # YCSB's summary of each phase is printed. --rows FILE appends one JSON line
 # per phase to FILE: workload, phase, records, ops, threads, ops_per_s,
 # latency_us {OPERATION: {p50, p99, avg}}, and the fields of --row-extra (a
-# JSON object). Exit status 1 if YCSB failed or reported any operation that
-# did not return OK (a failed read, update, insert or a check of
+# JSON object). Exit status 1 if YCSB failed, did fewer operations than
+# asked (a client thread that could not connect) or reported any operation
+# that did not return OK (a failed read, update, insert or a check of
 # dataintegrity), 2 on a usage error.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -92,7 +93,8 @@ jar=$binding/target/pmhash-ycsb.jar
 
 # --- the phases ---------------------------------------------------------------
 summary=$(mktemp)
-trap 'rm -f "$summary"' EXIT
+# YCSB's stderr (its progress and start-up notes) is shown only on failure.
+trap 'rm -f "$summary" "$summary.err"' EXIT
 py=/usr/bin/python3
 [ -x "$py" ] || py=$(command -v python3)
 
@@ -108,8 +110,8 @@ phase() {
       -db site.pmhash.ycsb.PmhashClient -P "$binding/workloads/workload$w" \
       -p "recordcount=$records" -p "operationcount=$ops" -threads "$threads" \
       -p hdrhistogram.percentiles=50,99 "${connection[@]}" ${props[@]+"${props[@]}"} \
-      >"$summary"; then
-    cat "$summary"
+      >"$summary" 2>"$summary.err"; then
+    cat "$summary" "$summary.err"
     echo "ycsb: YCSB's $kind of workload $w failed" >&2
     return 1
   fi
@@ -132,8 +134,17 @@ for op, s in sorted(stats.items()):
 overall = stats.get("OVERALL", {})
 if "Throughput(ops/sec)" not in overall:
     sys.exit("ycsb: YCSB printed no throughput")
+# A client thread that could not connect ends without a word in the
+# summary (YCSB prints its exception and goes on): count what was done.
+# Every operation of a core workload is one or two of these (F's
+# read-modify-write is a READ and an UPDATE).
+expected = int(records) if kind == "load" else int(ops)
+done = sum(int(n) for op in ("READ", "UPDATE", "INSERT", "DELETE", "SCAN")
+           for name, n in stats.get(op, {}).items() if name.startswith("Return="))
+if done < expected:
+    bad.append("%d operations done of %d asked (a client thread that could not start?)" % (done, expected))
 if bad:
-    sys.exit("ycsb: %s of workload %s: operations that did not return OK: %s" % (kind, workload, "; ".join(bad)))
+    sys.exit("ycsb: %s of workload %s failed: %s" % (kind, workload, "; ".join(bad)))
 latency = {}
 for op, s in stats.items():
     if op in ("OVERALL", "CLEANUP") or "50thPercentileLatency(us)" not in s:
