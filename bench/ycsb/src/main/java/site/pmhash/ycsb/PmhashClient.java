@@ -1,5 +1,6 @@
 package site.pmhash.ycsb;
 
+import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -140,7 +141,7 @@ public final class PmhashClient extends DB {
   }
 
   private static byte[] bytes(String key) {
-    return key.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+    return key.getBytes(StandardCharsets.UTF_8);
   }
 
   private static Map<String, byte[]> toBytes(Map<String, ByteIterator> values) {
