@@ -93,8 +93,11 @@ run: bootstrap
 	$(MAKE) build-release bootstrap-plot
 	./scripts/run.sh build/release
 
+# The YCSB binding's jars come from Maven Central into ~/.m2 on its first
+# build (scripts/ycsb.sh --build-only), before the test that runs it.
 test: bootstrap
 	$(MAKE) build-release build-asan build-tsan build-fuzz bootstrap-plot
+	./scripts/ycsb.sh --build-only
 	./scripts/test.sh
 
 FUZZ_SECONDS ?= 600
@@ -107,8 +110,9 @@ bench: build-release
 results: build-release bootstrap-plot
 	./scripts/bench.sh results build/release
 
-# pmhash-server against redis-server (scripts/bench-server.sh); results in
-# docs/results/server/.
+# pmhash-server against redis-server (scripts/bench-server.sh): redis-benchmark,
+# restarts, and YCSB through the project's binding (scripts/ycsb.sh; sizes
+# from YCSB_RECORDS, YCSB_OPS, YCSB_THREADS); results in docs/results/server/.
 bench-server:
 	./scripts/bootstrap.sh bench-server
 	$(MAKE) build-release

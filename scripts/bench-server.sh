@@ -4,6 +4,7 @@
 #
 #   scripts/bench-server.sh [--build DIR] [--out DIR] [--requests N]
 #                           [--keys N] [--restart-keys LIST] [--media LIST]
+#                           [--parts LIST] [--ycsb-workloads LIST]
 #
 # Servers, each started fresh on an empty store:
 #   redis-none       redis-server, no persistence
@@ -23,7 +24,12 @@
 # --requests each (default 1,000,000). Then the restart: --restart-keys
 # (default "1000000 10000000") keys written, the server killed with
 # SIGKILL, restarted, and the time until it answers PING (Redis replays its
-# append-only file; pmhash recovers its pool).
+# append-only file; pmhash recovers its pool). Then YCSB (scripts/ycsb.sh,
+# the project's binding over Jedis): on each server, fresh, YCSB_RECORDS
+# records loaded (default 100000), then each of --ycsb-workloads (default
+# "a b c f d"; E is not run: docs/server.md, YCSB) for YCSB_OPS operations
+# (default 100000) with YCSB_THREADS client threads (default 16).
+# --parts (default "throughput restart ycsb") runs only the parts named.
 #
 # Results: OUT/bench-server-<time>.json (every row) and .md (the tables,
 # with each pmhash configuration's ratio to its Redis peer); OUT defaults
@@ -38,6 +44,11 @@ requests=1000000
 keys=1000000
 restart_keys="1000000 10000000"
 media="shm disk"
+parts="throughput restart ycsb"
+ycsb_workloads="a b c f d"
+ycsb_records=${YCSB_RECORDS:-100000}
+ycsb_ops=${YCSB_OPS:-100000}
+ycsb_threads=${YCSB_THREADS:-16}
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -46,7 +57,9 @@ while [ $# -gt 0 ]; do
     --keys) keys=$2; shift 2 ;;
     --restart-keys) restart_keys=$2; shift 2 ;;
     --media) media=$2; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --parts) parts=$2; shift 2 ;;
+    --ycsb-workloads) ycsb_workloads=$2; shift 2 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "bench-server: unknown flag $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -54,6 +67,16 @@ done
 for tool in redis-server redis-benchmark redis-cli; do
   command -v "$tool" >/dev/null || { echo "bench-server: $tool is missing (scripts/bootstrap.sh bench-server)" >&2; exit 1; }
 done
+part() { [[ " $parts " == *" $1 "* ]]; }
+for p in $parts; do
+  case "$p" in
+    throughput|restart|ycsb) ;;
+    *) echo "bench-server: no part '$p' (throughput restart ycsb)" >&2; exit 2 ;;
+  esac
+done
+# The binding is built (its jars fetched the first time) before any server
+# starts, so that a missing JDK stops the sitting at once, not after hours.
+if part ycsb; then scripts/ycsb.sh --build-only; fi
 [ -x "$build/pmhash-server" ] || { echo "bench-server: no $build/pmhash-server (make build-release)" >&2; exit 1; }
 
 mkdir -p "$out"
@@ -136,7 +159,7 @@ configs=(redis-none redis-everysec redis-always)
 while read -r m; do configs+=("pmhash-$m"); done < <("$build/pmhash" engines --modes pool)
 
 # --- throughput ---------------------------------------------------------------
-for medium in $media; do
+part throughput && for medium in $media; do
   for name in "${configs[@]}"; do
     for size in 16 100; do
       for pipeline in 1 16; do
@@ -170,7 +193,7 @@ for i in range(n):
 EOF
 }
 
-for medium in $media; do
+part restart && for medium in $media; do
   for n in $restart_keys; do
     for name in redis-everysec redis-always "${configs[@]:3}"; do
       dir=$(dir_of "$medium")
@@ -204,19 +227,39 @@ for medium in $media; do
   done
 done
 
+# --- YCSB ------------------------------------------------------------------------
+# One load per server, then the workloads in order on it (D inserts: last).
+part ycsb && for medium in $media; do
+  for name in "${configs[@]}"; do
+    dir=$(dir_of "$medium")
+    start "$name" "$medium" "$dir"
+    wait_ready "$(date +%s%N)" >/dev/null
+    echo "bench-server: YCSB on $medium $name" >&2
+    scripts/ycsb.sh --port "$port" --workloads "$ycsb_workloads" --records "$ycsb_records" \
+      --ops "$ycsb_ops" --threads "$ycsb_threads" --rows "$rows" \
+      --row-extra "{\"medium\":\"$medium\",\"server\":\"$name\"}" >"$dir/ycsb.out" ||
+      { cat "$dir/ycsb.out" >&2; echo "bench-server: YCSB failed on $medium $name" >&2; exit 1; }
+    stop
+    rm -rf "$dir"
+  done
+done
+
 json=$out/bench-server-$stamp.json
-"$py" - "$rows" "$json" "$out/bench-server-$stamp.md" "$requests" "$keys" <<'EOF'
+"$py" - "$rows" "$json" "$out/bench-server-$stamp.md" "$requests" "$keys" \
+  "$ycsb_records" "$ycsb_ops" "$ycsb_threads" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-meta = {"requests": int(sys.argv[4]), "keys": int(sys.argv[5])}
+meta = {"requests": int(sys.argv[4]), "keys": int(sys.argv[5]),
+        "ycsb": {"records": int(sys.argv[6]), "ops": int(sys.argv[7]), "threads": int(sys.argv[8])}}
 json.dump({"meta": meta, "rows": rows}, open(sys.argv[2], "w"), indent=1)
 def peer(server):
     return "redis-everysec" if server.endswith(":epoch") else "redis-always"
-md = ["# pmhash-server and redis-server, one sitting", "",
-      "scripts/bench-server.sh: redis-benchmark -c 50, %d requests over %d keys." % (meta["requests"], meta["keys"]),
-      "Ratios: each pmhash configuration against its Redis peer of the same durability",
-      "(strict: appendfsync always; epoch durability: appendfsync everysec), and GET against redis-none.", ""]
 tp = [r for r in rows if r["kind"] == "throughput"]
+md = ["# pmhash-server and redis-server, one sitting", ""]
+if tp:
+    md += ["scripts/bench-server.sh: redis-benchmark -c 50, %d requests over %d keys." % (meta["requests"], meta["keys"]),
+           "Ratios: each pmhash configuration against its Redis peer of the same durability",
+           "(strict: appendfsync always; epoch durability: appendfsync everysec), and GET against redis-none.", ""]
 for medium in sorted({r["medium"] for r in tp}):
     md += ["## Throughput, %s (requests/s)" % medium, "",
            "| server | bytes | -P | test | rps | vs peer |", "|---|---|---|---|---|---|"]
@@ -236,6 +279,35 @@ if rs:
            "| medium | server | keys | keys after | ms |", "|---|---|---|---|---|"]
     for r in rs:
         md.append("| %s | %s | %d | %d | %.1f |" % (r["medium"], r["server"], r["keys"], r["keys_after"], r["ready_us"] / 1000))
+    md.append("")
+ys = [r for r in rows if r["kind"] == "ycsb"]
+def lat(r, ops):
+    for op in ops:
+        if op in r["latency_us"]:
+            l = r["latency_us"][op]
+            return "%.0f / %.0f" % (l["p50"], l["p99"])
+    return ""
+for medium in sorted({r["medium"] for r in ys}):
+    y = meta["ycsb"]
+    md += ["## YCSB, %s (operations/s; latencies p50 / p99 in µs)" % medium, "",
+           "scripts/ycsb.sh: %d records of 10 fields × 100 bytes, %d operations per workload, %d client threads;"
+           % (y["records"], y["ops"], y["threads"]),
+           "load is YCSB's load phase (inserts); the write column is UPDATE (A, B, F) or INSERT (load, D).",
+           "Ratios of throughput: against the Redis peer of the same durability and against redis-none.", "",
+           "| workload | server | ops/s | read | write | vs peer | vs redis-none |", "|---|---|---|---|---|---|---|"]
+    index = {(r["workload"] if r["phase"] == "run" else "load", r["server"]): r for r in ys if r["medium"] == medium}
+    order = {w: i for i, w in enumerate(["load", "a", "b", "c", "f", "d"])}
+    for (w, server), r in sorted(index.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
+        ratios = ["", ""]
+        if server.startswith("pmhash-"):
+            for i, ref in enumerate([peer(server), "redis-none"]):
+                base = index.get((w, ref))
+                if base:
+                    ratios[i] = "%.2f×" % (r["ops_per_s"] / base["ops_per_s"])
+        md.append("| %s | %s | %.0f | %s | %s | %s | %s |" % (
+            w.upper() if w != "load" else w, server, r["ops_per_s"], lat(r, ["READ"]),
+            lat(r, ["UPDATE", "INSERT"]), ratios[0], ratios[1]))
+    md.append("")
 open(sys.argv[3], "w").write("\n".join(md) + "\n")
 print(sys.argv[3])
 EOF

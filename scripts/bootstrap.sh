@@ -28,6 +28,9 @@ packages=(
   # pmhash-server's tests speak to it with the real Redis tools (redis-cli)
   # and through the twemproxy proxy (nutcracker).
   redis-tools nutcracker
+  # The YCSB binding (bench/ycsb, scripts/ycsb.sh): built with Maven, run by
+  # make test against pmhash-server and by make bench-server.
+  default-jdk-headless maven
 )
 if [ "${1:-}" = costs ]; then
   # make costs (scripts/costs.sh): perf record and perf stat.
