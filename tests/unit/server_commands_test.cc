@@ -423,8 +423,8 @@ TEST_P(ServerCommands, RandomKeyAnswersALiveKeyOrNil) {
 TEST_P(ServerCommands, MultiExecRunsTheBlockAsOneTransactionOrIsRefused) {
   RespClient c(port());
   if (!has_transactions()) {
-    EXPECT_EQ(c.call({"MULTI"}).rfind("(error) ERR MULTI needs an engine with transactions", 0), 0u);
     EXPECT_EQ(c.call({"WATCH", "a"}).rfind("(error) ERR WATCH needs an engine with transactions", 0), 0u);
+    EXPECT_EQ(c.call({"MULTI"}).rfind("(error) ERR MULTI needs an engine with transactions", 0), 0u);
     // The block is refused whole: what a client pipelined after MULTI does
     // not run, one by one, outside a transaction.
     EXPECT_EQ(c.call({"SET", "a", "1"}).rfind("(error) ERR not run: MULTI was refused", 0), 0u);
