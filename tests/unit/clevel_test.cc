@@ -968,8 +968,10 @@ TEST_F(ClevelTest, FailedCompareAndSwapLeavesTheItemToOtherWriters) {
 
 // One scan, call by call: the keys passed and how often.
 struct ScanRun {
+  explicit ScanRun(Store* s, std::uint64_t from = 0) : store(s), cursor(from) {}
+
   Store* store;
-  std::uint64_t cursor = 0;
+  std::uint64_t cursor;
   bool ended = false;
   std::map<std::string, int> seen;
 
@@ -1009,7 +1011,7 @@ void scan_across_parked_expansion(Store* store, cl::testing::MoveStep step) {
     ASSERT_TRUE(store->insert("stable-" + std::to_string(i), "s").ok());
   }
   while (store->stats().resizing) std::this_thread::yield();
-  ScanRun run{store};
+  ScanRun run(store);
   run.calls(4, 3);
   ASSERT_FALSE(run.ended);
   {
@@ -1043,7 +1045,7 @@ TEST_F(ClevelTest, ScanCursorInALevelSinceDroppedResumesInTheNextLarger) {
     ASSERT_TRUE(store_->insert("stable-" + std::to_string(i), "s").ok());
   }
   wait_until_stable();
-  ScanRun run{store_.get()};
+  ScanRun run(store_.get());
   run.calls(1, 1);  // one bucket of the smallest level (the scan goes up)
   ASSERT_FALSE(run.ended);
   const std::uint64_t expansions = store_->stats().property("clevel.expansions");
@@ -1070,7 +1072,7 @@ TEST_F(ClevelTest, ScanPassesEveryKeyAcrossAShrink) {
   }
   for (int i = 0; i < kDoomed; ++i) ASSERT_TRUE(store_->insert(key(i), "d").ok());
   wait_until_stable();
-  ScanRun run{store_.get()};
+  ScanRun run(store_.get());
   // Past the smaller level (a third of the slots): inside the largest.
   while (!run.ended && run.seen.size() < (kStable + kDoomed) * 6 / 10) run.step(50);
   ASSERT_FALSE(run.ended);
@@ -1104,7 +1106,7 @@ TEST_F(ClevelTest, ScanWithoutWritesPassesEachKeyOnceWhileARoundRuns) {
   for (; n < 3000 || !store_->stats().resizing; ++n) {
     ASSERT_TRUE(store_->insert(key(n), "v").ok());
   }
-  ScanRun run{store_.get()};
+  ScanRun run(store_.get());
   run.to_end(10);
   EXPECT_EQ(run.seen.size(), static_cast<std::size_t>(n));
   for (const auto& [k, times] : run.seen) EXPECT_EQ(times, 1) << k;
@@ -1120,7 +1122,7 @@ TEST_F(ClevelTest, ScanFromAnyCursorEndsWithoutDuplicates) {
        {std::uint64_t{1}, std::uint64_t{63} << 42, (std::uint64_t{4} << 42) | 7,
         (std::uint64_t{41} << 42) | ((std::uint64_t{1} << 42) - 1), ~std::uint64_t{0},
         std::uint64_t{0x0001} << 48}) {
-    ScanRun run{store_.get(), cursor};
+    ScanRun run(store_.get(), cursor);
     run.to_end(7);
     for (const auto& [k, times] : run.seen) EXPECT_EQ(times, 1) << k << " from " << cursor;
     if ((cursor >> 48) != 0) {
