@@ -961,5 +961,176 @@ TEST_F(ClevelTest, FailedCompareAndSwapLeavesTheItemToOtherWriters) {
   EXPECT_TRUE(c.ok()) << c.to_string();
 }
 
+
+// ---------------------------------------------------------------------------
+// Scan (clevel.h, "Scan") across resize steps held by the test hooks
+// ---------------------------------------------------------------------------
+
+// One scan, call by call: the keys passed and how often.
+struct ScanRun {
+  explicit ScanRun(Store* s, std::uint64_t from = 0) : store(s), cursor(from) {}
+
+  Store* store;
+  std::uint64_t cursor;
+  bool ended = false;
+  std::map<std::string, int> seen;
+
+  void step(std::size_t count) {
+    std::uint64_t next = 0;
+    const Status s = store->scan(
+        cursor, count, [&](std::string_view k, std::string_view) { ++seen[std::string(k)]; },
+        &next);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    if (!s.ok() || next == 0) {
+      ended = true;
+      return;
+    }
+    cursor = next;
+  }
+  void calls(std::size_t count, int n) {
+    for (int i = 0; i < n && !ended; ++i) step(count);
+  }
+  void to_end(std::size_t count = 64) {
+    for (int i = 0; i < 1000000 && !ended; ++i) step(count);
+    EXPECT_TRUE(ended) << "the scan did not end";
+  }
+  // Keys "<prefix>0" .. "<prefix>(n-1)" that the scan never passed.
+  int missed(const std::string& prefix, int n) const {
+    int missing = 0;
+    for (int i = 0; i < n; ++i) missing += seen.count(prefix + std::to_string(i)) == 0 ? 1 : 0;
+    return missing;
+  }
+};
+
+// A scan half-way when an expansion starts; a rehash thread is held inside
+// a move (frozen, or moved out) while the scan goes on, then let go: every
+// key present throughout is passed.
+void scan_across_parked_expansion(Store* store, cl::testing::MoveStep step) {
+  constexpr int kStable = 150;
+  for (int i = 0; i < kStable; ++i) {
+    ASSERT_TRUE(store->insert("stable-" + std::to_string(i), "s").ok());
+  }
+  while (store->stats().resizing) std::this_thread::yield();
+  ScanRun run(store);
+  run.calls(4, 3);
+  ASSERT_FALSE(run.ended);
+  {
+    ParkedMove park(step);
+    int inserted = 0;
+    fill_until_parked(store, &park, &inserted);
+    run.calls(4, 4);  // each waits for the held round a little, then reads on
+    park.let_go();
+  }
+  run.to_end(8);
+  EXPECT_EQ(run.missed("stable-", kStable), 0);
+}
+
+TEST_F(ClevelTest, ScanPassesEveryKeyAcrossAFrozenExpansionMove) {
+  create();
+  scan_across_parked_expansion(store_.get(), cl::testing::MoveStep::kFrozen);
+}
+
+TEST_F(ClevelTest, ScanPassesEveryKeyAcrossAMovedOutExpansionMove) {
+  create();
+  scan_across_parked_expansion(store_.get(), cl::testing::MoveStep::kMovedOut);
+}
+
+// A cursor left in the smallest level, which an expansion then empties and
+// drops: the scan resumes at the start of the next larger level, where the
+// items went, and still passes every key.
+TEST_F(ClevelTest, ScanCursorInALevelSinceDroppedResumesInTheNextLarger) {
+  create();
+  constexpr int kStable = 150;
+  for (int i = 0; i < kStable; ++i) {
+    ASSERT_TRUE(store_->insert("stable-" + std::to_string(i), "s").ok());
+  }
+  wait_until_stable();
+  ScanRun run(store_.get());
+  run.calls(1, 1);  // one bucket of the smallest level (the scan goes up)
+  ASSERT_FALSE(run.ended);
+  const std::uint64_t expansions = store_->stats().property("clevel.expansions");
+  for (int i = 0; store_->stats().property("clevel.expansions") == expansions; ++i) {
+    ASSERT_TRUE(store_->insert(key(i), "v").ok());
+  }
+  wait_until_stable();  // the round ended: the smallest level is gone
+  run.to_end(5);
+  EXPECT_EQ(run.missed("stable-", kStable), 0);
+}
+
+// A scan that has passed the smaller level and is inside the largest when
+// a shrink starts; its rehash thread is held inside its first move while
+// the scan goes on, then let go and the shrink ends (the largest level is
+// dropped). Every key present throughout is passed: the items moved down,
+// into levels the scan had passed, so it must start over.
+TEST_F(ClevelTest, ScanPassesEveryKeyAcrossAShrink) {
+  options_.set("clevel.shrink_threshold", 0.1);
+  create();
+  constexpr int kStable = 200;
+  constexpr int kDoomed = 6000;
+  for (int i = 0; i < kStable; ++i) {
+    ASSERT_TRUE(store_->insert("stable-" + std::to_string(i), "s").ok());
+  }
+  for (int i = 0; i < kDoomed; ++i) ASSERT_TRUE(store_->insert(key(i), "d").ok());
+  wait_until_stable();
+  ScanRun run(store_.get());
+  // Past the smaller level (a third of the slots): inside the largest.
+  while (!run.ended && run.seen.size() < (kStable + kDoomed) * 6 / 10) run.step(50);
+  ASSERT_FALSE(run.ended);
+  const std::uint64_t shrinks = store_->stats().property("clevel.shrinks");
+  {
+    ParkedMove park(cl::testing::MoveStep::kFrozen);
+    // Remove until a shrink starts (a remove starts it), then no more: a
+    // remove of the held item would wait for the held move.
+    for (int i = 0; i < kDoomed && !store_->stats().resizing; ++i) {
+      ASSERT_TRUE(store_->remove(key(i)).ok());
+    }
+    ASSERT_TRUE(store_->stats().resizing) << "no shrink started";
+    park.wait_parked();
+    run.calls(50, 3);
+    park.let_go();
+  }
+  wait_until_stable();
+  EXPECT_GT(store_->stats().property("clevel.shrinks"), shrinks);
+  run.to_end(50);
+  EXPECT_EQ(run.missed("stable-", kStable), 0);
+  Status c = store_->check();
+  EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
+// Without writes during the scan, a round still running from earlier
+// writes does not make the scan pass a key twice: the scan waits for it
+// before reading the level it empties.
+TEST_F(ClevelTest, ScanWithoutWritesPassesEachKeyOnceWhileARoundRuns) {
+  create();
+  int n = 0;
+  for (; n < 3000 || !store_->stats().resizing; ++n) {
+    ASSERT_TRUE(store_->insert(key(n), "v").ok());
+  }
+  ScanRun run(store_.get());
+  run.to_end(10);
+  EXPECT_EQ(run.seen.size(), static_cast<std::size_t>(n));
+  for (const auto& [k, times] : run.seen) EXPECT_EQ(times, 1) << k;
+}
+
+// Hostile cursors: whatever the bits, the scan ends and passes no key twice
+// (no writes); a cursor of another epoch starts over.
+TEST_F(ClevelTest, ScanFromAnyCursorEndsWithoutDuplicates) {
+  create();
+  for (int i = 0; i < 500; ++i) ASSERT_TRUE(store_->insert(key(i), "v").ok());
+  wait_until_stable();
+  for (std::uint64_t cursor :
+       {std::uint64_t{1}, std::uint64_t{63} << 42, (std::uint64_t{4} << 42) | 7,
+        (std::uint64_t{41} << 42) | ((std::uint64_t{1} << 42) - 1), ~std::uint64_t{0},
+        std::uint64_t{0x0001} << 48}) {
+    ScanRun run(store_.get(), cursor);
+    run.to_end(7);
+    for (const auto& [k, times] : run.seen) EXPECT_EQ(times, 1) << k << " from " << cursor;
+    if ((cursor >> 48) != 0) {
+      // Another epoch (this pool's is 0): the whole scan.
+      EXPECT_EQ(run.seen.size(), 500u) << "from " << cursor;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pmhash

@@ -12,6 +12,7 @@
 //   +------------------------------------------------------------------+
 //   | magic, creation parameters                                       |
 //   | context      one 64-bit word, CASed (see "Context")              |
+//   | scan_epoch   odd while a shrink moves items down (see "Scan")    |
 //   | levels[64]   ring of level offsets, indexed by level id mod 64   |
 //   | progress[16] per rehash thread: {level id, next bucket}          |
 //   | item_count, count_valid   saved by a clean close                 |
@@ -352,6 +353,7 @@
 //      in a block that holds the 2^log2 buckets its header claims. Slots
 //      and items are not read: check() validates those, in O(keys)
 //   1. clear DIRTY in the context (persisting the word)
+//      and make the scan epoch even unless a shrink is in progress (Scan)
 //   2. zero every levels[] entry outside [last, first]: a level whose
 //      expansion never reached the context (freed, unless the block is a
 //      live level by now)
@@ -384,6 +386,124 @@
 //   candidate bucket match its key; no MOVING bit; no two different items
 //   with one key; the item count; every allocated heap block is a live level
 //   or an item in some slot (no leak).
+//
+// ---------------------------------------------------------------------------
+// Scan (Index::scan, clevel_scan.cc)
+// ---------------------------------------------------------------------------
+// What moves an item, and where (the facts the argument rests on):
+//   M1 Only rehash threads move items, one slot at a time: MOVING, copy into
+//      a candidate bucket of another level of the round's context, drain,
+//      then clear the source (move_bucket). Copy before clear: at every
+//      moment some slot holds the item. No move stays inside a level
+//      (safe_level excludes the level being emptied from place()).
+//   M2 An expansion's round empties the last level (the smallest) into the
+//      larger ones; a shrink's round empties the first level (the largest)
+//      into the smaller ones. Nothing else moves an item: an update stores
+//      its new pointer into a slot that held the old one, and when a key
+//      has several copies (a context-aware insert, a move under way) it
+//      keeps the one a search meets last, i.e. the one items move towards
+//      (replace_all); inserts and deletes add or end a key.
+//   M3 Level sizes: adjacent levels differ by a factor two (an expansion
+//      adds 2x the first, a shrink 1/2 the last), so log2 of a level's
+//      bucket count names it among the live levels; it is on media
+//      (LevelHeader::log2), hence the same after a reopen. Levels appear
+//      above the first (expansion) or below the last (a shrink's start),
+//      and are dropped at the bottom (expansion's end) or the top (shrink's
+//      end).
+//   M4 Scan epoch (Root::scan_epoch, persisted): odd exactly while a
+//      shrink's round may move items down. The first rehash thread makes it
+//      odd when the round starts, before any move (every member of the
+//      round takes its share from it under rehash_mutex_); the thread that
+//      finishes the round makes it even once every share is done, before
+//      the context CAS that ends the shrink or turns it around (only after
+//      that CAS can a round move items up). Each change is one increment,
+//      persisted before what it announces. Recovery makes an odd epoch even
+//      when no shrink is in progress; a resumed shrink makes it odd again.
+//      So: epoch even -> items move only up (to larger levels), epoch odd
+//      -> only down.
+//
+// Order: within one epoch, levels by log2, ascending when the epoch is even
+// and descending when it is odd, i.e. in the direction items move (M4);
+// within a level, buckets in index order. A part is one bucket.
+//
+// Cursor (64 bits):
+//   63..48  the epoch's low 16 bits when the cursor was handed out
+//   47..42  log2 of the level + 1 (0: before every level; 42..63: past
+//           every level: levels have at most 2^40 buckets)
+//   41..0   bucket index within that level
+//   A returned cursor is never 0 (its level field is >= 1). A cursor whose
+//   epoch is not the current one's (another epoch, or a hostile value) is
+//   taken as 0: the scan starts over in the current order. Otherwise it
+//   resumes at the level with that log2, at that bucket; if that level is
+//   gone (or never was), at bucket 0 of the next level in order (up: the
+//   smallest log2 above it, down: the largest below it); a bucket index at
+//   or past its level's end means the next level. Nothing in it depends on
+//   DRAM addresses or on the open: after a reopen the epoch and the level
+//   sizes are what they were.
+//
+// Each call reads buckets one at a time, each inside a read-side section
+// under a freshly loaded context (so the level is not freed under it, as in
+// salvage), copies the visible items' keys and values, leaves the section
+// and passes them to fn. It loads the epoch (seq_cst) first and again after
+// its last bucket. If the epoch changed, the cursor returned carries the old
+// epoch (and the level field 63, so it is not 0): the next call starts over.
+// Otherwise the cursor is the position after the last bucket read, or 0 if
+// the order has no bucket left.
+//
+// Why a key present throughout is passed. Take the calls from the last
+// start-over to the call that returns 0: they all ran in one epoch E (each
+// saw E at its start and at its end, and E only grows). Call a slot
+// "visited" when the scan's position has passed its bucket. Claim: from the
+// first of those calls on, every key present since then either has been
+// passed or is held by a slot not yet visited. At the first call nothing is
+// visited. The position only advances after reading a bucket whose items it
+// passes, so a key that was in that bucket when it was read was passed. A
+// key can reach a visited slot only by a move (M2: an update keeps its slot,
+// and of several copies it keeps the one later in order). With E even, a
+// move goes from the last level to a larger one (M2, M4): if its source was
+// not visited, the position is in the last level or below it, so the
+// destination, in a larger level, is not visited either; if the source was
+// visited, the key was passed already. With E odd the same holds mirrored:
+// moves go from the first level down, and the order visits the first level
+// first. Levels that appear or disappear do not matter: a new level with E
+// even is above every level (unvisited) or, at a shrink's start, below them
+// but empty of moved items until the epoch turns odd; with E odd no level
+// appears or goes (no expansion runs during a shrink, and the top is
+// dropped only after the epoch is even again, empty: no insert places into
+// the level a round empties). When a cursor's level is gone it was emptied
+// into levels later in the order, where the scan goes on. So when the order
+// is exhausted every such key was passed.
+//   A move during a call, while the call reads the bucket: the copy is made
+//   before the source is cleared (M1), and the copy lies later in the order
+//   than the source. Reading the source slot before it is cleared passes
+//   the key; reading it cleared (MOVING alone, or 0) means the copy is in
+//   place already, later in the order. A MOVING slot that still names the
+//   item is passed. A move of the other direction under a call was
+//   announced by an epoch change made before it (M4): had the call read any
+//   slot such a move wrote, its acquire load of that slot orders the epoch
+//   increment before the call's final epoch load, which then sees it, and
+//   the next call starts over.
+//   Duplicates: a key is passed twice only if it moves from a visited slot
+//   to one not yet visited, or the scan starts over; both need a round in
+//   progress. A scan without concurrent writes sees none: before reading a
+//   bucket of the level a round is emptying, and before starting while a
+//   shrink is in progress, a call waits outside any read-side section for
+//   the round to end (bounded: 5 s per call, and at most 200 ms without the
+//   round's progress entries moving, so a stalled or parked rehash thread
+//   only costs time; then the call reads on and may pass some keys twice).
+//
+// Termination: within an epoch each call advances the position by at least
+// one bucket, and the order holds the sum of the level sizes, which grows
+// only when an expansion adds a level. The epoch changes twice per shrink,
+// and a shrink needs the table to have grown before it can shrink again.
+// So a scan ends after a bounded number of calls unless the index keeps
+// resizing. (16 epoch bits: a cursor held across 65536 epoch changes may
+// match by chance and resume mid-way; that loses the guarantee only then.)
+// Any 64-bit cursor is a position from which the scan ends.
+//
+// Cost per call: the buckets read until `count` keys are passed (each a
+// read-side section, O(levels) to find its level), plus the waits above.
+// DRAM: the keys and values of one bucket at a time.
 #pragma once
 
 #include "engine/index.h"

@@ -47,6 +47,8 @@ class ClevelIndex final : public Index {
   Status compare_and_swap(const Key& key, std::optional<std::string_view> expected,
                           std::optional<std::string_view> desired) override;
   Status for_each(const ForEachFn& fn) override;
+  Status scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+              std::uint64_t* next) override;
   Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
   Status sync() override;
@@ -179,7 +181,22 @@ class ClevelIndex final : public Index {
   Attempt move_bucket(heap::ThreadCache* tc, Bucket* b, std::uint16_t src);
   void finish_round(heap::ThreadCache* tc, Ctx c, bool complete);
   void wake_rehash();
+  // Makes the scan epoch's low bit `parity` (1: a shrink moves items down),
+  // durably, by one increment if it differs (clevel.h, "Scan").
+  void set_scan_epoch_parity(std::uint64_t parity);
   std::uint64_t resume_bucket(std::uint64_t round_key) const;
+
+  // --- scan (clevel_scan.cc) ---
+  struct ScanPos;
+  struct ScanWait;
+  // Under a read-side section, with context c: moves *pos to the first
+  // bucket at or after it in scan order that the context's levels hold and
+  // sets *l and *id to its level; false when the order has no such bucket.
+  bool scan_resolve(Ctx c, bool up, ScanPos* pos, LevelHeader** l, std::uint16_t* id) const;
+  // Outside any read-side section: waits while the context still matches
+  // `until_changed` for a little longer (ScanWait's budget); false once the
+  // budget is spent.
+  bool scan_wait(Ctx until_changed, ScanWait* w) const;
 
   // --- recovery and accounting ---
   bool keep_block(std::uint64_t off);

@@ -144,6 +144,12 @@ Status ClevelIndex::recover() {
   }
   // 1. The context word, durable and without DIRTY.
   const Ctx c = load_ctx();
+  //    The scan epoch is odd only while a shrink moves items (clevel.h,
+  //    "Scan"); a shrink's rehash thread makes it odd again when it resumes.
+  if (!c.shrinking() && (root_->scan_epoch.load() & 1) != 0) {
+    root_->scan_epoch.fetch_add(1);
+    region_.persist(&root_->scan_epoch, sizeof(std::uint64_t));
+  }
   // 2. MOVING bits: a rehash thread can only have been inside the bucket its
   //    progress entry names.
   for (Progress& p : root_->progress) {

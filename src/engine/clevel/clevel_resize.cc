@@ -343,6 +343,10 @@ bool ClevelIndex::rehash_share(heap::ThreadCache* tc, unsigned j, Ctx c, std::ui
 
 void ClevelIndex::finish_round(heap::ThreadCache* tc, Ctx c, bool complete) {
   const std::uint16_t src = c.drain_level();
+  // Every move of the round is done (each thread has returned from its
+  // share). After a shrink's round, scans learn that items may move up again
+  // before the context allows any move up (clevel.h, "Scan").
+  if (c.shrinking()) set_scan_epoch_parity(0);
   if (!complete) {
     // Paper-external: a shrink that ran out of room turns into an expansion
     // that empties the small level it added (upwards).
@@ -385,6 +389,15 @@ void ClevelIndex::finish_round(heap::ThreadCache* tc, Ctx c, bool complete) {
   dropping_[src % kRingSize].store(0, std::memory_order_seq_cst);
 }
 
+void ClevelIndex::set_scan_epoch_parity(std::uint64_t parity) {
+  std::uint64_t e = root_->scan_epoch.load(std::memory_order_seq_cst);
+  if ((e & 1) == parity) return;  // a resumed round, or a pool that was left so
+  root_->scan_epoch.fetch_add(1, std::memory_order_seq_cst);
+  // Durable before the first move it announces: a cursor handed out after a
+  // crash must not carry the old epoch past moves the new one covers.
+  region_.persist(&root_->scan_epoch, sizeof(std::uint64_t));
+}
+
 void ClevelIndex::rehash_main(unsigned j) {
   rcu::register_thread();
   Status s;
@@ -421,6 +434,9 @@ void ClevelIndex::rehash_main(unsigned j) {
         std::unique_lock lock(rehash_mutex_);
         if (stop_) return;
         if (round_key_ != key) {
+          // Before a shrink's first move down, scans learn that items now
+          // move towards smaller levels (clevel.h, "Scan").
+          if (c.shrinking()) set_scan_epoch_parity(1);
           round_key_ = key;
           round_start_ = resume_bucket(key);
           round_done_mask_ = 0;

@@ -129,7 +129,12 @@ struct Root {
   std::uint32_t min_log2;       // creation parameter
   std::uint64_t reserved0[6];
   alignas(64) std::atomic<std::uint64_t> context;
-  std::uint64_t reserved1[7];
+  // Scan epoch (clevel.h, "Scan"): bumped, and persisted, when a shrink's
+  // rehash round starts (odd: items may move down) and before it ends (even:
+  // they may move up again). Zero in pools made before it existed; recovery
+  // makes it even unless a shrink is in progress.
+  std::atomic<std::uint64_t> scan_epoch;
+  std::uint64_t reserved1[6];
   alignas(64) std::atomic<std::uint64_t> levels[kRingSize];
   Progress progress[kMaxRehashThreads];
   alignas(64) std::uint64_t item_count;  // valid when count_valid == 1
