@@ -3,7 +3,8 @@
 // Most tests drive the engine through engine::find_engine("nehash") with
 // keys placed exactly: real keys (so check() applies) found by searching for
 // ones whose XXH3 h1 has the wanted top bits, bucket and slot. A fake clock
-// drives the expansion-rate times; a split hook parks a split at step 9.
+// drives the expansion-rate times; split hooks park a split at step 9 and
+// at the other steps a scan can meet.
 // The rest go through the public Store API or edit the pool's bytes to build
 // states only a crash or damage can make.
 #include <gtest/gtest.h>
@@ -982,6 +983,249 @@ TEST_F(NehashEngineTest, SplitCleaningWaitsForAWriterBackingOffItsHomeLock) {
   EXPECT_TRUE(put(fresh[0], "v").ok());  // home bucket 1 of g, which the writer held
   EXPECT_EQ(value_of(fresh[0]), "v");
   expect_check();
+}
+
+// ---------------------------------------------------------------------------
+// Scan (nehash.h, "Scan"): position = h1, whole group ranges per call
+// ---------------------------------------------------------------------------
+
+// A group g at depth 1 (prefix 1) that the next insert of a key with home
+// bucket 0 and top bits 10 splits: bucket 0 and the conflict bucket are
+// full, and bucket 1 holds keys of both halves (so step 10 cleans buckets
+// 0, 1 and the conflict bucket, in that order). Group 0 holds a few keys
+// below it. `splitter` is the insert that splits.
+class NehashScanTest : public NehashEngineTest {
+ protected:
+  void SetUp() override {
+    NehashEngineTest::SetUp();
+    create();
+    const unsigned b = 1;
+    below_ = find_keys([](std::uint64_t h1) { return (h1 >> 63) == 0; }, 5);
+    const auto lower = find_keys(at(0b10, 2, b, 0, 0), 2);
+    const auto upper = find_keys(at(0b11, 2, b, 0, 0), 31);
+    splitter_ = lower[1];
+    present_ = below_;
+    present_.push_back(lower[0]);
+    present_.insert(present_.end(), upper.begin(), upper.end());
+    for (const auto& k : find_keys(at(0b10, 2, b, 1, 3), 3)) present_.push_back(k);
+    for (const auto& k : find_keys(at(0b11, 2, b, 1, 7), 3)) present_.push_back(k);
+    for (const auto& k : present_) ASSERT_TRUE(put(k, "v-" + k).ok()) << k;
+    g_ = group_of(lower[0]);
+    ASSERT_EQ(g_->depth.load(), 1u);
+    ASSERT_EQ(stats().property("nehash.splits"), 0u);
+  }
+  void TearDown() override {
+    nh::testing::set_split_step_hook(nullptr);
+    nh::testing::set_range_copy_hook(nullptr);
+    NehashEngineTest::TearDown();
+  }
+
+  // Scan calls of `count` from `cursor` until the scan ends, or until
+  // `max_calls` calls were made (0: no limit, but a failure after 1000);
+  // counts each key passed into *seen and checks its value. Returns the
+  // cursor it stopped at (0: the end).
+  std::uint64_t scan(std::uint64_t cursor, std::size_t count, std::map<std::string, int>* seen,
+                     int max_calls = 0) {
+    for (int c = 0; max_calls == 0 ? c < 1000 : c < max_calls; ++c) {
+      std::uint64_t next = 0;
+      std::size_t passed = 0;
+      const Status s = index_->scan(
+          cursor, count,
+          [&](std::string_view k, std::string_view v) {
+            ++passed;
+            ++(*seen)[std::string(k)];
+            EXPECT_EQ(v, "v-" + std::string(k));
+          },
+          &next);
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      if (!s.ok() || next == 0) return 0;
+      EXPECT_GE(passed, count) << "a call that did not end the scan passed too few keys";
+      EXPECT_GT(next, cursor) << "the cursor went back";
+      cursor = next;
+    }
+    if (max_calls == 0) ADD_FAILURE() << "the scan did not end in 1000 calls";
+    return cursor;
+  }
+  // Every key of `keys` passed exactly once, and nothing else but `maybe`
+  // (at most once).
+  static void expect_exactly(const std::map<std::string, int>& seen,
+                             const std::vector<std::string>& keys, const std::string& maybe,
+                             const std::string& when) {
+    for (const auto& k : keys) {
+      const auto it = seen.find(k);
+      EXPECT_TRUE(it != seen.end() && it->second == 1)
+          << when << ": key " << k << " passed " << (it == seen.end() ? 0 : it->second) << " times";
+    }
+    std::size_t extra = 0;
+    for (const auto& [k, n] : seen) {
+      if (k == maybe) {
+        EXPECT_EQ(n, 1) << when;
+        ++extra;
+      }
+    }
+    EXPECT_EQ(seen.size(), keys.size() + extra) << when << ": a key nobody inserted";
+  }
+
+  // Runs the splitting insert in a thread that parks where `park` is
+  // called (from a hook the test sets), runs `while_parked`, then lets the
+  // split finish.
+  void while_split_parked(const std::function<void()>& while_parked) {
+    Status st;
+    std::thread t([&] { st = put(splitter_, "v-" + splitter_); });
+    parked_.wait(0);
+    while_parked();
+    release_.store(1);
+    release_.notify_all();
+    t.join();
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(stats().property("nehash.splits"), 1u);
+  }
+  // For hooks: parks the splitting thread (the first time only).
+  void park() {
+    if (parked_.exchange(1) != 0) return;
+    parked_.notify_all();
+    release_.wait(0);
+  }
+
+  std::vector<std::string> below_, present_;
+  std::string splitter_;
+  nh::GroupRef* g_ = nullptr;
+  std::atomic<int> parked_{0};
+  std::atomic<int> release_{0};
+};
+
+// At each step of a split a scanner can meet (g1 copied but not named; g
+// deepened with stale copies of the upper half; step 10 part way), whole
+// scans pass every key once, a scan that began before the split and goes
+// on across it does too, and a scan that began while it was parked and
+// ends after it as well.
+TEST_F(NehashScanTest, EveryKeyIsPassedOnceAtEachStepOfAParkedSplit) {
+  for (int step = 0; step < 3; ++step) {
+    if (step > 0) {
+      TearDown();
+      parked_ = 0;
+      release_ = 0;
+      SetUp();
+    }
+    const std::string when = "parked at " + std::string(step == 0   ? "kCopied"
+                                                        : step == 1 ? "step 9"
+                                                                    : "kBucketCleaned");
+    if (step == 1) {
+      nh::testing::set_split_hook([&] { park(); });
+    } else {
+      const auto at_step = step == 0 ? nh::testing::SplitStep::kCopied
+                                     : nh::testing::SplitStep::kBucketCleaned;
+      nh::testing::set_split_step_hook([&, at_step](nh::testing::SplitStep s) {
+        if (s == at_step) park();
+      });
+    }
+    // A scan that began before the split: its first call covers group 0.
+    std::map<std::string, int> across;
+    const std::uint64_t before = scan(0, 1, &across, 1);
+    ASSERT_EQ(before, std::uint64_t{1} << 63);
+    std::map<std::string, int> began_parked;
+    std::uint64_t across_cursor = 0, began_cursor = 0;
+    while_split_parked([&] {
+      EXPECT_EQ(g_->depth.load(), step == 0 ? 1u : 2u) << when;
+      for (std::size_t count : {std::size_t{1}, std::size_t{3}, std::size_t{1000}}) {
+        std::map<std::string, int> seen;
+        scan(0, count, &seen);
+        expect_exactly(seen, present_, "", when + ", count " + std::to_string(count));
+      }
+      // The scan that began before goes on by one call: g's whole range
+      // at kCopied (the end), its lower half once g is deeper.
+      across_cursor = scan(before, 3, &across, 1);
+      EXPECT_EQ(across_cursor, step == 0 ? 0 : std::uint64_t{3} << 62) << when;
+      began_cursor = scan(0, 1, &began_parked, 1);
+      EXPECT_EQ(began_cursor, std::uint64_t{1} << 63) << when;
+    });
+    if (across_cursor != 0) scan(across_cursor, 3, &across);
+    expect_exactly(across, present_, splitter_, when + ", scan across the split");
+    scan(began_cursor, 2, &began_parked);
+    expect_exactly(began_parked, present_, splitter_, when + ", scan begun while parked");
+    nh::testing::set_split_hook(nullptr);
+    nh::testing::set_split_step_hook(nullptr);
+    expect_check();
+  }
+}
+
+// A cursor no call returned, inside a group's range, and the range split
+// since: the scan passes exactly the keys from the cursor on, once each.
+TEST_F(NehashScanTest, ACursorInsideARangeThatSplitSincePassesTheKeysFromItOn) {
+  std::vector<std::uint64_t> cursors;
+  for (const auto& k : present_) cursors.push_back(engine::make_key(k).h1);
+  cursors.push_back(std::uint64_t{3} << 62);  // g1's start once split
+  ASSERT_TRUE(put(splitter_, "v-" + splitter_).ok());
+  ASSERT_EQ(stats().property("nehash.splits"), 1u);
+  std::vector<std::string> all = present_;
+  all.push_back(splitter_);
+  for (std::uint64_t c : cursors) {
+    std::vector<std::string> from;
+    for (const auto& k : all) {
+      if (engine::make_key(k).h1 >= c) from.push_back(k);
+    }
+    for (std::size_t count : {std::size_t{1}, std::size_t{100}}) {
+      std::map<std::string, int> seen;
+      scan(c, count, &seen);
+      expect_exactly(seen, from, "", "from cursor " + std::to_string(c));
+    }
+  }
+}
+
+// A split that runs to its end between a range copy's first depth load and
+// its reads (the copy hook) has cleared the upper half out of g before the
+// copy reads it: the copy must see the depth move and start over, or the
+// upper half is lost (and the range would end the scan at depth 1).
+TEST_F(NehashScanTest, ARangeCopyOvertakenByASplitStartsOver) {
+  for (std::size_t count : {std::size_t{1}, std::size_t{1000}}) {
+    if (count != 1) {
+      TearDown();
+      SetUp();
+    }
+    std::atomic<int> fired{0};
+    Status st;
+    nh::testing::set_range_copy_hook([&](std::uint64_t x) {
+      if (x != (std::uint64_t{1} << 63) || fired.exchange(1) != 0) return;
+      std::thread t([&] { st = put(splitter_, "v-" + splitter_); });
+      t.join();
+    });
+    std::map<std::string, int> seen;
+    scan(0, count, &seen);
+    nh::testing::set_range_copy_hook(nullptr);
+    EXPECT_EQ(fired.load(), 1);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(stats().property("nehash.splits"), 1u);
+    expect_exactly(seen, present_, splitter_, "count " + std::to_string(count));
+  }
+}
+
+// Damage: a slot whose item lies outside the heap ends the call with
+// Corruption naming the group, and no crash.
+TEST_F(NehashScanTest, ADamagedSlotEndsTheCallWithCorruption) {
+  nh::GroupRef* g = group_of(below_[0]);
+  bool damaged = false;
+  unsigned damaged_k = 0, damaged_s = 0;
+  std::uint64_t saved = 0;
+  for (unsigned k = 0; k <= conflict_bucket() && !damaged; ++k) {
+    for (unsigned s = 0; s < nh::kSlotsPerBucket && !damaged; ++s) {
+      const std::uint16_t m = meta(g, k, s);
+      if (nh::meta_valid(m) && !nh::meta_is_inline(m)) {
+        saved = slot(g, k, s).w0.load();
+        slot(g, k, s).w0.store(pool::pptr_make(std::uint64_t{1} << 40, 0));
+        damaged = true;
+        damaged_k = k;
+        damaged_s = s;
+      }
+    }
+  }
+  ASSERT_TRUE(damaged);
+  std::uint64_t next = 42;
+  const Status s = index_->scan(0, 10, [](std::string_view, std::string_view) {}, &next);
+  EXPECT_TRUE(s.is_corruption()) << s.to_string();
+  EXPECT_NE(s.message().find("group " + std::to_string(g->bg_id)), std::string::npos)
+      << s.message();
+  EXPECT_EQ(next, 0u);
+  slot(g, damaged_k, damaged_s).w0.store(saved);  // a clean close for TearDown
 }
 
 TEST_F(NehashEngineTest, KeysWithIdenticalHashUseOverflowBlocksWhenTheDirectoryCannotGrow) {
@@ -2143,6 +2387,34 @@ TEST_F(NehashStoreTest, ForEachVisitsEveryKeyOnce) {
   std::size_t stopped = 0;
   ASSERT_TRUE(store_->for_each([&](std::string_view, std::string_view) { return ++stopped < 10; }).ok());
   EXPECT_EQ(stopped, 10u);
+}
+
+// Splits and full main expansions between the calls of one scan (each
+// call passes 10 keys, then 200 more keys are inserted): every key present
+// from the first call on is passed exactly once.
+TEST_F(NehashStoreTest, AScanAcrossSplitsAndFullExpansionsPassesEveryKeyOnce) {
+  create();
+  const int n = 3000;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok()) << i;
+  const std::uint64_t expansions = store_->stats().property("nehash.full_expansions");
+  std::map<std::string, int> seen;
+  std::uint64_t cursor = 0;
+  int next_key = n;
+  for (int calls = 0;; ++calls) {
+    ASSERT_LT(calls, 10 * n) << "no end";
+    std::uint64_t next = 0;
+    ASSERT_TRUE(store_->scan(cursor, 10, [&](std::string_view k, std::string_view) {
+      ++seen[std::string(k)];
+    }, &next).ok());
+    if (next == 0) break;
+    cursor = next;
+    for (int j = 0; j < 200; ++j, ++next_key) {
+      ASSERT_TRUE(store_->insert(key(next_key), value(next_key)).ok());
+    }
+  }
+  EXPECT_GT(store_->stats().property("nehash.full_expansions"), expansions);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(seen[key(i)], 1) << i;
+  for (const auto& [k, times] : seen) EXPECT_EQ(times, 1) << k;
 }
 
 TEST_F(NehashStoreTest, CleanReopenRebuildsTheSameMapping) {

@@ -314,6 +314,36 @@ TEST_F(PmehStoreTest, ForEachVisitsEveryKeyOnce) {
   EXPECT_EQ(calls, 10u) << "stops when fn returns false";
 }
 
+// Splits and directory growth between the calls of one scan (each call
+// passes 10 keys, then 500 more keys are inserted): every key present from
+// the first call on is passed exactly once.
+TEST_F(PmehStoreTest, AScanAcrossSplitsAndDirectoryGrowthPassesEveryKeyOnce) {
+  create();
+  const int n = 3000;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok()) << i;
+  const std::uint64_t splits = store_->stats().property("pmeh.splits");
+  const std::uint64_t installs = store_->stats().property("pmeh.directory_installs");
+  std::map<std::string, int> seen;
+  std::uint64_t cursor = 0;
+  int next_key = n;
+  for (int calls = 0;; ++calls) {
+    ASSERT_LT(calls, 10 * n) << "no end";
+    std::uint64_t next = 0;
+    ASSERT_TRUE(store_->scan(cursor, 10, [&](std::string_view k, std::string_view) {
+      ++seen[std::string(k)];
+    }, &next).ok());
+    if (next == 0) break;
+    cursor = next;
+    for (int j = 0; j < 500; ++j, ++next_key) {
+      ASSERT_TRUE(store_->insert(key(next_key), value(next_key)).ok());
+    }
+  }
+  EXPECT_GT(store_->stats().property("pmeh.splits"), splits);
+  EXPECT_GT(store_->stats().property("pmeh.directory_installs"), installs);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(seen[key(i)], 1) << i;
+  for (const auto& [k, times] : seen) EXPECT_EQ(times, 1) << k;
+}
+
 TEST_F(PmehStoreTest, SplitThatCannotAllocateReturnsNoSpaceAndKeepsEverything) {
   // A small pool of 64 KiB segments and inline pairs only: the first
   // allocation refused is a split's (a directory's or a child's), and a
@@ -1431,6 +1461,241 @@ TEST_F(PmehGradualTest, DirectWritersRacingSplitsKeepEveryKey) {
 }
 
 // --- check() (§10 items 1, 2, 4, 8) ------------------------------------------------
+
+// --- scan (pmeh.h, "Scan"): position = h1, whole segment ranges per call -------------
+
+class PmehScanTest : public PmehGradualTest {
+ protected:
+  void SetUp() override {
+    PmehGradualTest::SetUp();
+    options_.set("pmeh.split_bits", 1);
+    options_.set("pmeh.split_step", 1);
+    options_.set("pmeh.segment_kib", 64);  // 255 buckets: a split stays in flight for long
+  }
+  void TearDown() override {
+    pm::testing::set_segment_copy_hook(nullptr);
+    PmehGradualTest::TearDown();
+  }
+  // Scan calls of `count` from `cursor` until the scan ends, or until
+  // `max_calls` calls were made (0: no limit, but a failure after 10000);
+  // counts each key passed into *seen and checks its value ("v"). Returns
+  // the cursor it stopped at (0: the end).
+  std::uint64_t scan(std::uint64_t cursor, std::size_t count, std::map<std::string, int>* seen,
+                     int max_calls = 0) {
+    for (int c = 0; max_calls == 0 ? c < 10000 : c < max_calls; ++c) {
+      std::uint64_t next = 0;
+      std::size_t passed = 0;
+      const Status s = index_->scan(
+          cursor, count,
+          [&](std::string_view k, std::string_view v) {
+            ++passed;
+            ++(*seen)[std::string(k)];
+            EXPECT_EQ(v, "v") << k;
+          },
+          &next);
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      if (!s.ok() || next == 0) return 0;
+      EXPECT_GE(passed, count) << "a call that did not end the scan passed too few keys";
+      EXPECT_GT(next, cursor) << "the cursor went back";
+      cursor = next;
+    }
+    if (max_calls == 0) ADD_FAILURE() << "the scan did not end in 10000 calls";
+    return cursor;
+  }
+  // Every key of `keys` passed exactly once, and nothing else but keys of
+  // `maybe` (each at most once).
+  static void expect_exactly(const std::map<std::string, int>& seen, const std::set<std::string>& keys,
+                             const std::set<std::string>& maybe, const std::string& when) {
+    for (const auto& k : keys) {
+      const auto it = seen.find(k);
+      ASSERT_TRUE(it != seen.end() && it->second == 1)
+          << when << ": key " << k << " passed " << (it == seen.end() ? 0 : it->second) << " times";
+    }
+    for (const auto& [k, n] : seen) {
+      if (keys.count(k) != 0) continue;
+      ASSERT_TRUE(maybe.count(k) != 0) << when << ": key " << k << " is not in the index";
+      ASSERT_EQ(n, 1) << when << ": key " << k;
+    }
+  }
+  // Inserts zone-0 keys "<tag><n>" (value "v") into *keys until zone 0 has
+  // a split in flight.
+  void until_split_in_flight(const std::string& tag, std::set<std::string>* keys) {
+    for (int i = 0; !pmeh().split_in_flight(0); ++i) {
+      ASSERT_LT(i, 100000) << "no split";
+      const std::string k = tag + std::to_string(i);
+      if ((engine::make_key(k).h1 >> 63) != 0) continue;
+      ASSERT_TRUE(insert(k, "v").ok()) << k;
+      keys->insert(k);
+    }
+  }
+};
+
+// A gradual split moves one bucket (plus the write's window) per write in
+// zone 0; between two writes whole scans pass every key once, removed keys
+// (also from moved windows, whose stale copies stay in S) never; and scans
+// begun at different steps, each going on by one call per step, also across
+// a clean reopen that resumes the split, the completion and the directory
+// growth the split needed, pass each key present throughout once.
+TEST_F(PmehScanTest, EveryKeyIsPassedOnceAtEachStepOfAGradualSplit) {
+  create();
+  std::set<std::string> keys;
+  until_split_in_flight("g", &keys);
+  ASSERT_EQ(stats().property("pmeh.directory_installs"), 1u) << "the split needed G = 2";
+  ASSERT_EQ(pmeh().zone_dir_id(1), 0u) << "zone 1 fills at its next write";
+  struct Long {
+    std::set<std::string> stable;  // present from its first call on
+    std::map<std::string, int> seen;
+    std::uint64_t cursor = 0;
+    bool done = false;
+  };
+  std::deque<Long> longs;
+  std::set<std::string> removed;
+  unsigned steps = 0;
+  auto scans_hold = [&](const std::string& when) {
+    for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1} << 20}) {
+      std::map<std::string, int> seen;
+      scan(0, count, &seen);
+      expect_exactly(seen, keys, {}, when + ", count " + std::to_string(count));
+    }
+    for (Long& l : longs) {
+      if (l.done) continue;
+      l.cursor = scan(l.cursor, 50, &l.seen, 1);
+      l.done = l.cursor == 0;
+    }
+    if (steps % 8 == 0) {
+      longs.emplace_back();
+      longs.back().stable = keys;
+    }
+  };
+  for (int i = 0; pmeh().split_in_flight(0); ++i) {
+    ASSERT_LT(i, 1000);
+    ++steps;
+    scans_hold("step " + std::to_string(steps));
+    if (steps == 10) {
+      reopen();
+      ASSERT_TRUE(pmeh().split_in_flight(0)) << "the split resumes";
+    }
+    if (steps == 20) {
+      // Zone 1 moves into the deeper directory.
+      for (const std::string& k : zone_keys(1, 40)) {
+        ASSERT_TRUE(insert(k, "v").ok());
+        keys.insert(k);
+      }
+      ASSERT_EQ(pmeh().zone_dir_id(1), 1u);
+      continue;
+    }
+    // One write per step: an insert, or every third step a remove of a key
+    // inserted after the split began (its window moved: it lives in a child).
+    if (i % 3 == 2) {
+      const std::string k = "n" + std::to_string(i - 1);
+      if (keys.count(k) != 0) {
+        ASSERT_TRUE(index_->remove(engine::make_key(k)).ok());
+        keys.erase(k);
+        removed.insert(k);
+        for (Long& l : longs) l.stable.erase(k);
+        continue;
+      }
+    }
+    const std::string k = "n" + std::to_string(i);
+    if ((engine::make_key(k).h1 >> 63) != 0) continue;
+    ASSERT_TRUE(insert(k, "v").ok());
+    keys.insert(k);
+  }
+  EXPECT_GE(steps, 20u);
+  EXPECT_FALSE(removed.empty());
+  scans_hold("after the split");
+  for (Long& l : longs) {
+    if (!l.done) scan(l.cursor, 50, &l.seen);
+    std::set<std::string> maybe = keys;
+    maybe.insert(removed.begin(), removed.end());
+    expect_exactly(l.seen, l.stable, maybe, "a long scan");
+  }
+  EXPECT_GE(longs.size(), 3u);
+  expect_check();
+}
+
+// A cursor no call returned, inside a segment's range: before, during and
+// after that segment's split, the scan passes exactly the keys from the
+// cursor on, once each.
+TEST_F(PmehScanTest, ACursorInsideASegmentThatSplitsPassesTheKeysFromItOn) {
+  create();
+  std::set<std::string> keys;
+  until_split_in_flight("c", &keys);
+  std::vector<std::uint64_t> cursors = {1, (std::uint64_t{1} << 63) + 1, ~std::uint64_t{0}};
+  std::mt19937_64 rng(37);
+  std::vector<std::string> sample(keys.begin(), keys.end());
+  std::shuffle(sample.begin(), sample.end(), rng);
+  for (std::size_t i = 0; i < 20; ++i) cursors.push_back(engine::make_key(sample[i]).h1);
+  cursors.push_back(std::uint64_t{1} << 62);  // child 1's start once split
+  auto from_each = [&](const std::string& when) {
+    for (std::uint64_t c : cursors) {
+      std::set<std::string> want;
+      for (const auto& k : keys) {
+        if (engine::make_key(k).h1 >= c) want.insert(k);
+      }
+      for (std::size_t count : {std::size_t{1}, std::size_t{100}}) {
+        std::map<std::string, int> seen;
+        scan(c, count, &seen);
+        expect_exactly(seen, want, {}, when + ", from cursor " + std::to_string(c));
+      }
+    }
+  };
+  from_each("split in flight");
+  for (int i = 0; pmeh().split_in_flight(0); ++i) {
+    const std::string k = "m" + std::to_string(i);
+    if ((engine::make_key(k).h1 >> 63) != 0) continue;
+    ASSERT_TRUE(insert(k, "v").ok());
+    keys.insert(k);
+  }
+  ASSERT_EQ(stats().property("pmeh.splits"), 1u);
+  from_each("split complete");
+}
+
+// A split completes between a copy's directory lookup and its load of S's
+// version (the copy hook): S is DEAD, and its buckets lack every key written
+// into the children while it split. The copy must start over from the
+// directory, at the children, or those keys are lost (and the part would
+// end at S's end, past the children).
+TEST_F(PmehScanTest, ACopyThatMeetsACompletedSplitStartsOverAtTheChildren) {
+  for (std::size_t count : {std::size_t{1}, std::size_t{1} << 20}) {
+    if (count != 1) {
+      TearDown();
+      SetUp();
+    }
+    create();
+    std::set<std::string> keys;
+    until_split_in_flight("h", &keys);
+    // Written after the split began: each insert moved its window first, so
+    // these live only in the children.
+    for (int i = 0, late = 0; late < 40; ++i) {
+      const std::string k = "late" + std::to_string(i);
+      if ((engine::make_key(k).h1 >> 63) != 0) continue;
+      ASSERT_TRUE(insert(k, "v").ok());
+      keys.insert(k);
+      ++late;
+    }
+    ASSERT_TRUE(pmeh().split_in_flight(0));
+    std::set<std::string> completing;
+    std::atomic<int> fired{0};
+    pm::testing::set_segment_copy_hook([&](std::uint64_t x) {
+      if (x != 0 || fired.exchange(1) != 0) return;
+      // Inline pairs, and zone 0's owner retires nothing before the
+      // completion: no write here waits for this read section.
+      for (int i = 0; pmeh().split_in_flight(0); ++i) {
+        const std::string k = "done" + std::to_string(i);
+        if ((engine::make_key(k).h1 >> 63) != 0) continue;
+        ASSERT_TRUE(insert(k, "v").ok());
+        completing.insert(k);
+      }
+    });
+    std::map<std::string, int> seen;
+    scan(0, count, &seen);
+    pm::testing::set_segment_copy_hook(nullptr);
+    EXPECT_EQ(fired.load(), 1);
+    ASSERT_EQ(stats().property("pmeh.splits"), 1u);
+    expect_exactly(seen, keys, completing, "count " + std::to_string(count));
+  }
+}
 
 class PmehCheckTest : public PmehGradualTest {
  protected:

@@ -2,6 +2,8 @@
 #include "engine/nehash/nehash.h"
 
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -604,79 +606,142 @@ Status NehashIndex::remove(const Key& key) {
 // Iteration and counting
 // ---------------------------------------------------------------------------
 
+namespace {
+
+std::mutex copy_hook_mutex;
+std::function<void(std::uint64_t)> copy_hook;
+std::atomic<bool> has_copy_hook{false};
+
+void run_copy_hook(std::uint64_t x) {
+  if (!has_copy_hook.load(std::memory_order_relaxed)) return;
+  std::function<void(std::uint64_t)> hook;
+  {
+    std::lock_guard lock(copy_hook_mutex);
+    hook = copy_hook;
+  }
+  if (hook) hook(x);
+}
+
+}  // namespace
+
+void testing::set_range_copy_hook(std::function<void(std::uint64_t x)> hook) {
+  std::lock_guard lock(copy_hook_mutex);
+  has_copy_hook.store(static_cast<bool>(hook));
+  copy_hook = std::move(hook);
+}
+
 Status NehashIndex::for_each(const ForEachFn& fn) { return salvage(fn, nullptr); }
 
-Status NehashIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
-  // Walks the hash space in prefix order. x always starts a group's range
-  // (ranges only subdivide), and only keys with h1 in [x, end of the range)
-  // are taken, so no point of the hash space is visited twice.
-  std::uint64_t x = 0;
-  std::vector<std::pair<std::string, std::string>> batch;
+Status NehashIndex::copy_range(std::uint64_t x, Batch* batch, std::uint64_t* skipped,
+                               std::uint64_t* end) {
   for (;;) {
-    batch.clear();
-    bool last = false;
-    {
-      rcu::ReadGuard guard;
-      const Leaf leaf = dir_->find(x);
-      GroupRef* g = leaf.group;
-      unsigned depth = leaf.depth();
-      std::string damage;  // the first damaged slot of the group, when not skipping
-      if (g != nullptr) {
-        depth = g->depth.load(std::memory_order_acquire);
-        if (!in_range(x, g->prefix, depth)) continue;  // split meanwhile: look again
-        auto take = [&](const Place& p) {
-          if (!meta_valid(p.meta->load(std::memory_order_relaxed))) return;
-          const View v = read(p);
-          if (!meta_valid(v.meta)) return;
-          // Checked against the item's whole block: a scan is what
-          // salvages a damaged pool.
-          if (!readable(v, /*in_block=*/true)) {
-            if (skipped != nullptr) {
-              ++*skipped;
-            } else if (damage.empty()) {
-              damage = "group " + std::to_string(g->bg_id) + " holds a slot that " +
-                       (meta_is_inline(v.meta) ? std::string("claims inline lengths over 8")
-                                               : "names an item at offset " +
-                                                     std::to_string(pool::pptr_offset(v.w0)) +
-                                                     " outside the heap or its block") +
-                       " (damaged pool; 'pmhash scan --skip-damaged' salvages the rest)";
-            }
-            return;
+    batch->clear();
+    std::uint64_t damaged = 0;  // slots passed over (counted once the copy holds)
+    std::string damage;         // the first damaged slot, when not skipping
+    rcu::ReadGuard guard;
+    const Leaf leaf = dir_->find(x);
+    GroupRef* g = leaf.group;
+    unsigned depth = leaf.depth();
+    if (g != nullptr) {
+      depth = g->depth.load(std::memory_order_acquire);
+      // g no longer covers x (a split of g moved x's half to another group
+      // after find() read the directory): look again.
+      if (!in_range(x, g->prefix, depth)) continue;
+      run_copy_hook(x);
+      auto take = [&](const Place& p) {
+        // Acquire: a split clears a stale slot's VALID (release) only after
+        // it deepened g, so a copy that sees the clear sees the new depth
+        // in the check below and starts over.
+        if (!meta_valid(p.meta->load(std::memory_order_acquire))) return;
+        const View v = read(p);
+        if (!meta_valid(v.meta)) return;
+        // Checked against the item's whole block: a scan is what salvages
+        // a damaged pool.
+        if (!readable(v, /*in_block=*/true)) {
+          ++damaged;
+          if (damage.empty()) {
+            damage = "group " + std::to_string(g->bg_id) + " holds a slot that " +
+                     (meta_is_inline(v.meta) ? std::string("claims inline lengths over 8")
+                                             : "names an item at offset " +
+                                                   std::to_string(pool::pptr_offset(v.w0)) +
+                                                   " outside the heap or its block") +
+                     " (damaged pool; 'pmhash scan --skip-damaged' salvages the rest)";
           }
-          const std::uint64_t h1 = slot_h1(v);
-          if (!in_range(h1, g->prefix, depth) || h1 < x) return;
-          if (meta_is_inline(v.meta)) {
-            batch.emplace_back(unpack_word(v.w0, meta_key_len(v.meta)),
-                               unpack_word(v.w1, meta_value_len(v.meta)));
-          } else {
-            const auto* it = region_.at<ItemHeader>(pool::pptr_offset(v.w0));
-            batch.emplace_back(item_key(it), item_value(it));
-          }
-        };
-        for (std::size_t k = 0; k < buckets_per_group(b_); ++k) {
-          for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
-            take(place(g, k, s));
-          }
+          return;
         }
-        for (OverflowRef* o = g->overflow.load(std::memory_order_acquire); o != nullptr;
-             o = o->next.load(std::memory_order_acquire)) {
-          for (unsigned s = 0; s < kSlotsPerBucket; ++s) take(overflow_place(o, s));
+        const std::uint64_t h1 = slot_h1(v);
+        // Stale copies outside g's range (a split's upper half not yet
+        // cleaned) belong to another group; keys below x to an earlier call.
+        if (!in_range(h1, g->prefix, depth) || h1 < x) return;
+        if (meta_is_inline(v.meta)) {
+          batch->emplace_back(unpack_word(v.w0, meta_key_len(v.meta)),
+                              unpack_word(v.w1, meta_value_len(v.meta)));
+        } else {
+          // The item stays alive while the read guard is held (RCU retires).
+          const auto* it = region_.at<ItemHeader>(pool::pptr_offset(v.w0));
+          batch->emplace_back(item_key(it), item_value(it));
         }
-        if (g->depth.load(std::memory_order_acquire) != depth) continue;  // split: rescan
-        if (!damage.empty()) return fail(damage);
+      };
+      for (std::size_t k = 0; k < buckets_per_group(b_); ++k) {
+        for (unsigned s = 0; s < kSlotsPerBucket; ++s) {
+          take(place(g, k, s));
+        }
       }
-      // The next range starts after this one (depth 0: the whole space).
-      if (depth == 0) {
-        last = true;
-      } else {
-        x = (top_bits(x, depth) + 1) << (64 - depth);
-        last = x == 0;
+      for (OverflowRef* o = g->overflow.load(std::memory_order_acquire); o != nullptr;
+           o = o->next.load(std::memory_order_acquire)) {
+        for (unsigned s = 0; s < kSlotsPerBucket; ++s) take(overflow_place(o, s));
+      }
+      // A split deepened g while we copied: its step 10 may have cleared
+      // keys of the range we took before we reached them. Copy again.
+      if (g->depth.load(std::memory_order_acquire) != depth) continue;
+      if (damaged != 0) {
+        if (skipped == nullptr) return fail(damage);
+        *skipped += damaged;
       }
     }
+    // The range ends where the next one starts (depth 0: the whole space;
+    // the last range of the space wraps to 0).
+    *end = depth == 0 ? 0 : (top_bits(x, depth) + 1) << (64 - depth);
+    return Status::OK();
+  }
+}
+
+Status NehashIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
+  // Walks the hash space in prefix order, one group range at a time. x
+  // always starts a range (ranges only subdivide), and copy_range() takes
+  // only keys with h1 in [x, end of the range), so no point of the hash
+  // space is visited twice.
+  if (skipped != nullptr) *skipped = 0;
+  Batch batch;
+  for (std::uint64_t x = 0;;) {
+    std::uint64_t end = 0;
+    if (Status s = copy_range(x, &batch, skipped, &end); !s.ok()) return s;
     for (auto& [k, v] : batch) {
       if (!fn(k, v)) return Status::OK();
     }
-    if (last) return Status::OK();
+    if (end == 0) return Status::OK();
+    x = end;
+  }
+}
+
+Status NehashIndex::scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+                         std::uint64_t* next) {
+  // Position = h1 (nehash.h, "Scan"): whole group ranges from the one that
+  // holds the cursor, the first one's keys from the cursor on.
+  *next = 0;
+  Batch batch;
+  std::size_t passed = 0;
+  for (std::uint64_t x = cursor;;) {
+    std::uint64_t end = 0;
+    if (Status s = copy_range(x, &batch, nullptr, &end); !s.ok()) return s;
+    for (auto& [k, v] : batch) fn(k, v);  // outside the read guard
+    passed += batch.size();
+    if (end == 0) return Status::OK();
+    x = end;
+    if (passed >= count) {
+      *next = x;
+      return Status::OK();
+    }
   }
 }
 

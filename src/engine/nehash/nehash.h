@@ -181,7 +181,8 @@
 //              persist.
 //   for_each   walks the hash space in prefix order, one group range at a
 //              time, taking only keys in [x, end of the range): each key
-//              present throughout is reported once.
+//              present throughout is reported once ("Scan" below; scan is
+//              for_each cut into calls).
 //   Blocks use the heap's intent slots: items 0; groups, segments, overflow
 //   blocks 1. Nothing is allocated unlogged: no background sweep.
 //
@@ -321,6 +322,59 @@
 //   grow, groups are never freed; E1 is found by creation depth, so it holds
 //   even after g1 split again). DEPARTURE from the design document: E1 is
 //   keyed by g1's creation depth, not its current depth, for that reason.
+//
+// ---------------------------------------------------------------------------
+// Scan (Index::scan, Store::scan's resumable cursor)
+// ---------------------------------------------------------------------------
+//   Cursor: a position in the hash space, the h1 the call starts at; all 64
+//   bits, so every value is a position. The directory is by the top bits of
+//   h1, so each group, and each empty directory entry, covers one
+//   contiguous range [P, P + 2^(64-L)). Ranges only ever subdivide: a split
+//   halves one, nothing merges, and a full expansion or an open changes the
+//   DRAM directory, never a range. Nothing in a cursor is a DRAM address or
+//   per-open state: it stays valid across splits, expansions and reopen.
+//   A call (copy_range(), which for_each and salvage use too): x = cursor;
+//   find(x) gives the group g covering x (or an empty entry: a range with
+//   no key); copy g's VALID slots whose h1 lies in g's range and is >= x;
+//   x = the range's end; repeat until `count` keys were copied or x wraps
+//   to 0. *next = x, or 0 when x wrapped (the scan is over). fn runs on
+//   each range's copy after the read guard is left.
+//   One range read consistently: under an RCU read guard (the directory's
+//   nodes and the items named stay alive); g's depth d is loaded (acquire)
+//   before the copy and again after it, and the copy starts over if it
+//   moved, or at once if g no longer covers x (a split raced find()); each
+//   slot is read under its seqlock (read(): waits while a writer or a
+//   split's step 10 holds it), after an acquire load of its meta.
+//   Why a key K present from the call with cursor 0 until the call that
+//   returned 0 is passed:
+//   S1 The calls' intervals [cursor, next) tile the hash space from 0 to
+//      2^64 (each starts where the last ended), and inside a call the
+//      ranges copied tile [cursor, next) (each starts at the last one's
+//      end). So some range copy R covered K's h1.
+//   S2 Writers never move a key: it stays in the slot its insert chose
+//      (update a, b and c rewrite that slot in place), so K sits in one
+//      slot of the group covering h1 while it is present, and also, during
+//      a split of that group, as a copy in g1 that nobody reads before g1
+//      is named (step 9).
+//   S3 R read g at depth d at both of its depth loads, and K's h1 lies in
+//      g's range at d. A split takes K's slot out of g only at step 10,
+//      which clears VALID (release) after step 9 stored g's depth d+1; a
+//      copy that saw a cleared meta (acquire) sees that depth at its final
+//      load and starts over. So R read K's slot before any such clear:
+//      VALID, holding K (S2), in range and >= x; R passed K.
+//   Each key has one position and the ranges copied are disjoint, so a key
+//   is passed at most once per scan, resizes or not (a copy that starts
+//   over drops what it had copied); the filter h1 >= x drops the part of
+//   the first range below a cursor that fell inside a range (a cursor no
+//   call returned: split ranges' starts stay range starts).
+//   Termination: x strictly grows from one range to the next or wraps (the
+//   end); a copy starts over only when g deepened (at most kMaxDepth times
+//   per range) or for the moment between a split's depth store and its
+//   directory update (step 9). Damage: a slot that fails the item check
+//   (heap/checked.h) ends the call with Corruption naming the group.
+//   Cost per call: about count / (keys per group) + 1 groups, each one
+//   find() (at most three entry loads) and a read of its 2^b + 1 buckets of
+//   16 slots and its overflow blocks; DRAM: one group's keys at a time.
 //
 // ---------------------------------------------------------------------------
 // Open: the rebuild (§5; paper Steps 1-6), O(groups + threads), never O(keys)

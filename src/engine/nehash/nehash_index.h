@@ -45,6 +45,8 @@ class NehashIndex final : public Index {
                           std::optional<std::string_view> desired) override;
   Status for_each(const ForEachFn& fn) override;
   Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
+  Status scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+              std::uint64_t* next) override;
   std::uint64_t size() const override;
   Status sync() override;
   Status check() override;
@@ -164,6 +166,16 @@ class NehashIndex final : public Index {
   // buckets' locks (a live index with readers).
   bool clean_stale(GroupRef* g, bool lock_buckets);
   void wait_unlocked(GroupRef* g) const;
+
+  // --- iteration (for_each, salvage, scan; nehash.h "Scan") ---
+  using Batch = std::vector<std::pair<std::string, std::string>>;
+  // Copies into *batch (cleared first) the keys of the group range that
+  // holds x whose h1 is at least x, read as one consistent state of the
+  // group (copied again if a split deepened it meanwhile), and sets *end to
+  // the range's end (0: the range ends the hash space). An empty directory
+  // entry is a range with no keys. A damaged slot is passed over and
+  // counted in *skipped, or, with skipped == nullptr, makes Corruption.
+  Status copy_range(std::uint64_t x, Batch* batch, std::uint64_t* skipped, std::uint64_t* end);
 
   // --- recovery and accounting (nehash_recovery.cc) ---
   // After a crash: the VALID slots in range, for the count's base.

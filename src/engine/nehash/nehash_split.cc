@@ -17,6 +17,8 @@ namespace {
 std::mutex hook_mutex;
 std::function<void()> split_hook;
 std::atomic<bool> has_split_hook{false};
+std::function<void(testing::SplitStep)> step_hook;
+std::atomic<bool> has_step_hook{false};
 
 void run_split_hook() {
   if (!has_split_hook.load(std::memory_order_relaxed)) return;
@@ -28,12 +30,28 @@ void run_split_hook() {
   if (hook) hook();
 }
 
+void run_step_hook(testing::SplitStep step) {
+  if (!has_step_hook.load(std::memory_order_relaxed)) return;
+  std::function<void(testing::SplitStep)> hook;
+  {
+    std::lock_guard lock(hook_mutex);
+    hook = step_hook;
+  }
+  if (hook) hook(step);
+}
+
 }  // namespace
 
 void testing::set_split_hook(std::function<void()> hook) {
   std::lock_guard lock(hook_mutex);
   has_split_hook.store(static_cast<bool>(hook));
   split_hook = std::move(hook);
+}
+
+void testing::set_split_step_hook(std::function<void(SplitStep)> hook) {
+  std::lock_guard lock(hook_mutex);
+  has_step_hook.store(static_cast<bool>(hook));
+  step_hook = std::move(hook);
 }
 
 // ---------------------------------------------------------------------------
@@ -187,7 +205,10 @@ bool NehashIndex::clean_stale(GroupRef* g, bool lock_buckets) {
       }
     }
     region_.flush(&metas, sizeof(BucketMeta));
-    if (lock_buckets) unlock_bucket(&g->lock[k]);
+    if (lock_buckets) {
+      unlock_bucket(&g->lock[k]);
+      run_step_hook(testing::SplitStep::kBucketCleaned);
+    }
   }
   return any;
 }
@@ -342,6 +363,7 @@ Status NehashIndex::split(heap::ThreadCache* tc, GroupRef* g, unsigned d, std::u
   region_.drain();
   // 8.
   tc->clear_intent(kBlockIntent);
+  run_step_hook(testing::SplitStep::kCopied);
   // 9. DRAM: g's depth first, so that a reader who still reaches g for an
   //    upper-half key fails the covering check and looks again; then the
   //    directory.

@@ -23,6 +23,22 @@ void set_max_main_bits(unsigned bits);
 // group is still SPLITTING (tests park a split there); nullptr removes it.
 void set_split_hook(std::function<void()> hook);
 
+// The split steps a test can park at besides step 9 (set_split_hook).
+enum class SplitStep {
+  kCopied,         // after step 8: committed, g1 holds the upper half but
+                   // nothing names it; g still covers both halves
+  kBucketCleaned,  // step 10, after each bucket whose stale slots it cleared
+};
+// Called at those steps of every split (the group still SPLITTING);
+// nullptr removes it.
+void set_split_step_hook(std::function<void(SplitStep)> hook);
+
+// Called by every range copy of for_each, salvage and scan (nehash.h,
+// "Scan") after its first load of the group's depth and before it reads a
+// slot, with the position x the range is copied from, inside the copy's
+// read guard (tests run a split to its end there); nullptr removes it.
+void set_range_copy_hook(std::function<void(std::uint64_t x)> hook);
+
 // Planted bugs (engine/planted.h); only tests set them.
 // An insert stores its slot's meta (VALID) without draining the slot words
 // first (insert's drain #1 left out).

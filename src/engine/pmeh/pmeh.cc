@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -23,6 +25,20 @@ constexpr unsigned kReadAttempts = 16;
 // copies the segment for it (§4.6).
 constexpr unsigned kScanAttempts = 4;
 
+std::mutex copy_hook_mutex;
+std::function<void(std::uint64_t)> copy_hook;
+std::atomic<bool> has_copy_hook{false};
+
+void run_copy_hook(std::uint64_t x) {
+  if (!has_copy_hook.load(std::memory_order_relaxed)) return;
+  std::function<void(std::uint64_t)> hook;
+  {
+    std::lock_guard lock(copy_hook_mutex);
+    hook = copy_hook;
+  }
+  if (hook) hook(x);
+}
+
 inline void cpu_pause() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -30,6 +46,12 @@ inline void cpu_pause() {
 }
 
 }  // namespace
+
+void testing::set_segment_copy_hook(std::function<void(std::uint64_t x)> hook) {
+  std::lock_guard lock(copy_hook_mutex);
+  has_copy_hook.store(static_cast<bool>(hook));
+  copy_hook = std::move(hook);
+}
 
 PmehIndex::PmehIndex(const Env& env)
     : env_(env),
@@ -703,8 +725,12 @@ bool PmehIndex::copy_segment(std::uint64_t x, bool optimistic,
     }
   }
   SegmentHeader* h = seg(off);
+  if (optimistic) run_copy_hook(x);
   std::atomic<std::uint64_t>& st = seg_state(off);
   const std::uint64_t v1 = st.load(std::memory_order_acquire);
+  // Odd: a writer, a move batch or a completion is inside. DEAD: S was
+  // split away after we read its entry; its buckets miss what was written
+  // into its children: the caller starts over from the directory.
   if (optimistic && (v1 & (1 | kSegDead)) != 0) return false;
   std::vector<SlotView> raw;
   // A splitting segment: S's unmoved buckets and every child's moved ones.
@@ -728,16 +754,20 @@ bool PmehIndex::copy_segment(std::uint64_t x, bool optimistic,
   }
   if (optimistic && st.load(std::memory_order_acquire) != v1) return false;
   // A consistent copy: every item it names is freed only after our read
-  // section.
+  // section. x inside the segment's range (a scan's cursor that no call
+  // returned): only the keys from x on (pmeh.h, "Scan").
+  const bool from_x = x != h->prefix;
   for (const SlotView& v : raw) {
     if (meta_is_inline(v.meta)) {
       if (meta_key_len(v.meta) > kInlineMax || meta_value_len(v.meta) > kInlineMax) {
         damage->note("segment " + std::to_string(off) + " holds an inline slot with lengths over 8");
         continue;
       }
+      if (from_x && make_key(unpack_word(v.w0, meta_key_len(v.meta))).h1 < x) continue;
       batch->emplace_back(unpack_word(v.w0, meta_key_len(v.meta)),
                           unpack_word(v.w1, meta_value_len(v.meta)));
     } else {
+      if (from_x && v.w1 < x) continue;  // w1 = the key's h1
       // Checked against the item's whole block: scans salvage damaged pools.
       const auto* item = checked_item(view_, pool::pptr_offset(v.w0), /*in_block=*/true);
       if (item == nullptr) {
@@ -757,55 +787,80 @@ bool PmehIndex::copy_segment(std::uint64_t x, bool optimistic,
 
 Status PmehIndex::for_each(const ForEachFn& fn) { return salvage(fn, nullptr); }
 
+Status PmehIndex::copy_part(std::uint64_t x, Batch* batch, ScanDamage* damage,
+                            std::uint64_t* next, bool* last) {
+  for (unsigned attempt = 0; attempt < kScanAttempts; ++attempt) {
+    batch->clear();
+    *damage = {};
+    if (copy_segment(x, /*optimistic=*/true, batch, next, last, damage)) return Status::OK();
+  }
+  // Writers kept moving the version: the zone's owner copies the segment
+  // between two of its requests (§4.6).
+  batch->clear();
+  *damage = {};
+  Status s;
+  heap::ThreadCache* tc = heap_.thread(&s);
+  if (tc == nullptr) return s;
+  Request req;
+  req.op = Request::kScan;
+  req.scan_x = x;
+  req.batch = batch;
+  req.scan_damage = damage;
+  Request result;
+  if (s = delegate(tc, zone_of(x), req, &result); !s.ok()) return s;
+  *next = result.scan_next;
+  *last = result.scan_last;
+  return Status::OK();
+}
+
 Status PmehIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
-  // Walks each zone's hash range in prefix order. x always starts a
-  // segment's range (ranges only subdivide), so every point of the hash
+  // Walks the hash space in prefix order, zone after zone. x always starts
+  // a segment's range (ranges only subdivide), so every point of the hash
   // space is visited once (§4.6).
-  std::vector<std::pair<std::string, std::string>> batch;
-  for (unsigned z = 0; z < (1u << z_); ++z) {
-    std::uint64_t x = z_ == 0 ? 0 : std::uint64_t{z} << (64 - z_);
-    for (;;) {
-      batch.clear();
-      std::uint64_t next = 0;
-      bool last = false;
-      bool copied = false;
-      ScanDamage damage;
-      for (unsigned attempt = 0; attempt < kScanAttempts && !copied; ++attempt) {
-        batch.clear();
-        damage = {};
-        copied = copy_segment(x, /*optimistic=*/true, &batch, &next, &last, &damage);
+  Batch batch;
+  for (std::uint64_t x = 0;;) {
+    std::uint64_t next = 0;
+    bool last = false;
+    ScanDamage damage;
+    if (Status s = copy_part(x, &batch, &damage, &next, &last); !s.ok()) return s;
+    if (damage.count != 0) {
+      if (skipped == nullptr) {
+        return fail(damage.first + " (damaged pool; 'pmhash scan --skip-damaged' salvages the rest)");
       }
-      if (!copied) {
-        batch.clear();
-        Status s;
-        heap::ThreadCache* tc = heap_.thread(&s);
-        if (tc == nullptr) return s;
-        Request req;
-        req.op = Request::kScan;
-        req.scan_x = x;
-        req.batch = &batch;
-        damage = {};
-        req.scan_damage = &damage;
-        Request result;
-        if (s = delegate(tc, z, req, &result); !s.ok()) return s;
-        next = result.scan_next;
-        last = result.scan_last;
-      }
-      if (damage.count != 0) {
-        if (skipped == nullptr) {
-          return fail(damage.first +
-                      " (damaged pool; 'pmhash scan --skip-damaged' salvages the rest)");
-        }
-        *skipped += damage.count;
-      }
-      for (auto& [k, v] : batch) {
-        if (!fn(k, v)) return Status::OK();
-      }
-      if (last || zone_of(next) != z) break;
-      x = next;
+      *skipped += damage.count;
+    }
+    for (auto& [k, v] : batch) {
+      if (!fn(k, v)) return Status::OK();
+    }
+    if (last) return Status::OK();
+    x = next;
+  }
+}
+
+Status PmehIndex::scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+                       std::uint64_t* next) {
+  // Position = h1 (pmeh.h, "Scan"): whole segment ranges from the one that
+  // holds the cursor, the first one's keys from the cursor on.
+  *next = 0;
+  Batch batch;
+  std::size_t passed = 0;
+  for (std::uint64_t x = cursor;;) {
+    std::uint64_t end = 0;
+    bool last = false;
+    ScanDamage damage;
+    if (Status s = copy_part(x, &batch, &damage, &end, &last); !s.ok()) return s;
+    if (damage.count != 0) {
+      return fail(damage.first + " (damaged pool; 'pmhash scan --skip-damaged' salvages the rest)");
+    }
+    for (auto& [k, v] : batch) fn(k, v);  // outside the read section
+    passed += batch.size();
+    if (last) return Status::OK();
+    x = end;
+    if (passed >= count) {
+      *next = x;
+      return Status::OK();
     }
   }
-  return Status::OK();
 }
 
 std::uint64_t PmehIndex::direct_split_writes() const {

@@ -182,6 +182,68 @@
 //       (R2).
 //
 // ---------------------------------------------------------------------------
+// Scan (Index::scan, Store::scan's resumable cursor; §4.6)
+// ---------------------------------------------------------------------------
+//   Cursor: a position in the hash space, the h1 the call starts at; all 64
+//   bits, so every value is a position. Directories are by the top bits of
+//   h1, so a segment of depth L covers one contiguous range
+//   [prefix, prefix + 2^(64-L)). A part is the range of the segment the
+//   directory names for x: a splitting S keeps its whole range (its
+//   unmoved buckets and its children's moved ones) until completion
+//   re-points the entries, and from then on each child is a part. Ranges
+//   only subdivide (nothing merges; a deeper directory, a zone fill or an
+//   open re-point entries, never a range), and nothing in a cursor is a
+//   DRAM address or per-open state: it stays valid across splits,
+//   directory growth and reopen.
+//   A call (copy_part(), which for_each and salvage use too): x = cursor;
+//   copy the part covering x (copy_segment: the pairs whose h1 is >= x when
+//   x is inside the range); x = the range's end; repeat until `count` keys
+//   were copied or the range ended the hash space (*next = 0). *next = x
+//   otherwise. fn runs on each part's copy outside the read section.
+//   One part read consistently: as get (R1): on the caller's thread the
+//   segment's version is loaded (acquire) before the copy, must be even
+//   and not DEAD, and must not have moved at its end (the slot words and
+//   metas are loaded with acquire); else the copy starts over from the
+//   directory; after 4 tries the zone's owner copies it between two of its
+//   requests (OWNED: it is the zone's only writer; SHARED: optimistically
+//   until a copy holds, and only the owner splits).
+//   Why a key K present from the call with cursor 0 until the call that
+//   returned 0 is passed:
+//   S1 The calls' intervals [cursor, next) tile the hash space from 0 to
+//      2^64, and inside a call the parts copied tile [cursor, next): each
+//      starts at the last one's end, and copy_segment checks that the
+//      segment it found covers x. So some copy C covered K's h1.
+//   S2 Where K is: writers never move a key (every update form rewrites
+//      its slot in place), so K sits in one slot of its window in the
+//      segment covering h1; while that segment S splits, in S's bucket j
+//      until j is moved, and from the move on at the same position of
+//      child c(h1)'s bucket j (the batch copies before it sets the moved
+//      bit; S itself is never written, so its stale copy stays); after
+//      completion in the child, which the directory names.
+//   S3 Every store to S's range while it splits (writes into S or a moved
+//      child window, move batches, completion) runs under S's odd
+//      version; every other write under its own segment's. A copy C that
+//      held saw one state between two such writers: the moved bits it
+//      read (acquire) are those of that state, and it read bucket j where
+//      that state keeps it (S's or the children's), so it found K (S2).
+//      A copy that reached S through an entry read before completion
+//      re-pointed it finds S odd or DEAD (released after the entries) and
+//      starts over at the children. The owner's copy is a state between
+//      two of its writes. So C passed K.
+//   Parts are disjoint ranges and each key has one position, so a key is
+//   passed at most once per scan, resizes or not (a copy that starts over
+//   drops what it had copied); a hostile or old cursor inside a range
+//   passes that range's keys from the cursor on.
+//   Termination: x strictly grows from one part to the next, or the part
+//   ends the hash space; a part is copied at most 4 times on the caller's
+//   thread, then once by the owner. Damage: a directory entry that names
+//   no segment covering x, or a slot that fails the item check
+//   (heap/checked.h), ends the call with Corruption naming it.
+//   Cost per call: about count / (pairs per segment) + 1 parts, each one
+//   directory lookup and a read of nb buckets (a splitting S: up to 2^k
+//   child buckets for each moved one); DRAM: one part's pairs at a time.
+//
+// ---------------------------------------------------------------------------
 // Open (§9): O(threads + in-flight splits)
 // ---------------------------------------------------------------------------
 //   V: root, op logs, the run of directories (contiguous ids, G growing),

@@ -193,6 +193,8 @@ class PmehIndex final : public Index {
                           std::optional<std::string_view> desired) override;
   Status for_each(const ForEachFn& fn) override;
   Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
+  Status scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+              std::uint64_t* next) override;
   std::uint64_t size() const override;
   Status sync() override;
   Status check() override;
@@ -333,14 +335,24 @@ class PmehIndex final : public Index {
   void write_slot(heap::ThreadCache* tc, Request& r, std::atomic<std::uint64_t>& st,
                   const Pos& target, const Pos& at, bool locked = false);
   Status owner_get(const Key& key, std::string* out) const;
-  // Copies the VALID pairs of the segment covering x; false if a writer
-  // moved its version meanwhile (optimistic: callers retry).
+  // Copies the VALID pairs of the segment covering x (of S's unmoved
+  // buckets and its children's moved ones while it splits), those with
+  // h1 >= x when x is inside the segment's range; *next = the end of the
+  // range, *last = it ends the hash space. False if a writer moved its
+  // version meanwhile, or it is DEAD (optimistic: callers retry).
   // A segment or slot that fails its check (heap/checked.h) is noted in
   // *damage and left out of the batch; a damaged segment header ends the
   // copy at the next directory entry.
   bool copy_segment(std::uint64_t x, bool optimistic,
                     std::vector<std::pair<std::string, std::string>>* batch, std::uint64_t* next,
                     bool* last, ScanDamage* damage) const;
+  using Batch = std::vector<std::pair<std::string, std::string>>;
+  // One part of a walk in h1 order (for_each, salvage, scan; pmeh.h
+  // "Scan"): copy_segment(x) on the caller's thread, retried a few times,
+  // then by the zone's owner. *next and *last as copy_segment's; what could
+  // not be read is in *damage.
+  Status copy_part(std::uint64_t x, Batch* batch, ScanDamage* damage, std::uint64_t* next,
+                   bool* last);
   // kDamaged: the key's segment, or an item a slot with the key's hash
   // names, lies outside the heap (a damaged pool).
   enum class Probe { kFound, kNotFound, kRetry, kDamaged };

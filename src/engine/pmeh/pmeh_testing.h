@@ -1,10 +1,21 @@
-// engine/pmeh/pmeh_testing.h - pmeh's planted bugs (engine/planted.h;
-// docs/architecture.md, "Test hooks"). Only tests set them.
+// engine/pmeh/pmeh_testing.h - pmeh's test hook and planted bugs
+// (engine/planted.h; docs/architecture.md, "Test hooks"). Only tests set them.
 #pragma once
+
+#include <cstdint>
+#include <functional>
 
 #include "engine/planted.h"
 
 namespace pmhash::engine::pmeh::testing {
+
+// Called by every caller-side (optimistic) segment copy of for_each,
+// salvage and scan (pmeh.h, "Scan") once it has found the segment covering
+// x in the directory and before it loads the segment's version, with x,
+// inside the copy's read section (tests complete a split there; a write
+// that frees retired SplitStates would wait for the section). nullptr
+// removes it. Set while no operation runs.
+void set_segment_copy_hook(std::function<void(std::uint64_t x)> hook);
 
 // get() reads a segment whose version is odd (a writer inside, its stores
 // not yet drained) and answers from it.
