@@ -690,6 +690,285 @@ TEST_F(DaliTest, ACrashDuringGrowthKeepsTheSyncedKeysAndAConsistentTable) {
   EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
 }
 
+// --- scan (dali.h, "Scan") -----------------------------------------------------------
+
+// A key's scan position: its hash with the bit order reversed (SC1).
+std::uint64_t position_of(const std::string& k) { return engine::reverse_bits(engine::make_key(k).h1); }
+
+// Runs scan calls from `cursor` until the scan ends, counting each key
+// passed in *seen; `values` (when given) holds the value each key must come
+// with. False when a call failed or the scan did not end in `max_calls`.
+bool scan_to_end(const Store& s, std::uint64_t cursor, std::size_t count, std::map<std::string, int>* seen,
+                 const std::map<std::string, std::string>* values = nullptr, int max_calls = 1000000) {
+  for (int c = 0; c < max_calls; ++c) {
+    std::uint64_t next = 0;
+    const Status st = s.scan(
+        cursor, count,
+        [&](std::string_view k, std::string_view v) {
+          ++(*seen)[std::string(k)];
+          if (values == nullptr) return;
+          const auto it = values->find(std::string(k));
+          if (it != values->end()) {
+            EXPECT_EQ(v, it->second) << "key " << k;
+          }
+        },
+        &next);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    if (!st.ok()) return false;
+    if (next == 0) return true;
+    EXPECT_GT(next, cursor) << "a scan call went back";
+    cursor = next;
+  }
+  return false;
+}
+
+// The bucket the next split splits, and its range of positions (SC1).
+struct NextSplit {
+  unsigned level = 0;
+  std::uint64_t bucket = 0;
+  std::uint64_t first = 0;  // its lowest position
+  std::uint64_t span = 0;   // 2^(64 - level)
+};
+NextSplit next_split(const Store& s) {
+  const Stats st = s.stats();
+  NextSplit n;
+  n.level = static_cast<unsigned>(st.property("dali.level"));
+  n.bucket = st.slots - (std::uint64_t{1} << n.level);
+  n.first = engine::reverse_bits(n.bucket);
+  n.span = std::uint64_t{1} << (64 - n.level);
+  return n;
+}
+
+// Inserts keys grow-<*next>, grow-<*next + 1>, ... until one split
+// happened (their values are grow_value_of the key).
+std::string grow_value_of(const std::string& k) { return "value of " + k; }
+void insert_until_a_split(Store& s, int* next, std::map<std::string, std::string>* model) {
+  const std::uint64_t slots = s.stats().slots;
+  for (int tries = 0; s.stats().slots == slots; ++tries) {
+    ASSERT_LT(tries, 100000) << "no split";
+    const std::string k = "grow-" + std::to_string((*next)++);
+    ASSERT_TRUE(s.insert(k, grow_value_of(k)).ok()) << k;
+    if (model != nullptr) (*model)[k] = grow_value_of(k);
+  }
+  ASSERT_EQ(s.stats().slots, slots + 1);
+}
+
+// Every split parked (split hook) while a scan call runs, one call per
+// split, so the table grows by a bucket between any two calls of the scan:
+// each key present throughout is passed, and no key twice (SC5).
+TEST_F(DaliTest, ScanCallsBetweenSplitsPassEveryKeyExactlyOnce) {
+  options_.durability = Durability::kEpoch;
+  options_.set("dali.initial_log2", 2);
+  create();
+  constexpr int kStable = 500;
+  std::map<std::string, std::string> stable;
+  for (int i = 0; i < kStable; ++i) {
+    ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+    stable[key(i)] = value(i);
+  }
+  std::map<std::string, int> seen;
+  std::uint64_t cursor = 0;
+  bool ended = false;
+  int calls = 0;
+  int splits_of_scanned = 0;  // splits of a bucket the scan has (partly) passed already
+  engine::dali::testing::set_split_hook([&](std::uint64_t src, unsigned) {
+    if (ended) return;
+    if (engine::reverse_bits(src) < cursor) ++splits_of_scanned;
+    std::uint64_t next = 0;
+    const Status s = store_->scan(
+        cursor, 1,
+        [&](std::string_view k, std::string_view v) {
+          ++seen[std::string(k)];
+          const auto it = stable.find(std::string(k));
+          if (it != stable.end()) {
+            EXPECT_EQ(v, it->second);
+          }
+        },
+        &next);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    ++calls;
+    cursor = next;
+    ended = next == 0;
+  });
+  int i = kStable;
+  for (; !ended && i < 200000; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok()) << i;
+  engine::dali::testing::set_split_hook(nullptr);
+  ASSERT_TRUE(ended) << "the scan did not end in " << calls << " calls";
+  EXPECT_GT(calls, 100);
+  EXPECT_GT(splits_of_scanned, 10) << "the splits never came behind the cursor";
+  for (const auto& [k, v] : stable) EXPECT_EQ(seen[k], 1) << k;
+  for (const auto& [k, n] : seen) EXPECT_EQ(n, 1) << "passed twice: " << k;
+  EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
+}
+
+// A cursor inside the range of the bucket the next split splits: before
+// the split, after it (the cursor then lies inside one of the halves, or on
+// their border), and after a reopen, a scan from it passes exactly the keys
+// at positions >= the cursor, once each (SC2, SC3).
+TEST_F(DaliTest, ACursorInsideABucketThatSplitSinceStartsAtItsPosition) {
+  options_.durability = Durability::kEpoch;
+  options_.set("dali.initial_log2", 2);
+  create();
+  std::map<std::string, std::string> model;
+  int next = 0;
+  for (; next < 3000; ++next) {
+    ASSERT_TRUE(store_->insert(key(next), value(next)).ok());
+    model[key(next)] = value(next);
+  }
+  const NextSplit b = next_split(*store_);
+  const std::uint64_t cursors[] = {b.first + b.span / 4 + 12345, b.first + b.span / 2,
+                                   b.first + b.span / 2 + b.span / 8 + 3, b.first + b.span - 1,
+                                   b.first + 1};
+  auto check_from = [&](const char* when) {
+    for (std::uint64_t c : cursors) {
+      for (std::size_t count : {std::size_t{1}, std::size_t{5}, std::size_t{1} << 20}) {
+        std::map<std::string, int> seen;
+        ASSERT_TRUE(scan_to_end(*store_, c, count, &seen, &model)) << when;
+        std::size_t want = 0;
+        for (const auto& [k, v] : model) {
+          if (position_of(k) < c) {
+            EXPECT_EQ(seen.count(k), 0u) << when << ": " << k << " lies before cursor " << c;
+          } else {
+            ++want;
+            EXPECT_EQ(seen[k], 1) << when << ", cursor " << c << ", count " << count << ": " << k;
+          }
+        }
+        EXPECT_EQ(seen.size(), want) << when;
+      }
+    }
+  };
+  check_from("before the split");
+  // Some of the model's keys lie in the bucket, each side of its border.
+  int lower = 0, upper = 0;
+  for (const auto& [k, v] : model) {
+    const std::uint64_t pos = position_of(k);
+    if (pos >= b.first && pos - b.first < b.span) ++(pos - b.first < b.span / 2 ? lower : upper);
+  }
+  EXPECT_GT(lower, 0);
+  EXPECT_GT(upper, 0);
+  insert_until_a_split(*store_, &next, &model);
+  const NextSplit after = next_split(*store_);
+  EXPECT_TRUE(after.bucket == b.bucket + 1 || after.level == b.level + 1) << "split another bucket";
+  check_from("after the split");
+  reopen();
+  check_from("after a reopen");
+}
+
+// The scan hook splits the very bucket a scan has just chosen, before it
+// reads it: the scan must choose again (the shape it chose by is stale) and
+// then read the lower half, and the upper half next. Reading the new list
+// with the old range would leave out the keys that moved to the new bucket.
+TEST_F(DaliTest, ABucketThatSplitsBetweenChoosingAndReadingIsChosenAgain) {
+  for (std::size_t count : {std::size_t{1}, std::size_t{1} << 20}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    options_.durability = Durability::kEpoch;
+    options_.set("dali.initial_log2", 2);
+    create();
+    std::map<std::string, std::string> stable;
+    int next = 0;
+    for (; next < 2000; ++next) {
+      ASSERT_TRUE(store_->insert(key(next), value(next)).ok());
+      stable[key(next)] = value(next);
+    }
+    const NextSplit b = next_split(*store_);
+    bool split = false;
+    std::vector<unsigned> depths_after;  // the depths p was chosen with after its split
+    engine::dali::testing::set_scan_hook([&](std::uint64_t bucket, unsigned depth) {
+      if (bucket != b.bucket) return;
+      if (split) {
+        depths_after.push_back(depth);
+        return;
+      }
+      EXPECT_EQ(depth, b.level);
+      split = true;
+      insert_until_a_split(*store_, &next, nullptr);
+    });
+    std::map<std::string, int> seen;
+    const bool ended = scan_to_end(*store_, 0, count, &seen, &stable);
+    engine::dali::testing::set_scan_hook(nullptr);
+    ASSERT_TRUE(ended);
+    ASSERT_TRUE(split) << "the scan never chose bucket " << b.bucket;
+    ASSERT_FALSE(depths_after.empty()) << "the scan did not choose the bucket again";
+    EXPECT_EQ(depths_after.back(), b.level + 1);
+    for (const auto& [k, v] : stable) EXPECT_EQ(seen[k], 1) << k;
+    for (const auto& [k, n] : seen) EXPECT_EQ(n, 1) << "passed twice: " << k;
+    store_.reset();
+    ::unlink(path_.c_str());
+  }
+}
+
+// A scan passes what get() would: the last committed values, never a
+// write an open transaction holds, and it does not wait for the
+// transaction's locks; after the commit, all of its writes (SC6).
+TEST_F(DaliTest, AScanPassesCommittedValuesOnlyAndDoesNotWaitForATransaction) {
+  options_.durability = Durability::kEpoch;
+  options_.set("dali.lock_timeout_ms", 60000);
+  create();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(store_->insert(key(i), value(i)).ok());
+  std::unique_ptr<Transaction> txn;
+  ASSERT_TRUE(store_->transaction(&txn).ok());
+  ASSERT_TRUE(txn->update(key(1), value(1, 1)).ok());
+  ASSERT_TRUE(txn->remove(key(2)).ok());
+  ASSERT_TRUE(txn->insert("new", "in the transaction").ok());
+  auto scan_all = [&] {
+    std::map<std::string, std::string> got;
+    std::uint64_t cursor = 0;
+    do {
+      const Status s = store_->scan(
+          cursor, 7, [&](std::string_view k, std::string_view v) { got[std::string(k)] = std::string(v); },
+          &cursor);
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      if (!s.ok()) break;
+    } while (cursor != 0);
+    return got;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  std::map<std::string, std::string> before = scan_all();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30)) << "waited for the locks";
+  EXPECT_EQ(before.size(), 100u);
+  EXPECT_EQ(before[key(1)], value(1));
+  EXPECT_EQ(before[key(2)], value(2));
+  EXPECT_EQ(before.count("new"), 0u);
+  ASSERT_TRUE(txn->commit().ok());
+  std::map<std::string, std::string> after = scan_all();
+  EXPECT_EQ(after.size(), 100u);
+  EXPECT_EQ(after[key(1)], value(1, 1));
+  EXPECT_EQ(after.count(key(2)), 0u);
+  EXPECT_EQ(after["new"], "in the transaction");
+}
+
+// Strict: a scan that meets a write still in flight passes it only once
+// its epoch is durable, as get() answers (D2, SC6).
+TEST_F(DaliTest, StrictScansPassAWriteInFlightOnlyOnceItIsDurable) {
+  options_.durability = Durability::kStrict;
+  options_.epoch_ms = 60000;
+  create();
+  for (int i = 0; i < 10; ++i) {
+    const std::uint64_t before = store_->stats().epoch;  // the write runs in it or later
+    std::thread writer([&] { EXPECT_TRUE(store_->insert(key(i), value(i)).ok()); });
+    std::uint64_t durable = 0;
+    bool passed = false;
+    while (!passed) {
+      std::uint64_t next = 0;
+      const Status s = store_->scan(
+          0, std::size_t{1} << 20,
+          [&](std::string_view k, std::string_view v) {
+            if (k != key(i)) return;
+            passed = true;
+            durable = store_->stats().durable_epoch;
+            EXPECT_EQ(v, value(i));
+          },
+          &next);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_EQ(next, 0u);
+      if (!passed) std::this_thread::yield();
+    }
+    writer.join();
+    EXPECT_GE(durable, before) << "the scan passed a write of epoch >= " << before
+                               << " while only " << durable << " was durable";
+  }
+}
+
 // --- snapshot reads -----------------------------------------------------------------
 
 TEST_F(DaliTest, SnapshotReadsSeeTheDurableStateOnly) {

@@ -246,6 +246,80 @@
 // transaction's writes share one epoch. Not strictly serializable.
 //
 // ---------------------------------------------------------------------------
+// Scan (Index::scan, scan.cc; the contract is Store::scan's)
+// ---------------------------------------------------------------------------
+// SC1 Positions. A key's position is reverse_bits(h1) (engine/hash.h): bit
+//     i of h1 is bit 63-i of the position. A bucket is chosen by the low d
+//     bits of h1 (d = L, or L+1 below the split pointer and from 2^L on:
+//     its depth), so it holds exactly the keys whose positions have its
+//     index's d low bits, reversed, as their top d bits: one contiguous
+//     range [reverse_bits(index), reverse_bits(index) + 2^(64-d)). Whatever
+//     the shape, its buckets' ranges tile [0, 2^64). A split of bucket p of
+//     depth L into p and p + 2^L (hash bit L) cuts its range into the lower
+//     half (p) and the upper half (p + 2^L): a split moves a key only
+//     within the range of the bucket it leaves. The table never shrinks; a
+//     crash that fails a split's epoch brings back the unsplit bucket, the
+//     union of the two ranges.
+// SC2 The cursor is a position, all 64 bits of it (no bit is reserved), so
+//     every value is one. 0 starts at the lowest position; *next = 0 means
+//     the end of the last bucket wrapped past 2^64: the scan is over.
+//     Positions come from h1 only, so a cursor stays valid across splits,
+//     a close and reopen, and a crash that reverts the shape.
+// SC3 One call, from pos = cursor: read the bucket that holds pos (the one
+//     of the hash reverse_bits(pos) in the shape of the read), pass its
+//     present keys whose positions are >= pos (only the first bucket of a
+//     call can start below pos: a hash per record there), then pos := the
+//     end of its range; repeat until `count` keys were passed or pos wraps
+//     to 0. *next = pos. fn is called after each bucket, outside any epoch
+//     and lock, from a copy of that bucket's keys and values.
+// SC4 A bucket is read as get() reads one (Locks): the stripe's lock word
+//     w1 (no write or split under way), then the shape, then, inside an
+//     epoch (nothing freed under us), the valid list with acquire loads,
+//     the newest record of each key counting; then the lock word again,
+//     and everything once more if the stripe changed (a write, a split, a
+//     commit, a collection). The bucket of pos is in pos's stripe, and only
+//     a split of that very bucket (same stripe) changes which bucket holds
+//     pos: a split of bucket q changes bucket_of only for hashes whose low
+//     L bits are q, and the step to the next level only for those of
+//     2^L - 1. So the choice of the bucket, its depth and its list are one
+//     state of the table at one instant. No lock is taken: a transaction
+//     holding the stripe does not hold the scan up.
+// SC5 The guarantee. The reads of one scan visit intervals [c0 = 0, c1),
+//     [c1, c2), ... each starting where the last ended, strictly rising
+//     (pos lies in its bucket's range, so its end is above pos or wraps),
+//     until one ends at 2^64: they tile the whole position space. A key
+//     present from the first call to the last has its position in exactly
+//     one interval [ci, ci+1); at the instant of that read (SC4) the key was
+//     present, so on the list of the bucket that the shape of that instant
+//     gives it, which is the bucket read (the interval lies in its range):
+//     it is passed. Splits between or during calls do not matter, since
+//     each read is of one state. It is also passed only once: the
+//     intervals are disjoint and each read passes only keys in its
+//     interval. So even under concurrent growth a scan passes no key twice;
+//     keys inserted or removed during the scan may or may not be passed.
+// SC6 Epochs and transactions: a scan passes what get() would answer. The
+//     valid lists hold no record of a failed epoch and nothing a
+//     transaction has not committed (its writes wait in DRAM until the
+//     commit applies them all at once under its stripes' write bits, so a
+//     bucket read sees all of a commit in its stripe or none; two buckets
+//     read apart may see a transaction before and after: a scan is not a
+//     snapshot). Under kStrict, before fn sees a bucket's keys, the scan
+//     waits until the newest version any of its answers rests on (a value
+//     passed, or an "absent" record that left a key out) is durable, as
+//     get() does (D2); under kEpoch nothing waits.
+// SC7 Damage: every record is checked as find() checks it (in the heap,
+//     whole, a list no longer than the heap could hold), the value against
+//     the one length it is copied by; Corruption naming the bucket, once
+//     the read proved consistent (SC4). An ill-formed status word reads as
+//     an empty list, as in get() (check() reports it). Any cursor maps to
+//     an existing bucket: no cursor is refused.
+// SC8 Cost: per call, the buckets visited and the records on their lists
+//     (garbage included), a retry per change of a stripe under the read (as
+//     get()); DRAM of one bucket's keys and values. A scan of a table that
+//     stops growing makes at most one read per bucket. Busy only when all
+//     thread slots are taken (heap); it never waits for a lock.
+//
+// ---------------------------------------------------------------------------
 // Transactions (paper §3.4)
 // ---------------------------------------------------------------------------
 // Strong strict two-phase locking over the stripe locks: a transaction

@@ -11,7 +11,9 @@
 #include <set>
 #include <string_view>
 #include <thread>
+#include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "engine/dali/epochs.h"
@@ -68,6 +70,8 @@ class DaliIndex final : public Index {
   Status begin(const TransactionOptions& options, std::unique_ptr<Txn>* txn) override;
   Status for_each(const ForEachFn& fn) override;
   Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
+  Status scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+              std::uint64_t* next) override;
   std::uint64_t size() const override;
   Status sync() override;
   Status check() override;
@@ -222,6 +226,22 @@ class DaliIndex final : public Index {
   void maybe_grow(heap::ThreadCache* tc, unsigned t);
   void split_one(heap::ThreadCache* tc, unsigned t);
   Status ensure_segment(heap::ThreadCache* tc, unsigned j);
+
+  // --- scan (scan.cc; dali.h "Scan") ---
+  // The number of low hash bits that select bucket `index` in shape `sh`:
+  // L, or L+1 for a bucket split in this round or made by one.
+  static unsigned depth_of(Shape sh, std::uint64_t index);
+  // What one bucket passes: its present keys with their values, and the
+  // newest version any of its answers rests on (strict mode waits for it).
+  struct ScanBatch {
+    std::vector<std::pair<std::string, std::string>> keys;
+    std::uint64_t depends_on = 0;
+  };
+  // Reads, lock-free and consistently, the bucket that holds position
+  // `pos`: its keys at positions >= pos into *batch, and *end = the
+  // position after the bucket (0 at the end of the hash space).
+  // Corruption for a damaged list.
+  Status scan_bucket(unsigned t, std::uint64_t pos, ScanBatch* batch, std::uint64_t* end);
 
   // --- snapshots of read-only transactions ---
   std::uint64_t register_snapshot(unsigned t);

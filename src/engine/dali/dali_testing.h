@@ -1,6 +1,6 @@
-// engine/dali/dali_testing.h - dali's test hook and planted bugs
+// engine/dali/dali_testing.h - dali's test hooks and planted bugs
 // (engine/planted.h; docs/architecture.md, "Test hooks"). Only tests set
-// them; the hook is process-wide and set while no operation runs.
+// them; the hooks are process-wide and set while no operation runs.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,14 @@ namespace pmhash::engine::dali::testing {
 // split must then carry over. It must not add keys (a write that adds one
 // may start a split, and splits do not nest). nullptr removes it.
 void set_split_hook(std::function<void(std::uint64_t src, unsigned level)> hook);
+
+// Called by every scan once it has chosen, from the shape it read, the
+// bucket it reads next (its index, and `depth`: the number of low hash bits
+// that select it), before it reads the bucket's list: in the scanning
+// thread, outside any epoch and holding no lock, so the hook may write keys
+// and split buckets, the chosen one too (the scan must then choose again).
+// It runs again at each such retry. nullptr removes it.
+void set_scan_hook(std::function<void(std::uint64_t bucket, unsigned depth)> hook);
 
 // Recovery adds only the counter's epoch F to the failure list, not F-1,
 // whose global fence may not have finished.
