@@ -138,6 +138,12 @@ class RaceIndex final : public Index {
     return with_session([&](Session& ss) { return scan(ss, fn, /*verify=*/false); });
   }
 
+  // race.h, "Scan": whole subtables from position `cursor` (a reversed
+  // h1) on; fn runs once every subtable of the call has been read and the
+  // session is back in the pool.
+  Status scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+              std::uint64_t* next) override;
+
   std::uint64_t size() const override {
     return remote_index::count_keys(*const_cast<RaceIndex*>(this));
   }
@@ -451,6 +457,20 @@ class RaceIndex final : public Index {
   // race.h lists, once every split lock is released (dead splitters'
   // taken over).
   Status scan(Session& ss, const ForEachFn& fn, bool verify);
+
+  // A key and its value, copied out of a subtable for Index::scan.
+  struct Pair {
+    std::string key;
+    std::string value;
+  };
+  // One step of Index::scan (race.h, "Scan"): reads the subtable that
+  // covers position `pos` whole, under the readers' consistency check
+  // (every bucket header and a trailing re-read of the first one equal),
+  // and appends to *out the keys it holds at its depth whose position is
+  // >= `from`, each once (the entry at the lowest address). *end: the
+  // position after the subtable's range (0 past the last one).
+  Status scan_part(Session& ss, std::uint64_t pos, std::uint64_t from, std::vector<Pair>* out,
+                   std::uint64_t* end);
 
   Options options_;
   std::vector<std::string> specs_;

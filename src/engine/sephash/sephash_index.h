@@ -248,6 +248,12 @@ class SepHashIndex final : public Index {
     return with_session([&](Session& ss) { return scan(ss, fn); });
   }
 
+  // sephash.h, "Scan": whole segments (both levels) from position
+  // `cursor` (a reversed hash) on; fn runs once every segment of the call
+  // has been read and the session is back in the pool.
+  Status scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+              std::uint64_t* next) override;
+
   std::uint64_t size() const override {
     return remote_index::count_keys(*const_cast<SepHashIndex*>(this));
   }
@@ -768,6 +774,20 @@ class SepHashIndex final : public Index {
   // takeover, or another client's): a new one is read unless a view read
   // before covers its keys (it was read before the split moved them).
   Status scan(Session& ss, const ForEachFn& fn);
+
+  // A key and its value, copied out of a segment for Index::scan.
+  struct Pair {
+    std::string key;
+    std::string value;
+  };
+  // One step of Index::scan (sephash.h, "Scan"): reads the segment that
+  // covers position `pos` (its CurSeg slots, its MainSeg and their items,
+  // all under one snapshot and its checks), and appends to *out each key
+  // of the segment whose position is >= `from` and whose newest entry is
+  // not a tombstone. *end: the position after the segment's range (0 past
+  // the last one).
+  Status scan_part(Session& ss, std::uint64_t pos, std::uint64_t from, std::vector<Pair>* out,
+                   std::uint64_t* end);
 
   template <class Covered>
   Status scan_segment(Session& ss, RAddr seg, const ForEachFn& fn, const Covered& is_covered,
