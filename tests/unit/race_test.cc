@@ -933,7 +933,9 @@ TEST_F(RaceTest, AClientScansWhileAnotherSplits) {
   std::thread writer([&] {
     for (unsigned i = 1600, gone = 800; i < 9000; ++i) {
       EXPECT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
-      if (i % 9 == 0 && gone < 1600) EXPECT_TRUE(st->remove(key_of(gone++)).ok());
+      if (i % 9 == 0 && gone < 1600) {
+        EXPECT_TRUE(st->remove(key_of(gone++)).ok());
+      }
     }
     done = true;
   });

@@ -1474,7 +1474,9 @@ TEST_F(SepHashTest, AClientScansWhileAnotherMergesAndSplits) {
     for (unsigned i = 1600, gone = 800; i < 9000; ++i) {
       EXPECT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
       EXPECT_TRUE(st->update(key_of(i % 800), value_of(i % 800, i)).ok());
-      if (i % 9 == 0 && gone < 1600) EXPECT_TRUE(st->remove(key_of(gone++)).ok());
+      if (i % 9 == 0 && gone < 1600) {
+        EXPECT_TRUE(st->remove(key_of(gone++)).ok());
+      }
     }
     done = true;
   });

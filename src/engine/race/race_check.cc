@@ -88,27 +88,26 @@ Status RaceIndex::scan(Session& ss, const ForEachFn& fn, bool verify) {
 Status RaceIndex::scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
                        std::uint64_t* next) {
   *next = 0;
-  std::vector<Pair> out;
+  std::vector<remote_index::ScanPair> out;
   std::uint64_t end = 0;
   const Status s = with_session([&](Session& ss) {
-    // Subtable after subtable, each starting where the previous one's
-    // range ended, until `count` keys or the end of the hash space.
+    // Step after step, each from the position where the last one
+    // stopped (in a subtable or segment, or at the end of its range),
+    // until `count` keys or the end of the hash space.
     for (std::uint64_t pos = cursor;; pos = end) {
-      if (Status r = scan_part(ss, pos, pos == cursor ? cursor : 0, &out, &end); !r.ok()) {
-        return r;
-      }
+      if (Status r = scan_part(ss, pos, count - out.size(), &out, &end); !r.ok()) return r;
       if (end == 0 || out.size() >= count) return Status::OK();
     }
   });
   if (!s.ok()) return s;
   // No session is held while fn runs: it may call back into the store.
-  for (const Pair& p : out) fn(p.key, p.value);
+  for (const remote_index::ScanPair& p : out) fn(p.key, p.value);
   *next = end;
   return Status::OK();
 }
 
-Status RaceIndex::scan_part(Session& ss, std::uint64_t pos, std::uint64_t from,
-                            std::vector<Pair>* out, std::uint64_t* end) {
+Status RaceIndex::scan_part(Session& ss, std::uint64_t pos, std::size_t need,
+                            std::vector<remote_index::ScanPair>* out, std::uint64_t* end) {
   const std::uint64_t h = reverse_bits(pos);  // the h1 of a key at position pos
   LockWatch watch = new_watch();
   std::vector<std::uint64_t> t(table_bytes() / 8);
@@ -163,18 +162,21 @@ Status RaceIndex::scan_part(Session& ss, std::uint64_t pos, std::uint64_t from,
   std::vector<Kv> kvs;
   if (Status s = read_kvs(ss, slots, &kvs); !s.ok()) return s;
   std::unordered_set<std::string_view> keys;  // of several entries of a key, the lowest counts
+  std::vector<remote_index::ScanPair> found;
   for (const Kv& kv : kvs) {
     const Key k = make_key(kv.key());
     // An entry a split has not cleared yet (its key moved to the new
     // subtable), or a stray: not this subtable's key.
     if ((k.h1 & low_mask(depth)) != suffix) continue;
-    if (reverse_bits(k.h1) < from) continue;
+    if (reverse_bits(k.h1) < pos) continue;
     if (!keys.insert(kv.key()).second) continue;
-    out->push_back(Pair{std::string(kv.key()), std::string(kv.value())});
+    found.push_back({reverse_bits(k.h1), std::string(kv.key()), std::string(kv.value())});
   }
   // The range of (depth, suffix): the positions whose top `depth` bits
   // are the reversed suffix; past the last one, the sum wraps to 0.
-  *end = depth == 0 ? 0 : reverse_bits(suffix) + (std::uint64_t{1} << (64 - depth));
+  const std::uint64_t range_end =
+      depth == 0 ? 0 : reverse_bits(suffix) + (std::uint64_t{1} << (64 - depth));
+  remote_index::take_in_order(found, need, range_end, out, end);
   return Status::OK();
 }
 

@@ -458,19 +458,16 @@ class RaceIndex final : public Index {
   // taken over).
   Status scan(Session& ss, const ForEachFn& fn, bool verify);
 
-  // A key and its value, copied out of a subtable for Index::scan.
-  struct Pair {
-    std::string key;
-    std::string value;
-  };
   // One step of Index::scan (race.h, "Scan"): reads the subtable that
   // covers position `pos` whole, under the readers' consistency check
-  // (every bucket header and a trailing re-read of the first one equal),
-  // and appends to *out the keys it holds at its depth whose position is
-  // >= `from`, each once (the entry at the lowest address). *end: the
-  // position after the subtable's range (0 past the last one).
-  Status scan_part(Session& ss, std::uint64_t pos, std::uint64_t from, std::vector<Pair>* out,
-                   std::uint64_t* end);
+  // (every bucket header and a trailing re-read of the first one equal);
+  // of the keys it holds at its depth from position `pos` on (of several
+  // entries of a key, the one at the lowest address), appends to *out
+  // the first `need` in position order (remote_index::take_in_order).
+  // *end: the position of the first key left, or the end of the
+  // subtable's range (0 past the last one).
+  Status scan_part(Session& ss, std::uint64_t pos, std::size_t need,
+                   std::vector<remote_index::ScanPair>* out, std::uint64_t* end);
 
   Options options_;
   std::vector<std::string> specs_;

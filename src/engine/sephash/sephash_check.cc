@@ -90,27 +90,26 @@ Status SepHashIndex::scan(Session& ss, const ForEachFn& fn) {
 Status SepHashIndex::scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
                           std::uint64_t* next) {
   *next = 0;
-  std::vector<Pair> out;
+  std::vector<remote_index::ScanPair> out;
   std::uint64_t end = 0;
   const Status s = with_session([&](Session& ss) {
-    // Segment after segment, each starting where the previous one's range
-    // ended, until `count` keys or the end of the hash space.
+    // Step after step, each from the position where the last one
+    // stopped (in a subtable or segment, or at the end of its range),
+    // until `count` keys or the end of the hash space.
     for (std::uint64_t pos = cursor;; pos = end) {
-      if (Status r = scan_part(ss, pos, pos == cursor ? cursor : 0, &out, &end); !r.ok()) {
-        return r;
-      }
+      if (Status r = scan_part(ss, pos, count - out.size(), &out, &end); !r.ok()) return r;
       if (end == 0 || out.size() >= count) return Status::OK();
     }
   });
   if (!s.ok()) return s;
   // No session is held while fn runs: it may call back into the store.
-  for (const Pair& p : out) fn(p.key, p.value);
+  for (const remote_index::ScanPair& p : out) fn(p.key, p.value);
   *next = end;
   return Status::OK();
 }
 
-Status SepHashIndex::scan_part(Session& ss, std::uint64_t pos, std::uint64_t from,
-                               std::vector<Pair>* out, std::uint64_t* end) {
+Status SepHashIndex::scan_part(Session& ss, std::uint64_t pos, std::size_t need,
+                               std::vector<remote_index::ScanPair>* out, std::uint64_t* end) {
   const std::uint64_t h = reverse_bits(pos);  // the hash of a key at position pos
   const auto deadline = lock_deadline();
   SegmentView v;
@@ -137,20 +136,25 @@ Status SepHashIndex::scan_part(Session& ss, std::uint64_t pos, std::uint64_t fro
     if (Status s = refresh_dir(ss); !s.ok()) return s;
   }
   const unsigned depth = meta_depth(v.snap.meta);
-  // The newest entry of each key of the segment at or after `from`.
+  // The newest entry of each key of the segment at or after `pos`.
   std::unordered_map<std::string_view, const Candidate*> best;
   for (const Candidate& c : items) {
     const std::uint64_t kh = make_key(c.key()).h1;
-    if ((kh & low_mask(depth)) != v.pattern || reverse_bits(kh) < from) continue;
+    if ((kh & low_mask(depth)) != v.pattern || reverse_bits(kh) < pos) continue;
     auto [it, fresh] = best.try_emplace(c.key(), &c);
     if (!fresh && c.header().version > it->second->header().version) it->second = &c;
   }
+  std::vector<remote_index::ScanPair> found;
   for (const auto& [k, c] : best) {
-    if (!slot_tomb(c->slot)) out->push_back(Pair{std::string(k), std::string(c->value())});
+    if (!slot_tomb(c->slot)) {
+      found.push_back({reverse_bits(make_key(k).h1), std::string(k), std::string(c->value())});
+    }
   }
   // The range of (depth, pattern): the positions whose top `depth` bits
   // are the reversed pattern; past the last one, the sum wraps to 0.
-  *end = depth == 0 ? 0 : reverse_bits(v.pattern) + (std::uint64_t{1} << (64 - depth));
+  const std::uint64_t range_end =
+      depth == 0 ? 0 : reverse_bits(v.pattern) + (std::uint64_t{1} << (64 - depth));
+  remote_index::take_in_order(found, need, range_end, out, end);
   return Status::OK();
 }
 

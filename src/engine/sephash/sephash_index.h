@@ -775,19 +775,15 @@ class SepHashIndex final : public Index {
   // before covers its keys (it was read before the split moved them).
   Status scan(Session& ss, const ForEachFn& fn);
 
-  // A key and its value, copied out of a segment for Index::scan.
-  struct Pair {
-    std::string key;
-    std::string value;
-  };
   // One step of Index::scan (sephash.h, "Scan"): reads the segment that
   // covers position `pos` (its CurSeg slots, its MainSeg and their items,
-  // all under one snapshot and its checks), and appends to *out each key
-  // of the segment whose position is >= `from` and whose newest entry is
-  // not a tombstone. *end: the position after the segment's range (0 past
-  // the last one).
-  Status scan_part(Session& ss, std::uint64_t pos, std::uint64_t from, std::vector<Pair>* out,
-                   std::uint64_t* end);
+  // all under one snapshot and its checks); of its keys from position
+  // `pos` on whose newest entry is not a tombstone, appends to *out the
+  // first `need` in position order (remote_index::take_in_order). *end:
+  // the position of the first key left, or the end of the segment's
+  // range (0 past the last one).
+  Status scan_part(Session& ss, std::uint64_t pos, std::size_t need,
+                   std::vector<remote_index::ScanPair>* out, std::uint64_t* end);
 
   template <class Covered>
   Status scan_segment(Session& ss, RAddr seg, const ForEachFn& fn, const Covered& is_covered,
