@@ -5,13 +5,15 @@
 // processes (forked) checked against models the parent recomputes, and
 // the membership checks: wrong node lists refused at attach, a forced
 // create fencing the clients of the old index, concurrent creates, the
-// timeout bounded by the stored lease.
+// timeout bounded by the stored lease; and the scan helpers (a scan whose
+// calls straddle resize steps, a cursor inside a part that resized).
 #pragma once
 
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <fstream>
 #include <functional>
 #include <latch>
@@ -650,6 +652,168 @@ class RemoteEngineTest : public ::testing::Test {
       std::string got;
       EXPECT_TRUE(ok->get("k", &got).ok()) << timeout;
     }
+  }
+
+  // ---- Store::scan (each engine's header, "Scan") ----
+  // Each key one scan passed, with the number of times.
+  using Passes = std::map<std::string, int>;
+
+  // One scan call; its keys counted into *passes. Returns *next (0 also
+  // on an error, which is a test failure).
+  static std::uint64_t scan_call(Store& st, std::uint64_t cursor, std::size_t count,
+                                 Passes* passes) {
+    std::uint64_t next = 0;
+    const Status s = st.scan(
+        cursor, count, [&](std::string_view k, std::string_view) { ++(*passes)[std::string(k)]; },
+        &next);
+    EXPECT_TRUE(s.ok()) << "scan from " << cursor << ": " << s.to_string();
+    return s.ok() ? next : 0;
+  }
+
+  // A whole scan from cursor 0 with `count` (at most `max_calls` calls).
+  static void full_scan(Store& st, std::size_t count, Passes* passes, unsigned max_calls = 100000) {
+    std::uint64_t cursor = 0;
+    for (unsigned c = 0; c < max_calls; ++c) {
+      cursor = scan_call(st, cursor, count, passes);
+      if (cursor == 0) return;
+    }
+    ADD_FAILURE() << "a scan did not end in " << max_calls << " calls";
+  }
+
+  // The keys of `want` a scan passed not exactly once (or, with
+  // at_least, not at all).
+  static unsigned missed(const Model& want, const Passes& passes, bool at_least) {
+    unsigned bad = 0;
+    for (const auto& [k, v] : want) {
+      const auto it = passes.find(k);
+      const int n = it == passes.end() ? 0 : it->second;
+      if (n == 0 || (!at_least && n != 1)) ++bad;
+    }
+    return bad;
+  }
+
+  // A scan made one call at a time, by step(), with whatever the test does
+  // between the calls (resize steps parked in a hook). `present` is what
+  // the test knows to be in the index and to stay there: at the first call
+  // it becomes what the scan must pass; when the scan ends, each of those
+  // keys not passed counts in `misses`, and the next step starts anew.
+  struct ScanAcross {
+    std::size_t count = 3;
+    std::uint64_t cursor = 0;
+    bool running = false;
+    Model wanted;
+    Passes passes;
+    unsigned ended = 0, misses = 0;
+
+    void step(Store& st, const Model& present) {
+      if (!running) {
+        wanted = present;
+        passes.clear();
+        cursor = 0;
+        running = true;
+      }
+      cursor = scan_call(st, cursor, count, &passes);
+      if (cursor != 0) return;
+      running = false;
+      ++ended;
+      misses += missed(wanted, passes, /*at_least=*/true);
+    }
+  };
+
+  // A scan from cursor `mid` (inside a part's range: not a multiple of
+  // any part's size) on an index holding `model`, whose calls are
+  // separated by inserts of `between` new keys each (from key_of(next)
+  // on), so that the part holding `mid` and those after it resize under
+  // the scan. Without writes during a call, every key of `model` whose
+  // position (`position`, the engine's order) is >= mid is passed exactly
+  // once, none below mid is, and no key twice.
+  static void expect_scan_from_inside_a_part(Store& st, const Model& model, unsigned next,
+                                             unsigned between, std::uint64_t mid,
+                                             const std::function<std::uint64_t(const std::string&)>& position) {
+    Passes passes;
+    std::uint64_t cursor = mid;
+    unsigned calls = 0;
+    do {
+      cursor = scan_call(st, cursor, 20, &passes);
+      ++calls;
+      for (unsigned i = 0; i < between; ++i, ++next) {
+        ASSERT_TRUE(st.insert(key_of(next), value_of(next, 0)).ok());
+      }
+    } while (cursor != 0 && calls < 100000);
+    ASSERT_EQ(cursor, 0u);
+    EXPECT_GT(calls, 3u);
+    unsigned above = 0;
+    for (const auto& [k, v] : model) {
+      const auto it = passes.find(k);
+      const int n = it == passes.end() ? 0 : it->second;
+      if (position(k) >= mid) {
+        ++above;
+        EXPECT_EQ(n, 1) << k << " at " << position(k) << " from " << mid;
+      } else {
+        EXPECT_EQ(n, 0) << k << " at " << position(k) << " below " << mid;
+      }
+    }
+    EXPECT_GT(above, 0u);
+    for (const auto& [k, n] : passes) EXPECT_EQ(n, 1) << k;
+  }
+
+  // Scanners against writers (the stress tests, tests/stress/*_scan_*):
+  // `writers` threads of one client insert new keys (resizing the index
+  // many times), update the stable keys and remove the doomed ones, while
+  // `scanners` other clients (their own stores on the same nodes) run
+  // whole scans one after another, with counts from 1 to 64. Every scan
+  // must pass every stable key; `resizes` (a property of the writers'
+  // client) must have grown by at least `min_resizes`.
+  void scan_while_writers_resize(unsigned keys, unsigned writers, unsigned scanners,
+                                 const std::string& resizes, std::uint64_t min_resizes) {
+    auto st = create(options());
+    ASSERT_NE(st, nullptr);
+    Model stable, doomed;
+    ASSERT_NO_FATAL_FAILURE(load(*st, 0, keys, &stable));
+    ASSERT_NO_FATAL_FAILURE(load(*st, keys, 2 * keys, &doomed));
+    const std::uint64_t resizes0 = st->stats().property(resizes);
+    std::atomic<unsigned> writing{writers}, misses{0}, errors{0}, scans{0};
+    std::vector<std::thread> threads;
+    for (unsigned w = 0; w < writers; ++w) {
+      threads.emplace_back([&, w] {
+        std::mt19937 rng(w);
+        const unsigned base = (2 + w) * 10 * keys;
+        for (unsigned i = 0; i < 3 * keys; ++i) {
+          if (!st->insert(key_of(base + i), value_of(base + i, 0)).ok()) ++errors;
+          const unsigned k = rng() % keys;
+          if (!st->update(key_of(k), value_of(k, i + 1)).ok()) ++errors;
+          // Every third step, the next doomed key of this thread's share
+          // (those whose index minus `keys` is w modulo `writers`).
+          const unsigned d = keys + i / 3 * writers + w;
+          if (i % 3 == 0 && d < 2 * keys && !st->remove(key_of(d)).ok()) ++errors;
+        }
+        --writing;
+      });
+    }
+    for (unsigned r = 0; r < scanners; ++r) {
+      threads.emplace_back([&, r] {
+        std::unique_ptr<Store> mine;
+        if (!Store::open("", options(), &mine).ok()) {
+          ++errors;
+          return;
+        }
+        unsigned round = r;
+        do {
+          Passes passes;
+          full_scan(*mine, 1 + round++ * 13 % 64, &passes);
+          misses += missed(stable, passes, /*at_least=*/true);
+          ++scans;
+        } while (writing.load() != 0);
+        if (!mine->close().ok()) ++errors;
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(errors.load(), 0u);
+    EXPECT_EQ(misses.load(), 0u);
+    EXPECT_GE(scans.load(), scanners);
+    EXPECT_GE(st->stats().property(resizes), resizes0 + min_resizes);
+    const Status c = st->check();
+    EXPECT_TRUE(c.ok()) << c.to_string();
   }
 
   ScratchDir dir_;

@@ -3,7 +3,7 @@
 // and of the tcp daemon: the operations against a model through splits,
 // threads, concurrent inserts of one key, readers during splits, reopening,
 // full nodes and bad input; splitters that die or stall, taken over by
-// other clients after the index's lease.
+// other clients after the index's lease; scans across every split step.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/hash.h"
 #include "engine/race/race.h"
 #include "engine/race/race_testing.h"
 #include "pmhash/store.h"
@@ -848,6 +849,106 @@ TEST_F(RaceSplitLockTest, SwapsOfAFrozenSubtableTakeTheDeadSplitOverAndLand) {
   EXPECT_EQ(st->size(), model.size());
   const Status c = st->check();
   EXPECT_TRUE(c.ok()) << c.to_string();
+}
+
+// ---- scan (race.h, "Scan") ----
+// A split is parked after each of its steps (the hook runs on the
+// splitting thread, the subtable locked). Meanwhile another client scans
+// the whole index (no write runs then: each key passed exactly once, also
+// from the split subtable, whose range its old headers or its new ones
+// say), and this client makes one call of a long scan, so that that scan's
+// calls fall between all the steps of many splits: every key present
+// when it began is passed. (Half the headers rewritten: every scan reads
+// that subtable whole and would wait on its torn headers; not parked.)
+TEST_F(RaceTest, ScanCallsAcrossEachSplitStepPassEveryKey) {
+  Options o = options();
+  o.remote_timeout_ms = 15000;  // scans inside the split, on a slow machine
+  auto st = create(o);
+  ASSERT_NE(st, nullptr);
+  auto other = open(o);
+  ASSERT_NE(other, nullptr);
+  Model model;
+  ScanAcross across;
+  unsigned whole_misses = 0, whole_scans = 0;
+  std::vector<unsigned> steps(kSplitSteps, 0);
+  engine::race::testing::set_split_hook([&](SplitStep step, bool taking_over) {
+    EXPECT_FALSE(taking_over);
+    if (step == SplitStep::kHeadersHalfUpdated) return false;
+    ++steps[static_cast<unsigned>(step)];
+    std::thread t([&] {
+      Passes passes;
+      full_scan(*other, 5 + whole_scans % 50, &passes);
+      whole_misses += missed(model, passes, /*at_least=*/false);
+      for (const auto& [k, n] : passes) whole_misses += model.count(k) == 0;
+      ++whole_scans;
+      across.step(*st, model);
+    });
+    t.join();
+    return false;
+  });
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 1500, &model));
+  engine::race::testing::set_split_hook(nullptr);
+  EXPECT_EQ(whole_misses, 0u);
+  EXPECT_EQ(across.misses, 0u);
+  EXPECT_GT(across.ended, 2u);
+  for (unsigned s = 0; s < kSplitSteps; ++s) {
+    if (SplitStep(s) != SplitStep::kHeadersHalfUpdated) {
+      EXPECT_GT(steps[s], 2u) << step_name(SplitStep(s));
+    }
+  }
+  EXPECT_EQ(st->stats().property("race.lock_takeovers"), 0u);
+}
+
+// A scan from a cursor inside a subtable's range, with thousands of
+// inserts (dozens of splits) between its calls: from the cursor on, each
+// key loaded before is passed exactly once, none below it.
+TEST_F(RaceTest, AScanFromInsideASubtableThatSplitsPassesWhatFollows) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 600, &model));
+  const std::uint64_t splits = st->stats().property("race.splits");
+  const auto position = [](const std::string& k) {
+    return engine::reverse_bits(engine::make_key(k).h1);
+  };
+  ASSERT_NO_FATAL_FAILURE(
+      expect_scan_from_inside_a_part(*st, model, 10000, 150, 0x1555555555555555ull, position));
+  ASSERT_NO_FATAL_FAILURE(
+      expect_scan_from_inside_a_part(*st, model, 100000, 150, 0x9999999999999999ull, position));
+  EXPECT_GT(st->stats().property("race.splits"), splits + 20);
+}
+
+// Two clients: one scans (whole scans, one after another) while the other
+// inserts enough to split every subtable several times and removes other
+// keys: every key present throughout is passed by every scan.
+TEST_F(RaceTest, AClientScansWhileAnotherSplits) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  auto scanner = open(options());
+  ASSERT_NE(scanner, nullptr);
+  Model stable, doomed;
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 800, &stable));
+  ASSERT_NO_FATAL_FAILURE(load(*st, 800, 1600, &doomed));
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (unsigned i = 1600, gone = 800; i < 9000; ++i) {
+      EXPECT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
+      if (i % 9 == 0 && gone < 1600) {
+        EXPECT_TRUE(st->remove(key_of(gone++)).ok());
+      }
+    }
+    done = true;
+  });
+  unsigned scans = 0, misses = 0;
+  do {
+    Passes passes;
+    full_scan(*scanner, 1 + scans * 7 % 40, &passes);
+    misses += missed(stable, passes, /*at_least=*/true);
+    ++scans;
+  } while (!done.load());
+  writer.join();
+  EXPECT_EQ(misses, 0u);
+  EXPECT_GT(scans, 1u);
 }
 
 }  // namespace

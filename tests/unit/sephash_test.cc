@@ -1,7 +1,8 @@
 // Unit tests of the sephash engine (src/engine/sephash) through the Store
 // API, on memory nodes of the shm transport and of the tcp daemon: the
 // operations against a model through merges and splits, threads, the
-// stale-sign race, reopening, full nodes, dead nodes and bad input.
+// stale-sign race, reopening, full nodes, dead nodes and bad input; scans
+// across merges and splits.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -46,7 +47,10 @@ using testing::value_of;
 
 class SepHashTest : public testing::RemoteEngineTest {
  protected:
-  void TearDown() override { engine::sephash::testing::set_append_hook(nullptr); }
+  void TearDown() override {
+    engine::sephash::testing::set_append_hook(nullptr);
+    engine::sephash::testing::set_lock_hook(nullptr);
+  }
 
   Options options() const override {
     Options o;
@@ -1363,6 +1367,129 @@ TEST_F(SepHashTest, AnAppendWhoseSpeculationHitTheOldSignSetsTheBitOfTheNewState
   Model model{{first, "1"}, {key, "2"}};
   for (const std::string& k : fill) model.emplace(k, "f");
   ASSERT_NO_FATAL_FAILURE(expect_holds(*st, model));
+}
+
+// ---- scan (sephash.h, "Scan") ----
+// Every merge and split is parked at each of its steps (the hook runs on
+// the writing thread, the segment locked) while another client makes one
+// call of a long scan: a call that does not touch the locked segment ends
+// while parked; one that does waits for the lock (readers wait on merges)
+// and reads the segment once it is published, so the parks stay short
+// (20 ms, far within half the lease) and a call still waiting is left to
+// finish across the next steps. The writer inserts new keys and updates
+// old ones, so merges drop superseded versions and move entries from the
+// CurSeg into the MainSeg: every key present when a scan began is passed.
+TEST_F(SepHashTest, ScanCallsAcrossEachMergeAndSplitStepPassEveryKey) {
+  using engine::sephash::LockStep;
+  Options o = options();
+  o.set("sephash.lock_lease_ms", 20000);
+  o.remote_timeout_ms = 10000;
+  auto st = create(o);
+  ASSERT_NE(st, nullptr);
+  auto other = open(o);
+  ASSERT_NE(other, nullptr);
+  Model model;
+  ScanAcross across;
+  std::atomic<bool> busy{false};
+  std::thread scanner;
+  std::vector<unsigned> parked(static_cast<unsigned>(LockStep::kSwapItem) + 1, 0);
+  unsigned ended_while_parked = 0;
+  engine::sephash::testing::set_lock_hook([&](LockStep step) {
+    if (step >= LockStep::kSwapLocked) return false;
+    ++parked[static_cast<unsigned>(step)];
+    if (busy.load(std::memory_order_acquire)) return false;  // the last call still waits
+    if (scanner.joinable()) scanner.join();
+    Model start = across.running ? Model{} : model;
+    busy.store(true);
+    scanner = std::thread([&, start = std::move(start)] {
+      across.step(*other, start);
+      busy.store(false, std::memory_order_release);
+    });
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while (busy.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!busy.load(std::memory_order_acquire)) ++ended_while_parked;
+    return false;
+  });
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 1200, &model));
+  for (unsigned i = 1200; i < 2400; ++i) {
+    ASSERT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
+    model.emplace(key_of(i), value_of(i, 0));
+    const unsigned old = i - 1200;
+    ASSERT_TRUE(st->update(key_of(old), value_of(old, 1)).ok());
+    model[key_of(old)] = value_of(old, 1);
+  }
+  engine::sephash::testing::set_lock_hook(nullptr);
+  if (scanner.joinable()) scanner.join();
+  while (across.running) across.step(*other, model);  // the last scan, to its end
+  EXPECT_EQ(across.misses, 0u);
+  EXPECT_GT(across.ended, 2u);
+  EXPECT_GT(ended_while_parked, 20u);
+  for (LockStep step : {LockStep::kLocked, LockStep::kRead, LockStep::kMergePublish,
+                        LockStep::kMergeIntent, LockStep::kMergeSlots, LockStep::kSplitFirst,
+                        LockStep::kSplitIntent, LockStep::kSplitDirectory, LockStep::kSplitSlots}) {
+    EXPECT_GT(parked[static_cast<unsigned>(step)], 2u) << static_cast<unsigned>(step);
+  }
+  // Without writes, a whole scan passes each key exactly once.
+  Passes passes;
+  full_scan(*other, 9, &passes);
+  EXPECT_EQ(missed(model, passes, /*at_least=*/false), 0u);
+  EXPECT_EQ(passes.size(), model.size());
+}
+
+// A scan from a cursor inside a segment's range, with inserts between its
+// calls that merge and split the segments ahead of it: from the cursor on,
+// each key loaded before is passed exactly once, none below it.
+TEST_F(SepHashTest, AScanFromInsideASegmentThatMergesAndSplitsPassesWhatFollows) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  Model model;
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 600, &model));
+  const std::uint64_t splits = st->stats().property("sephash.splits");
+  const auto position = [](const std::string& k) {
+    return engine::reverse_bits(engine::make_key(k).h1);
+  };
+  ASSERT_NO_FATAL_FAILURE(
+      expect_scan_from_inside_a_part(*st, model, 10000, 150, 0x1555555555555555ull, position));
+  ASSERT_NO_FATAL_FAILURE(
+      expect_scan_from_inside_a_part(*st, model, 100000, 150, 0x9999999999999999ull, position));
+  EXPECT_GT(st->stats().property("sephash.splits"), splits + 10);
+}
+
+// Two clients: one scans (whole scans, one after another) while the other
+// inserts enough to merge and split every segment several times, updates
+// the stable keys and removes others: every stable key is passed by every
+// scan.
+TEST_F(SepHashTest, AClientScansWhileAnotherMergesAndSplits) {
+  auto st = create(options());
+  ASSERT_NE(st, nullptr);
+  auto scanner = open(options());
+  ASSERT_NE(scanner, nullptr);
+  Model stable, doomed;
+  ASSERT_NO_FATAL_FAILURE(load(*st, 0, 800, &stable));
+  ASSERT_NO_FATAL_FAILURE(load(*st, 800, 1600, &doomed));
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (unsigned i = 1600, gone = 800; i < 9000; ++i) {
+      EXPECT_TRUE(st->insert(key_of(i), value_of(i, 0)).ok());
+      EXPECT_TRUE(st->update(key_of(i % 800), value_of(i % 800, i)).ok());
+      if (i % 9 == 0 && gone < 1600) {
+        EXPECT_TRUE(st->remove(key_of(gone++)).ok());
+      }
+    }
+    done = true;
+  });
+  unsigned scans = 0, misses = 0;
+  do {
+    Passes passes;
+    full_scan(*scanner, 1 + scans * 7 % 40, &passes);
+    misses += missed(stable, passes, /*at_least=*/true);
+    ++scans;
+  } while (!done.load());
+  writer.join();
+  EXPECT_EQ(misses, 0u);
+  EXPECT_GT(scans, 1u);
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 // Sections: 1 structure and bytes; 2 reading a key's buckets; 3 search;
 // 4 insert, update, upsert, remove; 5 split; 6 readers and writers during
 // a split; 7 dead splitters; 8 durability, membership, the lease; 9 what a
-// crash leaves; 10 invariants (check); 11 compare and swap.
+// crash leaves; 10 invariants (check); 11 compare and swap; 12 scan.
 //
 // ---- 1. Structure and bytes (extendible hashing) ---- A directory of 2^max_depth words on node
 // 0 names, for the low hash bits of h1 (the suffix), a subtable, with its
@@ -384,6 +384,74 @@
 // and the call returns once the CAS is durable; a crash leaves the old
 // entry or the new one. A Conflict depends on the view as a get's answer
 // does (remote/transport.h, "Visibility comes before durability").
+//
+// ---- 12. Scan (Index::scan, race_check.cc; 2 round trips per subtable
+// visited, 3 when a KV block is longer than its slot says, +2 when the
+// client's directory copy is stale) ----
+// Cursor: a position in the hash space, position = reverse_bits(h1)
+// (engine/hash.h): all 64 bits, no other field. The directory picks a
+// subtable by h1's low bits, so the subtable (d, s) holds exactly the keys
+// whose positions have reverse_bits(s) in their top d bits: one contiguous
+// range [reverse_bits(s), reverse_bits(s) + 2^(64-d)), and its split by
+// bit d gives the two halves of that range, O the lower (bit d clear),
+// N the upper. A call starts at the subtable covering position `cursor`
+// (its suffix: the low bits of reverse_bits(cursor) through the
+// directory, the headers deciding, as for a key with that h1), passes its
+// keys whose position is >= cursor, then the subtables that follow in
+// position order (each from the end of the previous one's range), until
+// `count` keys were passed or a range ends at 2^64; *next is the end of
+// the last range (0: wrapped, the scan is over). Every value is thus a
+// cursor, decoded without anything per-open: valid across splits, across
+// clients and across a reopen.
+//   Reading a subtable: ONE READ of the whole subtable (groups and
+// trailer) and, after it in the same batch, a READ of its first header
+// again; the read is used when every bucket header and the re-read are
+// equal (hd), and hd's suffix matches the position at hd's depth
+// (otherwise the directory copy is stale: read it again, and look again;
+// headers torn: read again, watching the split lock as readers do, so a
+// dead split is taken over after a lease). The keys passed are those of
+// entries (frozen or not) whose key belongs to (depth, suffix) of hd; of
+// several entries of a key, the one at the lowest address (section 3).
+//   Why a key present throughout is passed. The calls' ranges tile the
+// position space: call k covers [cursor_k, next_k), and next_k is the next
+// call's cursor; a part ends after the cursor it started from, so the
+// ranges are disjoint and a scan that ends has covered [0, 2^64). A key K
+// of position p therefore falls in exactly one subtable range visited,
+// read with header hd = (d, s) matching p; K's entry was in that read:
+//   - hd is the subtable's header before a split (d, s), as was the
+//     re-read: the split's step (5) had not completed when the re-read
+//     ran (it would have rewritten this header), so (6), the only step
+//     that clears an entry (after (5) completes), had not begun before
+//     the READ ended: every entry of O was still in it, K's (moved or
+//     not) among them, frozen or not (a freeze keeps the word);
+//   - hd is the header after a split (d + 1, s): K has bit d clear, so
+//     its entry stays in O through (6) (rewritten thawed to the same
+//     word), whenever the READ ran; entries that (6) has not cleared yet
+//     but whose keys moved to N are dropped by the filter (they are N's,
+//     and N's range is visited on its own);
+//   - a later split of the same subtable: its (5) would change the first
+//     header, which the re-read shows unchanged, so its (6) cleared
+//     nothing before the READ ended.
+// Splits between calls change nothing of this: the next call starts at a
+// position, not at a subtable, and the subtable now covering it is
+// whichever split of the one before (a cursor in the middle of a
+// subtable's range, after a merge-free split, is still a position). A
+// write to K (update, upsert) CASes K's one slot word: the READ sees the
+// old or the new entry, both K's. Without writes each key is in one
+// subtable, whose range is visited once: passed exactly once. A scan
+// from another client than the splitter's sees the same memory nodes:
+// nothing of the argument is client state.
+//   Termination and cost: each part ends strictly after the position it
+// started from, so a call visits at most 2^max_depth subtables and a scan
+// at most as many calls as the index has subtables (splits aside);
+// per subtable one READ of table_bytes plus the 8-byte re-read, and one
+// batch of KV block READs (a second for blocks longer than their slot's
+// length field). The loops on torn headers and a stale directory give up
+// as readers do (Busy after a lease and the timeout; a dead split is
+// taken over). A depth beyond max_depth is Corruption; a KV block that
+// keeps failing its checksum too. DRAM: the subtables one call visits
+// (their keys and values are copied; fn runs after the last READ, with no
+// session held).
 #pragma once
 
 #include <functional>

@@ -1,4 +1,5 @@
 // engine/race/race_check.cc - race whole-index reads: scan and check.
+#include "engine/hash.h"
 #include "engine/race/race_index.h"
 
 namespace pmhash::engine::race {
@@ -81,6 +82,101 @@ Status RaceIndex::scan(Session& ss, const ForEachFn& fn, bool verify) {
       if (!fn(k, kv->value())) return Status::OK();
     }
   }
+  return Status::OK();
+}
+
+Status RaceIndex::scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+                       std::uint64_t* next) {
+  *next = 0;
+  std::vector<remote_index::ScanPair> out;
+  std::uint64_t end = 0;
+  const Status s = with_session([&](Session& ss) {
+    // Step after step, each from the position where the last one
+    // stopped (in a subtable or segment, or at the end of its range),
+    // until `count` keys or the end of the hash space.
+    for (std::uint64_t pos = cursor;; pos = end) {
+      if (Status r = scan_part(ss, pos, count - out.size(), &out, &end); !r.ok()) return r;
+      if (end == 0 || out.size() >= count) return Status::OK();
+    }
+  });
+  if (!s.ok()) return s;
+  // No session is held while fn runs: it may call back into the store.
+  for (const remote_index::ScanPair& p : out) fn(p.key, p.value);
+  *next = end;
+  return Status::OK();
+}
+
+Status RaceIndex::scan_part(Session& ss, std::uint64_t pos, std::size_t need,
+                            std::vector<remote_index::ScanPair>* out, std::uint64_t* end) {
+  const std::uint64_t h = reverse_bits(pos);  // the h1 of a key at position pos
+  LockWatch watch = new_watch();
+  std::vector<std::uint64_t> t(table_bytes() / 8);
+  std::uint64_t hd = 0;
+  std::uint64_t dw = 0;
+  for (;;) {
+    dw = ss.dir[h & low_mask(ss.global_depth)];
+    // The whole subtable, then its first header again: a READ copies
+    // words in ascending order and the batch runs in order (race.h, "Scan").
+    std::uint64_t trail = 0;
+    Batch b;
+    b.read(dir_node(dw), dir_off(dw), t.data(), static_cast<std::uint32_t>(table_bytes()));
+    b.read(dir_node(dw), dir_off(dw), &trail, 8);
+    if (Status s = ss.exec(b); !s.ok()) return s;
+    hd = t[0];
+    bool torn = trail != hd;
+    for (std::uint64_t w = 0; w < bucket_words(); w += kSlotsPerBucket) torn |= t[w] != hd;
+    if (torn) {
+      // A split rewrites the headers (its step 5); headers that stay torn
+      // are a dead split's, taken over after a lease.
+      counters_.retries.fetch_add(1, std::memory_order_relaxed);
+      if (Status s = watch_lock(ss, dir_node(dw), dir_off(dw), &watch, "stayed torn"); !s.ok()) {
+        return s;
+      }
+      std::this_thread::yield();
+      continue;
+    }
+    if (header_depth(hd) > params_.max_depth || header_suffix(hd) > low_mask(header_depth(hd))) {
+      return Status::Corruption("race: subtable at node " + std::to_string(dir_node(dw)) +
+                                " offset " + std::to_string(dir_off(dw)) +
+                                ": a bucket header of depth " + std::to_string(header_depth(hd)) +
+                                " (the index's maximum is " + std::to_string(params_.max_depth) +
+                                ")");
+    }
+    if ((h & low_mask(header_depth(hd))) == header_suffix(hd)) break;
+    // Another subtable covers pos now (a split since the directory was
+    // cached, which wrote the directory before these headers).
+    if (Clock::now() > watch.until) {
+      return stuck(dir_node(dw), dir_off(dw), "kept a suffix that the directory contradicts",
+                   watch);
+    }
+    if (Status s = refresh_dir(ss); !s.ok()) return s;
+  }
+  const unsigned depth = header_depth(hd);
+  const std::uint64_t suffix = header_suffix(hd);
+  std::vector<Slot> slots;  // in address order
+  for (std::uint64_t w = 0; w < bucket_words(); ++w) {
+    if (is_slot(w) && entry_thawed(t[w]) != 0) {
+      slots.push_back(Slot{dir_node(dw), dir_off(dw) + w * 8, t[w]});
+    }
+  }
+  std::vector<Kv> kvs;
+  if (Status s = read_kvs(ss, slots, &kvs); !s.ok()) return s;
+  std::unordered_set<std::string_view> keys;  // of several entries of a key, the lowest counts
+  std::vector<remote_index::ScanPair> found;
+  for (const Kv& kv : kvs) {
+    const Key k = make_key(kv.key());
+    // An entry a split has not cleared yet (its key moved to the new
+    // subtable), or a stray: not this subtable's key.
+    if ((k.h1 & low_mask(depth)) != suffix) continue;
+    if (reverse_bits(k.h1) < pos) continue;
+    if (!keys.insert(kv.key()).second) continue;
+    found.push_back({reverse_bits(k.h1), std::string(kv.key()), std::string(kv.value())});
+  }
+  // The range of (depth, suffix): the positions whose top `depth` bits
+  // are the reversed suffix; past the last one, the sum wraps to 0.
+  const std::uint64_t range_end =
+      depth == 0 ? 0 : reverse_bits(suffix) + (std::uint64_t{1} << (64 - depth));
+  remote_index::take_in_order(found, need, range_end, out, end);
   return Status::OK();
 }
 

@@ -138,6 +138,12 @@ class RaceIndex final : public Index {
     return with_session([&](Session& ss) { return scan(ss, fn, /*verify=*/false); });
   }
 
+  // race.h, "Scan": whole subtables from position `cursor` (a reversed
+  // h1) on; fn runs once every subtable of the call has been read and the
+  // session is back in the pool.
+  Status scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+              std::uint64_t* next) override;
+
   std::uint64_t size() const override {
     return remote_index::count_keys(*const_cast<RaceIndex*>(this));
   }
@@ -451,6 +457,17 @@ class RaceIndex final : public Index {
   // race.h lists, once every split lock is released (dead splitters'
   // taken over).
   Status scan(Session& ss, const ForEachFn& fn, bool verify);
+
+  // One step of Index::scan (race.h, "Scan"): reads the subtable that
+  // covers position `pos` whole, under the readers' consistency check
+  // (every bucket header and a trailing re-read of the first one equal);
+  // of the keys it holds at its depth from position `pos` on (of several
+  // entries of a key, the one at the lowest address), appends to *out
+  // the first `need` in position order (remote_index::take_in_order).
+  // *end: the position of the first key left, or the end of the
+  // subtable's range (0 past the last one).
+  Status scan_part(Session& ss, std::uint64_t pos, std::size_t need,
+                   std::vector<remote_index::ScanPair>* out, std::uint64_t* end);
 
   Options options_;
   std::vector<std::string> specs_;

@@ -628,6 +628,16 @@ void Counters::fill(Stats* st, std::string_view engine) const {
   }
 }
 
+void take_in_order(std::vector<ScanPair>& found, std::size_t need, std::uint64_t range_end,
+                   std::vector<ScanPair>* out, std::uint64_t* end) {
+  std::sort(found.begin(), found.end(),
+            [](const ScanPair& a, const ScanPair& b) { return a.pos < b.pos; });
+  std::size_t n = std::min(need, found.size());
+  while (n != 0 && n < found.size() && found[n].pos == found[n - 1].pos) ++n;
+  *end = n < found.size() ? found[n].pos : range_end;
+  for (std::size_t i = 0; i < n; ++i) out->push_back(std::move(found[i]));
+}
+
 }  // namespace pmhash::engine::remote_index
 
 namespace pmhash::engine::remote_index::testing {

@@ -353,6 +353,25 @@ Status read_root_magic(const Options& options, std::string_view engine, char (*m
 // (0 when it fails).
 std::uint64_t count_keys(Index& index);
 
+// Index::scan of the engines here (race.h and sephash.h, "Scan"). A call
+// reads a subtable or segment whole, but passes its keys in position
+// order (position: the reversed hash) only as far as the call needs, so
+// that a part is a position range of one subtable or segment, ending
+// where a key not passed begins.
+struct ScanPair {
+  std::uint64_t pos = 0;
+  std::string key;
+  std::string value;
+};
+// From `found`, the keys of one subtable or segment at positions from the
+// call's position on (each key once), moves into *out the first `need`
+// (>= 1) in position order, and every further key at the last one's
+// position (keys of equal hashes are never parted). *end: the position of
+// the first key left, or `range_end` (the end of the subtable's or
+// segment's range; 0 for 2^64) when none is left.
+void take_in_order(std::vector<ScanPair>& found, std::size_t need, std::uint64_t range_end,
+                   std::vector<ScanPair>* out, std::uint64_t* end);
+
 // Connects a Client to every node of `specs` with the store's options and
 // timeout `timeout_ms`.
 Status connect(const std::vector<std::string>& specs, const Options& o, unsigned timeout_ms,

@@ -19,7 +19,8 @@
 // (insert, update, upsert, remove); 5 merge; 6 split; 7 reclamation; 8
 // lost replies; 9 dead lock holders; 10 the lease, the timeout and
 // membership; 11 durability and what a crash leaves; 12 invariants
-// (check); 13 compare and swap (sephash_swap.cc).
+// (check); 13 compare and swap (sephash_swap.cc); 14 scan
+// (sephash_check.cc).
 //
 // ---- 1. Structure ----
 // A directory of 2^max_depth entries on node 0 names, for the low hash
@@ -533,6 +534,71 @@
 // any entry. A Conflict depends on the words it compared with as a get's
 // answer does (remote/transport.h, "Visibility comes before durability");
 // an OK that wrote depends on none: its entry is newer than all of them.
+//
+// ---- 14. Scan (Index::scan, sephash_check.cc; per segment visited 3
+// round trips: the unlocked snapshot, the header, slots and MainSeg with
+// the check, the items with the check; 4 when an item is longer than its
+// slot says; +2 when the client's directory copy is stale) ----
+// Cursor: a position in the hash space, position = reverse_bits(hash)
+// (engine/hash.h), the hash being the one whose low bits pick the
+// segment: all 64 bits, no other field. Segment (d, p) holds exactly the
+// keys whose positions have reverse_bits(p) in their top d bits: one
+// contiguous range [reverse_bits(p), reverse_bits(p) + 2^(64-d)); its
+// split by bit d gives the two halves of that range (O keeps the lower,
+// N takes the upper); a merge moves entries between the two levels of
+// one segment, within its range. A call starts at the segment covering
+// position `cursor` (through the directory with the low bits of
+// reverse_bits(cursor), the segment's meta and pattern deciding, as for
+// a key of that hash), passes its keys at positions >= cursor, then the
+// segments that follow in position order, each from the end of the
+// previous one's range, until `count` keys were passed or a range ends
+// at 2^64; *next is the end of the last range (0: the scan is over).
+// Every value is a cursor, decoded with nothing per-open: valid across
+// merges, splits, clients and a reopen.
+//   Reading a segment: as for_each does, the snapshot (waiting out a
+// lock, taking a dead holder's over after the lease), then one batch
+// READing the header, the CurSeg slots and the MainSeg, ended by the
+// check, then the items of every live entry of BOTH levels, ended by the
+// check again; any failed check reads the segment again. The keys passed
+// are those whose newest entry (largest version) of the view is not a
+// tombstone, with their hash in (depth, pattern) of the snapshot's meta.
+//   Why a key K present throughout is passed. The calls' ranges tile
+// the position space: call k covers [cursor_k, next_k), next_k being the
+// next call's cursor; a part ends after the position it started from,
+// so a scan that ends has covered [0, 2^64) with disjoint ranges, and K's
+// position falls in exactly one segment range visited. That segment's
+// view passed its checks: no lock was held between the snapshot and the
+// last check ("Reclamation", the claim), so no merge or split published
+// or freed anything meanwhile, and the view is one state of the segment
+// (both levels of it, read while neither could change but by appends)
+// plus appends that landed during the READ. K is in that state: K's
+// entries leave a state only by a merge (moved into the MainSeg, or
+// dropped when superseded) or a split (moved to N), each under the lock,
+// so K's newest entry of the state was in the slots or the MainSeg the
+// view READ; an append of K (an update) adds a newer entry, never a
+// tombstone while K stays present, so the newest entry the view holds is
+// a value of K. A merge running during the call makes the snapshot wait
+// or the check fail: the segment is read again, whole, after its
+// publish, so an entry being merged is read in the CurSeg before or in
+// the MainSeg after, never missed between the levels. A split: before its
+// publish O is locked (readers wait) and holds every key of (d, p); N is
+// complete when its intent is durable, before the directory names it,
+// and holds the keys of its half that O's locked state held; after the
+// publish O holds (d + 1, p)'s keys and N the rest. Either way the view
+// of the segment covering K's position holds K. Splits and merges
+// between calls change nothing of this: the next call starts at a
+// position, and whatever segment covers it now is read. Without writes
+// each key's newest entry is in one segment, visited once: passed
+// exactly once. Another client's scan during a split sees the same
+// memory nodes; nothing of the argument is client state.
+//   Termination and cost: each part ends strictly after the position it
+// started from, so a call visits at most 2^max_depth segments. A call's
+// waits are a reader's (Busy after a lease and the timeout on one lock;
+// a stale directory is read again until the same deadline). A depth
+// beyond max_depth, or a pattern beyond it, is Corruption, as is an item
+// with a bad length under a passing check. DRAM: the segments one call
+// visits (keys and values copied; fn runs after the last READ, with no
+// session held).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // engine/sephash/sephash_check.cc - sephash whole-index reads: scan and check
 // (sephash.h, "Invariants").
+#include "engine/hash.h"
 #include "engine/sephash/sephash_index.h"
 
 namespace pmhash::engine::sephash {
@@ -83,6 +84,77 @@ Status SepHashIndex::scan(Session& ss, const ForEachFn& fn) {
     segs.clear();
     if (Status s = segments(ss, &segs); !s.ok()) return s;
   }
+  return Status::OK();
+}
+
+Status SepHashIndex::scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+                          std::uint64_t* next) {
+  *next = 0;
+  std::vector<remote_index::ScanPair> out;
+  std::uint64_t end = 0;
+  const Status s = with_session([&](Session& ss) {
+    // Step after step, each from the position where the last one
+    // stopped (in a subtable or segment, or at the end of its range),
+    // until `count` keys or the end of the hash space.
+    for (std::uint64_t pos = cursor;; pos = end) {
+      if (Status r = scan_part(ss, pos, count - out.size(), &out, &end); !r.ok()) return r;
+      if (end == 0 || out.size() >= count) return Status::OK();
+    }
+  });
+  if (!s.ok()) return s;
+  // No session is held while fn runs: it may call back into the store.
+  for (const remote_index::ScanPair& p : out) fn(p.key, p.value);
+  *next = end;
+  return Status::OK();
+}
+
+Status SepHashIndex::scan_part(Session& ss, std::uint64_t pos, std::size_t need,
+                               std::vector<remote_index::ScanPair>* out, std::uint64_t* end) {
+  const std::uint64_t h = reverse_bits(pos);  // the hash of a key at position pos
+  const auto deadline = lock_deadline();
+  SegmentView v;
+  std::vector<Candidate> items;
+  for (;;) {
+    const RAddr seg = segment_of(ss, h);
+    // Both levels and the items they name, under one snapshot: every
+    // round trip ends with the check, so no merge or split ran between
+    // the snapshot and the last check (sephash.h, "Scan").
+    if (Status s = read_segment_items(ss, seg, &v, &items); !s.ok()) return s;
+    const unsigned depth = meta_depth(v.snap.meta);
+    if (depth > params_.max_depth || v.pattern > low_mask(depth)) {
+      return Status::Corruption("sephash: segment at node " + std::to_string(raddr_node(seg)) +
+                                " offset " + std::to_string(raddr_off(seg)) + ": depth " +
+                                std::to_string(depth) + " and pattern " +
+                                std::to_string(v.pattern) + " (the index's maximum depth is " +
+                                std::to_string(params_.max_depth) + ")");
+    }
+    if ((h & low_mask(depth)) == v.pattern) break;
+    // Another segment covers pos now (a split since the directory was
+    // cached; its directory entries were written before the split
+    // segment's new meta).
+    if (Clock::now() > deadline) return locked_too_long(seg);
+    if (Status s = refresh_dir(ss); !s.ok()) return s;
+  }
+  const unsigned depth = meta_depth(v.snap.meta);
+  // The newest entry of each key of the segment at or after `pos`.
+  std::unordered_map<std::string_view, const Candidate*> best;
+  for (const Candidate& c : items) {
+    const std::uint64_t kh = make_key(c.key()).h1;
+    if ((kh & low_mask(depth)) != v.pattern || reverse_bits(kh) < pos) continue;
+    auto [it, fresh] = best.try_emplace(c.key(), &c);
+    if (!fresh && c.header().version > it->second->header().version) it->second = &c;
+  }
+  std::vector<remote_index::ScanPair> found;
+  for (const auto& [k, c] : best) {
+    if (!slot_tomb(c->slot)) {
+      found.push_back({reverse_bits(make_key(k).h1), std::string(k), std::string(c->value())});
+    }
+  }
+  // The range of (depth, pattern): the positions whose top `depth` bits
+  // are the reversed pattern; past the last one, the sum wraps to 0.
+  const std::uint64_t range_end =
+      depth == 0 ? 0 : reverse_bits(v.pattern) + (std::uint64_t{1} << (64 - depth));
+  remote_index::take_in_order(found, need, range_end, out, end);
   return Status::OK();
 }
 

@@ -248,6 +248,12 @@ class SepHashIndex final : public Index {
     return with_session([&](Session& ss) { return scan(ss, fn); });
   }
 
+  // sephash.h, "Scan": whole segments (both levels) from position
+  // `cursor` (a reversed hash) on; fn runs once every segment of the call
+  // has been read and the session is back in the pool.
+  Status scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
+              std::uint64_t* next) override;
+
   std::uint64_t size() const override {
     return remote_index::count_keys(*const_cast<SepHashIndex*>(this));
   }
@@ -768,6 +774,16 @@ class SepHashIndex final : public Index {
   // takeover, or another client's): a new one is read unless a view read
   // before covers its keys (it was read before the split moved them).
   Status scan(Session& ss, const ForEachFn& fn);
+
+  // One step of Index::scan (sephash.h, "Scan"): reads the segment that
+  // covers position `pos` (its CurSeg slots, its MainSeg and their items,
+  // all under one snapshot and its checks); of its keys from position
+  // `pos` on whose newest entry is not a tombstone, appends to *out the
+  // first `need` in position order (remote_index::take_in_order). *end:
+  // the position of the first key left, or the end of the segment's
+  // range (0 past the last one).
+  Status scan_part(Session& ss, std::uint64_t pos, std::size_t need,
+                   std::vector<remote_index::ScanPair>* out, std::uint64_t* end);
 
   template <class Covered>
   Status scan_segment(Session& ss, RAddr seg, const ForEachFn& fn, const Covered& is_covered,
