@@ -70,7 +70,7 @@ class PmehScanStress : public ::testing::TestWithParam<unsigned> {
 TEST_P(PmehScanStress, ScansPassEveryStableKeyOnceWhileSegmentsSplitAndDirectoriesGrow) {
   constexpr unsigned kWriters = 2;
   const std::size_t stable_n = 400;
-  const std::size_t per_writer = 2500 * kScale;
+  const std::size_t per_writer = 1000 * kScale;
   const std::size_t lag = 8;  // a writer removes the key it inserted `lag` keys ago, every other time
   const int min_scans = 4;
   std::unordered_map<std::string, std::string> value_of;  // every key the test writes

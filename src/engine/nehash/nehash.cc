@@ -1,6 +1,7 @@
 // engine/nehash/nehash.cc - reading and writing keys (design in nehash.h §3).
 #include "engine/nehash/nehash.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -632,8 +633,19 @@ void testing::set_range_copy_hook(std::function<void(std::uint64_t x)> hook) {
 
 Status NehashIndex::for_each(const ForEachFn& fn) { return salvage(fn, nullptr); }
 
-Status NehashIndex::copy_range(std::uint64_t x, Batch* batch, std::uint64_t* skipped,
-                               std::uint64_t* end) {
+namespace {
+
+// The end of the piece of a range of depth `depth` that holds x, the range
+// cut into 2^sub_bits pieces (0: the piece ends the hash space).
+std::uint64_t piece_end(std::uint64_t x, unsigned depth, unsigned sub_bits) {
+  const unsigned d = std::min(depth + sub_bits, 63u);
+  return d == 0 ? 0 : (top_bits(x, d) + 1) << (64 - d);
+}
+
+}  // namespace
+
+Status NehashIndex::copy_range(std::uint64_t x, unsigned sub_bits, Batch* batch,
+                               std::uint64_t* skipped, std::uint64_t* end) {
   for (;;) {
     batch->clear();
     std::uint64_t damaged = 0;  // slots passed over (counted once the copy holds)
@@ -642,11 +654,13 @@ Status NehashIndex::copy_range(std::uint64_t x, Batch* batch, std::uint64_t* ski
     const Leaf leaf = dir_->find(x);
     GroupRef* g = leaf.group;
     unsigned depth = leaf.depth();
+    std::uint64_t stop = 0;  // the end of the piece of the range copied (0: 2^64)
     if (g != nullptr) {
       depth = g->depth.load(std::memory_order_acquire);
       // g no longer covers x (a split of g moved x's half to another group
       // after find() read the directory): look again.
       if (!in_range(x, g->prefix, depth)) continue;
+      stop = piece_end(x, depth, sub_bits);
       run_copy_hook(x);
       auto take = [&](const Place& p) {
         // Acquire: a split clears a stale slot's VALID (release) only after
@@ -672,7 +686,7 @@ Status NehashIndex::copy_range(std::uint64_t x, Batch* batch, std::uint64_t* ski
         const std::uint64_t h1 = slot_h1(v);
         // Stale copies outside g's range (a split's upper half not yet
         // cleaned) belong to another group; keys below x to an earlier call.
-        if (!in_range(h1, g->prefix, depth) || h1 < x) return;
+        if (!in_range(h1, g->prefix, depth) || h1 < x || (stop != 0 && h1 >= stop)) return;
         if (meta_is_inline(v.meta)) {
           batch->emplace_back(unpack_word(v.w0, meta_key_len(v.meta)),
                               unpack_word(v.w1, meta_value_len(v.meta)));
@@ -699,9 +713,9 @@ Status NehashIndex::copy_range(std::uint64_t x, Batch* batch, std::uint64_t* ski
         *skipped += damaged;
       }
     }
-    // The range ends where the next one starts (depth 0: the whole space;
-    // the last range of the space wraps to 0).
-    *end = depth == 0 ? 0 : (top_bits(x, depth) + 1) << (64 - depth);
+    // The piece ends where the next one starts (the whole space: 0; the
+    // last piece of the space wraps to 0). An empty entry is one piece.
+    *end = g != nullptr ? stop : piece_end(x, depth, 0);
     return Status::OK();
   }
 }
@@ -715,7 +729,7 @@ Status NehashIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
   Batch batch;
   for (std::uint64_t x = 0;;) {
     std::uint64_t end = 0;
-    if (Status s = copy_range(x, &batch, skipped, &end); !s.ok()) return s;
+    if (Status s = copy_range(x, 0, &batch, skipped, &end); !s.ok()) return s;
     for (auto& [k, v] : batch) {
       if (!fn(k, v)) return Status::OK();
     }
@@ -729,11 +743,16 @@ Status NehashIndex::scan(std::uint64_t cursor, std::size_t count, const ScanFn& 
   // Position = h1 (nehash.h, "Scan"): whole group ranges from the one that
   // holds the cursor, the first one's keys from the cursor on.
   *next = 0;
+  // Pieces of about `count` slots, but of at least 64 and at most 1/64 of a
+  // group: a small count does not pass a whole large group per call.
+  const std::size_t slots = buckets_per_group(b_) * kSlotsPerBucket;
+  unsigned sub_bits = 0;
+  while (sub_bits < 6 && (slots >> (sub_bits + 1)) >= std::max<std::size_t>(count, 64)) ++sub_bits;
   Batch batch;
   std::size_t passed = 0;
   for (std::uint64_t x = cursor;;) {
     std::uint64_t end = 0;
-    if (Status s = copy_range(x, &batch, nullptr, &end); !s.ok()) return s;
+    if (Status s = copy_range(x, sub_bits, &batch, nullptr, &end); !s.ok()) return s;
     for (auto& [k, v] : batch) fn(k, v);  // outside the read guard
     passed += batch.size();
     if (end == 0) return Status::OK();

@@ -335,10 +335,15 @@
 //   per-open state: it stays valid across splits, expansions and reopen.
 //   A call (copy_range(), which for_each and salvage use too): x = cursor;
 //   find(x) gives the group g covering x (or an empty entry: a range with
-//   no key); copy g's VALID slots whose h1 lies in g's range and is >= x;
-//   x = the range's end; repeat until `count` keys were copied or x wraps
-//   to 0. *next = x, or 0 when x wrapped (the scan is over). fn runs on
-//   each range's copy after the read guard is left.
+//   no key); copy g's VALID slots whose h1 lies in the piece of g's range
+//   that holds x and is >= x; x = the piece's end; repeat until `count`
+//   keys were copied or x wraps to 0. *next = x, or 0 when x wrapped (the
+//   scan is over). fn runs on each piece's copy after the read guard is
+//   left. A piece is 1/2^j of g's range, aligned, j the largest (at most 6)
+//   that leaves 2^(b+4)/2^j >= max(count, 64) slots a piece: a call with a
+//   small count does not pass a whole group of 2^b buckets (for_each: j =
+//   0). Pieces tile ranges as ranges tile the space, so "range" below
+//   reads "piece" as well; a piece costs a read of the whole group.
 //   One range read consistently: under an RCU read guard (the directory's
 //   nodes and the items named stay alive); g's depth d is loaded (acquire)
 //   before the copy and again after it, and the copy starts over if it
@@ -372,9 +377,9 @@
 //   per range) or for the moment between a split's depth store and its
 //   directory update (step 9). Damage: a slot that fails the item check
 //   (heap/checked.h) ends the call with Corruption naming the group.
-//   Cost per call: about count / (keys per group) + 1 groups, each one
-//   find() (at most three entry loads) and a read of its 2^b + 1 buckets of
-//   16 slots and its overflow blocks; DRAM: one group's keys at a time.
+//   Cost per call: about count / (keys per piece) + 1 pieces, each one
+//   find() (at most three entry loads) and a read of its group's 2^b + 1
+//   buckets of 16 slots and overflow blocks; DRAM: one piece's keys.
 //
 // ---------------------------------------------------------------------------
 // Open: the rebuild (§5; paper Steps 1-6), O(groups + threads), never O(keys)

@@ -169,13 +169,15 @@ class NehashIndex final : public Index {
 
   // --- iteration (for_each, salvage, scan; nehash.h "Scan") ---
   using Batch = std::vector<std::pair<std::string, std::string>>;
-  // Copies into *batch (cleared first) the keys of the group range that
-  // holds x whose h1 is at least x, read as one consistent state of the
+  // Copies into *batch (cleared first) the keys of the piece that holds x
+  // of the group range that holds x (the range cut into 2^sub_bits equal
+  // pieces) whose h1 is at least x, read as one consistent state of the
   // group (copied again if a split deepened it meanwhile), and sets *end to
-  // the range's end (0: the range ends the hash space). An empty directory
-  // entry is a range with no keys. A damaged slot is passed over and
-  // counted in *skipped, or, with skipped == nullptr, makes Corruption.
-  Status copy_range(std::uint64_t x, Batch* batch, std::uint64_t* skipped, std::uint64_t* end);
+  // the piece's end (0: it ends the hash space). An empty directory entry
+  // is one piece with no keys. A damaged slot is passed over and counted in
+  // *skipped, or, with skipped == nullptr, makes Corruption.
+  Status copy_range(std::uint64_t x, unsigned sub_bits, Batch* batch, std::uint64_t* skipped,
+                    std::uint64_t* end);
 
   // --- recovery and accounting (nehash_recovery.cc) ---
   // After a crash: the VALID slots in range, for the count's base.
