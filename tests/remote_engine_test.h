@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <fstream>
@@ -698,7 +699,7 @@ class RemoteEngineTest : public ::testing::Test {
   // it becomes what the scan must pass; when the scan ends, each of those
   // keys not passed counts in `misses`, and the next step starts anew.
   struct ScanAcross {
-    std::size_t count = 3;
+    std::size_t count = 3;  // set at each start: about 12 calls a scan
     std::uint64_t cursor = 0;
     bool running = false;
     Model wanted;
@@ -708,6 +709,7 @@ class RemoteEngineTest : public ::testing::Test {
     void step(Store& st, const Model& present) {
       if (!running) {
         wanted = present;
+        count = std::max<std::size_t>(3, present.size() / 12);
         passes.clear();
         cursor = 0;
         running = true;
@@ -721,10 +723,10 @@ class RemoteEngineTest : public ::testing::Test {
   };
 
   // A scan from cursor `mid` (inside a part's range: not a multiple of
-  // any part's size) on an index holding `model`, whose calls are
-  // separated by inserts of `between` new keys each (from key_of(next)
-  // on), so that the part holding `mid` and those after it resize under
-  // the scan. Without writes during a call, every key of `model` whose
+  // any part's size) on an index holding `model`, in calls of 100 keys
+  // separated by inserts of `between` (< 100) new keys each (from
+  // key_of(next) on), so that the part holding `mid` and those after it
+  // resize under the scan. Without writes during a call, every key of `model` whose
   // position (`position`, the engine's order) is >= mid is passed exactly
   // once, none below mid is, and no key twice.
   static void expect_scan_from_inside_a_part(Store& st, const Model& model, unsigned next,
@@ -734,7 +736,7 @@ class RemoteEngineTest : public ::testing::Test {
     std::uint64_t cursor = mid;
     unsigned calls = 0;
     do {
-      cursor = scan_call(st, cursor, 20, &passes);
+      cursor = scan_call(st, cursor, 100, &passes);
       ++calls;
       for (unsigned i = 0; i < between; ++i, ++next) {
         ASSERT_TRUE(st.insert(key_of(next), value_of(next, 0)).ok());

@@ -386,8 +386,8 @@
 // does (remote/transport.h, "Visibility comes before durability").
 //
 // ---- 12. Scan (Index::scan, race_check.cc; 2 round trips per subtable
-// visited, 3 when a KV block is longer than its slot says, +2 when the
-// client's directory copy is stale) ----
+// a call reads, 3 when a KV block is longer than its slot says, +2 when
+// the client's directory copy is stale) ----
 // Cursor: a position in the hash space, position = reverse_bits(h1)
 // (engine/hash.h): all 64 bits, no other field. The directory picks a
 // subtable by h1's low bits, so the subtable (d, s) holds exactly the keys
@@ -396,13 +396,19 @@
 // bit d gives the two halves of that range, O the lower (bit d clear),
 // N the upper. A call starts at the subtable covering position `cursor`
 // (its suffix: the low bits of reverse_bits(cursor) through the
-// directory, the headers deciding, as for a key with that h1), passes its
-// keys whose position is >= cursor, then the subtables that follow in
-// position order (each from the end of the previous one's range), until
-// `count` keys were passed or a range ends at 2^64; *next is the end of
-// the last range (0: wrapped, the scan is over). Every value is thus a
-// cursor, decoded without anything per-open: valid across splits, across
-// clients and across a reopen.
+// directory, the headers deciding, as for a key with that h1), reads it
+// whole and passes its keys at positions >= cursor in position order,
+// then the subtables that follow in position order (each from the end of
+// the previous one's range), until `count` keys were passed or a range
+// ends at 2^64. A part is thus a position range of one subtable: the
+// call stops inside a subtable once it has `count` keys (never between
+// two keys of one position), and *next is the position of the first key
+// it left there, or the end of the last range read (0: wrapped, the scan
+// is over). So a small count costs a whole subtable read per call (a
+// subtable of G groups holds up to 21 G keys; the next call reads it
+// again from its cursor on). Every value is a cursor, decoded without
+// anything per-open: valid across splits, across clients and across a
+// reopen.
 //   Reading a subtable: ONE READ of the whole subtable (groups and
 // trailer) and, after it in the same batch, a READ of its first header
 // again; the read is used when every bucket header and the re-read are
@@ -414,10 +420,13 @@
 // several entries of a key, the one at the lowest address (section 3).
 //   Why a key present throughout is passed. The calls' ranges tile the
 // position space: call k covers [cursor_k, next_k), and next_k is the next
-// call's cursor; a part ends after the cursor it started from, so the
-// ranges are disjoint and a scan that ends has covered [0, 2^64). A key K
-// of position p therefore falls in exactly one subtable range visited,
-// read with header hd = (d, s) matching p; K's entry was in that read:
+// call's cursor; a part ends after the cursor it started from (it passes
+// at least one key, and next is above that key's position, or it ends at
+// its range's end), so the ranges are disjoint and a scan that ends has
+// covered [0, 2^64). A key K of position p therefore falls in exactly one
+// part visited, and every key of that part's subtable read with position
+// in the part was passed; the read had header hd = (d, s) matching p, and
+// K's entry was in it:
 //   - hd is the subtable's header before a split (d, s), as was the
 //     re-read: the split's step (5) had not completed when the re-read
 //     ran (it would have rewritten this header), so (6), the only step
@@ -435,16 +444,16 @@
 // Splits between calls change nothing of this: the next call starts at a
 // position, not at a subtable, and the subtable now covering it is
 // whichever split of the one before (a cursor in the middle of a
-// subtable's range, after a merge-free split, is still a position). A
+// subtable's range stays a position, whatever that subtable became). A
 // write to K (update, upsert) CASes K's one slot word: the READ sees the
 // old or the new entry, both K's. Without writes each key is in one
-// subtable, whose range is visited once: passed exactly once. A scan
-// from another client than the splitter's sees the same memory nodes:
-// nothing of the argument is client state.
+// subtable, whose range is visited once in disjoint parts: passed exactly
+// once. A scan from another client than the splitter's sees the same
+// memory nodes: nothing of the argument is client state.
 //   Termination and cost: each part ends strictly after the position it
 // started from, so a call visits at most 2^max_depth subtables and a scan
-// at most as many calls as the index has subtables (splits aside);
-// per subtable one READ of table_bytes plus the 8-byte re-read, and one
+// without writes makes at most keys / count + subtables calls; per
+// subtable one READ of table_bytes plus the 8-byte re-read, and one
 // batch of KV block READs (a second for blocks longer than their slot's
 // length field). The loops on torn headers and a stale directory give up
 // as readers do (Busy after a lease and the timeout; a dead split is

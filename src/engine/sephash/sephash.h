@@ -549,10 +549,16 @@
 // one segment, within its range. A call starts at the segment covering
 // position `cursor` (through the directory with the low bits of
 // reverse_bits(cursor), the segment's meta and pattern deciding, as for
-// a key of that hash), passes its keys at positions >= cursor, then the
-// segments that follow in position order, each from the end of the
-// previous one's range, until `count` keys were passed or a range ends
-// at 2^64; *next is the end of the last range (0: the scan is over).
+// a key of that hash), reads it whole and passes its keys at positions
+// >= cursor in position order, then the segments that follow in position
+// order, each from the end of the previous one's range, until `count`
+// keys were passed or a range ends at 2^64. A part is thus a position
+// range of one segment: the call stops inside a segment once it has
+// `count` keys (never between two keys of one position), and *next is the
+// position of the first key it left there, or the end of the last range
+// read (0: the scan is over). So a small count costs a whole segment read
+// per call (up to 104 + main_max_slots entries and their items; the next
+// call reads it again from its cursor on).
 // Every value is a cursor, decoded with nothing per-open: valid across
 // merges, splits, clients and a reopen.
 //   Reading a segment: as for_each does, the snapshot (waiting out a
@@ -564,9 +570,11 @@
 // tombstone, with their hash in (depth, pattern) of the snapshot's meta.
 //   Why a key K present throughout is passed. The calls' ranges tile
 // the position space: call k covers [cursor_k, next_k), next_k being the
-// next call's cursor; a part ends after the position it started from,
-// so a scan that ends has covered [0, 2^64) with disjoint ranges, and K's
-// position falls in exactly one segment range visited. That segment's
+// next call's cursor; a part ends after the position it started from (it
+// passes a key and ends above it, or ends at its range's end), so a scan
+// that ends has covered [0, 2^64) with disjoint ranges, and K's position
+// falls in exactly one part visited, every key of whose segment view at
+// a position in the part was passed. That segment's
 // view passed its checks: no lock was held between the snapshot and the
 // last check ("Reclamation", the claim), so no merge or split published
 // or freed anything meanwhile, and the view is one state of the segment
@@ -588,8 +596,8 @@
 // of the segment covering K's position holds K. Splits and merges
 // between calls change nothing of this: the next call starts at a
 // position, and whatever segment covers it now is read. Without writes
-// each key's newest entry is in one segment, visited once: passed
-// exactly once. Another client's scan during a split sees the same
+// each key's newest entry is in one segment, whose range is visited once
+// in disjoint parts: passed exactly once. Another client's scan during a split sees the same
 // memory nodes; nothing of the argument is client state.
 //   Termination and cost: each part ends strictly after the position it
 // started from, so a call visits at most 2^max_depth segments. A call's
