@@ -194,6 +194,11 @@ class Store {
                       const std::function<void(std::string_view key, std::string_view value)>& fn,
                       std::uint64_t* next) const = 0;
 
+  // A cursor at a random place of scan's order, for sampling (RANDOMKEY):
+  // a scan step from it passes the keys of a part chosen about uniformly
+  // among the index's parts (0 when the store is closed).
+  virtual std::uint64_t random_cursor() const = 0;
+
   // for_each for salvaging a damaged pool: every entry whose bytes fail
   // validation (an offset outside the pool, a length beyond its block) is
   // passed over and counted in *skipped (0 when none was), where for_each

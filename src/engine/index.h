@@ -74,13 +74,11 @@ class Index {
   // resize moves a key between keep the key on the same side of every
   // cursor, and states that argument in its header. count >= 1 here.
   virtual Status scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
-                      std::uint64_t* next) {
-    (void)cursor;
-    (void)count;
-    (void)fn;
-    *next = 0;
-    return Status::NotSupported("this engine has no scan yet");
-  }
+                      std::uint64_t* next) = 0;
+  // Store::random_cursor: maps `random`, uniform over 64 bits, to a cursor
+  // at a part chosen about uniformly. Engines whose positions are hashes
+  // (spread uniformly by construction) keep this default.
+  virtual std::uint64_t random_cursor(std::uint64_t random) { return random; }
   // for_each on a pool that may be damaged (Store::salvage). Pool engines
   // validate every offset and length they follow (heap/checked.h): with
   // skipped == nullptr the first damaged entry ends the scan with

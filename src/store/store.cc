@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <new>
+#include <random>
 #include <string>
 #include <system_error>
 
@@ -219,6 +220,12 @@ class StoreBase : public Store {
     *next = 0;
     if (Status s = check_open(); !s.ok()) return s;
     return index_->scan(cursor, std::max<std::size_t>(count, 1), fn, next);
+  }
+
+  std::uint64_t random_cursor() const override {
+    if (closed_.load(std::memory_order_relaxed)) return 0;
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    return index_->random_cursor(rng());
   }
 
   Status salvage(const std::function<bool(std::string_view, std::string_view)>& fn,

@@ -23,11 +23,6 @@ std::uint64_t wall_clock_ms() {
                                         .count());
 }
 
-// Per thread: RANDOMKEY runs on every worker.
-std::uint64_t random_u64() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return rng();
-}
 
 }  // namespace
 
@@ -152,7 +147,7 @@ Status Keyspace::scan(std::uint64_t cursor, std::size_t count,
 
 Status Keyspace::random_key(std::string* key) {
   if (store_->size() == 0) return Status::NotFound();
-  std::uint64_t cursor = random_u64();
+  std::uint64_t cursor = store_->random_cursor();
   // From the random position to the end, then from the start round to it:
   // a whole scan at most, so a keyspace of expired keys ends too.
   bool wrapped = false;
@@ -163,7 +158,8 @@ Status Keyspace::random_key(std::string* key) {
                           &next);
     if (!s.ok()) return s;
     if (!live.empty()) {
-      *key = std::move(live[random_u64() % live.size()]);
+      thread_local std::mt19937_64 rng{std::random_device{}()};
+      *key = std::move(live[rng() % live.size()]);
       return Status::OK();
     }
     if (next == 0) {

@@ -49,6 +49,7 @@ class ClevelIndex final : public Index {
   Status for_each(const ForEachFn& fn) override;
   Status scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
               std::uint64_t* next) override;
+  std::uint64_t random_cursor(std::uint64_t random) override;
   Status salvage(const ForEachFn& fn, std::uint64_t* skipped) override;
   std::uint64_t size() const override;
   Status sync() override;

@@ -191,4 +191,31 @@ Status ClevelIndex::scan(std::uint64_t cursor, std::size_t count, const ScanFn& 
   return Status::OK();
 }
 
+// A bucket drawn uniformly among the live levels' buckets (a level weighs
+// its bucket count), as a cursor of the current epoch.
+std::uint64_t ClevelIndex::random_cursor(std::uint64_t random) {
+  const std::uint64_t epoch = root_->scan_epoch.load(std::memory_order_seq_cst);
+  rcu::ReadGuard guard;
+  const Ctx c = load_ctx();
+  std::uint64_t total = 0;
+  for (unsigned i = 0; i < c.levels(); ++i) {
+    const auto log2 = std::min<std::uint32_t>(level(static_cast<std::uint16_t>(c.last() + i))->log2,
+                                              kMaxLevelLog2);
+    total += std::uint64_t{1} << log2;
+  }
+  // random * total / 2^64: uniform in [0, total).
+  std::uint64_t r = static_cast<std::uint64_t>((static_cast<unsigned __int128>(random) * total) >> 64);
+  for (unsigned i = 0; i < c.levels(); ++i) {
+    const auto log2 = std::min<std::uint32_t>(level(static_cast<std::uint16_t>(c.last() + i))->log2,
+                                              kMaxLevelLog2);
+    const std::uint64_t buckets = std::uint64_t{1} << log2;
+    if (r < buckets) {
+      return ((epoch & kEpochMask) << kEpochShift) |
+             (static_cast<std::uint64_t>(log2 + 1) << kLevelShift) | r;
+    }
+    r -= buckets;
+  }
+  return 0;  // no live level (not reached): the start
+}
+
 }  // namespace pmhash::engine::clevel
