@@ -288,7 +288,7 @@ class Commands:
                 r.pipeline(transaction=True).set("a", "1").execute()
             self.assertEqual(r.exists("a"), 0)
             with self.assertRaisesRegex(redis.ResponseError, "needs an engine with transactions"):
-                r.watch("a")
+                r.execute_command("WATCH", "a")
             # Without MULTI, a pipeline works everywhere.
             self.assertEqual(r.pipeline(transaction=False).set("a", "1").incr("a").execute(), [True, 2])
             return
