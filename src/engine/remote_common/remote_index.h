@@ -372,6 +372,29 @@ struct ScanPair {
 void take_in_order(std::vector<ScanPair>& found, std::size_t need, std::uint64_t range_end,
                    std::vector<ScanPair>* out, std::uint64_t* end);
 
+// Index::scan of an engine that reads a part at a time: in one session
+// (with_session(body), body taking the engine's Session&), part(session,
+// pos, need, out, end) from `cursor` on, each step from the position where
+// the last one stopped, until `count` pairs or the end of the hash space;
+// then fn on each pair, with no session held (fn may call the store).
+template <class WithSession, class Part>
+Status scan_by_parts(WithSession&& with_session, Part&& part, std::uint64_t cursor,
+                     std::size_t count, const ScanFn& fn, std::uint64_t* next) {
+  *next = 0;
+  std::vector<ScanPair> out;
+  std::uint64_t end = 0;
+  const Status s = with_session([&](auto& session) {
+    for (std::uint64_t pos = cursor;; pos = end) {
+      if (Status r = part(session, pos, count - out.size(), &out, &end); !r.ok()) return r;
+      if (end == 0 || out.size() >= count) return Status::OK();
+    }
+  });
+  if (!s.ok()) return s;
+  for (const ScanPair& p : out) fn(p.key, p.value);
+  *next = end;
+  return Status::OK();
+}
+
 // Connects a Client to every node of `specs` with the store's options and
 // timeout `timeout_ms`.
 Status connect(const std::vector<std::string>& specs, const Options& o, unsigned timeout_ms,

@@ -89,23 +89,11 @@ Status SepHashIndex::scan(Session& ss, const ForEachFn& fn) {
 
 Status SepHashIndex::scan(std::uint64_t cursor, std::size_t count, const ScanFn& fn,
                           std::uint64_t* next) {
-  *next = 0;
-  std::vector<remote_index::ScanPair> out;
-  std::uint64_t end = 0;
-  const Status s = with_session([&](Session& ss) {
-    // Step after step, each from the position where the last one
-    // stopped (in a subtable or segment, or at the end of its range),
-    // until `count` keys or the end of the hash space.
-    for (std::uint64_t pos = cursor;; pos = end) {
-      if (Status r = scan_part(ss, pos, count - out.size(), &out, &end); !r.ok()) return r;
-      if (end == 0 || out.size() >= count) return Status::OK();
-    }
-  });
-  if (!s.ok()) return s;
-  // No session is held while fn runs: it may call back into the store.
-  for (const remote_index::ScanPair& p : out) fn(p.key, p.value);
-  *next = end;
-  return Status::OK();
+  return remote_index::scan_by_parts(
+      [&](auto&& body) { return with_session(body); },
+      [&](Session& ss, std::uint64_t pos, std::size_t need, std::vector<remote_index::ScanPair>* out,
+          std::uint64_t* end) { return scan_part(ss, pos, need, out, end); },
+      cursor, count, fn, next);
 }
 
 Status SepHashIndex::scan_part(Session& ss, std::uint64_t pos, std::size_t need,
