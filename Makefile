@@ -96,7 +96,8 @@ run: bootstrap
 # The YCSB binding's jars come from Maven Central into ~/.m2 on its first
 # build (scripts/ycsb.sh --build-only), before the test that runs it.
 test: bootstrap
-	$(MAKE) build-release build-asan build-tsan build-fuzz bootstrap-plot
+	@for p in release asan tsan fuzz; do echo "=== build: $$p ($$(date -u +%T)) ==="; $(MAKE) build-$$p || exit 1; done
+	$(MAKE) bootstrap-plot
 	./scripts/ycsb.sh --build-only
 	./scripts/test.sh
 

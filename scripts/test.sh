@@ -9,7 +9,7 @@ jobs=$(nproc)
 status=0
 failed=()
 for preset in release asan tsan; do
-  echo "=== tests: $preset ==="
+  echo "=== tests: $preset ($(date -u +%T)) ==="
   case "$preset" in
     asan) export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ;;
     tsan) export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ;;
@@ -32,6 +32,7 @@ done
 # One minute of fuzzing Store::open with damaged pools and half a minute
 # each of the memory node's and the tcp client's wire handling (ASan +
 # UBSan); the build takes about as long again. `make fuzz` runs longer.
+echo "=== fuzz ($(date -u +%T)) ==="
 if ! ./scripts/fuzz.sh 60 30; then
   status=1
   failed+=("fuzz: see build/fuzz/*.log")
