@@ -116,7 +116,7 @@ results: build-release bootstrap-plot
 # from YCSB_RECORDS, YCSB_OPS, YCSB_THREADS); results in docs/results/server/.
 bench-server:
 	./scripts/bootstrap.sh bench-server
-	$(MAKE) build-release
+	$(MAKE) build-release bootstrap-plot
 	./scripts/bench-server.sh --build build/release
 
 # Any profile of bench/profiles.toml by its name: bench-full, and one

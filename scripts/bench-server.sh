@@ -32,8 +32,9 @@
 # --parts (default "throughput restart ycsb") runs only the parts named.
 #
 # Results: OUT/bench-server-<time>.json (every row) and .md (the tables,
-# with each pmhash configuration's ratio to its Redis peer); OUT defaults
-# to docs/results/server. The machine's cores are shared by the servers and
+# with each pmhash configuration's ratio to its Redis peer), and the
+# figures OUT/server_*.png (bench/plot/server.py); OUT defaults to
+# docs/results/server. The machine's cores are shared by the servers and
 # the load generator: the numbers compare configurations within one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,7 +60,7 @@ while [ $# -gt 0 ]; do
     --media) media=$2; shift 2 ;;
     --parts) parts=$2; shift 2 ;;
     --ycsb-workloads) ycsb_workloads=$2; shift 2 ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "bench-server: unknown flag $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -311,3 +312,10 @@ for medium in sorted({r["medium"] for r in ys}):
 open(sys.argv[3], "w").write("\n".join(md) + "\n")
 print(sys.argv[3])
 EOF
+# The figures (bench/plot/server.py; matplotlib from .venv, which
+# scripts/bootstrap-plot.sh makes): server_*.png next to the tables.
+if [ -x .venv/bin/python ]; then
+  .venv/bin/python bench/plot/server.py "$json" --out "$out"
+else
+  echo "bench-server: no .venv (scripts/bootstrap-plot.sh): no figures drawn" >&2
+fi

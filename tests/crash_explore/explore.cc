@@ -7,7 +7,7 @@
 //                        [--nehash-bucket-bits N] [--nehash-initial-dir-bits N]
 //                        [--pmeh-segment-kib N] [--pmeh-zone-bits N]
 //                        [--pmeh-split-bits N] [--pmeh-split-step N]
-//                        [--pmeh-workers N]
+//                        [--pmeh-workers N] [--pmeh-write-mode N]
 //                        [--exhaustive N] [--samples N] [--every N]
 //                        [--verifiers N] [--recovery-crash-every N]
 //                        [--plant BUG] [--reproducers DIR] [--summary FILE]
@@ -48,8 +48,9 @@
 // --pmeh-split-bits (default 3), --pmeh-split-step (default 1) and
 // --pmeh-workers (default 2 owner threads), so that a few hundred operations
 // split segments and install deeper directories. pmeh's writes are run by
-// its owner threads on behalf of the callers, so most of its crash points
-// are drains of an owner: a report names the thread that drained (by its
+// its owner threads on behalf of the callers (--pmeh-write-mode, the option
+// pmeh.write_mode: 0 by default; 2 makes the callers write directly, under
+// per-segment locks), so most of its crash points are drains of an owner: a report names the thread that drained (by its
 // name, e.g. pmeh-owner-1) and the workload operations in flight then, one
 // of which the owner was running.
 //
@@ -141,6 +142,7 @@ struct Config {
   unsigned pmeh_split_bits = 3;
   unsigned pmeh_split_step = 1;
   unsigned pmeh_workers = 2;
+  unsigned pmeh_write_mode = 0;
   std::size_t exhaustive = 4;
   std::size_t samples = 4;
   std::size_t singles = 16;
@@ -242,6 +244,7 @@ Config parse(int argc, char** argv) {
     else if (flag == "--pmeh-split-bits") c.pmeh_split_bits = static_cast<unsigned>(number(flag, value()));
     else if (flag == "--pmeh-split-step") c.pmeh_split_step = static_cast<unsigned>(number(flag, value()));
     else if (flag == "--pmeh-workers") c.pmeh_workers = static_cast<unsigned>(number(flag, value()));
+    else if (flag == "--pmeh-write-mode") c.pmeh_write_mode = static_cast<unsigned>(number(flag, value()));
     else if (flag == "--transactions") c.w.transactions = number(flag, value()) != 0;
     else if (flag == "--exhaustive") c.exhaustive = number(flag, value());
     else if (flag == "--samples") c.samples = number(flag, value());
@@ -1036,6 +1039,7 @@ std::string Explorer::rerun_command(std::uint64_t point) const {
                     std::to_string(c_.pmeh_segment_kib) + " --pmeh-zone-bits " + std::to_string(c_.pmeh_zone_bits) +
                     " --pmeh-split-bits " + std::to_string(c_.pmeh_split_bits) + " --pmeh-split-step " +
                     std::to_string(c_.pmeh_split_step) + " --pmeh-workers " + std::to_string(c_.pmeh_workers) +
+                    " --pmeh-write-mode " + std::to_string(c_.pmeh_write_mode) +
                     " --exhaustive " +
                     std::to_string(c_.exhaustive) + " --samples " + std::to_string(c_.samples) + " --singles " +
                     std::to_string(c_.singles) + " --points " +
@@ -1271,6 +1275,7 @@ int Explorer::run() {
   o.set("pmeh.split_bits", c_.pmeh_split_bits);
   o.set("pmeh.split_step", c_.pmeh_split_step);
   o.set("pmeh.workers", c_.pmeh_workers);
+  o.set("pmeh.write_mode", c_.pmeh_write_mode);
   // A crash point stops the epoch worker while it dispatches images, and
   // every thread entering an epoch waits for it meanwhile, locks held: no
   // lock wait of a single operation may time out for that.
