@@ -129,7 +129,7 @@ def throughput_figure(plt, doc, rows):
             ax.grid(axis="y", which="both", alpha=0.3)
     meta = doc.get("meta", {})
     return finish(fig, axes, servers, colour,
-                  "redis-benchmark -c 50: %s requests over %s keys per bar"
+                  "redis-benchmark -c 50: %s requests (MSET: a tenth) over %s keys per bar"
                   % (meta.get("requests", "?"), meta.get("keys", "?")))
 
 

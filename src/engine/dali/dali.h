@@ -325,7 +325,11 @@
 // Strong strict two-phase locking over the stripe locks: a transaction
 // locks the stripe of each key it touches, on first touch, and keeps every
 // lock until it commits or aborts; a lock wait longer than its timeout
-// aborts it (deadlock detection by timeout). Writes are buffered in DRAM; at
+// aborts it (deadlock detection by timeout). A blind write (upsert: its
+// answer reads nothing) locks its stripe at commit instead, all such
+// stripes in ascending order before anything is applied: transactions of
+// blind writes only (the server's MSET) never deadlock, where locking in
+// their callers' key orders made two of them wait out the timeout. Writes are buffered in DRAM; at
 // commit the records are allocated (the one step that can fail: NoSpace
 // then frees them and applies nothing, makes room once -- collecting its
 // own stripes under the locks it holds, the others under theirs -- and

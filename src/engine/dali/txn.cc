@@ -1,9 +1,11 @@
 // engine/dali/txn.cc - transactions: strong strict two-phase locking with
 // buffered writes, and read-only snapshot transactions (dali.h,
 // "Transactions"; paper §3.4).
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "engine/dali/dali_index.h"
 #include "engine/dali/dali_testing.h"
@@ -77,8 +79,9 @@ class DaliTxn final : public Txn {
   }
 
   // Locks the key's stripe unless held; on timeout the transaction aborts.
-  Status acquire(const Key& key) {
-    const std::uint32_t stripe = ix_.stripe_of(key.h1);
+  Status acquire(const Key& key) { return acquire_stripe(ix_.stripe_of(key.h1)); }
+
+  Status acquire_stripe(std::uint32_t stripe) {
     if (held_.contains(stripe)) return Status::OK();
     if (!ix_.lock_until(stripe, timeout_)) {
       release();
@@ -122,6 +125,13 @@ class DaliTxn final : public Txn {
   Status write(DaliIndex::Op op, const Key& key, std::string_view value) {
     if (Status s = usable(); !s.ok()) return s;
     if (read_only_) return Status::InvalidArgument("a read-only transaction cannot write");
+    if (op == DaliIndex::Op::kUpsert) {
+      // A blind write: its answer needs nothing from the store, so its
+      // stripe is locked at commit, in stripe order with the other blind
+      // writes' (lock_blind_writes), not now in the caller's key order.
+      buffer(key, value, /*absent=*/false);
+      return Status::OK();
+    }
     bool present = false;
     std::uint64_t depends_on = 0;
     if (Status s = look(key, &present, nullptr, &depends_on); !s.ok()) return s;
@@ -133,11 +143,35 @@ class DaliTxn final : public Txn {
       answer_durable(depends_on);
       return Status::NotFound();
     }
+    buffer(key, value, op == DaliIndex::Op::kRemove);
+    return Status::OK();
+  }
+
+  void buffer(const Key& key, std::string_view value, bool absent) {
     Write& w = writes_[std::string(key.bytes)];
     w.h1 = key.h1;
     w.h2 = key.h2;
     w.value.assign(value);
-    w.absent = op == DaliIndex::Op::kRemove;
+    w.absent = absent;
+  }
+
+  // At commit: locks the stripes of the blind writes not locked yet, in
+  // ascending stripe order. Two transactions of blind writes alone (MSET)
+  // thus never wait on each other in a cycle, whatever order their callers
+  // wrote the keys in; with locks taken by reads, a cycle is still broken
+  // by the timeout. Every lock is held before any write is applied and
+  // until the commit ends: still two-phase.
+  Status lock_blind_writes() {
+    std::vector<std::uint32_t> stripes;
+    for (const auto& [key, w] : writes_) {
+      const std::uint32_t stripe = ix_.stripe_of(w.h1);
+      if (!held_.contains(stripe)) stripes.push_back(stripe);
+    }
+    std::sort(stripes.begin(), stripes.end());
+    stripes.erase(std::unique(stripes.begin(), stripes.end()), stripes.end());
+    for (std::uint32_t stripe : stripes) {
+      if (Status s = acquire_stripe(stripe); !s.ok()) return s;
+    }
     return Status::OK();
   }
 
@@ -172,6 +206,7 @@ Status DaliTxn::commit() {
   Status s;
   heap::ThreadCache* tc = ix_.heap_.thread(&s);
   if (tc == nullptr) return s;
+  if (s = lock_blind_writes(); !s.ok()) return s;
   const unsigned t = tc->slot();
   struct Plan {
     const std::string* key;
@@ -184,7 +219,8 @@ Status DaliTxn::commit() {
   std::uint64_t e = 0;
   bool grew = false;
   for (int attempt = 0;; ++attempt) {
-    // Every lock is held (since the first access to each key): one epoch
+    // Every lock is held (since the first access to each key, or, for a
+    // key only written blind, since lock_blind_writes above): one epoch
     // holds every write, so a crash keeps all of them or none (dali.h).
     e = ix_.epochs_->enter(t);
     plans.clear();
