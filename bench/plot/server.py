@@ -99,48 +99,13 @@ def test_order(name):
     return (TESTS.index(name) if name in TESTS else len(TESTS), name)
 
 
-def throughput_figure(plt, doc, rows):
+def command_panels(plt, rows, servers, colour, value, ylabel):
+    """One panel per medium (row) and value size (column): x = command and
+    pipeline depth, one bar per server, the bar's height value(index,
+    server, test, pipeline) (None: no bar), log y. Returns the figure, its
+    axes, and whether any bar was drawn."""
     media = sorted({r["medium"] for r in rows})
     sizes = sorted({r["value_bytes"] for r in rows})
-    servers = server_order(rows)
-    colour = colours(plt, servers)
-    groups = sorted({(r["test"], r["pipeline"]) for r in rows}, key=lambda g: (test_order(g[0]), g[1]))
-    fig, axes = plt.subplots(len(media), len(sizes), squeeze=False, sharey=True,
-                             figsize=(max(8, 1.2 * len(groups) * len(sizes)), 3.6 * len(media) + 1.2))
-    width = 0.8 / len(servers)
-    for i, medium in enumerate(media):
-        for j, size in enumerate(sizes):
-            ax = axes[i][j]
-            index = {(r["server"], r["test"], r["pipeline"]): r["rps"] for r in rows
-                     if r["medium"] == medium and r["value_bytes"] == size}
-            for k, server in enumerate(servers):
-                xs, ys = [], []
-                for g, (test, pipeline) in enumerate(groups):
-                    if (server, test, pipeline) in index:
-                        xs.append(g + (k - (len(servers) - 1) / 2) * width)
-                        ys.append(float(index[(server, test, pipeline)]))
-                ax.bar(xs, ys, width, color=colour[server], label=server)
-            ax.set_yscale("log")
-            ax.set_xticks(range(len(groups)))
-            ax.set_xticklabels([f"{t.split(' ')[0]}\n-P {p}" for t, p in groups], fontsize=8)
-            ax.set_title(f"{medium}, {size}-byte values", fontsize=10)
-            if j == 0:
-                ax.set_ylabel("requests/s")
-            ax.grid(axis="y", which="both", alpha=0.3)
-    meta = doc.get("meta", {})
-    return finish(fig, axes, servers, colour,
-                  "redis-benchmark -c 50: %s requests (MSET: a tenth) over %s keys per bar"
-                  % (meta.get("requests", "?"), meta.get("keys", "?")))
-
-
-def ratio_figure(plt, doc, rows):
-    from matplotlib.ticker import FuncFormatter
-    media = sorted({r["medium"] for r in rows})
-    sizes = sorted({r["value_bytes"] for r in rows})
-    servers = [s for s in server_order(rows) if s.startswith("pmhash-")]
-    if not servers:
-        return None
-    colour = colours(plt, server_order(rows))
     groups = sorted({(r["test"], r["pipeline"]) for r in rows}, key=lambda g: (test_order(g[0]), g[1]))
     fig, axes = plt.subplots(len(media), len(sizes), squeeze=False, sharey=True,
                              figsize=(max(8, 1.2 * len(groups) * len(sizes)), 3.6 * len(media) + 1.2))
@@ -152,31 +117,55 @@ def ratio_figure(plt, doc, rows):
             index = {(r["server"], r["test"], r["pipeline"]): float(r["rps"]) for r in rows
                      if r["medium"] == medium and r["value_bytes"] == size}
             for k, server in enumerate(servers):
-                xs, ys = [], []
-                for g, (test, pipeline) in enumerate(groups):
-                    mine = index.get((server, test, pipeline))
-                    base = index.get((peer(server, test), test, pipeline))
-                    if mine and base:
-                        xs.append(g + (k - (len(servers) - 1) / 2) * width)
-                        ys.append(mine / base)
-                if xs:
+                bars = [(g + (k - (len(servers) - 1) / 2) * width, value(index, server, test, pipeline))
+                        for g, (test, pipeline) in enumerate(groups)]
+                bars = [(x, y) for x, y in bars if y]
+                if bars:
                     drawn = True
-                    ax.bar(xs, ys, width, color=colour[server], label=server)
-            ax.axhline(1.0, color="black", linewidth=0.8)
+                    ax.bar([x for x, _ in bars], [y for _, y in bars], width, color=colour[server],
+                           label=server)
             ax.set_yscale("log")
-            times = FuncFormatter(lambda v, _: f"{v:g}×")
-            ax.yaxis.set_major_formatter(times)
-            ax.yaxis.set_minor_formatter(times)
-            ax.tick_params(axis="y", which="minor", labelsize=7)
             ax.set_xticks(range(len(groups)))
             ax.set_xticklabels([f"{t.split(' ')[0]}\n-P {p}" for t, p in groups], fontsize=8)
             ax.set_title(f"{medium}, {size}-byte values", fontsize=10)
             if j == 0:
-                ax.set_ylabel("× its Redis peer")
+                ax.set_ylabel(ylabel)
             ax.grid(axis="y", which="both", alpha=0.3)
+    return fig, axes, drawn
+
+
+def throughput_figure(plt, doc, rows):
+    servers = server_order(rows)
+    colour = colours(plt, servers)
+    fig, axes, _ = command_panels(plt, rows, servers, colour,
+                                  lambda index, server, test, p: index.get((server, test, p)), "requests/s")
+    meta = doc.get("meta", {})
+    return finish(fig, axes, servers, colour,
+                  "redis-benchmark -c 50: %s requests (MSET: a tenth) over %s keys per bar"
+                  % (meta.get("requests", "?"), meta.get("keys", "?")))
+
+
+def ratio_figure(plt, doc, rows):
+    from matplotlib.ticker import FuncFormatter
+    servers = [s for s in server_order(rows) if s.startswith("pmhash-")]
+    if not servers:
+        return None
+    colour = colours(plt, server_order(rows))
+
+    def ratio(index, server, test, pipeline):
+        mine = index.get((server, test, pipeline))
+        base = index.get((peer(server, test), test, pipeline))
+        return mine / base if mine and base else None
+    fig, axes, drawn = command_panels(plt, rows, servers, colour, ratio, "× its Redis peer")
     if not drawn:
         plt.close(fig)
         return None
+    times = FuncFormatter(lambda v, _: f"{v:g}×")
+    for ax in axes.flat:
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.yaxis.set_major_formatter(times)
+        ax.yaxis.set_minor_formatter(times)
+        ax.tick_params(axis="y", which="minor", labelsize=7)
     return finish(fig, axes, servers, colour,
                   "Throughput over the Redis peer of the same durability (strict: appendfsync always; "
                   "epoch: everysec; GET: no persistence)")
