@@ -21,10 +21,11 @@
 #
 # Load: redis-benchmark -t set,get,incr,mset -c 50 -P 1 and -P 16, values
 # of 16 and 100 bytes, keys drawn from --keys (default 1,000,000),
-# --requests each (default 1,000,000; MSET, ten keys a request, a tenth). Then the restart: --restart-keys
-# (default "1000000 10000000") keys written, the server killed with
-# SIGKILL, restarted, and the time until it answers PING (Redis replays its
-# append-only file; pmhash recovers its pool). Then YCSB (scripts/ycsb.sh,
+# --requests each (default 1,000,000; MSET, ten keys a request, a tenth).
+# Then the restart: --restart-keys (default "1000000 10000000") keys
+# written, the server killed with SIGKILL, restarted, and the time until it
+# answers PING (Redis replays its append-only file; pmhash recovers its
+# pool). Then YCSB (scripts/ycsb.sh,
 # the project's binding over Jedis): on each server, fresh, YCSB_RECORDS
 # records loaded (default 100000), then each of --ycsb-workloads (default
 # "a b c f d"; E is not run: docs/server.md, YCSB) for YCSB_OPS operations
@@ -60,7 +61,7 @@ while [ $# -gt 0 ]; do
     --media) media=$2; shift 2 ;;
     --parts) parts=$2; shift 2 ;;
     --ycsb-workloads) ycsb_workloads=$2; shift 2 ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "bench-server: unknown flag $1 (--help)" >&2; exit 2 ;;
   esac
 done

@@ -329,12 +329,13 @@
 // answer reads nothing) locks its stripe at commit instead, all such
 // stripes in ascending order before anything is applied: transactions of
 // blind writes only (the server's MSET) never deadlock, where locking in
-// their callers' key orders made two of them wait out the timeout. Writes are buffered in DRAM; at
-// commit the records are allocated (the one step that can fail: NoSpace
-// then frees them and applies nothing, makes room once -- collecting its
-// own stripes under the locks it holds, the others under theirs -- and
-// tries again), and every write is applied as above inside one epoch. DEPARTURE: the paper runs the whole transaction in one
-// epoch; here only the commit is, so that a transaction waiting on its
+// their callers' key orders made two of them wait out the timeout.
+// Writes are buffered in DRAM; at commit the records are allocated (the
+// one step that can fail: NoSpace then frees them and applies nothing,
+// makes room once -- collecting its own stripes under the locks it holds,
+// the others under theirs -- and tries again), and every write is applied
+// as above inside one epoch. DEPARTURE: the paper runs the whole
+// transaction in one epoch; here only the commit is, so that a transaction waiting on its
 // caller cannot hold up the global fence. Reads before commit are made
 // under the locks, which keep what they read unchanged until commit.
 // All-or-nothing across crashes: the writes share one epoch, and an epoch
