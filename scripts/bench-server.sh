@@ -61,7 +61,7 @@ while [ $# -gt 0 ]; do
     --media) media=$2; shift 2 ;;
     --parts) parts=$2; shift 2 ;;
     --ycsb-workloads) ycsb_workloads=$2; shift 2 ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "bench-server: unknown flag $1 (--help)" >&2; exit 2 ;;
   esac
 done
