@@ -19,7 +19,8 @@
 //   flush(p, n)   copies the 64-byte lines of [p, p+n) with one 8-byte load
 //                 per word (a word stored concurrently reaches the file whole,
 //                 as with a cache line's write-back) and pwrites them
-//   drain()       fdatasync
+//   drain()       fdatasync, shared by the threads draining at the same
+//                 time (sync_file below)
 //   persist_all() every page this process has stored to (the private copies,
 //                 found in /proc/self/pagemap), then fdatasync
 // So a store never flushed never reaches the file, not even at a clean
@@ -64,6 +65,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -185,6 +187,15 @@ struct Region::Impl {
   std::size_t copy_size = 0;
   std::atomic<int> error{0};  // first errno of a write-back, 0: none
 
+  // Shared file syncs (region.h). Tickets are numbered from 1; every ticket
+  // <= synced is covered by an fdatasync that began after it was taken.
+  std::mutex sync_mu;
+  std::condition_variable sync_done;
+  std::uint64_t tickets = 0;  // taken so far
+  std::uint64_t synced = 0;
+  bool syncing = false;  // one fdatasync at a time
+  std::atomic<std::uint64_t> syncs{0};
+
   ~Impl() {
     if (copy != nullptr) ::munmap(copy, copy_size);
     if (map != nullptr) pmem2_map_delete(&map);
@@ -202,6 +213,12 @@ std::atomic<Region::MapHook> map_hook{nullptr};
 }  // namespace
 
 void Region::set_map_hook(MapHook hook) { map_hook.store(hook); }
+
+namespace {
+std::atomic<Region::SyncHook> sync_hook{nullptr};
+}  // namespace
+
+void Region::set_sync_hook(SyncHook hook) { sync_hook.store(hook); }
 
 Status Region::map_file(const std::string& path, std::size_t size,
                         std::unique_ptr<Region>* out, bool shared) {
@@ -449,12 +466,50 @@ void Region::flush(const void* p, std::size_t n) {
   if (observer_ != nullptr) observer_->on_flush(offset_of(p), n);
 }
 
-void Region::drain() {
-  if (write_back_fd_ >= 0) {
+std::uint64_t Region::file_syncs() const {
+  return impl_ == nullptr ? 0 : impl_->syncs.load(std::memory_order_relaxed);
+}
+
+std::uint64_t Region::file_sync_requests() const {
+  if (impl_ == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(impl_->sync_mu);
+  return impl_->tickets;
+}
+
+// Group commit (region.h, "Shared file syncs"). The caller's write-backs
+// (pwrite) have returned, so they are in the page cache before its ticket
+// is taken under sync_mu; a sync covers the tickets taken before it fixed
+// `covers` under the same mutex, and fdatasync begins after that, so it
+// writes every covered thread's write-backs to media. An error is recorded
+// once for the region (fail-stop), whichever drainer met it.
+void Region::sync_file() {
+  Impl& g = *impl_;
+  std::unique_lock<std::mutex> lock(g.sync_mu);
+  const std::uint64_t ticket = ++g.tickets;
+  while (g.synced < ticket) {
+    if (g.syncing) {
+      g.sync_done.wait(lock);
+      continue;
+    }
+    g.syncing = true;
+    const std::uint64_t covers = g.tickets;
+    lock.unlock();
+    if (SyncHook hook = sync_hook.load()) hook(*this);
     if (::fdatasync(write_back_fd_) != 0) {
       int expected = 0;
-      impl_->error.compare_exchange_strong(expected, errno);
+      g.error.compare_exchange_strong(expected, errno);
     }
+    g.syncs.fetch_add(1, std::memory_order_relaxed);
+    lock.lock();
+    g.synced = covers;
+    g.syncing = false;
+    g.sync_done.notify_all();
+  }
+}
+
+void Region::drain() {
+  if (write_back_fd_ >= 0) {
+    sync_file();
   } else {
     drain_fn_();
   }

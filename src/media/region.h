@@ -11,6 +11,8 @@
 //               range back to the file (pwrite from a private mapping);
 //               drain waits until everything written back is on media
 //               (fdatasync). A store never flushed does not reach the file.
+//               Drains of concurrent threads share their fdatasyncs (group
+//               commit, "Shared file syncs" below).
 //   kNone       anonymous DRAM: nothing is ever durable; every primitive is a
 //               no-op. Used for volatile stores and benchmarks.
 //
@@ -21,6 +23,18 @@
 // [p, p+n); drain() waits until all flushes issued by this thread are durable;
 // persist(p, n) = flush + drain; persist_all() makes the whole region durable
 // (the "global fence" of periodic-persistence engines).
+//
+// Shared file syncs (page granularity). An fdatasync makes durable every
+// write-back of the file that completed before it began, whichever thread
+// issued it, and costs about a millisecond on a disk, so threads that drain
+// at the same time share one: a drain takes a ticket after its thread's
+// write-backs returned; one drainer at a time runs fdatasync, covering every
+// ticket taken before it began; the others wait for a sync that covers
+// theirs (one that was already running when they took their ticket does
+// not) and the first of them to find none running starts the next for all.
+// So drain() keeps its contract, per thread, and N threads draining
+// together pay about two fdatasyncs, not N (file_syncs() counts them). What
+// it buys: docs/server.md, "Group commit".
 //
 // Counters: every flush and drain is counted in per-thread counters that are
 // summed by counters(); benchmarks report flushes and fences per operation.
@@ -154,12 +168,25 @@ class Region {
   using MapHook = void (*)(Region&);
   static void set_map_hook(MapHook hook);
 
+  // Page granularity: how many fdatasyncs drains have run on this region
+  // (fewer than its drains when threads shared them); 0 otherwise.
+  std::uint64_t file_syncs() const;
+  // How many drains have asked this region for a file sync (page
+  // granularity); each is covered by one of file_syncs().
+  std::uint64_t file_sync_requests() const;
+  // Test hook: when set, called at the start of every file sync (page
+  // granularity), after the sync has fixed which drains it covers and
+  // before fdatasync. Process-wide; nullptr removes it.
+  using SyncHook = void (*)(Region&);
+  static void set_sync_hook(SyncHook hook);
+
  private:
   Region() = default;
   struct Impl;
 
   void write_back(std::uint64_t off, std::size_t n);
   void write_back_touched();
+  void sync_file();
 
   std::byte* base_ = nullptr;
   std::size_t size_ = 0;

@@ -307,6 +307,69 @@ TEST_F(MediaTest, PageGranularityWritesBackOnlyWhatIsFlushed) {
   EXPECT_EQ(read_back(8192, 7), std::string(7, '\0'));  // never flushed: lost
 }
 
+// Group commit (region.h, "Shared file syncs"). The first drain's
+// fdatasync is held at its start (the sync hook) until eight more threads
+// have each written back a line and asked for a drain. A sync that was
+// running when a thread asked does not cover it: none of the eight may
+// return before a second sync, and that one covers all eight.
+std::atomic<Region*> held_region{nullptr};
+std::atomic<std::uint64_t> hold_until_requests{0};
+
+void hold_first_sync(Region& r) {
+  if (held_region.load() != &r) return;
+  held_region.store(nullptr);  // only the first sync waits
+  while (r.file_sync_requests() < hold_until_requests.load()) std::this_thread::yield();
+}
+
+TEST_F(MediaTest, PageGranularityDrainsOfConcurrentThreadsShareOneSync) {
+  granularity_.force("page");
+  std::unique_ptr<Region> r;
+  ASSERT_TRUE(Region::map_file(path_, 0, &r).ok());
+  ASSERT_EQ(r->granularity(), Granularity::kPage);
+  constexpr int kThreads = 8;
+  hold_until_requests.store(1 + kThreads);
+  held_region.store(r.get());
+  Region::set_sync_hook(hold_first_sync);
+
+  std::memcpy(r->at<char>(0), "leader", 6);
+  r->flush(r->at(0), 6);
+  std::thread leader([&] { r->drain(); });
+  while (r->file_sync_requests() < 1) std::this_thread::yield();
+
+  std::vector<std::uint64_t> syncs_seen(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::size_t off = 4096 * static_cast<std::size_t>(t + 1);
+      std::memcpy(r->at<char>(off), "drained", 7);
+      r->flush(r->at(off), 7);
+      r->drain();
+      syncs_seen[static_cast<std::size_t>(t)] = r->file_syncs();
+    });
+  }
+  leader.join();
+  for (auto& th : threads) th.join();
+  Region::set_sync_hook(nullptr);
+
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(syncs_seen[static_cast<std::size_t>(t)], 2u) << "thread " << t;
+    EXPECT_EQ(read_back(4096 * static_cast<std::size_t>(t + 1), 7), "drained");
+  }
+  EXPECT_EQ(r->file_sync_requests(), 1u + kThreads);
+  EXPECT_EQ(r->file_syncs(), 2u);  // nine drains, two fdatasyncs
+  EXPECT_TRUE(r->write_back_error().ok());
+}
+
+// One thread alone: every drain is a sync of its own (nothing to share).
+TEST_F(MediaTest, PageGranularityDrainsOfOneThreadEachSync) {
+  granularity_.force("page");
+  std::unique_ptr<Region> r;
+  ASSERT_TRUE(Region::map_file(path_, 0, &r).ok());
+  for (int i = 0; i < 3; ++i) r->persist(r->at(64 * static_cast<std::size_t>(i)), 8);
+  EXPECT_EQ(r->file_syncs(), 3u);
+  EXPECT_EQ(r->file_sync_requests(), 3u);
+}
+
 TEST_F(MediaTest, PageGranularityPersistAllWritesEveryTouchedPage) {
   granularity_.force("page");
   std::unique_ptr<Region> r;

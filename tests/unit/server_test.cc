@@ -27,7 +27,7 @@ class ServerTest : public ::testing::Test {
  protected:
   void start(ServerConfig config = {}) {
     config.port = 0;
-    config.workers = 2;
+    if (config.workers == 0) config.workers = 2;
     Options options;
     options.pool_size = 256ull << 20;
     ASSERT_TRUE(Store::create(dir_.str() + "/server.pool", options, &store_).ok());
@@ -270,6 +270,33 @@ TEST_F(ServerTest, MaxClientsRefusesTheNextWithRedisError) {
   RespClient again(port());
   EXPECT_EQ(again.call({"PING"}), "PONG");
   EXPECT_EQ(server_->counters().connections_rejected.load(), 1u);
+}
+
+// A burst of connections is spread over the workers: the worker that wakes
+// for the listening socket hands each to the one with the fewest (else one
+// thread of four would serve all forty while three idle).
+TEST_F(ServerTest, ABurstOfConnectionsIsSpreadOverTheWorkers) {
+  ServerConfig config;
+  config.workers = 4;
+  start(config);
+  std::vector<std::unique_ptr<RespClient>> clients;
+  for (int i = 0; i < 40; ++i) clients.push_back(std::make_unique<RespClient>(port()));
+  for (auto& c : clients) ASSERT_EQ(c->call({"PING"}), "PONG");
+  const std::vector<std::size_t> loads = server_->worker_loads();
+  ASSERT_EQ(loads.size(), 4u);
+  std::size_t total = 0;
+  for (std::size_t n : loads) {
+    total += n;
+    EXPECT_GE(n, 8u) << "a worker serves too few of the forty";
+  }
+  EXPECT_EQ(total, 40u);
+  clients.resize(10);  // closed: their workers count them out
+  ASSERT_TRUE(eventually([&] {
+    const auto now = server_->worker_loads();
+    std::size_t sum = 0;
+    for (std::size_t n : now) sum += n;
+    return sum == 10;
+  }));
 }
 
 TEST_F(ServerTest, WithAPasswordEveryCommandBeforeAuthIsRefused) {

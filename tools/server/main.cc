@@ -155,7 +155,7 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--port", port, "TCP port (0: any free one)")->check(CLI::Range(0u, 65535u))
       ->capture_default_str();
-  app.add_option("--workers", config.workers, "worker threads (0: one per hardware thread, at most 8)")
+  app.add_option("--workers", config.workers, "worker threads (0: one per hardware thread, at most 8; 16 on an ordinary file)")
       ->check(CLI::Range(0u, 256u))->capture_default_str();
   app.add_option("--max-clients", config.max_clients, "connections served at once")
       ->check(CLI::Range(1u, 1000000u))->capture_default_str();

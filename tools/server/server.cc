@@ -11,10 +11,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "pmhash/engines.h"
 #include "server/commands.h"
@@ -26,8 +29,11 @@ namespace {
 // are keyed by their descriptor, which is never this large.
 constexpr std::uint64_t kListenKey = ~std::uint64_t{0};
 constexpr std::uint64_t kStopKey = ~std::uint64_t{0} - 1;
+constexpr std::uint64_t kInboxKey = ~std::uint64_t{0} - 2;
 
 constexpr std::size_t kReadChunk = 64 * 1024;
+// Default workers on page granularity (server.h, "How many workers").
+constexpr unsigned kWorkersWaitingOnFileSyncs = 16;
 // A connection's input or output buffer keeps at most this much capacity
 // while idle; more is given back after a large request or reply.
 constexpr std::size_t kIdleCapacity = 64 * 1024;
@@ -62,6 +68,8 @@ class Server::Worker {
  public:
   Worker(Server* server, SessionRegistry* sessions) : server_(server), sessions_(sessions) {}
   ~Worker() {
+    for (const Handoff& h : inbox_) ::close(h.fd);
+    if (inbox_fd_ >= 0) ::close(inbox_fd_);
     if (epfd_ >= 0) ::close(epfd_);
   }
 
@@ -80,12 +88,33 @@ class Server::Worker {
     if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, server_->stop_fd_, &ev) != 0) {
       return Status::IOError(errno_text("epoll_ctl(stop)"));
     }
+    inbox_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (inbox_fd_ < 0) return Status::IOError(errno_text("eventfd"));
+    ev.events = EPOLLIN;
+    ev.data.u64 = kInboxKey;
+    if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, inbox_fd_, &ev) != 0) {
+      return Status::IOError(errno_text("epoll_ctl(inbox)"));
+    }
     thread_ = std::thread([this] { loop(); });
     return Status::OK();
   }
 
   void join() {
     if (thread_.joinable()) thread_.join();
+  }
+
+  // Connections this worker serves (read by the acceptor to balance).
+  std::size_t load() const { return load_.load(std::memory_order_relaxed); }
+
+  // Hands an accepted connection to this worker from another one's thread.
+  void hand_off(int fd, std::string address) {
+    load_.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      inbox_.push_back(Handoff{fd, std::move(address)});
+    }
+    const std::uint64_t one = 1;
+    (void)!::write(inbox_fd_, &one, sizeof(one));
   }
 
  private:
@@ -120,6 +149,8 @@ class Server::Worker {
           stopping = true;
         } else if (key == kListenKey) {
           accept_all();
+        } else if (key == kInboxKey) {
+          take_inbox();
         } else {
           auto it = conns_.find(static_cast<int>(key));
           if (it == conns_.end()) continue;
@@ -156,10 +187,40 @@ class Server::Worker {
       }
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      // To the worker with the fewest connections: the one that wakes for
+      // the listening socket would otherwise take a whole burst of them
+      // (a benchmark's fifty clients on one thread of eight).
+      Worker* to = this;
+      for (const auto& w : server_->workers_) {
+        if (w->load() < to->load()) to = w.get();
+      }
+      if (to != this) {
+        to->hand_off(fd, peer_address(addr));
+      } else {
+        load_.fetch_add(1, std::memory_order_relaxed);
+        adopt(fd, peer_address(addr));
+      }
+    }
+  }
+
+  void take_inbox() {
+    std::uint64_t n = 0;
+    (void)!::read(inbox_fd_, &n, sizeof(n));
+    std::vector<Handoff> taken;
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      taken.swap(inbox_);
+    }
+    for (Handoff& h : taken) adopt(h.fd, std::move(h.address));
+  }
+
+  void adopt(int fd, std::string address) {
+    ServerCounters& counters = server_->counters_;
+    {
       auto c = std::make_unique<Conn>(server_->config_.limits);
       c->fd = fd;
       c->session.id = server_->next_client_id_.fetch_add(1, std::memory_order_relaxed);
-      c->session.address = peer_address(addr);
+      c->session.address = std::move(address);
       c->session.connected_unix = unix_now();
       c->session.authenticated = server_->config_.requirepass.empty();
       epoll_event ev{};
@@ -168,7 +229,8 @@ class Server::Worker {
       if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
         ::close(fd);
         counters.connected.fetch_sub(1, std::memory_order_relaxed);
-        continue;
+        load_.fetch_sub(1, std::memory_order_relaxed);
+        return;
       }
       c->events = ev.events;
       sessions_->add(&c->session);
@@ -302,11 +364,21 @@ class Server::Worker {
     ::close(c.fd);
     c.fd = -1;
     server_->counters_.connected.fetch_sub(1, std::memory_order_relaxed);
+    load_.fetch_sub(1, std::memory_order_relaxed);
   }
+
+  struct Handoff {
+    int fd;
+    std::string address;
+  };
 
   Server* server_;
   SessionRegistry* sessions_;
   int epfd_ = -1;
+  int inbox_fd_ = -1;  // eventfd: hand_off() put connections in inbox_
+  std::mutex inbox_mu_;
+  std::vector<Handoff> inbox_;
+  std::atomic<std::size_t> load_{0};
   std::thread thread_;
   std::unordered_map<int, std::unique_ptr<Conn>> conns_;
 };
@@ -375,18 +447,28 @@ Status Server::start() {
   last_save_unix_.store(started_unix_);
 
   unsigned n = config_.workers;
-  if (n == 0) n = std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
-  for (unsigned i = 0; i < n; ++i) {
-    auto w = std::make_unique<Worker>(this, sessions_.get());
+  if (n == 0) {
+    n = store_->stats().granularity == "page" ? kWorkersWaitingOnFileSyncs
+                                              : std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
+  }
+  // Every worker exists before any runs: a worker that accepts reads the
+  // others' loads to pick where a connection goes.
+  for (unsigned i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(this, sessions_.get()));
+  for (auto& w : workers_) {
     if (Status s = w->start(); !s.ok()) {
       stop();
       wait();
       return s;
     }
-    workers_.push_back(std::move(w));
   }
   keyspace_->start_sweeper(config_.expire_sweep_ms);
   return Status::OK();
+}
+
+std::vector<std::size_t> Server::worker_loads() const {
+  std::vector<std::size_t> loads;
+  for (const auto& w : workers_) loads.push_back(w->load());
+  return loads;
 }
 
 void Server::stop() {

@@ -3,12 +3,22 @@
 //
 // Threads. `workers` threads each run an epoll loop over the listening
 // socket (registered with EPOLLEXCLUSIVE, so the kernel wakes one worker
-// per new connection) and over the connections that worker accepted. A
-// connection stays with its worker for its life; the worker reads its
-// bytes, parses requests (resp.h), runs them against the store one after
-// the other (commands.h) and writes the replies in order. Store calls are
-// short (microseconds) and the store is thread-safe, so workers need no
-// lock between them; the server's counters are atomics.
+// when connections arrive) and over the connections it serves. The worker
+// that accepts a connection gives it to the worker with the fewest (its
+// inbox, an eventfd); otherwise one worker would take a whole burst while
+// the others idle. A connection stays with its worker for its life; the
+// worker reads its bytes, parses requests (resp.h), runs them against the
+// store one after the other (commands.h) and writes the replies in order.
+// The store is thread-safe, so workers need no lock between them; the
+// server's counters are atomics.
+//
+// How many workers. On persistent memory (and DRAM) a store call computes
+// for microseconds: one worker per hardware thread, at most 8. On an
+// ordinary file (page granularity) a strict write waits in fdatasync for
+// about a millisecond, and the drains of threads that wait together share
+// their syncs (media/region.h, "Shared file syncs"): there the default is
+// 16 workers, so that that many connections' writes share each sync. Both
+// are only defaults (`workers`).
 //
 // Limits, so that no client can take the server's memory or its other
 // clients' service:
@@ -53,7 +63,7 @@ struct ServerConfig {
   std::string bind = "127.0.0.1";
   // 0: any free port (tests); port() tells which.
   std::uint16_t port = 6379;
-  // 0: one per hardware thread, at most 8.
+  // 0: the default for the store's media ("How many workers" above).
   unsigned workers = 0;
   unsigned max_clients = 10000;
   // Empty: no password, and loopback only.
@@ -108,6 +118,9 @@ class Server {
   void wait();
 
   const ServerConfig& config() const { return config_; }
+  // How many connections each worker serves (accepted connections go to
+  // the worker with the fewest).
+  std::vector<std::size_t> worker_loads() const;
   ServerCounters& counters() { return counters_; }
   Store& store() { return *store_; }
   Keyspace& keyspace() { return *keyspace_; }
