@@ -227,6 +227,24 @@ class Store {
   // failed at any time since open (EIO, ENOSPC): durability is then lost.
   virtual Status sync() = 0;
 
+  // Write groups (group persistence). Between begin_write_group() and
+  // end_write_group() on one thread, a strict write (and any answer that
+  // depends on one) may return before it is durable, so that the group's
+  // writes share the drains that make them durable; end_write_group()
+  // returns once everything this thread wrote or answered in the group is
+  // durable. Until then the caller shows none of those answers to anyone
+  // (pmhash-server sends the replies of a group after its end). Calls on
+  // other threads answer from durable state as always: a write of an open
+  // group is made durable before any other caller's answer depends on it.
+  // Groups do not nest (a second begin is ignored until the end). What an
+  // engine shares is its own: dali (Durability::kStrict) waits once, at the
+  // end, for the newest epoch the group wrote in, instead of once per write;
+  // engines that persist in place make each write durable before it
+  // returns, so a group changes nothing there; with Durability::kEpoch
+  // nothing waits anyway. Measurements: docs/server.md, "Group commit".
+  virtual void begin_write_group() {}
+  virtual void end_write_group() {}
+
   // Verifies every invariant of the engine and the heap (O(keys)); returns
   // Corruption with a description of the first violation. Meant for a
   // quiescent store: concurrent writers may cause false reports.

@@ -99,6 +99,10 @@ class Index {
   virtual void fill_stats(Stats* stats) const = 0;
   // Epoch engines: the epoch operations run in now (tests); 0 otherwise.
   virtual std::uint64_t current_epoch() const { return 0; }
+  // Store::begin_write_group / end_write_group (pmhash/store.h): engines
+  // that can share durability waits across a thread's writes override both.
+  virtual void begin_write_group() {}
+  virtual void end_write_group() {}
   // Stops background threads and leaves the index quiescent and durable.
   virtual void close() = 0;
 };

@@ -188,6 +188,14 @@ class StoreBase : public Store {
     return unless_only_garbage([&] { return index_->upsert(k, value); });
   }
 
+  void begin_write_group() override {
+    if (check_open().ok()) index_->begin_write_group();
+  }
+
+  void end_write_group() override {
+    if (check_open().ok()) index_->end_write_group();
+  }
+
   Status remove(std::string_view key) override {
     if (Status s = check_open(); !s.ok()) return s;
     if (Status s = check_key(key); !s.ok()) return s;

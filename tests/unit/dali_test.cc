@@ -369,6 +369,73 @@ TEST_F(DaliTest, StrictCallsAreDurableWhenTheyReturn) {
   EXPECT_TRUE(store_->check().ok()) << store_->check().to_string();
 }
 
+// Write groups (dali.h, "Write groups"): a strict write inside a group
+// returns before its epoch is durable, the group's end waits for it once,
+// and another thread that reads a write of the open group waits for its
+// epoch first (G2). No epoch ends but those the calls end themselves.
+TEST_F(DaliTest, AWriteGroupWaitsOnceAtItsEndAndOthersReadOnlyDurableWrites) {
+  options_.durability = Durability::kStrict;
+  options_.epoch_ms = 60000;
+  create();
+  const std::uint64_t e = store_->stats().epoch;
+  store_->begin_write_group();
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(store_->upsert(key(i), value(i)).ok());
+  EXPECT_LT(store_->stats().durable_epoch, e) << "a write in a group waited for its epoch";
+  std::thread reader([&] {
+    std::string v;
+    EXPECT_TRUE(store_->get(key(3), &v).ok());
+    EXPECT_EQ(v, value(3));
+    EXPECT_GE(store_->stats().durable_epoch, e) << "read a write of the open group before it was durable";
+  });
+  reader.join();
+  for (int i = 16; i < 32; ++i) ASSERT_TRUE(store_->upsert(key(i), value(i)).ok());
+  const std::uint64_t last = store_->stats().epoch;
+  store_->end_write_group();
+  EXPECT_GE(store_->stats().durable_epoch, last) << "the group ended before its writes were durable";
+}
+
+// What the group's end promises survives a crash right after it: every
+// write of the groups that ended is there after the reopen.
+TEST_F(DaliTest, WritesOfAnEndedWriteGroupSurviveACrash) {
+  options_.durability = Durability::kStrict;
+  options_.epoch_ms = 60000;
+  create();
+  ASSERT_TRUE(store_->close().ok());
+  crash_after([&](Store& s) {
+    for (int g = 0; g < 10; ++g) {
+      s.begin_write_group();
+      for (int i = g * 10; i < g * 10 + 10; ++i) {
+        if (!s.upsert(key(i), value(i)).ok()) return false;
+      }
+      s.end_write_group();
+    }
+    return true;
+  });
+  reopen();
+  std::string v;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(store_->get(key(i), &v).ok()) << key(i);
+    EXPECT_EQ(v, value(i));
+  }
+  EXPECT_TRUE(store_->check().ok());
+}
+
+// The planted bug: a group that ends without its wait. The first test's
+// last check is what catches it.
+TEST_F(DaliTest, PlantedWriteGroupEndingEarlyLeavesItsWritesNotDurable) {
+  options_.durability = Durability::kStrict;
+  options_.epoch_ms = 60000;
+  create();
+  engine::planted::bugs.store(engine::dali::testing::kWriteGroupEndsEarly);
+  const std::uint64_t e = store_->stats().epoch;
+  store_->begin_write_group();
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(store_->upsert(key(i), value(i)).ok());
+  store_->end_write_group();
+  const std::uint64_t durable = store_->stats().durable_epoch;
+  engine::planted::bugs.store(engine::planted::kNone);
+  EXPECT_LT(durable, e);
+}
+
 // Two threads write at once, so that a write often returns because the
 // other thread's advances made its epoch durable (helping, group commit):
 // every write a thread was told is done survives a crash at any moment

@@ -143,6 +143,12 @@ class Server::Worker {
         if (errno == EINTR) continue;
         break;
       }
+      // Group persistence: the requests of every connection that woke run
+      // in one write group, and their replies are sent once it has ended,
+      // when all of it is durable (Store::begin_write_group).
+      std::vector<int>& woke = woke_;
+      woke.clear();
+      server_->store_->begin_write_group();
       for (int i = 0; i < n; ++i) {
         const std::uint64_t key = events[i].data.u64;
         if (key == kStopKey) {
@@ -156,9 +162,19 @@ class Server::Worker {
           if (it == conns_.end()) continue;
           Conn& c = *it->second;
           if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) read_from(c);
-          if (c.fd >= 0 && (events[i].events & EPOLLOUT) != 0) write_to(c);
-          if (c.fd < 0) conns_.erase(it);
+          if (c.fd < 0) {
+            conns_.erase(it);
+          } else {
+            woke.push_back(c.fd);
+          }
         }
+      }
+      server_->store_->end_write_group();
+      for (int fd : woke) {
+        auto it = conns_.find(fd);
+        if (it == conns_.end()) continue;
+        write_to(*it->second);
+        if (it->second->fd < 0) conns_.erase(it);
       }
     }
     for (auto& [fd, c] : conns_) close_conn(*c);
@@ -252,8 +268,7 @@ class Server::Worker {
         return;
       }
     }
-    run_requests(c);
-    if (c.fd >= 0) write_to(c);
+    run_requests(c);  // the replies are sent after the loop's write group
   }
 
   // Runs the complete requests buffered, until the input runs out, the
@@ -381,6 +396,7 @@ class Server::Worker {
   std::atomic<std::size_t> load_{0};
   std::thread thread_;
   std::unordered_map<int, std::unique_ptr<Conn>> conns_;
+  std::vector<int> woke_;  // connections run in this round of the loop
 };
 
 Server::Server(Store* store, ServerConfig config)

@@ -474,11 +474,11 @@ Status DaliIndex::write(Op op, const Key& key, std::string_view value,
     // so is a swap that found nothing to do; it waits for the epoch of the
     // record it saw, like get().
     if (strict_ && depends_on != 0 && !planted::active(testing::kAnswerBeforeDurable)) {
-      epochs_->wait_durable(depends_on);
+      wait_durable_or_defer(depends_on);
     }
     if (!s.ok() || !changes) return s;
     if (!p.present && !absent) maybe_grow(tc, t);
-    if (strict_) epochs_->wait_durable(e);
+    if (strict_) wait_durable_or_defer(e);
     return s;
   }
 }
@@ -791,6 +791,40 @@ Status DaliIndex::salvage(const ForEachFn& fn, std::uint64_t* skipped) {
 std::uint64_t DaliIndex::size() const {
   if (!count_.known()) const_cast<DaliIndex*>(this)->recount();
   return count_.total();
+}
+
+// ---------------------------------------------------------------------------
+// Write groups (dali.h)
+// ---------------------------------------------------------------------------
+
+namespace {
+// The write group open on this thread: its index and the newest epoch a
+// deferred wait was for (0: none yet).
+struct WriteGroup {
+  const DaliIndex* index = nullptr;
+  std::uint64_t epoch = 0;
+};
+thread_local WriteGroup write_group;
+}  // namespace
+
+void DaliIndex::begin_write_group() {
+  if (write_group.index == nullptr) write_group = WriteGroup{this, 0};
+}
+
+void DaliIndex::end_write_group() {
+  if (write_group.index != this) return;
+  const std::uint64_t e = write_group.epoch;
+  write_group = WriteGroup{};
+  if (e != 0) epochs_->wait_durable(e);
+}
+
+void DaliIndex::wait_durable_or_defer(std::uint64_t e) {
+  if (write_group.index == this && !planted::active(testing::kWriteGroupEndsEarly)) {
+    write_group.epoch = std::max(write_group.epoch, e);
+    return;
+  }
+  if (write_group.index == this) return;  // planted: the group never waits
+  epochs_->wait_durable(e);
 }
 
 Status DaliIndex::sync() {

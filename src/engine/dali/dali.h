@@ -342,6 +342,29 @@
 // fails or survives as a whole.
 //
 // ---------------------------------------------------------------------------
+// Write groups (Store::begin_write_group; group persistence)
+// ---------------------------------------------------------------------------
+// A strict write's last step is to wait until its epoch e is durable (S1-S3
+// above: e+2 published), and an answer's to wait for the epoch of the
+// record it saw. Inside a thread's write group both waits are deferred: the
+// thread remembers the newest epoch it owes (thread-local; one group per
+// thread, of one index) and end_write_group() waits once for it. Nothing
+// else changes: the write is applied, and leaves its epoch, exactly as
+// before, so the advances it defers to are the ordinary ones, and a group
+// of writes in one epoch costs one wait (about two drains) where each write
+// alone would wait for its own. Durable linearizability holds because
+//   G1  the group's own answers are shown to nobody before the end (the
+//       caller's promise: pmhash-server sends them after it), and the end
+//       returns only once every epoch they depend on is durable;
+//   G2  any other caller that meets a record of the group waits for the
+//       record's epoch as for any record (get, and the R rules above):
+//       what it answers from is durable first;
+//   G3  a crash before the end loses at most writes none of whose answers
+//       was shown, and the epochs it fails are whole (recovery unchanged).
+// A transaction's commit defers its wait the same way. With kEpoch nothing
+// waits, and a group changes nothing.
+//
+// ---------------------------------------------------------------------------
 // Garbage collection (paper §3.4) and reclamation
 // ---------------------------------------------------------------------------
 // A write that superseded a version with records behind it, and every 8th

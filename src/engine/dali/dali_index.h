@@ -77,10 +77,17 @@ class DaliIndex final : public Index {
   Status check() override;
   void fill_stats(Stats* stats) const override;
   std::uint64_t current_epoch() const override { return epochs_->current(); }
+  // Write groups (dali.h, "Write groups").
+  void begin_write_group() override;
+  void end_write_group() override;
   void close() override;
 
  private:
   friend class DaliTxn;
+
+  // A strict write's (or answer's) wait for epoch e to be durable: now, or,
+  // inside this thread's write group, at the group's end.
+  void wait_durable_or_defer(std::uint64_t e);
 
   // The writes (dali.h, "update"). kSwap and kSwapRemove are
   // compare_and_swap to a value and to absence: they carry the state they

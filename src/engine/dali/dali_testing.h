@@ -38,7 +38,11 @@ inline constexpr planted::Bug kBucketNotFenced = planted::bit(4);
 // then fails.
 inline constexpr planted::Bug kAnswerBeforeDurable = planted::bit(12);
 
+// (strict) A write group's end does not wait for the epochs its writes
+// deferred to it, so a server replies before they are durable.
+inline constexpr planted::Bug kWriteGroupEndsEarly = planted::bit(30);
+
 inline constexpr planted::Bug kPlantedBugs[] = {kOnlyOneEpochFails, kBucketNotFenced,
-                                                kAnswerBeforeDurable};
+                                                kAnswerBeforeDurable, kWriteGroupEndsEarly};
 
 }  // namespace pmhash::engine::dali::testing

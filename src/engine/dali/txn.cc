@@ -271,7 +271,7 @@ Status DaliTxn::commit() {
   release();
   state_ = State::kCommitted;
   if (grew) ix_.maybe_grow(tc, t);
-  if (ix_.strict_) ix_.epochs_->wait_durable(e);
+  if (ix_.strict_) ix_.wait_durable_or_defer(e);
   return Status::OK();
 }
 
