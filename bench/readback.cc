@@ -105,7 +105,7 @@ int run(const Config& config) {
   const std::uint64_t before = store->size();
   expect(before == 0, config.pool + " already holds " + std::to_string(before) +
                           " keys; pmhash-readback loads into an empty pool (re-create it with " +
-                          create_hint(config.pool, store->stats().engine) + ")");
+                          create_hint(config.pool, store->describe().engine) + ")");
 
   const PhaseResult load = run_phase("load", config.threads, n, [&](auto begin, auto end, Tally& t) {
     for (auto i = begin; i < end; ++i) {

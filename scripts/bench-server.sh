@@ -37,10 +37,13 @@
 # records loaded (default 100000), then each of --ycsb-workloads (default
 # "a b c f d"; E is not run: docs/server.md, YCSB) for YCSB_OPS operations
 # (default 100000) with YCSB_THREADS client threads (default 16).
-# --parts (default "throughput restart ycsb") runs only the parts named;
-# on disk only those of --disk-parts too (default "throughput": a strict
-# write there waits about a millisecond for the disk, and loading ten
-# million keys through one connection would take hours).
+# The groups part runs each strict pmhash configuration again with
+# --write-groups off (SET and MSET, 16-byte values): what group
+# persistence buys, against the throughput part's runs with it.
+# --parts (default "throughput groups restart ycsb") runs only the parts
+# named; on disk only those of --disk-parts too (default "throughput
+# groups": a strict write there waits about a millisecond for the disk,
+# and loading ten million keys through one connection would take hours).
 #
 # Results: OUT/bench-server-<time>.json (every row) and .md (the tables,
 # with each pmhash configuration's ratio to its Redis peer), and the
@@ -54,11 +57,11 @@ build=build/release
 out=docs/results/server
 requests=1000000
 disk_requests=""
-disk_parts="throughput"
+disk_parts="throughput groups"
 keys=1000000
 restart_keys="1000000 10000000"
 media="shm disk"
-parts="throughput restart ycsb"
+parts="throughput groups restart ycsb"
 ycsb_workloads="a b c f d"
 ycsb_records=${YCSB_RECORDS:-100000}
 ycsb_ops=${YCSB_OPS:-100000}
@@ -95,8 +98,8 @@ media_for() {
 [ -n "$disk_requests" ] || disk_requests=$(( (requests + 9) / 10 ))
 for p in $parts; do
   case "$p" in
-    throughput|restart|ycsb) ;;
-    *) echo "bench-server: no part '$p' (throughput restart ycsb)" >&2; exit 2 ;;
+    throughput|groups|restart|ycsb) ;;
+    *) echo "bench-server: no part '$p' (throughput groups restart ycsb)" >&2; exit 2 ;;
   esac
 done
 # The binding is built (its jars fetched the first time) before any server
@@ -117,7 +120,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM PIPE  # through the EXIT trap: no server left behind
 
-port=$((20000 + RANDOM % 20000))
+# Below the kernel's ephemeral ports (32768 and up), which a client's
+# connection may hold as its own; each fresh server takes the next port
+# (next_port), so that no socket of the one before is in its way (a
+# restart keeps its port).
+port=$((20000 + RANDOM % 10000))
+next_port() { port=$((port + 1)); }
 # The system's interpreter: a version manager's shim (pyenv) takes a
 # quarter of a second to start, more than some restarts take.
 py=/usr/bin/python3
@@ -154,7 +162,7 @@ sys.exit("bench-server: the server on port %d never answered" % port)
 
 # start NAME MEDIUM DIR: starts configuration NAME with its data in DIR.
 start() {
-  local name=$1 medium=$2 dir=$3
+  local name=$1 medium=$2 dir=$3 groups=${4:-on}
   local gran=cache_line
   [ "$medium" = disk ] && gran=page
   case "$name" in
@@ -169,7 +177,7 @@ start() {
       local size=4G
       PMEM2_FORCE_GRANULARITY=$gran "$build/pmhash-server" --pool "$dir/server.pool" --create \
         --engine "$engine" --durability "$durability" --size "$size" --port "$port" \
-        >"$dir/log" 2>&1 & ;;
+        --write-groups "$groups" >"$dir/log" 2>&1 & ;;
   esac
   pid=$!
 }
@@ -189,6 +197,7 @@ part throughput && for medium in $(media_for throughput); do
     for size in 16 100; do
       for pipeline in 1 16; do
         dir=$(dir_of "$medium")
+        next_port
         start "$name" "$medium" "$dir"
         wait_ready "$(date +%s%N)" >/dev/null
         echo "bench-server: $medium $name ${size}B -P $pipeline" >&2
@@ -210,6 +219,34 @@ part throughput && for medium in $(media_for throughput); do
   done
 done
 
+# --- group persistence: the same writes without write groups ---------------------
+# Each pmhash configuration with strict durability again, started with
+# --write-groups off (every write waits for its own durability): SET and
+# MSET of 16-byte values; the throughput part measured them with groups.
+part groups && for medium in $(media_for groups); do
+  for name in "${configs[@]:3}"; do
+    [[ "$name" == *:strict ]] || continue
+    for pipeline in 1 16; do
+      dir=$(dir_of "$medium")
+      next_port
+      start "$name" "$medium" "$dir" off
+      wait_ready "$(date +%s%N)" >/dev/null
+      echo "bench-server: $medium $name without write groups -P $pipeline" >&2
+      n=$requests
+      [ "$medium" = disk ] && n=$disk_requests
+      { redis-benchmark -p "$port" -t set -c 50 -P "$pipeline" -n "$n" -r "$keys" -d 16 --csv 2>/dev/null
+        redis-benchmark -p "$port" -t mset -c 50 -P "$pipeline" -n "$(( (n + 9) / 10 ))" \
+          -r "$keys" -d 16 --csv 2>/dev/null | tail -n +2; } |
+        awk -F'","' -v m="$medium" -v n="$name" -v p="$pipeline" \
+          'NR > 1 { gsub(/"/, "", $1); gsub(/"/, "", $2);
+                    if ($2 !~ /^[0-9.]+$/) { print "bench-server: no rate in: " $0 > "/dev/stderr"; next }
+                    printf "{\"kind\":\"groups_off\",\"medium\":\"%s\",\"server\":\"%s\",\"value_bytes\":16,\"pipeline\":%s,\"test\":\"%s\",\"rps\":%s}\n", m, n, p, $1, $2 }' >>"$rows"
+      stop
+      rm -rf "$dir"
+    done
+  done
+done
+
 # --- restart after SIGKILL ------------------------------------------------------
 # KEYS keys of 16-byte values, as redis-cli --pipe mass insertion.
 load() {
@@ -227,6 +264,7 @@ part restart && for medium in $(media_for restart); do
   for n in $restart_keys; do
     for name in redis-everysec redis-always "${configs[@]:3}"; do
       dir=$(dir_of "$medium")
+      next_port
       start "$name" "$medium" "$dir"
       wait_ready "$(date +%s%N)" >/dev/null
       echo "bench-server: restart of $medium $name with $n keys" >&2
@@ -262,6 +300,7 @@ done
 part ycsb && for medium in $(media_for ycsb); do
   for name in "${configs[@]}"; do
     dir=$(dir_of "$medium")
+    next_port
     start "$name" "$medium" "$dir"
     wait_ready "$(date +%s%N)" >/dev/null
     echo "bench-server: YCSB on $medium $name" >&2
@@ -320,6 +359,19 @@ if pairs:
         base = disk[(ref,) + k[1:]]
         md.append("| %s | %s | %s | %s | %.0f | %s | %.0f | %.2f× |" % (
             k[0], k[1], k[2], k[3], float(rps), ref, float(base), float(rps) / float(base)))
+    md.append("")
+off = [r for r in rows if r["kind"] == "groups_off"]
+if off:
+    md += ["## Group persistence: with and without write groups (requests/s)", "",
+           "pmhash-server --write-groups on (the default) and off, 16-byte values; the rows with groups are",
+           "the throughput tables' (docs/server.md, \"Group commit\").", "",
+           "| medium | server | -P | test | with groups | without | ratio |", "|---|---|---|---|---|---|---|"]
+    on = {(r["medium"], r["server"], r["pipeline"], r["test"]): r["rps"] for r in tp if r["value_bytes"] == 16}
+    for r in sorted(off, key=lambda r: (r["medium"], r["server"], r["pipeline"], r["test"])):
+        w = on.get((r["medium"], r["server"], r["pipeline"], r["test"]))
+        ratio = "%.2f×" % (float(w) / float(r["rps"])) if w and float(r["rps"]) > 0 else ""
+        md.append("| %s | %s | %s | %s | %s | %.0f | %s |" % (r["medium"], r["server"], r["pipeline"], r["test"],
+                  "%.0f" % float(w) if w else "", float(r["rps"]), ratio))
     md.append("")
 rs = [r for r in rows if r["kind"] == "restart"]
 if rs:

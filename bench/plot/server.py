@@ -45,6 +45,7 @@ PHASES = ("load", "a", "b", "c", "f", "d")
 
 # The numbers each kind of row must have.
 NUMBERS = {"throughput": ("value_bytes", "pipeline", "rps"),
+           "groups_off": ("value_bytes", "pipeline", "rps"),
            "restart": ("keys", "ready_us"),
            "ycsb": ("ops_per_s",)}
 
@@ -61,7 +62,7 @@ def read_sitting(path):
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
         raise InputError(f"{path}: not a bench-server sitting (no rows)")
     for i, r in enumerate(doc["rows"]):
-        if not isinstance(r, dict) or r.get("kind") not in ("throughput", "restart", "ycsb"):
+        if not isinstance(r, dict) or r.get("kind") not in NUMBERS:
             raise InputError(f"{path}: row {i} has no known kind")
         if not isinstance(r.get("server"), str) or not isinstance(r.get("medium"), str):
             raise InputError(f"{path}: row {i} names no server or medium")
@@ -69,8 +70,8 @@ def read_sitting(path):
             value = r.get(field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise InputError(f"{path}: row {i} ({r['kind']}) has no number {field}")
-        if r["kind"] == "throughput" and not isinstance(r.get("test"), str):
-            raise InputError(f"{path}: row {i} (throughput) names no test")
+        if r["kind"] in ("throughput", "groups_off") and not isinstance(r.get("test"), str):
+            raise InputError(f"{path}: row {i} ({r['kind']}) names no test")
     return doc
 
 
@@ -171,6 +172,45 @@ def ratio_figure(plt, doc, rows):
                   "epoch: everysec; GET: no persistence)")
 
 
+def groups_figure(plt, doc, rows):
+    """What group persistence buys: each strict configuration's throughput
+    with write groups (the throughput part) over the same without them
+    (the groups part), one panel per medium."""
+    with_groups = {(r["medium"], r["server"], r["pipeline"], r["test"]): r["rps"]
+                   for r in doc["rows"] if r["kind"] == "throughput" and r["value_bytes"] == 16}
+    media = sorted({r["medium"] for r in rows})
+    servers = server_order(rows)
+    bars = sorted({(r["test"], r["pipeline"]) for r in rows}, key=lambda b: (test_order(b[0]), b[1]))
+    fig, axes = plt.subplots(1, len(media), figsize=(5 * len(media), 4), squeeze=False)
+    drawn = False
+    width = 0.8 / max(len(bars), 1)
+    for ax, medium in zip(axes.flat, media):
+        without = {(r["server"], r["pipeline"], r["test"]): r["rps"] for r in rows if r["medium"] == medium}
+        for j, (test, p) in enumerate(bars):
+            xs, ys = [], []
+            for i, server in enumerate(servers):
+                on = with_groups.get((medium, server, p, test))
+                off = without.get((server, p, test))
+                if on and off:
+                    xs.append(i + (j - (len(bars) - 1) / 2) * width)
+                    ys.append(on / off)
+            if xs:
+                ax.bar(xs, ys, width, label=f"{test} -P {p}")
+                drawn = True
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(servers)))
+        ax.set_xticklabels([s.removeprefix("pmhash-") for s in servers], fontsize=8)
+        ax.set_title(medium, fontsize=9)
+        ax.set_ylabel("× without write groups")
+        ax.legend(fontsize=7)
+    if not drawn:
+        plt.close(fig)
+        return None
+    fig.suptitle("Group persistence: throughput with write groups over without (16-byte values)", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return fig
+
+
 def restart_figure(plt, doc, rows):
     media = sorted({r["medium"] for r in rows})
     servers = server_order(rows)
@@ -243,6 +283,7 @@ def finish(fig, axes, servers, colour, title):
 FIGURES = (
     ("server_throughput.png", "throughput", throughput_figure),
     ("server_ratio.png", "throughput", ratio_figure),
+    ("server_groups.png", "groups_off", groups_figure),
     ("server_restart.png", "restart", restart_figure),
     ("server_ycsb.png", "ycsb", ycsb_figure),
 )

@@ -252,6 +252,18 @@ class Store {
 
   virtual Stats stats() const = 0;
 
+  // What the store is, at no cost: stats() may walk the whole index the
+  // first time after a crash (an engine that lost its saved key count
+  // counts the keys on the first size()), where a front end that only
+  // needs the engine's name should not wait for that.
+  struct Description {
+    std::string engine;
+    std::string granularity;     // as Stats::granularity ("remote" on memory nodes)
+    bool clean_shutdown = true;  // false: this open ran crash recovery
+    std::uint64_t recovery_ns = 0;
+  };
+  virtual Description describe() const = 0;
+
   // Stops background work, makes everything durable and marks the pool as
   // cleanly shut down. Later calls on this Store return Busy. Called by the
   // destructor if needed. Errors: IOError as for sync().

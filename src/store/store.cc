@@ -316,6 +316,16 @@ class PoolStore final : public StoreBase {
 
   media::Region& region() const { return pool_->region(); }
 
+  Description describe() const override {
+    Description d;
+    d.engine = engine_;
+    if (closed_) return d;
+    d.granularity = std::string(media::granularity_name(pool_->region().granularity()));
+    d.clean_shutdown = pool_->was_clean();
+    d.recovery_ns = recovery_ns_;
+    return d;
+  }
+
   Stats stats() const override {
     Stats st;
     if (closed_) return st;
@@ -386,6 +396,13 @@ class RemoteStore final : public StoreBase {
   Status check() const override {
     if (Status s = check_open(); !s.ok()) return s;
     return index_->check();
+  }
+
+  Description describe() const override {
+    Description d;
+    d.engine = engine_;
+    d.granularity = "remote";
+    return d;
   }
 
   Stats stats() const override {

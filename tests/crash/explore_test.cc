@@ -117,7 +117,9 @@ std::vector<Exploration> runs_of(const std::string& engine) {
     return {{"1", "700", "strict", "cache_line"}, {"2", "350", "strict", "cache_line"}};
   }
   // Strict durability costs two global fences per write: fewer operations.
+  // Write groups of eight (pmhash-server's group persistence), two threads.
   return {{"1", "250", "strict", "cache_line"},
+          {"2", "200", "strict", "cache_line", "150", {"--write-group", "8"}},
           {"1", "500", "epoch", "cache_line"},
           {"2", "350", "epoch", "cache_line"},
           {"2", "350", "epoch", "page"}};
@@ -283,6 +285,8 @@ INSTANTIATE_TEST_SUITE_P(EveryEngine, PlantedBug,
                                            Bug{"clevel", "progress-not-persisted", "strict"},
                                            Bug{"dali", "dali-only-one-epoch-fails", "epoch"},
                                            Bug{"dali", "dali-bucket-not-fenced", "epoch"},
+                                           Bug{"dali", "dali-write-group-ends-early", "strict", "150", "200",
+                                               {"--write-group", "8"}},
                                            Bug{"nehash", "nehash-meta-before-slot-durable", "strict"},
                                            Bug{"nehash", "nehash-table-before-group-durable", "strict"},
                                            Bug{"nehash", "nehash-split-not-finished", "strict"},

@@ -54,6 +54,11 @@
 // name, e.g. pmeh-owner-1) and the workload operations in flight then, one
 // of which the owner was running.
 //
+// With --write-group N each thread runs its operations in write groups of N
+// (Store::begin_write_group; pmhash-server's group persistence) and counts
+// them acknowledged when the group ends: a crash image may then hold any
+// prefix of the open group's operations, and must hold every ended group's.
+//
 // With --shared-keys the threads run the shared-key workload instead
 // (crash/workload.h, shared_op_at: --keys keys in all, read and written by
 // every thread, every write's value its own, no transactions): every call's
@@ -143,6 +148,9 @@ struct Config {
   unsigned pmeh_split_step = 1;
   unsigned pmeh_workers = 2;
   unsigned pmeh_write_mode = 0;
+  // Each thread's operations run in write groups of this many
+  // (Store::begin_write_group), acknowledged when the group ends; 1: none.
+  std::uint64_t write_group = 1;
   std::size_t exhaustive = 4;
   std::size_t samples = 4;
   std::size_t singles = 16;
@@ -196,6 +204,7 @@ constexpr Plant kPlants[] = {
     {"dali-only-one-epoch-fails", engine::dali::testing::kOnlyOneEpochFails},
     {"dali-bucket-not-fenced", engine::dali::testing::kBucketNotFenced},
     {"dali-answer-before-durable", engine::dali::testing::kAnswerBeforeDurable},
+    {"dali-write-group-ends-early", engine::dali::testing::kWriteGroupEndsEarly},
     {"nehash-read-unpersisted", engine::nehash::testing::kReadUnpersisted},
     {"pmeh-read-unpersisted", engine::pmeh::testing::kReadUnpersisted},
     {"nehash-meta-before-slot-durable", engine::nehash::testing::kMetaBeforeSlotDurable},
@@ -246,6 +255,7 @@ Config parse(int argc, char** argv) {
     else if (flag == "--pmeh-workers") c.pmeh_workers = static_cast<unsigned>(number(flag, value()));
     else if (flag == "--pmeh-write-mode") c.pmeh_write_mode = static_cast<unsigned>(number(flag, value()));
     else if (flag == "--transactions") c.w.transactions = number(flag, value()) != 0;
+    else if (flag == "--write-group") c.write_group = number(flag, value());
     else if (flag == "--exhaustive") c.exhaustive = number(flag, value());
     else if (flag == "--samples") c.samples = number(flag, value());
     else if (flag == "--singles") c.singles = number(flag, value());
@@ -295,6 +305,8 @@ Config parse(int argc, char** argv) {
   if (c.ops_per_epoch == 0) usage("--ops-per-epoch must be positive");
   (void)plant_mask(c.plant);
   if (c.shared && c.w.transactions) usage("--shared-keys runs no transactions");
+  if (c.write_group == 0) usage("--write-group must be positive");
+  if (c.shared && c.write_group > 1) usage("--shared-keys runs no write groups");
   return c;
 }
 
@@ -1010,7 +1022,9 @@ void Explorer::at_crash_point(const PersistenceSim& sim) {
     p.windows = windows;
     for (unsigned t = 0; t < c_.w.threads; ++t) {
       std::lock_guard lock(acked_[t]->mu);
-      p.windows[t].seen = acked_[t]->count;
+      // With write groups, the whole open group may be in the image: any
+      // prefix up to its end (the oracle takes seen + 1 as the last).
+      p.windows[t].seen = std::min(acked_[t]->count + c_.write_group - 1, c_.w.ops);
     }
     if (c_.shared) {
       p.crash_seq = crash_seq;
@@ -1134,23 +1148,38 @@ bool Explorer::workload(unsigned t) {
   ThreadModel model;
   Acks& acks = *acked_[t];
   pthread_setname_np(pthread_self(), ("workload-" + std::to_string(t)).c_str());
+  // Write groups: the operations of a group are acknowledged together when
+  // it ends (a server replies then), so a crash image may hold any prefix
+  // of the open group's (the windows' `seen`, below).
+  const std::uint64_t group = c_.write_group;
   for (std::uint64_t i = 0; i < c_.w.ops && !stopping(); ++i) {
     const Op op = op_at(c_.w, t, i);
+    if (group > 1 && i % group == 0) store_->begin_write_group();
     g_operations.fetch_add(1, std::memory_order_relaxed);
     acks.running.store(i + 1, std::memory_order_release);
     const std::string e = run_checked(*store_, t, op, &model);
     acks.running.store(0, std::memory_order_release);
     if (!e.empty()) {
+      if (group > 1) store_->end_write_group();
       std::fprintf(stderr, "workload: thread %u op %llu: %s\n", t, static_cast<unsigned long long>(i), e.c_str());
       workload_failed_ = true;
       return false;
+    }
+    if (op.kind == Op::kSync) {
+      // Every operation before a sync is durable when it returns, in a
+      // group or not.
+      std::lock_guard lock(acks.mu);
+      acks.synced = i;
+    }
+    if (group > 1) {
+      if ((i + 1) % group != 0 && i + 1 != c_.w.ops && !stopping()) continue;
+      store_->end_write_group();
     }
     // The operation ran in this epoch or an earlier one.
     const std::uint64_t epoch = epoch_mode() ? store::testing::epoch(*store_) : 0;
     {
       std::lock_guard lock(acks.mu);
       acks.count = i + 1;
-      if (op.kind == Op::kSync) acks.synced = i;  // the ones before it
       if (epoch_mode()) {
         acks.by_epoch[epoch] = i + 1;
         while (acks.by_epoch.size() > 16) acks.by_epoch.erase(acks.by_epoch.begin());
@@ -1163,6 +1192,7 @@ bool Explorer::workload(unsigned t) {
       while (store::testing::epoch(*store_) == e && !stopping()) std::this_thread::yield();
     }
   }
+  if (group > 1) store_->end_write_group();  // one a stop left open
   return true;
 }
 

@@ -40,6 +40,12 @@ def sitting(parts):
                             rows.append({"kind": "throughput", "medium": medium, "server": server,
                                          "value_bytes": size, "pipeline": pipeline, "test": test,
                                          "rps": rate * pipeline})
+            if "groups" in parts and server.endswith(":strict"):
+                for pipeline in (1, 16):
+                    for test in ("SET", "MSET (10 keys)"):
+                        rows.append({"kind": "groups_off", "medium": medium, "server": server,
+                                     "value_bytes": 16, "pipeline": pipeline, "test": test,
+                                     "rps": rate * pipeline / 2})
             if "restart" in parts and server != "redis-none":
                 for keys in (1000000, 10000000):
                     rows.append({"kind": "restart", "medium": medium, "server": server, "keys": keys,
@@ -74,9 +80,9 @@ class ServerFigures(unittest.TestCase):
         return sorted(p.name for p in figures.glob("*.png")) if figures.exists() else []
 
     def test_every_part_gets_its_figures(self):
-        done = plot(json.dumps(sitting({"throughput", "restart", "ycsb"})), self.out)
+        done = plot(json.dumps(sitting({"throughput", "groups", "restart", "ycsb"})), self.out)
         self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertEqual(self.pngs(), ["server_ratio.png", "server_restart.png",
+        self.assertEqual(self.pngs(), ["server_groups.png", "server_ratio.png", "server_restart.png",
                                        "server_throughput.png", "server_ycsb.png"])
         for name in self.pngs():
             data = (self.out / "figures" / name).read_bytes()
@@ -96,7 +102,9 @@ class ServerFigures(unittest.TestCase):
                      json.dumps({"rows": [{"kind": "restart", "medium": "shm"}]}),
                      json.dumps({"rows": [{"kind": "restart", "medium": "shm", "server": "s", "keys": 1}]}),
                      json.dumps({"rows": [{"kind": "ycsb", "medium": "shm", "server": "s",
-                                           "ops_per_s": "fast"}]})):
+                                           "ops_per_s": "fast"}]}),
+                     json.dumps({"rows": [{"kind": "groups_off", "medium": "shm", "server": "s",
+                                           "value_bytes": 16, "pipeline": 1, "rps": 5.0}]})):
             done = plot(text, self.out)
             self.assertEqual(done.returncode, 2, text)
             self.assertNotIn("Traceback", done.stderr, text)

@@ -2,6 +2,10 @@
 // descriptor declares, in the descriptor's order, each named
 // "<engine>.<counter>" and documented; the lookups tell an absent name
 // from a zero.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -72,6 +76,56 @@ TEST(StatsProperties, EveryEngineReportsExactlyItsDescriptorsPropertiesInOrder) 
     for (const PropertySpec& spec : engine->properties) declared.emplace_back(spec.name);
     EXPECT_EQ(reported, declared);
     EXPECT_TRUE(store->close().ok());
+  }
+}
+
+// describe() says what stats() says of the engine, the media and the last
+// open, without counting: on a fresh store of every engine, and on every
+// pool engine's store reopened after a crash (a child killed mid-use),
+// where stats() may have to count the keys first.
+TEST(StatsProperties, DescribeAgreesWithStatsFreshAndAfterACrash) {
+  for (const EngineDescriptor* engine : all_engines()) {
+    SCOPED_TRACE(std::string(engine->name));
+    testing::ScratchDir dir("pmhash-describe");
+    std::unique_ptr<Store> store = filled_store(*engine, dir);
+    ASSERT_NE(store, nullptr);
+    const auto agree = [](const Store& s) {
+      const Store::Description d = s.describe();
+      const Stats st = s.stats();
+      EXPECT_EQ(d.engine, st.engine);
+      EXPECT_EQ(d.granularity, st.granularity);
+      EXPECT_EQ(d.clean_shutdown, st.clean_shutdown);
+      EXPECT_EQ(d.recovery_ns, st.recovery_ns);
+      return d;
+    };
+    EXPECT_EQ(agree(*store).engine, engine->name);
+    EXPECT_TRUE(store->close().ok());
+    if (engine->location == Location::kMemoryNodes) continue;
+
+    Options o;
+    o.engine = std::string(engine->name);
+    const std::string path = dir.str() + "/pool";
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      std::unique_ptr<Store> child;
+      if (!Store::open(path, o, &child).ok()) _exit(3);
+      for (int i = 0; i < 100; ++i) {
+        if (!child->upsert("more-" + std::to_string(i), "v").ok()) _exit(4);
+      }
+      ::kill(::getpid(), SIGKILL);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the child failed with status " << WEXITSTATUS(status);
+    std::unique_ptr<Store> reopened;
+    const Status s = Store::open(path, o, &reopened);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    const Store::Description d = agree(*reopened);
+    EXPECT_FALSE(d.clean_shutdown);
+    EXPECT_GT(d.recovery_ns, 0u);
+    EXPECT_EQ(reopened->size(), 600u);
+    EXPECT_TRUE(reopened->close().ok());
   }
 }
 

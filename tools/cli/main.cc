@@ -270,7 +270,7 @@ int with_pool(const std::string& path, const std::string& label, const pmhash::O
               const std::function<int(Store&)>& body) {
   std::unique_ptr<Store> store;
   if (Status s = Store::open(path, options, &store); !s.ok()) return store_error(label, s);
-  if (std::optional<int> rc = check_option_engines(options, store->stats().engine, label)) {
+  if (std::optional<int> rc = check_option_engines(options, store->describe().engine, label)) {
     return close_store(label, *store, *rc);
   }
   const int rc = body(*store);

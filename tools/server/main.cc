@@ -157,6 +157,10 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--workers", config.workers, "worker threads (0: one per hardware thread, at most 8; 16 on an ordinary file)")
       ->check(CLI::Range(0u, 256u))->capture_default_str();
+  std::string write_groups = "on";
+  app.add_option("--write-groups", write_groups,
+                 "share durability waits among the writes of one round of a worker (group persistence)")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   app.add_option("--max-clients", config.max_clients, "connections served at once")
       ->check(CLI::Range(1u, 1000000u))->capture_default_str();
   app.add_option("--requirepass", config.requirepass, "password clients must AUTH with");
@@ -169,6 +173,7 @@ int run(int argc, char** argv) {
     return app.exit(e);
   }
   if (pool.empty() == memnodes.empty()) return fail("give either --pool or --memnodes", 2);
+  config.write_groups = write_groups == "on";
   if (!requirepass_file.empty()) {
     if (!config.requirepass.empty()) return fail("give --requirepass or --requirepass-file, not both", 2);
     std::string error;
@@ -233,7 +238,7 @@ int run(int argc, char** argv) {
   if (!s.ok()) return fail(where + ": " + s.to_string());
   // An option of another engine than the one served would be ignored
   // silently: on a command line that is a mistake.
-  if (std::optional<std::string> wrong = foreign_option(options, store->stats().engine)) {
+  if (std::optional<std::string> wrong = foreign_option(options, store->describe().engine)) {
     store->close();
     return fail(*wrong + " (the engine of " + where + ")", 2);
   }
@@ -253,7 +258,7 @@ int run(int argc, char** argv) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  const pmhash::Stats st = store->stats();
+  const pmhash::Store::Description st = store->describe();
   std::cout << "pmhash-server: " << st.engine << " at " << where << " ("
             << (st.clean_shutdown ? "clean" : "recovered in " + std::to_string(st.recovery_ns / 1000) + " us")
             << "), ready on " << config.bind << ":" << server.port() << std::endl;

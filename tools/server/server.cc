@@ -148,7 +148,8 @@ class Server::Worker {
       // when all of it is durable (Store::begin_write_group).
       std::vector<int>& woke = woke_;
       woke.clear();
-      server_->store_->begin_write_group();
+      const bool grouped = server_->config_.write_groups;
+      if (grouped) server_->store_->begin_write_group();
       for (int i = 0; i < n; ++i) {
         const std::uint64_t key = events[i].data.u64;
         if (key == kStopKey) {
@@ -169,7 +170,7 @@ class Server::Worker {
           }
         }
       }
-      server_->store_->end_write_group();
+      if (grouped) server_->store_->end_write_group();
       for (int fd : woke) {
         auto it = conns_.find(fd);
         if (it == conns_.end()) continue;
@@ -404,7 +405,7 @@ Server::Server(Store* store, ServerConfig config)
       config_(std::move(config)),
       keyspace_(std::make_unique<Keyspace>(store, config_.clock)),
       sessions_(std::make_unique<SessionRegistry>()) {
-  const EngineDescriptor* engine = find_engine(store_->stats().engine);
+  const EngineDescriptor* engine = find_engine(store_->describe().engine);
   transactions_ = engine != nullptr && engine->capabilities.transactions;
 }
 
@@ -464,7 +465,7 @@ Status Server::start() {
 
   unsigned n = config_.workers;
   if (n == 0) {
-    n = store_->stats().granularity == "page" ? kWorkersWaitingOnFileSyncs
+    n = store_->describe().granularity == "page" ? kWorkersWaitingOnFileSyncs
                                               : std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
   }
   // Every worker exists before any runs: a worker that accepts reads the

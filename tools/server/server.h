@@ -12,6 +12,15 @@
 // The store is thread-safe, so workers need no lock between them; the
 // server's counters are atomics.
 //
+// Group persistence (write_groups). The requests of the connections one
+// round of a worker's loop woke (one epoll_wait) run in one write group
+// (Store::begin_write_group), and their replies are sent only after the
+// group's end, when every write and answer of the round is durable: the
+// writes of a pipeline, and of the worker's other connections in the same
+// round, share their durability waits where the engine can share them
+// (dali, strict: one wait per round instead of one per write). A reply is
+// never sent before the write it reports is durable, grouped or not.
+//
 // How many workers. On persistent memory (and DRAM) a store call computes
 // for microseconds: one worker per hardware thread, at most 8. On an
 // ordinary file (page granularity) a strict write waits in fdatasync for
@@ -66,6 +75,10 @@ struct ServerConfig {
   // 0: the default for the store's media ("How many workers" above).
   unsigned workers = 0;
   unsigned max_clients = 10000;
+  // Group persistence: each round of a worker's event loop runs in one
+  // write group (Store::begin_write_group), its replies sent after the
+  // group's end. Off: every write waits for its own durability.
+  bool write_groups = true;
   // Empty: no password, and loopback only.
   std::string requirepass;
   // The store's durability, for INFO and CONFIG GET ("strict" or "epoch").
