@@ -73,7 +73,8 @@ class Server::Worker {
     if (epfd_ >= 0) ::close(epfd_);
   }
 
-  Status start() {
+  // The worker's epoll set and inbox; run() starts its thread.
+  Status prepare() {
     epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
     if (epfd_ < 0) return Status::IOError(errno_text("epoll_create1"));
     epoll_event ev{};
@@ -95,9 +96,12 @@ class Server::Worker {
     if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, inbox_fd_, &ev) != 0) {
       return Status::IOError(errno_text("epoll_ctl(inbox)"));
     }
-    thread_ = std::thread([this] { loop(); });
     return Status::OK();
   }
+
+  // After every worker's prepare(): a running worker may hand a connection
+  // to any other, whose inbox must exist by then.
+  void run() { thread_ = std::thread([this] { loop(); }); }
 
   void join() {
     if (thread_.joinable()) thread_.join();
@@ -472,12 +476,12 @@ Status Server::start() {
   // others' loads to pick where a connection goes.
   for (unsigned i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(this, sessions_.get()));
   for (auto& w : workers_) {
-    if (Status s = w->start(); !s.ok()) {
-      stop();
-      wait();
+    if (Status s = w->prepare(); !s.ok()) {
+      workers_.clear();  // none runs yet
       return s;
     }
   }
+  for (auto& w : workers_) w->run();
   keyspace_->start_sweeper(config_.expire_sweep_ms);
   return Status::OK();
 }
