@@ -320,7 +320,11 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 meta = {"requests": int(sys.argv[4]), "keys": int(sys.argv[5]), "disk_requests": int(sys.argv[9]),
         "ycsb": {"records": int(sys.argv[6]), "ops": int(sys.argv[7]), "threads": int(sys.argv[8])}}
-json.dump({"meta": meta, "rows": rows}, open(sys.argv[2], "w"), indent=1)
+# One row per line: a sitting's file stays readable and diffable.
+with open(sys.argv[2], "w") as f:
+    f.write('{"meta": %s,\n "rows": [\n' % json.dumps(meta))
+    f.write(",\n".join("  " + json.dumps(r) for r in rows))
+    f.write("\n]}\n")
 def peer(server):
     return "redis-everysec" if server.endswith(":epoch") else "redis-always"
 tp = [r for r in rows if r["kind"] == "throughput"]
